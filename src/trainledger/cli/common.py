@@ -1,0 +1,120 @@
+"""Shared pieces of the subcommands: argparse types that name what is allowed, and table/JSON output.
+
+Types raise argparse.ArgumentTypeError, so argparse prefixes the flag:
+    error: flops: argument --seq-len: must be a positive integer, got '0'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from trainledger import units
+from trainledger.errors import TrainledgerError
+
+
+def _wrap(parse, what):
+    def convert(text):
+        try:
+            value = parse(text)
+        except TrainledgerError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+    convert.__name__ = what
+    return convert
+
+
+def positive_int(text: str) -> int:
+    """A positive integer: '8', '1024', '4K' (SI suffixes allowed)."""
+    try:
+        value = units.parse_count(text)
+    except TrainledgerError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(value)
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        value = units.parse_count(text)
+    except TrainledgerError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return int(value)
+
+
+def positive_count(text: str) -> float:
+    """A positive count: '70B', '15T', '1.5e13'."""
+    value = _wrap(units.parse_count, "count")(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def positive_bytes(text: str) -> float:
+    """A positive size: '80GB' (1e9), '80GiB' (2^30), or bytes."""
+    value = _wrap(units.parse_bytes, "bytes")(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive size like 80GB or 80GiB, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]: MFU, efficiency."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object in base units (bytes, FLOPs, seconds) instead of a table")
+
+
+def print_json(data) -> None:
+    """One JSON document on stdout; floats that are whole stay numbers, NaN/inf become null."""
+    sys.stdout.write(json.dumps(_clean(data), indent=2) + "\n")
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def console():
+    """A rich Console for tables (imported lazily: rich costs ~50 ms at startup)."""
+    from rich.console import Console
+    return Console(highlight=False)
+
+
+def table(title: str, columns: list[str], rows: list[list], caption: str | None = None):
+    """A rich Table with right-aligned columns after the first."""
+    from rich.table import Table
+    t = Table(title=title, caption=caption, caption_justify="left", title_justify="left")
+    for i, name in enumerate(columns):
+        t.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*[str(cell) for cell in row])
+    return t
