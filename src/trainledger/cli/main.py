@@ -2,8 +2,12 @@
 
 Each subcommand is a module `trainledger.cli.<name>` with
     HELP: str                                   one line for `trainledger --help`
-    add_arguments(parser) -> None               its flags (kebab-case, units in the help text)
-    run(args) -> int | None                     does the work, prints a table or `--json`; returns exit status
+    add_arguments(parser) -> None               its flags (kebab-case, units in the help text; add --json)
+and either
+    compute(args) -> dict | list                the JSON result in base units (no printing) — the web API
+    render(result, args) -> None                calls compute() too, so CLI and API always agree
+or, for commands that do work rather than answer (train, serve, tour, ...),
+    run(args) -> int | None                     does the work and prints; returns the exit status
 Command modules must not import torch at module level (the planning commands start in well under 0.5 s).
 
 Errors: a `TrainledgerError` (or a bad flag caught by argparse) prints one line on stderr and exits 2.
@@ -29,13 +33,16 @@ COMMANDS = [
 ]
 
 
+class UsageError(TrainledgerError):
+    """A flag argparse rejected; main() prints it as one line and exits 2, the web API answers 422."""
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line on stderr and exit status 2 (no usage dump)."""
+    """argparse, but a bad flag raises UsageError (one line, exit status 2) instead of dumping usage."""
 
     def error(self, message):
-        prog = self.prog.removeprefix("trainledger ").strip()
-        sys.stderr.write(f"error: {prog}: {message} (see `{self.prog} --help`)\n")
-        sys.exit(2)
+        prog = self.prog.removeprefix("trainledger").strip() or "trainledger"
+        raise UsageError(f"{prog}: {message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,18 +62,40 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(_module=module)
     return parser
 
 
+def compute(argv: list[str]):
+    """The JSON result of one answering subcommand, e.g. compute(["plan", "--gpu", "a100"]) (used by the web API)."""
+    args = build_parser().parse_args(argv)
+    module = getattr(args, "_module", None)
+    if module is None or not hasattr(module, "compute"):
+        raise UsageError(f"'{argv[0] if argv else ''}' is not an answering subcommand")
+    return module.compute(args)
+
+
+def _run(args) -> int | None:
+    module = args._module
+    if hasattr(module, "run"):
+        return module.run(args)
+    result = module.compute(args)
+    if getattr(args, "json", False):
+        from trainledger.cli.common import print_json
+        print_json(result)
+    else:
+        module.render(result, args)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 0
     try:
-        status = args._run(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_module", None):
+            parser.print_help()
+            return 0
+        status = _run(args)
     except TrainledgerError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2

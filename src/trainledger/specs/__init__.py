@@ -1,0 +1,26 @@
+"""Data trainledger knows: hardware, dtypes, model presets, precision and optimizer recipes. No torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainledger.errors import TrainledgerError
+from trainledger.specs.hardware import GPUS, GPUSpec, get_gpu
+from trainledger.specs.model import CruncherSpec, ModelSpec, TransformerSpec
+from trainledger.specs.presets import PRESETS
+
+
+def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
+    """A preset by name (`trainledger models` lists them) or a spec read from a Hugging Face config.json path."""
+    key = str(name_or_path).strip()
+    if key.lower() in PRESETS:
+        return PRESETS[key.lower()]
+    path = Path(key)
+    if key.endswith(".json") or path.is_file() or path.is_dir():
+        from trainledger.specs.hf_config import spec_from_config_file
+        return spec_from_config_file(path, flag)
+    known = ", ".join(PRESETS)
+    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}). Known presets: {known}; or give a path to a Hugging Face config.json")
+
+
+__all__ = ["get_model", "get_gpu", "GPUS", "GPUSpec", "TransformerSpec", "CruncherSpec", "ModelSpec", "PRESETS", "TrainledgerError"]
