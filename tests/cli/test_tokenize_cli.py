@@ -1,0 +1,48 @@
+"""`trainledger tokenize`: writes a token file and reports count, bytes and time; errors exit 2 in one line."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from trainledger.cli import main as cli_main
+from trainledger.data import open_tokens, read_header
+
+
+def test_json_reports_count_bytes_and_time(tmp_path, capsys):
+    text = "to be or not to be — ça va\n" * 40
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    out = tmp_path / "out.tokens"
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(out), "--dtype", "uint8", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    n_bytes = len(text.encode("utf-8"))
+    assert result["n_tokens"] == result["input_bytes"] == n_bytes
+    assert result["output_bytes"] == out.stat().st_size == 64 + n_bytes
+    assert result["dtype"] == "uint8" and result["seconds"] > 0
+    assert read_header(out)["n_tokens"] == n_bytes
+    np.testing.assert_array_equal(open_tokens(out), np.frombuffer(text.encode("utf-8"), np.uint8))
+
+
+def test_table_output(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("hello\n")
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "o.tokens")]) == 0
+    out = capsys.readouterr().out
+    assert "tokens" in out and "uint16" in out
+
+
+def test_missing_input_is_one_line_exit_2(tmp_path, capsys):
+    assert cli_main.main(["tokenize", str(tmp_path / "missing.txt"), str(tmp_path / "o.tokens")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1 and "does not exist" in err
+
+
+def test_bad_dtype_flag_exits_2(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("hello\n")
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "o.tokens"), "--dtype", "float32"]) == 2
+    assert "--dtype" in capsys.readouterr().err
+
+
+def test_command_module_does_not_import_torch():
+    code = "import sys, trainledger.cli.tokenize, trainledger.data; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
