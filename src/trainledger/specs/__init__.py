@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs.dtypes import DTYPES, DType, bytes_per_element, get_dtype, round_to_dtype
 from trainledger.specs.hardware import GPUS, GPUSpec, get_gpu
 from trainledger.specs.model import CruncherSpec, ModelSpec, TransformerSpec
+from trainledger.specs.presets import ALIASES as PRESET_ALIASES
 from trainledger.specs.presets import PRESETS
 
 
@@ -15,6 +17,8 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
     key = str(name_or_path).strip()
     if key.lower() in PRESETS:
         return PRESETS[key.lower()]
+    if key.lower() in PRESET_ALIASES:
+        return PRESETS[PRESET_ALIASES[key.lower()]]
     path = Path(key)
     if key.endswith(".json") or path.is_file() or path.is_dir():
         from trainledger.specs.hf_config import spec_from_config_file
@@ -23,4 +27,6 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
     raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}). Known presets: {known}; or give a path to a Hugging Face config.json")
 
 
-__all__ = ["get_model", "get_gpu", "GPUS", "GPUSpec", "TransformerSpec", "CruncherSpec", "ModelSpec", "PRESETS", "TrainledgerError"]
+__all__ = ["get_model", "get_gpu", "get_dtype", "GPUS", "GPUSpec", "DTYPES", "DType", "bytes_per_element",
+           "round_to_dtype", "TransformerSpec", "CruncherSpec", "ModelSpec", "PRESETS", "PRESET_ALIASES",
+           "TrainledgerError"]

@@ -37,6 +37,30 @@ class GPUSpec:
 
 
 T = 1e12
+GiB = 2**30
+
+# Conventions. fp64 is the FP64 Tensor Core (matrix) peak where the datasheet has one; fp16/bf16/fp8 are
+# tensor-core peaks with fp32 accumulation where a datasheet gives both (GeForce cards halve them);
+# AMD fp32 is the matrix-core figure. Aliases: "a100" means the 80GB SXM part, "h100" the SXM part,
+# as cloud catalogues and the lecture's "H100" (989.5 TFLOP/s bf16) mean.
+
+# NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column); tensor peaks are the dense figures
+A100_40GB = GPUSpec(
+    name="a100-40gb", aliases=("a100-40gb-sxm", "a100-sxm4-40gb"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
+                      "int8": 624 * T},
+    memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
+)
+
+# NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column); tensor peaks are the dense figures
+A100_80GB = GPUSpec(
+    name="a100-80gb", aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
+                      "int8": 624 * T},
+    memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
+)
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column), dense = half of the printed sparse tensor-core figures
 H100_SXM = GPUSpec(
@@ -47,12 +71,139 @@ H100_SXM = GPUSpec(
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
 )
 
-GPUS: list[GPUSpec] = [H100_SXM]
+# NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures
+H100_PCIE = GPUSpec(
+    name="h100-pcie", aliases=("h100-pcie-80gb",), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 51 * T, "fp32": 51 * T, "tf32": 378 * T, "bf16": 756.5 * T, "fp16": 756.5 * T,
+                      "fp8": 1513 * T, "int8": 1513 * T},
+    memory_bytes=80e9, memory_bandwidth_bytes_per_s=2000e9,
+    source="NVIDIA H100 Tensor Core GPU datasheet (PCIe), dense tensor-core peaks",
+)
+
+# NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column), dense = half of the printed sparse figures
+H200 = GPUSpec(
+    name="h200", aliases=("h200-sxm", "h200-141gb"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
+                      "fp8": 1979 * T, "int8": 1979 * T},
+    memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
+    source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
+)
+
+# NVIDIA HGX B200 datasheet (8-GPU board figures / 8), dense = half of the printed sparse tensor-core figures
+B200 = GPUSpec(
+    name="b200", aliases=("hgx-b200", "b200-sxm"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 40 * T, "fp32": 80 * T, "tf32": 1125 * T, "bf16": 2250 * T, "fp16": 2250 * T,
+                      "fp8": 4500 * T, "int8": 4500 * T},
+    memory_bytes=180e9, memory_bandwidth_bytes_per_s=8e12,
+    source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks",
+)
+
+# NVIDIA L4 Tensor Core GPU datasheet, dense = half of the printed sparse tensor-core figures
+L4 = GPUSpec(
+    name="l4", aliases=(), vendor="NVIDIA",
+    peak_flops_per_s={"fp32": 30.3 * T, "tf32": 60 * T, "bf16": 121 * T, "fp16": 121 * T,
+                      "fp8": 242.5 * T, "int8": 242.5 * T},
+    memory_bytes=24e9, memory_bandwidth_bytes_per_s=300e9,
+    source="NVIDIA L4 Tensor Core GPU datasheet, dense tensor-core peaks",
+)
+
+# NVIDIA L40S datasheet, dense = half of the printed sparse tensor-core figures
+L40S = GPUSpec(
+    name="l40s", aliases=(), vendor="NVIDIA",
+    peak_flops_per_s={"fp32": 91.6 * T, "tf32": 183 * T, "bf16": 362 * T, "fp16": 362 * T,
+                      "fp8": 733 * T, "int8": 733 * T},
+    memory_bytes=48e9, memory_bandwidth_bytes_per_s=864e9,
+    source="NVIDIA L40S datasheet, dense tensor-core peaks",
+)
+
+# NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090 column): fp16/bf16 with fp32 accumulate
+RTX_3090 = GPUSpec(
+    name="rtx-3090", aliases=("3090", "rtx3090"), vendor="NVIDIA",
+    peak_flops_per_s={"fp32": 35.6 * T, "tf32": 35.6 * T, "bf16": 71 * T, "fp16": 71 * T, "int8": 284 * T},
+    memory_bytes=24e9, memory_bandwidth_bytes_per_s=936e9,
+    source="NVIDIA Ampere GA102 GPU architecture whitepaper (RTX 3090), dense, fp32 accumulate",
+)
+
+# NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090 column): fp16/bf16/fp8 with fp32 accumulate
+RTX_4090 = GPUSpec(
+    name="rtx-4090", aliases=("4090", "rtx4090"), vendor="NVIDIA",
+    peak_flops_per_s={"fp32": 82.6 * T, "tf32": 82.6 * T, "bf16": 165.2 * T, "fp16": 165.2 * T,
+                      "fp8": 330.3 * T, "int8": 660.6 * T},
+    memory_bytes=24e9, memory_bandwidth_bytes_per_s=1008e9,
+    source="NVIDIA Ada GPU architecture whitepaper (RTX 4090), dense, fp32 accumulate",
+)
+
+# AMD Instinct MI250X datasheet: matrix-core peaks (no TF32, no FP8)
+MI250X = GPUSpec(
+    name="mi250x", aliases=("mi250",), vendor="AMD",
+    peak_flops_per_s={"fp64": 95.7 * T, "fp32": 95.7 * T, "bf16": 383 * T, "fp16": 383 * T, "int8": 383 * T},
+    memory_bytes=128e9, memory_bandwidth_bytes_per_s=3.2768e12,
+    source="AMD Instinct MI250X datasheet, dense matrix-core peaks",
+)
+
+# AMD Instinct MI300X datasheet: dense matrix-core peaks (sparse figures are 2x)
+MI300X = GPUSpec(
+    name="mi300x", aliases=(), vendor="AMD",
+    peak_flops_per_s={"fp64": 163.4 * T, "fp32": 163.4 * T, "tf32": 653.7 * T, "bf16": 1307.4 * T,
+                      "fp16": 1307.4 * T, "fp8": 2614.9 * T, "int8": 2614.9 * T},
+    memory_bytes=192e9, memory_bandwidth_bytes_per_s=5.3e12,
+    source="AMD Instinct MI300X datasheet, dense matrix-core peaks",
+)
+
+# Google Cloud TPU v4 system architecture page (per chip); PaLM ran on 6144 of them at 275 TFLOP/s bf16
+TPU_V4 = GPUSpec(
+    name="tpu-v4", aliases=("v4", "tpuv4"), vendor="Google",
+    peak_flops_per_s={"bf16": 275 * T, "int8": 275 * T},
+    memory_bytes=32 * GiB, memory_bandwidth_bytes_per_s=1200e9,
+    source="Google Cloud TPU v4 documentation (per chip)",
+)
+
+# Google Cloud TPU v5e documentation (per chip)
+TPU_V5E = GPUSpec(
+    name="tpu-v5e", aliases=("v5e", "tpuv5e", "v5litepod"), vendor="Google",
+    peak_flops_per_s={"bf16": 197 * T, "int8": 394 * T},
+    memory_bytes=16e9, memory_bandwidth_bytes_per_s=819e9,
+    source="Google Cloud TPU v5e documentation (per chip)",
+)
+
+# Google Cloud TPU v5p documentation (per chip)
+TPU_V5P = GPUSpec(
+    name="tpu-v5p", aliases=("v5p", "tpuv5p"), vendor="Google",
+    peak_flops_per_s={"bf16": 459 * T, "int8": 918 * T},
+    memory_bytes=95e9, memory_bandwidth_bytes_per_s=2765e9,
+    source="Google Cloud TPU v5p documentation (per chip)",
+)
+
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
+                       MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
+
+
+# torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
+DEVICE_NAME_PATTERNS = [
+    (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
+    (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
+    (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
+]
+
+
+def gpu_for_device_name(device_name: str) -> GPUSpec | None:
+    """The GPUSpec a device reports itself as (`torch.cuda.get_device_name()`, e.g. "NVIDIA H100 80GB HBM3"),
+    or None for a device not in the table (then there is no datasheet peak and no MFU: never guess an A100).
+
+    A100 PCIe parts map to the SXM entry of the same memory: their dense peaks are the same.
+    """
+    import re
+
+    text = str(device_name).lower()
+    for pattern, name in DEVICE_NAME_PATTERNS:
+        if re.search(pattern, text):
+            return get_gpu(name)
+    return None
 
 
 def get_gpu(name: str, flag: str = "--gpu") -> GPUSpec:
-    """The GPUSpec named `name` or one of its aliases (case-insensitive); an error listing known names otherwise."""
-    key = str(name).strip().lower()
+    """The GPUSpec named `name` or one of its aliases (case-insensitive, `_`/space read as `-`); an error listing known names otherwise."""
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     for gpu in GPUS:
         if key == gpu.name or key in gpu.aliases:
             return gpu

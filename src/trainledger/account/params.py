@@ -1,0 +1,117 @@
+"""Parameter counts of a model spec, by component: exact, pure arithmetic (no torch).
+
+Counted as the Hugging Face / PyTorch modules the presets come from are built (every weight and bias
+that is an `nn.Parameter`), so the totals match `sum(p.numel() for p in unique(model.parameters()))`
+of a model built on the meta device. Tied weights (GPT-2's LM head = token embedding) are counted once.
+
+Conventions (DESIGN.md):
+- `n_params`: unique parameters, tied weights once.
+- `n_params_non_embedding`: `n_params` minus the token embedding, the position embedding and an
+  *untied* LM head (the convention of the Qwen and Llama model cards). A tied head costs nothing extra,
+  so nothing further is subtracted for it.
+- `n_params_active`: parameters a token touches; for mixture-of-experts models only
+  `experts_per_token` of the `n_experts` MLPs count (Mixtral 8x7B: ~12.9B of ~46.7B). Equal to
+  `n_params` for dense models.
+"""
+
+from __future__ import annotations
+
+from trainledger.specs.model import CruncherSpec, ModelSpec, TransformerSpec
+
+COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "router", "norms", "lm_head")
+
+
+def attention_params_per_layer(spec: TransformerSpec) -> int:
+    """Parameters of one attention block: q, k, v, o projections and their biases.
+
+    q: d_model -> n_heads·d_head; k, v: d_model -> n_kv_heads·d_head (grouped-query attention,
+    Ainslie et al. 2023, arXiv:2305.13245); o: n_heads·d_head -> d_model. Biases on q/k/v when
+    `qkv_bias` (GPT-2, Qwen2), on o when `attn_out_bias` (GPT-2).
+    """
+    d, q_dim, kv_dim = spec.d_model, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    weights = d * q_dim + 2 * d * kv_dim + q_dim * d
+    biases = (q_dim + 2 * kv_dim if spec.qkv_bias else 0) + (d if spec.attn_out_bias else 0)
+    return weights + biases
+
+
+def mlp_params_per_expert(spec: TransformerSpec) -> int:
+    """Parameters of one MLP (one expert of an MoE layer).
+
+    GELU MLP (GPT-2): d_model -> d_ff -> d_model, 2 matrices, biases d_ff + d_model when `mlp_bias`.
+    SwiGLU (Shazeer 2020, arXiv:2002.05202; Llama): down(silu(gate(x)) * up(x)), 3 matrices,
+    biases 2·d_ff + d_model when `mlp_bias`.
+    """
+    d, f = spec.d_model, spec.d_ff
+    if spec.mlp == "swiglu":
+        return 3 * d * f + ((2 * f + d) if spec.mlp_bias else 0)
+    return 2 * d * f + ((f + d) if spec.mlp_bias else 0)
+
+
+def router_params_per_layer(spec: TransformerSpec) -> int:
+    """Parameters of one MoE router: a bias-free d_model -> n_experts linear (Mixtral's `gate`); 0 if dense."""
+    return spec.d_model * spec.n_experts if spec.is_moe else 0
+
+
+def norm_params(spec: TransformerSpec) -> int:
+    """Parameters of one norm: weight d_model, plus bias d_model for LayerNorm with `norm_bias` (GPT-2)."""
+    return spec.d_model * (2 if spec.norm == "layernorm" and spec.norm_bias else 1)
+
+
+def param_counts(spec: ModelSpec) -> dict:
+    """Parameter counts (a count, not bytes) of `spec`: totals and per-component breakdown.
+
+    Returns {"n_params", "n_params_non_embedding", "n_params_active", "n_params_per_layer",
+    "components": {token_embedding, position_embedding, attention, mlp, router, norms, lm_head}}.
+    Components sum to n_params. `attention`, `mlp` (all experts), `router` and `norms` are totals over
+    all layers; `norms` includes the final norm; `lm_head` is 0 when tied to the token embedding.
+    CruncherSpec (CS336 Lecture 2): n_layers × Linear(dim, dim) + Linear(dim, 1), no biases,
+    dim²·n_layers + dim parameters, reported under component `linear`.
+    """
+    if isinstance(spec, CruncherSpec):
+        n = spec.dim * spec.dim * spec.n_layers + spec.dim
+        return {"n_params": n, "n_params_non_embedding": n, "n_params_active": n,
+                "n_params_per_layer": spec.dim * spec.dim, "components": {"linear": n}}
+    if not isinstance(spec, TransformerSpec):
+        raise TypeError(f"param_counts needs a TransformerSpec or CruncherSpec, got {type(spec).__name__}")
+    L = spec.n_layers
+    token = spec.vocab_size * spec.d_model
+    position = spec.max_seq_len * spec.d_model if spec.position == "learned" else 0
+    attention = attention_params_per_layer(spec)
+    expert = mlp_params_per_expert(spec)
+    router = router_params_per_layer(spec)
+    norms_per_layer = 2 * norm_params(spec)
+    head = 0 if spec.tied_embeddings else spec.vocab_size * spec.d_model
+    components = {
+        "token_embedding": token,
+        "position_embedding": position,
+        "attention": L * attention,
+        "mlp": L * spec.n_experts * expert,
+        "router": L * router,
+        "norms": L * norms_per_layer + norm_params(spec),
+        "lm_head": head,
+    }
+    n_params = sum(components.values())
+    inactive = L * (spec.n_experts - spec.experts_per_token) * expert
+    return {
+        "n_params": n_params,
+        "n_params_non_embedding": n_params - token - position - head,
+        "n_params_active": n_params - inactive,
+        "n_params_per_layer": attention + spec.n_experts * expert + router + norms_per_layer,
+        "components": components,
+    }
+
+
+def n_params(spec: ModelSpec) -> int:
+    """Unique parameters of `spec` (a count), tied weights counted once."""
+    return param_counts(spec)["n_params"]
+
+
+def kaplan_non_embedding_params(spec: TransformerSpec) -> int:
+    """Kaplan et al.'s approximation of non-embedding parameters: 12·n_layers·d_model² (a count).
+
+    Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361), Table 1:
+    N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·n_layer·d_model² with d_attn = d_model, d_ff = 4·d_model.
+    Leaves out biases and norms, and is wrong for SwiGLU/GQA models whose d_ff and kv widths differ;
+    use it to compare, `param_counts` for the exact figure.
+    """
+    return 12 * spec.n_layers * spec.d_model ** 2

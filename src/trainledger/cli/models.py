@@ -1,0 +1,65 @@
+"""`trainledger models`: the built-in model presets with their shapes, parameter counts and sources."""
+
+from __future__ import annotations
+
+from trainledger.cli import common
+from trainledger.units import format_count
+
+HELP = "list the built-in model presets (shapes, parameter counts, sources)"
+
+
+def add_arguments(parser) -> None:
+    common.add_json_flag(parser)
+
+
+def _record(spec) -> dict:
+    from trainledger.account.params import param_counts
+    from trainledger.specs import PRESET_ALIASES
+
+    counts = param_counts(spec)
+    record = {"name": spec.name, "aliases": [a for a, target in PRESET_ALIASES.items() if target == spec.name],
+              "kind": spec.kind, "n_params": counts["n_params"],
+              "n_params_non_embedding": counts["n_params_non_embedding"], "n_params_active": counts["n_params_active"],
+              "published_n_params": spec.published_n_params}
+    if spec.kind == "cruncher":
+        record |= {"dim": spec.dim, "n_layers": spec.n_layers}
+    else:
+        record |= {"d_model": spec.d_model, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
+                   "n_kv_heads": spec.kv_heads, "d_head": spec.head_dim, "d_ff": spec.d_ff,
+                   "vocab_size": spec.vocab_size, "max_seq_len": spec.max_seq_len, "position": spec.position,
+                   "norm": spec.norm, "mlp": spec.mlp, "tied_embeddings": spec.tied_embeddings,
+                   "n_experts": spec.n_experts, "experts_per_token": spec.experts_per_token,
+                   "rope_theta": spec.rope_theta if spec.position == "rope" else None, "norm_eps": spec.norm_eps}
+    return record | {"source": spec.source}
+
+
+def compute(args) -> list:
+    from trainledger.specs import PRESETS
+
+    return [_record(spec) for spec in PRESETS.values()]
+
+
+def render(result: list, args) -> None:
+    from rich import box
+
+    rows, notes = [], []
+    for r in result:
+        if r["kind"] == "cruncher":
+            rows.append([r["name"], format_count(r["n_params"]), f"dim {r['dim']}", r["n_layers"], "", "", "", ""])
+            continue
+        rows.append([r["name"], format_count(r["n_params"]), r["d_model"], r["n_layers"],
+                     f"{r['n_heads']}/{r['n_kv_heads']}", r["d_ff"], r["vocab_size"], r["max_seq_len"]])
+        if r["n_experts"] > 1:
+            notes.append(f"{r['name']}: {r['n_experts']} experts, {r['experts_per_token']} per token, "
+                         f"{format_count(r['n_params_active'])} active parameters")
+    tied = ", ".join(r["name"] for r in result if r.get("tied_embeddings"))
+    table = common.table(
+        "Model presets (unique parameters, SI counts: 124M = 1.24e8)",
+        ["name", "params", "d_model", "layers", "heads/kv", "d_ff", "vocab", "context"], rows,
+        "\n".join(notes + [f"LM head tied to the token embedding: {tied}",
+                            "Sources (config.json or paper table) and all fields: `trainledger models --json`.",
+                            "--model also takes a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral)."]))
+    table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+    for column in table.columns:
+        column.no_wrap = True
+    common.console().print(table)

@@ -1,0 +1,55 @@
+"""`trainledger params`: parameter count of a model by component, with the non-embedding and active totals.
+
+    trainledger params --model llama-3-8b
+    trainledger params --model path/to/config.json --json
+"""
+
+from __future__ import annotations
+
+from trainledger.cli import common
+from trainledger.units import format_count
+
+HELP = "parameter count and breakdown of --model (a preset or a Hugging Face config.json)"
+DESCRIPTION = HELP + """
+
+n_params counts unique parameters (a tied LM head once); n_params_non_embedding leaves out the token and
+position embeddings and an untied LM head (the Llama/Qwen model-card convention); n_params_active counts
+only the experts a token is routed to (MoE). Kaplan's 12·n_layers·d_model² is shown for comparison."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="gpt2",
+                        help="preset name (see `trainledger models`) or path to a Hugging Face config.json (default: gpt2)")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account.params import kaplan_non_embedding_params, param_counts
+    from trainledger.specs import get_model
+
+    spec = get_model(args.model, "--model")
+    counts = param_counts(spec)
+    result = {"model": spec.name, "kind": spec.kind, **counts,
+              "published_n_params": spec.published_n_params, "source": spec.source}
+    if spec.kind == "transformer":
+        result["kaplan_non_embedding_params"] = kaplan_non_embedding_params(spec)
+    return result
+
+
+def render(result: dict, args) -> None:
+    total = result["n_params"]
+    rows = [[name, f"{count:,}", format_count(count) if count else "0", f"{100 * count / total:.1f}%"]
+            for name, count in result["components"].items()]
+    rows.append(["n_params (unique)", f"{total:,}", format_count(total), "100.0%"])
+    for key in ("n_params_non_embedding", "n_params_active", "kaplan_non_embedding_params", "published_n_params"):
+        value = result.get(key)
+        if value is not None:
+            rows.append([key, f"{value:,}", format_count(value), f"{100 * value / total:.1f}%"])
+    caption = (f"source: {result['source']}\n"
+               "non-embedding excludes token/position embeddings and an untied LM head; kaplan = 12·L·d_model²")
+    from rich import box
+
+    table = common.table(f"Parameters of {result['model']} (counts)", ["component", "parameters", "SI", "share"],
+                         rows, caption)
+    table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+    common.console().print(table)

@@ -1,0 +1,186 @@
+"""Parameter counts: every preset against a Hugging Face model built on the meta device, published counts,
+the lecture's Cruncher, and the non-embedding / active conventions of DESIGN.md."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from trainledger.account.params import kaplan_non_embedding_params, n_params, param_counts
+from trainledger.specs import PRESETS, get_model
+from trainledger.specs.model import CruncherSpec, TransformerSpec
+
+TRANSFORMERS = [spec for spec in PRESETS.values() if isinstance(spec, TransformerSpec)]
+PUBLISHED = [spec for spec in PRESETS.values() if spec.published_n_params is not None]
+
+
+def hf_config_for(spec: TransformerSpec):
+    """The transformers config equivalent to `spec`, or None when no Hugging Face architecture expresses it
+    (GPT-2 ties head size to n_embd / n_head, so GPT-3 XL and 13B, whose heads × d_head != d_model, have none)."""
+    import transformers
+
+    if spec.position == "learned":
+        if spec.head_dim * spec.n_heads != spec.d_model:
+            return None
+        return transformers.GPT2Config(
+            vocab_size=spec.vocab_size, n_embd=spec.d_model, n_layer=spec.n_layers, n_head=spec.n_heads,
+            n_inner=spec.d_ff, n_positions=spec.max_seq_len, layer_norm_epsilon=spec.norm_eps,
+            tie_word_embeddings=spec.tied_embeddings)
+    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=spec.d_ff,
+                  num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
+                  num_key_value_heads=spec.kv_heads, max_position_embeddings=spec.max_seq_len,
+                  rms_norm_eps=spec.norm_eps, rope_theta=spec.rope_theta, tie_word_embeddings=spec.tied_embeddings)
+    if spec.is_moe:
+        return transformers.MixtralConfig(num_local_experts=spec.n_experts,
+                                          num_experts_per_tok=spec.experts_per_token, **common)
+    if spec.qkv_bias and not spec.attn_out_bias:
+        return transformers.Qwen2Config(**common)
+    return transformers.LlamaConfig(attention_bias=spec.qkv_bias, mlp_bias=spec.mlp_bias, head_dim=spec.head_dim,
+                                    **common)
+
+
+def unique_numel(module) -> int:
+    """Parameters of `module`, each tensor once (by object identity: data_ptr() is 0 on the meta device)."""
+    return sum({id(p): p.numel() for p in module.parameters()}.values())
+
+
+def torch_gpt_reference(spec: TransformerSpec):
+    """A GPT-2-style model assembled from torch.nn layers on the meta device, for shapes HF's GPT-2 cannot take."""
+    import torch
+    from torch import nn
+
+    with torch.device("meta"):
+        def block():
+            return nn.ModuleList([
+                nn.LayerNorm(spec.d_model), nn.Linear(spec.d_model, 3 * spec.n_heads * spec.head_dim),
+                nn.Linear(spec.n_heads * spec.head_dim, spec.d_model), nn.LayerNorm(spec.d_model),
+                nn.Linear(spec.d_model, spec.d_ff), nn.Linear(spec.d_ff, spec.d_model)])
+        wte = nn.Embedding(spec.vocab_size, spec.d_model)
+        head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        head.weight = wte.weight  # tied, as in GPT-2 / GPT-3
+        return nn.ModuleList([wte, nn.Embedding(spec.max_seq_len, spec.d_model),
+                              *[block() for _ in range(spec.n_layers)], nn.LayerNorm(spec.d_model), head])
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.name for s in TRANSFORMERS])
+def test_preset_count_equals_meta_device_model(spec):
+    """Independent measurement: build the Hugging Face model on the meta device and count unique parameters.
+
+    The meta device allocates nothing, so even Llama 3.1 405B builds in well under a second; no layer
+    reduction is needed.
+    """
+    transformers = pytest.importorskip("transformers", reason="transformers not installed; published counts are "
+                                                              "checked in test_published_counts")
+    import torch
+
+    config = hf_config_for(spec)
+    if config is None:
+        model = torch_gpt_reference(spec)
+    else:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    assert param_counts(spec)["n_params"] == unique_numel(model)
+    if config is not None and hasattr(model, "get_input_embeddings"):
+        assert param_counts(spec)["components"]["token_embedding"] == model.get_input_embeddings().weight.numel()
+
+
+@pytest.mark.parametrize("spec", PUBLISHED, ids=[s.name for s in PUBLISHED])
+def test_published_counts(spec):
+    """facts.md "Parameter counts" and the Hugging Face model pages (no transformers needed)."""
+    assert n_params(spec) == spec.published_n_params
+
+
+def test_facts_table_rows():
+    """../shared/reference/facts.md, "Parameter counts (Hugging Face config.json built on the meta device)"."""
+    assert n_params(get_model("gpt2")) == 124_439_808
+    assert n_params(get_model("gpt2-medium")) == 354_823_168
+    assert n_params(get_model("llama-2-7b")) == 6_738_415_616
+    assert n_params(get_model("llama-2-70b")) == 68_976_648_192
+    assert n_params(get_model("llama-3-8b")) == 8_030_261_248
+
+
+def test_cruncher_lecture_count():
+    """CS336 Lecture 2: Cruncher(dim=64, num_layers=2) has 8,256 parameters (64²·2 + 64)."""
+    assert param_counts(CruncherSpec(dim=64, n_layers=2))["n_params"] == 8256
+    assert n_params(get_model("cruncher")) == 8256
+
+
+def test_cruncher_equals_torch_linears():
+    """n_layers × Linear(dim, dim, bias=False) + Linear(dim, 1, bias=False), counted by torch on meta."""
+    import torch
+    from torch import nn
+
+    spec = CruncherSpec(dim=48, n_layers=3)
+    with torch.device("meta"):
+        layers = [nn.Linear(48, 48, bias=False) for _ in range(3)] + [nn.Linear(48, 1, bias=False)]
+    assert n_params(spec) == sum(p.numel() for layer in layers for p in layer.parameters())
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.name for s in TRANSFORMERS])
+def test_components_add_up_and_conventions(spec):
+    counts = param_counts(spec)
+    c = counts["components"]
+    assert sum(c.values()) == counts["n_params"]
+    head = 0 if spec.tied_embeddings else spec.vocab_size * spec.d_model
+    assert c["lm_head"] == head
+    # DESIGN.md: non-embedding excludes token and position embeddings and an untied head
+    assert counts["n_params_non_embedding"] == counts["n_params"] - c["token_embedding"] - c["position_embedding"] - head
+    assert counts["n_params_per_layer"] * spec.n_layers + c["token_embedding"] + c["position_embedding"] + head \
+        + (2 if spec.norm_bias else 1) * spec.d_model == counts["n_params"]
+    if not spec.is_moe:
+        assert counts["n_params_active"] == counts["n_params"] and c["router"] == 0
+
+
+def test_mixtral_active_parameters():
+    """Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088): 47B total, 13B active with top-2 of 8."""
+    counts = param_counts(get_model("mixtral-8x7b"))
+    assert counts["n_params"] == pytest.approx(47e9, rel=0.01)
+    assert counts["n_params_active"] == pytest.approx(13e9, rel=0.01)
+    dense = get_model("mixtral-8x7b").with_(n_experts=1, experts_per_token=1)
+    # active = dense model of the same shape + one more expert per layer + the router
+    spec = get_model("mixtral-8x7b")
+    extra = spec.n_layers * (3 * spec.d_model * spec.d_ff + spec.d_model * spec.n_experts)
+    assert counts["n_params_active"] == n_params(dense) + extra
+
+
+def test_tied_head_counted_once():
+    gpt2, untied = get_model("gpt2"), get_model("gpt2").with_(tied_embeddings=False)
+    assert n_params(untied) - n_params(gpt2) == 50257 * 768
+    assert param_counts(untied)["n_params_non_embedding"] == param_counts(gpt2)["n_params_non_embedding"]
+
+
+def test_qwen_biases_and_untied_head():
+    """Qwen2.5-7B model card: 7.61B parameters, 6.53B non-embedding (q/k/v biases, untied head)."""
+    counts = param_counts(get_model("qwen2.5-7b"))
+    assert counts["n_params"] == pytest.approx(7.61e9, rel=0.001)
+    assert counts["n_params_non_embedding"] == pytest.approx(6.53e9, rel=0.001)
+
+
+def test_kaplan_approximation_for_gpt2_family():
+    """Kaplan et al. 2020 Table 1: N ≈ 12·n_layer·d_model² non-embedding; within 0.5% for GPT-2 (biases and
+    LayerNorms are the difference)."""
+    for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b"):
+        spec = get_model(name)
+        exact = param_counts(spec)["n_params_non_embedding"]
+        assert kaplan_non_embedding_params(spec) == pytest.approx(exact, rel=0.005), name
+    assert kaplan_non_embedding_params(get_model("gpt2")) == 12 * 12 * 768**2
+
+
+@pytest.mark.parametrize("spec", [s for s in TRANSFORMERS if s.source.startswith("config.json")],
+                         ids=[s.name for s in TRANSFORMERS if s.source.startswith("config.json")])
+def test_hf_config_round_trip(spec):
+    """A config written by transformers (to_dict) reads back into the same spec (transformers 5 writes
+    rope_theta under rope_parameters)."""
+    pytest.importorskip("transformers", reason="transformers not installed; literal config.json files are "
+                                               "read in tests/specs/test_hf_config.py")
+    from trainledger.specs.hf_config import spec_from_config_dict
+
+    read = spec_from_config_dict(hf_config_for(spec).to_dict(), name=spec.name)
+    assert dataclasses.replace(read, source=spec.source, published_n_params=spec.published_n_params) == spec
+
+
+def test_params_and_specs_do_not_import_torch():
+    code = ("import sys, trainledger.specs, trainledger.specs.hf_config, trainledger.account.params, "
+            "trainledger.account.matmul; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,109 @@
+"""Accelerator table: the dense peaks of ../shared/reference/facts.md (vendor datasheets), ordering sanity, lookups."""
+
+import inspect
+
+import pytest
+
+from trainledger.errors import TrainledgerError
+from trainledger.specs import hardware
+from trainledger.specs.hardware import GPUS, get_gpu
+
+T, GB, GiB = 1e12, 1e9, 2**30
+
+# facts.md "Hardware (dense peaks, TFLOP/s)": name, {dtype: TFLOP/s}, memory bytes, bandwidth GB/s
+FACTS = [
+    ("a100-40gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 40 * GB, 1555),
+    ("a100-80gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 80 * GB, 2039),
+    ("h100-sxm", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 80 * GB, 3350),
+    ("h100-pcie", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513}, 80 * GB, 2000),
+    ("h200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 141 * GB, 4800),
+    ("b200", {"fp32": 80, "tf32": 1125, "bf16": 2250, "fp16": 2250, "fp8": 4500}, 180 * GB, 8000),
+    ("l4", {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5}, 24 * GB, 300),
+    ("l40s", {"fp32": 91.6, "tf32": 183, "bf16": 362, "fp16": 362, "fp8": 733}, 48 * GB, 864),
+    ("rtx-4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3}, 24 * GB, 1008),
+    ("mi300x", {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 192 * GB, 5300),
+    ("tpu-v4", {"bf16": 275}, 32 * GiB, 1200),
+    ("tpu-v5e", {"bf16": 197}, 16 * GB, 819),
+    ("tpu-v5p", {"bf16": 459}, 95 * GB, 2765),
+]
+
+
+@pytest.mark.parametrize("name, peaks, memory_bytes, bandwidth_gb_s", FACTS, ids=[f[0] for f in FACTS])
+def test_facts_table(name, peaks, memory_bytes, bandwidth_gb_s):
+    gpu = get_gpu(name)
+    for dtype, tflops in peaks.items():
+        assert gpu.peak(dtype) == pytest.approx(tflops * T, rel=1e-12), dtype
+    assert gpu.memory_bytes == pytest.approx(memory_bytes, rel=1e-12)
+    assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth_gb_s * GB, rel=1e-12)
+
+
+def test_lecture_peaks():
+    """CS336 Lecture 2: A100 19.5 (fp32) / 312 (bf16) TFLOP/s; H100 989.5 bf16 dense (the lecture prints the
+    sparse 1979 for bf16 and 67.5 for fp32; the datasheet's dense SXM figures are 989.5 and 67)."""
+    assert get_gpu("a100").peak("fp32") == pytest.approx(19.5e12)
+    assert get_gpu("a100").peak("bf16") == pytest.approx(312e12)
+    assert get_gpu("h100").peak("bf16") == pytest.approx(989.5e12)
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=[g.name for g in GPUS])
+def test_peaks_are_ordered_and_dense(gpu):
+    """Lower precision is never slower: fp8 >= bf16 >= tf32 >= fp32 >= fp64 where present; bf16 == fp16."""
+    p = gpu.peak_flops_per_s
+    chain = [p[k] for k in ("fp64", "fp32", "tf32", "bf16", "fp8") if k in p]
+    assert chain == sorted(chain), p
+    if "fp16" in p and "bf16" in p:
+        assert p["fp16"] == p["bf16"]
+    if "int8" in p:
+        assert p["int8"] >= p["bf16"]
+    assert all(value > 0 for value in p.values())
+    assert set(p) <= {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+    assert gpu.memory_bytes > 0 and gpu.memory_bandwidth_bytes_per_s > 0 and gpu.source
+
+
+def test_no_sparse_figure_is_used_as_a_peak():
+    """Datasheets print 2:4-sparse figures at 2x the dense ones: the H100 SXM sparse bf16 is 1979, our bf16 is half."""
+    h100 = get_gpu("h100-sxm")
+    assert h100.peak("bf16") == pytest.approx(1979e12 / 2)
+    assert get_gpu("b200").peak("fp8") == pytest.approx(9000e12 / 2)
+
+
+def test_each_entry_names_its_datasheet_on_the_line_above():
+    lines = inspect.getsource(hardware).splitlines()
+    entries = [i for i, line in enumerate(lines) if "= GPUSpec(" in line]
+    assert len(entries) == len(GPUS)
+    for i in entries:
+        assert lines[i - 1].startswith("# "), lines[i]
+
+
+def test_lookup_aliases_and_errors():
+    assert get_gpu("H100").name == "h100-sxm"
+    assert get_gpu("a100").name == "a100-80gb"
+    assert get_gpu("A100_40GB").name == "a100-40gb"
+    assert get_gpu("RTX 4090").name == "rtx-4090"
+    assert get_gpu("v5p").name == "tpu-v5p"
+    keys = [g.name for g in GPUS] + [a for g in GPUS for a in g.aliases]
+    assert len(keys) == len(set(keys)), "an alias names two GPUs"
+    with pytest.raises(TrainledgerError) as error:
+        get_gpu("h1000")
+    message = str(error.value)
+    assert "--gpu" in message and "h100-sxm" in message and "a100-40gb" in message and "\n" not in message
+    with pytest.raises(TrainledgerError, match="has no fp8 peak"):
+        get_gpu("a100").peak("fp8")
+
+
+# (what torch.cuda.get_device_name() reports, our entry)
+DEVICE_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
+    ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA L4", "l4"),
+    ("NVIDIA L40S", "l40s"), ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("AMD Instinct MI300X", "mi300x"),
+    ("Tesla V100-SXM2-16GB", None), ("NVIDIA GeForce RTX 3080", None),
+]
+
+
+@pytest.mark.parametrize("device_name, expected", DEVICE_NAMES, ids=[d[0] for d in DEVICE_NAMES])
+def test_gpu_for_device_name(device_name, expected):
+    """Unknown devices give None (no peak, no MFU), never a guessed A100."""
+    from trainledger.specs.hardware import gpu_for_device_name
+
+    gpu = gpu_for_device_name(device_name)
+    assert (gpu.name if gpu else None) == expected

@@ -1,0 +1,72 @@
+"""Model presets: provenance, the GPT-3 paper's Table 2.1, config values that change counts, lookups."""
+
+import inspect
+
+import pytest
+
+from trainledger.account.params import n_params
+from trainledger.errors import TrainledgerError
+from trainledger.specs import PRESET_ALIASES, PRESETS, get_model, presets
+
+# GPT-3 (arXiv:2005.14165) Table 2.1: name, nominal size, n_layers, d_model, n_heads, d_head
+GPT3_TABLE = [
+    ("gpt3-125m", 125e6, 12, 768, 12, 64),
+    ("gpt3-350m", 350e6, 24, 1024, 16, 64),
+    ("gpt3-760m", 760e6, 24, 1536, 16, 96),
+    ("gpt3-1.3b", 1.3e9, 24, 2048, 24, 128),
+    ("gpt3-2.7b", 2.7e9, 32, 2560, 32, 80),
+    ("gpt3-6.7b", 6.7e9, 32, 4096, 32, 128),
+    ("gpt3-13b", 13e9, 40, 5140, 40, 128),
+    ("gpt3-175b", 175e9, 96, 12288, 96, 128),
+]
+
+
+@pytest.mark.parametrize("name, nominal, layers, d_model, heads, d_head", GPT3_TABLE, ids=[r[0] for r in GPT3_TABLE])
+def test_gpt3_table_2_1(name, nominal, layers, d_model, heads, d_head):
+    spec = get_model(name)
+    assert (spec.n_layers, spec.d_model, spec.n_heads, spec.head_dim) == (layers, d_model, heads, d_head)
+    assert (spec.max_seq_len, spec.vocab_size, spec.d_ff) == (2048, 50257, 4 * d_model)
+    assert spec.tied_embeddings and spec.position == "learned" and spec.mlp == "gelu"
+    if name == "gpt3-1.3b":
+        # the row's 24 heads × 128 is 3072 wide, not 2048: taken literally it is 1.52B, not 1.3B
+        assert n_params(spec) == pytest.approx(1.517e9, rel=1e-3)
+    else:
+        assert n_params(spec) == pytest.approx(nominal, rel=0.02)
+
+
+def test_config_values_that_matter():
+    qwen = get_model("qwen2.5-7b")
+    assert not qwen.tied_embeddings and qwen.qkv_bias and not qwen.attn_out_bias
+    assert (qwen.kv_heads, qwen.rope_theta, qwen.norm_eps) == (4, 1e6, 1e-6)
+    llama3 = get_model("llama-3-8b")
+    assert (llama3.kv_heads, llama3.rope_theta, llama3.max_seq_len, llama3.vocab_size) == (8, 500000.0, 8192, 128256)
+    assert get_model("llama-3.1-405b").max_seq_len == 131072
+    assert get_model("llama-2-70b").kv_heads == 8 and get_model("llama-2-13b").kv_heads == 40
+    mixtral = get_model("mixtral-8x7b")
+    assert (mixtral.n_experts, mixtral.experts_per_token, mixtral.rope_theta) == (8, 2, 1e6)
+    assert get_model("mistral-7b").kv_heads == 8
+    gpt2 = get_model("gpt2")
+    assert gpt2.tied_embeddings and gpt2.norm_bias and gpt2.mlp_bias and gpt2.max_seq_len == 1024
+
+
+def test_every_preset_names_its_source_on_the_line_above():
+    lines = inspect.getsource(presets).splitlines()
+    literals = [i for i, line in enumerate(lines) if "= TransformerSpec(" in line or "= CruncherSpec(" in line
+                or "= _gpt2(" in line]
+    assert len(literals) == len(PRESETS)
+    for i in literals:
+        above = lines[i - 1]
+        assert above.startswith("# ") or above.startswith("_GPT3") or lines[i - 1].startswith("GPT3_"), lines[i]
+    for spec in PRESETS.values():
+        assert spec.source, spec.name
+
+
+def test_lookup_aliases_and_errors():
+    assert get_model("GPT2") is PRESETS["gpt2"]
+    assert get_model("gpt3-xl") is PRESETS["gpt3-1.3b"]
+    for alias, target in PRESET_ALIASES.items():
+        assert target in PRESETS and alias not in PRESETS
+    with pytest.raises(TrainledgerError) as error:
+        get_model("gpt5")
+    message = str(error.value)
+    assert "--model" in message and "llama-3-8b" in message and "\n" not in message
