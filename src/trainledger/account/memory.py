@@ -1,0 +1,184 @@
+"""Bytes per GPU of a training run, by named part: params, grads, master params, optimizer states, activations. Pure, no torch.
+
+Model states (per parameter, from the precision recipe and optimizer in specs/recipes.py) are placed
+on GPUs in three steps, in this order:
+
+1. Pipeline parallel `pp` (Narayanan et al. 2021, arXiv:2104.04473): the layers are split into pp
+   stages of ceil(L/pp) layers; the first stage also holds the token (and position) embeddings, the
+   last the final norm and LM head (a tied head keeps a copy of the embedding there, as Megatron-LM
+   does). The heaviest stage is reported.
+2. Tensor parallel `tp` (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): q/k/v/o, MLP and expert
+   matrices and their column-parallel biases, the vocabulary-parallel token embedding and LM head are
+   divided by tp; norms, position embeddings, row-parallel biases (o, MLP down) and the MoE router are
+   replicated. tp must divide n_heads and n_kv_heads.
+3. ZeRO over `dp` data-parallel ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1, Fig. 1):
+   stage 1 shards optimizer states and master params, stage 2 also grads, stage 3 (FSDP full shard)
+   also params: 16Ψ → 4Ψ + 12Ψ/N_d → 2Ψ + 14Ψ/N_d → 16Ψ/N_d for mixed-precision Adam.
+
+Activations come from account.activations (what OUR torch Transformer saves for backward, with the
+same tp/sp/pp/recompute/flash settings). Given only a parameter count (no architecture), activations
+are not modelled: activations_bytes = 0 and `activations_modeled` is False. Not counted: the CUDA
+context, allocator fragmentation, communication buffers, temporary buffers of the optimizer step —
+that is what `reserve_bytes` is for.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainledger.account.activations import activations_bytes as _activations_bytes
+from trainledger.account.params import norm_params, param_counts
+from trainledger.errors import TrainledgerError
+from trainledger.specs.model import CruncherSpec, TransformerSpec
+from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
+
+ZERO_STAGES = (0, 1, 2, 3)
+# Aspect ratio d_model / n_layers assumed when only a parameter count is known (GPT-3 175B: 12288/96 = 128).
+ASSUMED_ASPECT_RATIO = 128
+
+
+def check_positive_int(value, flag: str) -> int:
+    """`value` if it is a positive integer, else a TrainledgerError naming the flag."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise TrainledgerError(f"{flag} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
+    """Validate --tp, --pp, --dp, --zero against the model; a TrainledgerError naming the flag otherwise."""
+    for value, flag in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp")):
+        check_positive_int(value, flag)
+    if zero not in ZERO_STAGES:
+        raise TrainledgerError(f"--zero must be one of 0, 1, 2, 3, got {zero!r}")
+    if isinstance(spec, TransformerSpec):
+        if spec.n_heads % tp or spec.kv_heads % tp:
+            raise TrainledgerError(f"--tp {tp} must divide n_heads={spec.n_heads} and n_kv_heads={spec.kv_heads} of '{spec.name}'")
+        if pp > spec.n_layers:
+            raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'")
+    elif spec is not None and (tp > 1 or pp > 1):
+        raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
+
+
+def d_model_estimate(n_params: float) -> float:
+    """d_model (a count) of a Transformer with N ≈ 12·L·d² parameters and d/L = 128: (128·N/12)^(1/3)."""
+    return (ASSUMED_ASPECT_RATIO * n_params / 12) ** (1 / 3)
+
+
+def adafactor_elements_per_param_of(spec) -> float:
+    """Adafactor state elements per parameter of `spec`: Σ(rows + cols) over matrices + every vector entry, over n_params.
+
+    Matrices: q, k, v, o, router, every expert's MLP matrices, the token/position embeddings and an
+    untied head (Shazeer & Stern 2018, Alg. 4 factors every 2-D parameter); vectors (norms, biases)
+    keep a full second moment.
+    """
+    n = param_counts(spec)["n_params"]
+    if isinstance(spec, CruncherSpec):
+        mats = [(spec.dim, spec.dim, spec.n_layers), (spec.dim, 1, 1)]
+    else:
+        d, L, q, kv = spec.d_model, spec.n_layers, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
+        n_mlp = 3 if spec.mlp == "swiglu" else 2
+        mats = [(d, q, 2 * L), (d, kv, 2 * L), (d, spec.d_ff, n_mlp * L * spec.n_experts), (spec.vocab_size, d, 1)]
+        if spec.is_moe:
+            mats.append((d, spec.n_experts, L))
+        if spec.position == "learned":
+            mats.append((spec.max_seq_len, d, 1))
+        if not spec.tied_embeddings:
+            mats.append((d, spec.vocab_size, 1))
+    entries = sum(r * c * k for r, c, k in mats)
+    factored = sum((r + c) * k for r, c, k in mats)
+    return (factored + (n - entries)) / n
+
+
+def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
+    """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp.
+
+    Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated"}.
+    """
+    counts = param_counts(spec)
+    if isinstance(spec, CruncherSpec):
+        return {"n_params_per_gpu": counts["n_params"], "stage": "all", "layers_per_stage": spec.n_layers,
+                "sharded": 0, "replicated": counts["n_params"]}
+    c, L, d = counts["components"], spec.n_layers, spec.d_model
+    row_biases = (d if spec.attn_out_bias else 0) + (d * spec.n_experts if spec.mlp_bias else 0)
+    replicated_per_layer = 2 * norm_params(spec) + row_biases + c["router"] // L
+    sharded_per_layer = (c["attention"] + c["mlp"]) // L - row_biases
+    per_stage = -(-L // pp)
+    embedding = c["token_embedding"]
+    head = embedding if spec.tied_embeddings else c["lm_head"]
+    stages = {
+        "first": (per_stage * sharded_per_layer + embedding, per_stage * replicated_per_layer + c["position_embedding"]),
+        "last": (per_stage * sharded_per_layer + head, per_stage * replicated_per_layer + norm_params(spec)),
+    }
+    if pp == 1:
+        stages = {"all": (L * sharded_per_layer + embedding + c["lm_head"],
+                          L * replicated_per_layer + c["position_embedding"] + norm_params(spec))}
+    name, (sharded, replicated) = max(stages.items(), key=lambda item: item[1][0] / tp + item[1][1])
+    return {"n_params_per_gpu": sharded / tp + replicated, "stage": name, "layers_per_stage": per_stage,
+            "sharded": sharded, "replicated": replicated}
+
+
+def zero_divisors(zero: int, dp: int) -> dict:
+    """What each model state is divided by under ZeRO stage `zero` over `dp` ranks (ZeRO Sec. 3.1)."""
+    return {"params": dp if zero >= 3 else 1, "grads": dp if zero >= 2 else 1,
+            "master_params": dp if zero >= 1 else 1, "optimizer": dp if zero >= 1 else 1}
+
+
+def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
+                   precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
+                   pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
+                   reserve_bytes: float = 0.0, memory_per_gpu_bytes: float | None = None) -> dict:
+    """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
+
+    Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
+    divide all parameters evenly). total_bytes is the sum of the five parts; `reserve_bytes` is kept
+    apart and `fits` (when `memory_per_gpu_bytes` is given) means total_bytes + reserve_bytes <= memory.
+    """
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    check_parallel(spec, tp, pp, dp, zero)
+    if reserve_bytes < 0 or not math.isfinite(reserve_bytes):
+        raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
+    if spec is None:
+        if n_params is None or not n_params > 0 or not math.isfinite(n_params):
+            raise TrainledgerError(f"--params must be positive, got {n_params!r}")
+        total_params, per_gpu = float(n_params), float(n_params) / (tp * pp)
+        placement = {"n_params_per_gpu": per_gpu, "stage": "even split", "layers_per_stage": None}
+        elements = adafactor_elements_per_param(d_model_estimate(n_params)) if opt.factored else None
+    else:
+        total_params = param_counts(spec)["n_params"]
+        placement = params_per_gpu(spec, tp, pp)
+        per_gpu = placement["n_params_per_gpu"]
+        elements = adafactor_elements_per_param_of(spec) if opt.factored else None
+    per_param = bytes_per_param(recipe, opt, elements)
+    divisors = zero_divisors(zero, dp)
+    parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
+
+    activations = None
+    if spec is not None:
+        seq_len = seq_len if seq_len is not None else getattr(spec, "max_seq_len", 1)
+        check_positive_int(batch_size, "--batch-size")
+        check_positive_int(seq_len, "--seq-len")
+        activations = _activations_bytes(spec, batch_size, seq_len, precision=recipe.name, recompute=recompute,
+                                         flash=flash, tp=tp, sp=sp, pp=pp)
+    parts["activations_bytes"] = activations["total"] if activations else 0.0
+    total = sum(parts.values())
+    result = {
+        **parts,
+        "total_bytes": total,
+        "reserve_bytes": float(reserve_bytes),
+        "n_params": total_params,
+        "n_params_per_gpu": per_gpu,
+        "pipeline_stage": placement["stage"],
+        "bytes_per_param": per_param["total"],
+        "bytes_per_param_parts": per_param,
+        "activations_modeled": activations is not None,
+        "activations": activations,
+        "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
+        "sp": bool(sp), "recompute": recompute, "flash": flash, "batch_size": batch_size if spec is not None else None,
+        "seq_len": seq_len if spec is not None else None,
+    }
+    if memory_per_gpu_bytes is not None:
+        result["memory_per_gpu_bytes"] = float(memory_per_gpu_bytes)
+        result["headroom_bytes"] = memory_per_gpu_bytes - total - reserve_bytes
+        result["fits"] = result["headroom_bytes"] >= 0
+    return result
+

@@ -1,0 +1,88 @@
+"""`trainledger fit`: the largest model whose states fit on N GPUs, and optionally the largest micro-batch of a model."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table
+
+HELP = "largest model that fits: memory per GPU / bytes per parameter under a precision recipe, optimizer and ZeRO stage"
+DESCRIPTION = """Largest model that fits: max_params = usable memory per GPU / bytes per parameter per GPU.
+
+Model states only (params, grads, master params, optimizer states; see specs/recipes.py). --zero 3
+(default) shards every state over all --num-gpus GPUs, which is what CS336 Lecture 2 computes:
+8 H100 × 80e9 B / 16 B per parameter (naive fp32 AdamW) = 4.0e10 parameters. --zero 0 replicates
+the states on every GPU (plain data parallelism). Activations are not included; give --model (with
+--seq-len, --batch-size) to also find the largest micro-batch for that model on one GPU.
+
+examples:
+  trainledger fit
+  trainledger fit --precision mixed-bf16 --optimizer adam --zero 1 --num-gpus 64
+  trainledger fit --gpu a100-40gb --num-gpus 1 --zero 0 --model gpt2 --seq-len 1024
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", default="h100", help="accelerator whose memory is used (default h100: 80 GB)")
+    parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
+    parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
+    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, adam, adamw, adafactor, adam-8bit (default adamw)")
+    parser.add_argument("--precision", default="fp32", help="fp32, amp-bf16, amp-fp16, mixed-bf16, mixed-fp16, bf16 (default fp32)")
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage over --num-gpus ranks (default 3: everything sharded)")
+    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free, e.g. 4GiB (default 0)")
+    parser.add_argument("--model", help="also report the largest micro-batch of this model on one GPU (states sharded as above)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the model's)")
+    parser.add_argument("--batch-size", type=common.positive_int, help="with --model: check this micro-batch size fits")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for --model")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account.plan import max_micro_batch, max_params
+    from trainledger.errors import TrainledgerError
+    from trainledger.specs.hardware import get_gpu
+
+    gpu = get_gpu(args.gpu)
+    memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
+    result = {"gpu": gpu.name, **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, args.reserve)}
+    result["assumptions"] = [
+        f"model states only: {result['precision']} recipe with {result['optimizer']}, "
+        f"{result['bytes_per_param']:g} B/param unsharded",
+        f"ZeRO stage {args.zero} over {args.num_gpus} GPUs → {result['bytes_per_param_per_gpu']:.4g} B/param per GPU",
+        "activations, CUDA context and fragmentation not included (use --reserve, or --model for a micro-batch)",
+    ]
+    if args.model:
+        spec, seq_len = load_transformer(args.model, args.seq_len)
+        kwargs = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.num_gpus,
+                      recompute=args.recompute)
+        found = max_micro_batch(spec, memory, seq_len, args.reserve, **kwargs)
+        result.update({"model": spec.name, "seq_len": seq_len, "max_batch_size": found["max_batch_size"],
+                       "total_bytes_at_max_batch": found["memory_at_max"]["total_bytes"] if found["max_batch_size"] else None})
+        if args.batch_size is not None:
+            from trainledger.account.memory import memory_per_gpu
+            m = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, reserve_bytes=args.reserve,
+                               memory_per_gpu_bytes=memory, **kwargs)
+            result.update({"batch_size": args.batch_size, "total_bytes": m["total_bytes"], "fits": m["fits"]})
+        result["assumptions"].append(f"micro-batch search: {spec.name} at seq_len {seq_len}, activations from "
+                                     f"account.activations, recompute {args.recompute}, data parallel over {args.num_gpus}")
+    elif args.batch_size is not None or args.seq_len is not None:
+        raise TrainledgerError("--batch-size and --seq-len need --model")
+    return result
+
+
+def render(result: dict, args) -> None:
+    rows = [
+        ("GPUs", f"{result['num_gpus']} × {result['gpu']}"),
+        ("memory per GPU", f"{units.format_bytes(result['memory_per_gpu_bytes'])} ({result['memory_per_gpu_bytes']:.4g} B)"),
+        ("recipe", f"{result['precision']} + {result['optimizer']}, ZeRO {result['zero']}"),
+        ("bytes per parameter", f"{result['bytes_per_param']:g}"),
+        ("bytes per parameter per GPU", f"{result['bytes_per_param_per_gpu']:.4g}"),
+        ("largest model", f"{units.format_count(result['max_params'])} ({result['max_params']:.3g})"),
+    ]
+    if "max_batch_size" in result:
+        rows.append((f"largest micro-batch of {result['model']} (T={result['seq_len']})", f"{result['max_batch_size']:,}"))
+    if "fits" in result:
+        rows.append((f"batch {result['batch_size']} fits", f"{'yes' if result['fits'] else 'no'} ({units.format_bytes(result['total_bytes'])})"))
+    print_table("Largest model that fits", rows, result["assumptions"])

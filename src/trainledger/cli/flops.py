@@ -1,0 +1,63 @@
+"""`trainledger flops`: forward, training and hardware FLOPs of a model, per token and per step."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import load_transformer, print_table
+
+HELP = "FLOPs of --model at --batch-size and --seq-len: forward, train (3×), hardware (with recomputation)"
+DESCRIPTION = """FLOPs of one training step (account/flops.py).
+
+Counted: every matmul a token passes through (q, k, v with grouped-query sizes, o, the MLP's 2 or 3
+matrices, MoE router + experts_per_token experts, the LM head at every position) as 2·in·out, plus
+attention scores QKᵀ and A·V (--attention full: the whole T×T, PaLM/nanoGPT; causal: half, Megatron).
+Backward = 2 × forward, train = 3 × forward. Hardware FLOPs add recomputation: selective re-runs the
+attention core (Korthikanti et al. 2022), full re-runs each layer's forward (Narayanan et al. 2021).
+Not counted: biases, norms, softmax, activations, embedding lookups, loss, optimizer step.
+
+examples:
+  trainledger flops --model gpt2 --batch-size 8 --seq-len 1024
+  trainledger flops --model llama-2-7b --seq-len 4096 --attention causal --recompute selective
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
+    parser.add_argument("--attention", choices=("full", "causal"), default="full", help="attention-score convention (default full)")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for hardware FLOPs")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account import flops as F
+    spec, seq_len = load_transformer(args.model, args.seq_len)
+    result = {"model": spec.name, "batch_size": args.batch_size, "seq_len": seq_len, "attention": args.attention,
+              "recompute": args.recompute,
+              **F.flops_per_step(spec, args.batch_size, seq_len, args.attention, args.recompute),
+              "forward_flops_per_token_breakdown": F.forward_flops_breakdown(spec, seq_len, args.attention),
+              "matmul_params_per_token": F.matmul_params_per_token(spec)}
+    result["assumptions"] = [
+        "matmul FLOPs = 2·m·k·n; backward = 2 × forward; biases, norms, softmax, elementwise ops and embedding lookups excluded",
+        f"attention scores over {'the full T×T' if args.attention == 'full' else 'half of T×T (causal)'}; LM head at all positions",
+        f"hardware FLOPs = model FLOPs + recompute '{args.recompute}'",
+    ]
+    return result
+
+
+def render(result: dict, args) -> None:
+    per_token = result["forward_flops_per_token_breakdown"]
+    rows = [(f"forward/token: {name}", units.format_flops(value)) for name, value in per_token.items() if name != "total"]
+    rows += [
+        ("forward FLOPs per token", units.format_flops(result["forward_flops_per_token"])),
+        ("train FLOPs per token", units.format_flops(result["train_flops_per_token"])),
+        (f"tokens per step ({result['batch_size']} × {result['seq_len']})", f"{result['tokens_per_step']:,}"),
+        ("forward FLOPs per step", units.format_flops(result["forward_flops_per_step"])),
+        ("train FLOPs per step", units.format_flops(result["train_flops_per_step"])),
+        (f"hardware FLOPs per step (recompute {result['recompute']})", units.format_flops(result["hardware_flops_per_step"])),
+    ]
+    print_table(f"FLOPs of {result['model']}", rows, result["assumptions"])

@@ -1,0 +1,95 @@
+"""`trainledger memory`: bytes per GPU of a training run by named part, and whether it fits."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table
+
+HELP = "bytes per GPU of --model or --params: params, grads, master params, optimizer states, activations"
+DESCRIPTION = """Bytes per GPU by named part (account/memory.py), under a precision recipe and sharding.
+
+Model states: bytes per parameter of --precision × --optimizer (specs/recipes.py), placed by --pp
+(heaviest pipeline stage), --tp (Megatron-sharded matrices and vocabulary) and ZeRO --zero over --dp
+ranks (ZeRO Sec. 3.1). Activations: what our torch Transformer saves for backward at --batch-size ×
+--seq-len (account/activations.py); with --params only, activations are not modelled (0).
+total_bytes is the sum of the parts; --reserve is kept apart and counted only in `fits`.
+
+examples:
+  trainledger memory --model gpt2 --batch-size 8 --seq-len 1024
+  trainledger memory --params 7.5e9 --precision mixed-fp16 --optimizer adam --zero 3 --dp 64
+  trainledger memory --model llama-2-7b --precision mixed-bf16 --tp 8 --sp --recompute selective --gpu a100
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="preset name or Hugging Face config.json path (activations included)")
+    what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch size per GPU (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
+    parser.add_argument("--precision", default="fp32", help="fp32, amp-bf16, amp-fp16, mixed-bf16, mixed-fp16, bf16 (default fp32)")
+    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, rmsprop-centered, adam, adamw, adafactor, adam-8bit (default adamw)")
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage over --dp ranks (default 0)")
+    parser.add_argument("--dp", type=common.positive_int, default=1, help="data-parallel ranks (default 1)")
+    parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
+    parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
+    parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation (default none)")
+    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
+    parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
+    parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
+    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free (CUDA context, fragmentation), e.g. 2GiB (default 0)")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account.memory import memory_per_gpu
+    from trainledger.errors import TrainledgerError
+    from trainledger.specs.hardware import get_gpu
+
+    gpu = get_gpu(args.gpu)
+    memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
+    settings = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.dp, tp=args.tp,
+                    pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
+                    reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
+    if args.model:
+        spec, seq_len = load_transformer(args.model, args.seq_len)
+        result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
+        result["model"] = spec.name
+        activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len}: what our torch model "
+                       f"saves for backward (account/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
+    else:
+        if args.seq_len is not None:
+            raise TrainledgerError("--seq-len needs --model (with --params only model states are counted)")
+        result = memory_per_gpu(n_params=args.params, **settings)
+        activations = "activations not modelled: --params gives no architecture (activations_bytes = 0); use --model"
+    result["gpu"] = gpu.name
+    result["assumptions"] = [
+        f"{result['precision']} recipe + {result['optimizer']}: {result['bytes_per_param']:.4g} B/param unsharded "
+        f"(params {result['bytes_per_param_parts']['params']:g}, grads {result['bytes_per_param_parts']['grads']:g}, "
+        f"master {result['bytes_per_param_parts']['master_params']:g}, optimizer {result['bytes_per_param_parts']['optimizer']:.4g})",
+        f"ZeRO {args.zero} over dp={args.dp}, tp={args.tp}{' + sp' if args.sp else ''}, pp={args.pp} "
+        f"(stage reported: {result['pipeline_stage']})",
+        activations,
+        "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
+    ]
+    return result
+
+
+def render(result: dict, args) -> None:
+    def row(label, key):
+        return (label, f"{units.format_bytes(result[key])} ({result[key]:.4g} B)")
+
+    rows = [("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_per_gpu'])} per GPU before ZeRO)"),
+            row("params", "params_bytes"), row("grads", "grads_bytes"), row("master params", "master_params_bytes"),
+            row("optimizer states", "optimizer_bytes"),
+            row("activations", "activations_bytes") if result["activations_modeled"] else ("activations", "not modelled (--params only)"),
+            row("total", "total_bytes")]
+    if result["reserve_bytes"]:
+        rows.append(row("reserve", "reserve_bytes"))
+    rows.append(row(f"{result['gpu']} memory", "memory_per_gpu_bytes"))
+    rows.append(("fits", f"{'yes' if result['fits'] else 'NO'} (headroom {units.format_bytes(result['headroom_bytes'])})"))
+    print_table("Memory per GPU", rows, result["assumptions"])

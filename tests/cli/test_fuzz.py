@@ -1,0 +1,66 @@
+"""Fuzzing the planning commands' flags: any input ends in exit status 0 or 2 (one line), never a traceback.
+
+Runs in-process through trainledger.cli.main.main with hypothesis drawing flags and values, good and bad.
+"""
+
+import contextlib
+import io
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainledger.cli import main as cli_main
+
+NUMBERS = ["0", "-1", "1", "2", "3", "7", "8", "12", "64", "1024", "1.5", "0.5", "1e400", "abc", "", "15T", "70B",
+           "7.5e9", "80GB", "80GiB", "2w", "14d", "36h", "1e22", "1,000", "4K", "-5B", "nan", "inf"]
+MODELS = ["gpt2", "tiny", "llama-2-7b", "cruncher", "no-such-model", "missing.json"]
+FLAGS = {
+    "plan": {"--model": MODELS, "--params": NUMBERS, "--tokens": NUMBERS, "--gpu": ["h100", "a100", "tpu-v4", "h1000"],
+             "--num-gpus": NUMBERS, "--mfu": NUMBERS, "--dtype": ["bf16", "fp32", "fp8", "fp4"], "--seq-len": NUMBERS,
+             "--attention": ["full", "causal", "x"], "--deadline": NUMBERS},
+    "fit": {"--gpu": ["h100", "l4", "mi300x", "nope"], "--num-gpus": NUMBERS, "--memory-per-gpu": NUMBERS,
+            "--optimizer": ["adamw", "sgd", "adafactor", "adam-8bit", "lion"],
+            "--precision": ["fp32", "bf16", "mixed-bf16", "amp-fp16", "fp64"], "--zero": ["0", "1", "2", "3", "4", "-1"],
+            "--reserve": NUMBERS, "--model": MODELS, "--seq-len": NUMBERS, "--batch-size": NUMBERS,
+            "--recompute": ["none", "selective", "full", "x"]},
+    "optimal": {"--budget-flops": NUMBERS, "--gpu": ["h100", "b200", "x"], "--num-gpus": NUMBERS, "--days": NUMBERS,
+                "--mfu": NUMBERS, "--law": ["chinchilla-20", "approach3", "kaplan"], "--tokens-per-param": NUMBERS},
+    "params": {"--model": MODELS},
+    "flops": {"--model": MODELS, "--batch-size": NUMBERS, "--seq-len": NUMBERS, "--attention": ["full", "causal", "x"],
+              "--recompute": ["none", "selective", "full", "x"]},
+    "memory": {"--model": MODELS, "--params": NUMBERS, "--batch-size": NUMBERS, "--seq-len": NUMBERS,
+               "--precision": ["fp32", "amp-bf16", "mixed-fp16", "bf16", "x"],
+               "--optimizer": ["adamw", "adam", "sgd", "momentum", "adafactor", "adam-8bit", "x"],
+               "--zero": ["0", "1", "2", "3", "9"], "--dp": NUMBERS, "--tp": NUMBERS, "--pp": NUMBERS,
+               "--recompute": ["none", "selective", "full"], "--gpu": ["h100", "a100-40gb", "x"], "--reserve": NUMBERS},
+}
+SWITCHES = {"memory": ["--flash", "--no-flash", "--sp"]}
+
+
+@st.composite
+def argv(draw):
+    command = draw(st.sampled_from(sorted(FLAGS)))
+    flags = FLAGS[command]
+    chosen = draw(st.lists(st.sampled_from(sorted(flags)), max_size=5, unique=True))
+    args = [command]
+    for flag in chosen:
+        args += [flag, draw(st.sampled_from(flags[flag]))]
+    args += draw(st.lists(st.sampled_from(SWITCHES.get(command, ["--json"])), max_size=2, unique=True))
+    if draw(st.booleans()):
+        args.append("--json")
+    return args
+
+
+@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(argv())
+def test_planning_commands_exit_0_or_2_without_traceback(args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli_main.main(args)
+    message = err.getvalue()
+    assert status in (0, 2), f"{args}: status {status}, stderr {message!r}"
+    assert "Traceback" not in message
+    if status == 2:
+        assert message.startswith("error:") and message.count("\n") == 1, f"{args}: {message!r}"
+    else:
+        assert out.getvalue()
