@@ -1,0 +1,93 @@
+"""Feed-forward layers: GELU MLP (GPT-2), SwiGLU (Llama), and a top-k mixture of experts (Mixtral)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from jaxtyping import Float
+from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+from trainledger.errors import TrainledgerError
+
+
+class GeluMLP(nn.Module):
+    """down(gelu_tanh(up(x))): two matrices d_model -> d_ff -> d_model (GPT-2; Radford et al. 2019).
+
+    GPT-2 uses the tanh approximation of GELU (Hugging Face "gelu_new"; Hendrycks & Gimpel 2016, arXiv:1606.08415).
+    Matmul FLOPs per token: 2·2·d_model·d_ff.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool, *, device=None, dtype=None):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=bias, device=device, dtype=dtype)
+        self.down = nn.Linear(d_ff, d_model, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) · up(x)): three matrices (Shazeer 2020, arXiv:2002.05202; Llama).
+
+    Matmul FLOPs per token: 3·2·d_model·d_ff.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool, *, device=None, dtype=None):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=bias, device=device, dtype=dtype)
+        self.up = nn.Linear(d_model, d_ff, bias=bias, device=device, dtype=dtype)
+        self.down = nn.Linear(d_ff, d_model, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def make_expert(spec, *, device=None, dtype=None) -> nn.Module:
+    """One MLP of the kind `spec.mlp` names (d_model -> d_ff -> d_model, biases per `spec.mlp_bias`)."""
+    cls = SwiGLU if spec.mlp == "swiglu" else GeluMLP
+    return cls(spec.d_model, spec.d_ff, spec.mlp_bias, device=device, dtype=dtype)
+
+
+class MoE(nn.Module):
+    """Sparse mixture of experts: a bias-free router picks `experts_per_token` of `n_experts` MLPs per token (Mixtral, arXiv:2401.04088).
+
+    weights = softmax(router(x)) in fp32, keep the top k, renormalise them to sum to 1 (as Hugging Face
+    Mixtral does), cast to x's dtype; output = Σ_k weight_k · expert_k(x). Each expert runs only on the
+    tokens routed to it (gathered with index_select, scattered back with an index add), so the matmul FLOPs are
+    exactly 2·N·d_model·n_experts (router) + Σ_e (tokens routed to e) × one expert's matmul FLOPs per token,
+    and over all experts the routed tokens sum to N·k.
+    """
+
+    def __init__(self, spec, *, device=None, dtype=None):
+        super().__init__()
+        self.top_k = spec.experts_per_token
+        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, device=device, dtype=dtype)
+        self.experts = nn.ModuleList([make_expert(spec, device=device, dtype=dtype) for _ in range(spec.n_experts)])
+
+    def route(self, x: Float[Tensor, "tokens d_model"]) -> tuple[Tensor, Tensor]:
+        """(weights, expert index) of shape (tokens, top_k): renormalised top-k softmax probabilities in x's dtype."""
+        probs = torch.softmax(self.router(x).float(), dim=-1)
+        top_weights, top_index = torch.topk(probs, self.top_k, dim=-1)
+        top_weights = top_weights / top_weights.sum(dim=-1, keepdim=True)
+        return top_weights.to(x.dtype), top_index
+
+    def forward(self, x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq d_model"]:
+        if x.device.type == "meta" or isinstance(x, FakeTensor):
+            raise TrainledgerError("a mixture-of-experts forward needs real tensors: which tokens reach which expert "
+                                   "depends on the data (build the model on the meta device for parameter counts only, "
+                                   "or run a small config on cpu)")
+        batch = x.shape[0]
+        flat = rearrange(x, "b t d -> (b t) d")
+        top_weights, top_index = self.route(flat)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token_idx, slot = torch.where(top_index == e)
+            if token_idx.numel() == 0:
+                continue
+            y = expert(flat.index_select(0, token_idx)) * top_weights[token_idx, slot, None]
+            # Scatter-add back in place. index_put_(accumulate=True) is index_add_ that saves only the indices for
+            # backward (index_add_ also keeps `y`, N·k·d_model extra bytes); each token appears at most once per expert.
+            out.index_put_((token_idx,), y, accumulate=True)
+        return rearrange(out, "(b t) d -> b t d", b=batch)
