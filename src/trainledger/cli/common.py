@@ -90,16 +90,17 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def print_json(data) -> None:
     """One JSON document on stdout; floats that are whole stay numbers, NaN/inf become null."""
-    sys.stdout.write(json.dumps(_clean(data), indent=2) + "\n")
+    sys.stdout.write(json.dumps(json_ready(data), indent=2) + "\n")
 
 
-def _clean(value):
+def json_ready(value):
+    """`value` with NaN/inf replaced by None, keys as strings, tuples as lists: safe for json.dumps."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 

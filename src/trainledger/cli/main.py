@@ -17,6 +17,7 @@ Set TRAINLEDGER_DEBUG=1 to see the traceback of an unexpected error.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import os
@@ -66,9 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.lru_cache(maxsize=1)
+def _cached_parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def compute(argv: list[str]):
     """The JSON result of one answering subcommand, e.g. compute(["plan", "--gpu", "a100"]) (used by the web API)."""
-    args = build_parser().parse_args(argv)
+    args = _cached_parser().parse_args(argv)
     module = getattr(args, "_module", None)
     if module is None or not hasattr(module, "compute"):
         raise UsageError(f"'{argv[0] if argv else ''}' is not an answering subcommand")

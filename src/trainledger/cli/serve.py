@@ -1,0 +1,87 @@
+"""`trainledger serve`: the interactive calculators in a browser, backed by a JSON API that runs the CLI's compute()."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+from trainledger.errors import TrainledgerError
+
+HELP = "open the interactive calculators in a browser (JSON API at /api/<command>)"
+DESCRIPTION = """\
+Starts a local web server with seven calculators on one page — training time, tensor layout, dtypes,
+matmul, transformer parameters, memory budget, compute-optimal size. Every number comes from the same
+code as the command line: GET /api/<command>?flag=value returns what `trainledger <command> --flag value
+--json` prints (e.g. /api/plan?params=70B&tokens=15T&gpu=h100&num-gpus=1024&mfu=0.5).
+
+Needs the optional extra: pip install 'trainledger[web]'
+
+examples:
+  trainledger serve                      # http://127.0.0.1:8000/
+  trainledger serve --port 8080 --open   # and open it in the default browser
+"""
+
+
+def port_number(text: str) -> int:
+    """A TCP port in 0..65535 (0 lets the system pick a free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number in 0..65535, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: %(default)s, this machine only; 0.0.0.0 for all)")
+    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: %(default)s)")
+    parser.add_argument("--open", action="store_true", help="open the page in the default web browser")
+
+
+def _web_modules():
+    """(uvicorn, create_app), or a TrainledgerError telling how to install the optional extra."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as error:
+        raise TrainledgerError(f"`trainledger serve` needs FastAPI and uvicorn ({error.name} is missing): "
+                               f"pip install 'trainledger[web]'") from None
+    from trainledger.web.app import create_app
+    return uvicorn, create_app
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: a free one); a TrainledgerError naming --port if taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise TrainledgerError(f"cannot listen on {host}:{port} ({error.strerror}); choose another --port "
+                               f"(0 picks a free one) or --host") from None
+    sock.listen(128)  # connections queue from here on, so the printed URL works at once
+    return sock
+
+
+def run(args) -> int:
+    uvicorn, create_app = _web_modules()
+    sock = listen(args.host, args.port)
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "") else "localhost" if args.host == "::" else args.host
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{sock.getsockname()[1]}/"
+    print(f"trainledger calculators at {url}  (API: {url}api/health; Ctrl+C to stop)", flush=True)
+    if args.open:
+        import webbrowser
+        webbrowser.open(url)
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0

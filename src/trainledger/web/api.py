@@ -1,0 +1,283 @@
+"""The JSON API behind the web page: `GET /api/<command>?flag=value` answers exactly what
+`trainledger <command> --flag value --json` prints, because it runs the same `trainledger.cli.main.compute`.
+
+Query parameters map to the command's flags: `seq-len=2048` (or `seq_len=2048`) becomes `--seq-len=2048`.
+Boolean flags take true/false (`flash=false` becomes `--no-flash` for a `--flash/--no-flash` pair);
+a repeated parameter repeats the flag; a parameter named like a positional argument fills it
+(several values: repeat it or separate them with spaces). Unknown parameters reach argparse unchanged, so
+the message is the one the command line prints.
+
+Custom transformers: parameters `arch.<field>` (family, d_model, n_layers, n_heads, n_kv_heads, d_ff,
+vocab_size, max_seq_len, tied) describe a model that is written as a Hugging Face config.json
+(`custom_config_path`) and passed as `--model PATH`, the way a user would on the command line.
+
+Bad input answers HTTP 422 with {"error": message, "detail": message, "flag": "--seq-len", "param": "seq-len"},
+the message being the one line the CLI prints after `error: `. There are no formulas here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from trainledger import __version__
+from trainledger.cli import main as cli
+from trainledger.cli.common import json_ready
+from trainledger.errors import TrainledgerError
+
+TRUE_WORDS = {"", "1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off"}
+ARCH_PREFIX = "arch."
+ARCH_FAMILIES = ("llama", "gpt2")
+ARCH_INT_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len")
+IGNORED_PARAMS = {"json", "_"}  # `_` lets a caller bust caches; --json is implied
+
+router = APIRouter(prefix="/api")
+
+
+class ApiError(TrainledgerError):
+    """Bad query parameters that never reach argparse (an `arch.*` field, a boolean that is not true/false)."""
+
+
+@functools.lru_cache(maxsize=1)
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """The argparse parser of each answering subcommand (those with compute()), by name, in `--help` order."""
+    parser = cli.build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return {name: sub for name, sub in action.choices.items()
+                    if hasattr(sub.get_default("_module"), "compute")}
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings}
+
+
+def _positionals(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [action for action in parser._actions if not action.option_strings]
+
+
+def _is_boolean(action: argparse.Action) -> bool:
+    return action.nargs == 0
+
+
+def _takes_many(action: argparse.Action) -> bool:
+    return action.nargs in ("+", "*") or (isinstance(action.nargs, int) and action.nargs > 1)
+
+
+def _truth(value: str, flag: str) -> bool:
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ApiError(f"{flag} takes true or false, got {value!r}", flag)
+
+
+def argv_for(command: str, params: list[tuple[str, str]]) -> list[str]:
+    """The argv list (`["plan", "--gpu=h100", ...]`) that the query parameters `params` stand for."""
+    parser = command_parsers().get(command)
+    if parser is None:
+        known = ", ".join(command_parsers())
+        raise ApiError(f"'{command}' is not an answering command; known: {known}")
+    options = _options(parser)
+    positionals = {action.dest: action for action in _positionals(parser)}
+    arch: dict[str, str] = {}
+    argv: list[str] = [command]
+    positional_values: dict[str, list[str]] = {}
+    for key, value in params:
+        if key in IGNORED_PARAMS:
+            continue
+        if key.startswith(ARCH_PREFIX):
+            arch[key[len(ARCH_PREFIX):]] = value
+            continue
+        dest = key.replace("-", "_")
+        if dest in positionals:
+            values = value.split() if _takes_many(positionals[dest]) else [value]
+            positional_values.setdefault(dest, []).extend(values)
+            continue
+        flag = "--" + key.replace("_", "-")
+        action = options.get(flag)
+        if action is None:
+            argv.append(f"{flag}={value}")  # argparse rejects it with the CLI's own message
+        elif _is_boolean(action):
+            on = _truth(value, flag)
+            if isinstance(action, argparse.BooleanOptionalAction):
+                argv.append(flag if on else "--no-" + flag[2:])
+            elif on:
+                argv.append(flag)
+        elif _takes_many(action):
+            argv += [flag, *value.split()]
+        else:
+            argv.append(f"{flag}={value}")
+    if arch:
+        argv.append(f"--model={custom_config_path(arch)}")
+    tail = [value for action in _positionals(parser) for value in positional_values.get(action.dest, [])]
+    if tail:
+        argv += ["--", *tail]
+    return argv
+
+
+def custom_config(fields: dict[str, str]) -> dict:
+    """A Hugging Face config.json (llama or gpt2 `model_type`) for the `arch.*` fields of a query.
+
+    llama: RoPE, RMSNorm, SwiGLU, no biases (LlamaConfig field names); gpt2: learned positions, LayerNorm,
+    GELU MLP with biases, tied embeddings (GPT2Config field names; `n_kv_heads` and `tied` do not apply).
+    """
+    family = fields.get("family", "llama").strip().lower()
+    if family not in ARCH_FAMILIES:
+        raise ApiError(f"arch.family must be one of {', '.join(ARCH_FAMILIES)}, got {family!r}", "arch.family")
+    unknown = sorted(set(fields) - set(ARCH_INT_FIELDS) - {"family", "tied"})
+    if unknown:
+        known = ", ".join(ARCH_PREFIX + name for name in ("family", *ARCH_INT_FIELDS, "tied"))
+        raise ApiError(f"unknown parameter {ARCH_PREFIX + unknown[0]!r}; known: {known}", ARCH_PREFIX + unknown[0])
+    sizes = {}
+    for name in ARCH_INT_FIELDS:
+        if name not in fields:
+            continue
+        text = fields[name].strip()
+        if not re.fullmatch(r"\d+", text) or int(text) <= 0:
+            raise ApiError(f"{ARCH_PREFIX}{name} must be a positive integer, got {fields[name]!r}", ARCH_PREFIX + name)
+        sizes[name] = int(text)
+    missing = [name for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size") if name not in sizes]
+    if missing:
+        raise ApiError(f"{ARCH_PREFIX}{missing[0]} is required for a custom model", ARCH_PREFIX + missing[0])
+    if family == "gpt2":
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": sizes["vocab_size"],
+                "n_embd": sizes["d_model"], "n_layer": sizes["n_layers"], "n_head": sizes["n_heads"],
+                "n_inner": sizes["d_ff"], "n_positions": sizes.get("max_seq_len", 1024),
+                "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": sizes["vocab_size"],
+            "hidden_size": sizes["d_model"], "num_hidden_layers": sizes["n_layers"],
+            "num_attention_heads": sizes["n_heads"], "num_key_value_heads": sizes.get("n_kv_heads", sizes["n_heads"]),
+            "intermediate_size": sizes["d_ff"], "max_position_embeddings": sizes.get("max_seq_len", 4096),
+            "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "attention_bias": False,
+            "mlp_bias": False, "tie_word_embeddings": _truth(fields.get("tied", "false"), "arch.tied")}
+
+
+def custom_config_path(fields: dict[str, str]) -> str:
+    """Path of the config.json for `fields` (written once; the name is a hash of its content, so equal
+    configurations share a file and `trainledger params --model PATH` reproduces any answer)."""
+    config = custom_config(fields)
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / "trainledger-web"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"custom-{config['model_type']}-{digest}.json"
+    if not path.exists():
+        scratch = path.with_suffix(".tmp")
+        scratch.write_text(text)
+        scratch.replace(path)
+    return str(path)
+
+
+_FLAG_IN_USAGE = re.compile(r"argument (--[A-Za-z0-9][\w-]*)|unrecognized arguments: (--[A-Za-z0-9][\w-]*)")
+_FLAG_ANYWHERE = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*|arch\.[a-z_]+)")
+
+
+def error_flag(error: TrainledgerError) -> str | None:
+    """The flag an error is about (`--seq-len`), from the error or its message; None when it names none."""
+    if isinstance(error, cli.UsageError):
+        match = _FLAG_IN_USAGE.search(str(error))
+        if match:
+            return match.group(1) or match.group(2)
+    if getattr(error, "flag", None):
+        return error.flag
+    match = _FLAG_ANYWHERE.search(str(error))
+    return match.group(1) if match else None
+
+
+def error_body(error: TrainledgerError, command: str, custom: bool = False) -> dict:
+    """The 422 body: the CLI's one-line message, the flag it names and the query parameter of that flag."""
+    message = str(error)
+    flag = error_flag(error)
+    if flag == "--model" and custom:
+        param = "arch"  # the config.json written from arch.* fields: the page shows it beside them
+    elif flag and flag.startswith("--"):
+        param = flag[2:].removeprefix("no-")
+    else:
+        param = flag
+    return {"error": message, "detail": message, "flag": flag, "param": param, "command": command}
+
+
+def answer(command: str, params: list[tuple[str, str]]) -> tuple[int, object, list[str] | None]:
+    """(HTTP status, JSON body, argv) for one API call; the body of a 200 is `trainledger <argv> --json`'s output."""
+    argv = None
+    try:
+        argv = argv_for(command, params)
+        result = cli.compute(argv)
+    except TrainledgerError as error:
+        if command not in command_parsers():
+            return 404, error_body(error, command), argv
+        custom = any(key.startswith(ARCH_PREFIX) for key, _ in params)
+        return 422, error_body(error, command, custom), argv
+    except Exception as error:  # a bug, not bad input: the CLI's one line for it, never a traceback page
+        message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
+        return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
+    return 200, json_ready(result), argv
+
+
+@router.get("/health")
+def health() -> dict:
+    """Liveness and what this server can answer."""
+    return {"status": "ok", "version": __version__, "commands": list(command_parsers())}
+
+
+@router.get("/schema")
+def schema() -> dict:
+    """The flags of each answering command (help, default, choices, boolean or not), so the page can fill
+    its selects and defaults from the command line itself rather than from a copy."""
+    result = {}
+    for name, parser in command_parsers().items():
+        flags = []
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or action.dest in ("json", "_module"):
+                continue
+            option = next((o for o in action.option_strings if o.startswith("--")), None)
+            default = action.default if action.default is not argparse.SUPPRESS else None
+            flags.append({
+                "flag": option, "param": option[2:] if option else action.dest, "dest": action.dest,
+                "help": _help_text(action, parser),
+                "default": json_ready(default) if isinstance(default, (int, float, str, bool, list, tuple, type(None))) else str(default),
+                "choices": [str(c) for c in action.choices] if action.choices else None,
+                "boolean": _is_boolean(action), "many": _takes_many(action), "positional": not action.option_strings,
+            })
+        result[name] = {"help": parser.description, "flags": flags}
+    _add_named_choices(result)
+    return result
+
+
+def _add_named_choices(result: dict) -> None:
+    """Fill `choices` of --precision and --optimizer (free-text flags checked against specs/recipes.py)."""
+    from trainledger.specs.recipes import OPTIMIZERS, RECIPES
+
+    names = {"--precision": list(RECIPES), "--optimizer": list(OPTIMIZERS)}
+    for command in result.values():
+        for flag in command["flags"]:
+            if flag["flag"] in names and not flag["choices"]:
+                flag["choices"] = names[flag["flag"]]
+
+
+def _help_text(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
+    text = action.help or ""
+    try:
+        return text % {**vars(action), "prog": parser.prog} if "%(" in text else text
+    except (KeyError, TypeError, ValueError):
+        return text
+
+
+@router.get("/{command}")
+def run_command(command: str, request: Request) -> JSONResponse:
+    """`trainledger <command> <flags from the query> --json`; 422 with the CLI's message on bad input."""
+    status, body, argv = answer(command, list(request.query_params.multi_items()))
+    headers = {"X-Trainledger-Argv": json.dumps(argv)} if argv else {}
+    return JSONResponse(body, status_code=status, headers=headers)

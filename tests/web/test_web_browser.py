@@ -1,0 +1,278 @@
+"""The page in headless Chromium: move a slider (with the keyboard) in each calculator and check that every number
+shown equals `trainledger <command> --json` for the same inputs (each shown number carries data-path, its key in
+the JSON, and data-value, its raw value). Screenshots of each calculator go to artifacts/screenshots/.
+
+Debian's Chromium (/usr/bin/chromium, scripts/install_chromium.sh) driven by Playwright; never `playwright install`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium not installed: run scripts/install_chromium.sh"),
+]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need the python package playwright")
+pytest.importorskip("uvicorn", reason="the web page needs the optional extra trainledger[web]")
+
+from trainledger.cli import main as cli  # noqa: E402
+from trainledger.cli.common import json_ready  # noqa: E402
+from trainledger.errors import TrainledgerError  # noqa: E402
+from trainledger.specs.dtypes import DTYPES, round_to_dtype  # noqa: E402
+from trainledger.web import api  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    """The app on a free loopback port, served by uvicorn in a thread for the module's tests."""
+    import uvicorn
+
+    from trainledger.cli.serve import listen
+    from trainledger.web.app import create_app
+
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, base_url):
+    """One loaded page for the module (the calculators are independent sections of it)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    yield page
+    assert not errors, errors
+    context.close()
+
+
+def cli_json(argv):
+    return json.loads(json.dumps(json_ready(cli.compute(argv))))
+
+
+def updates(page, calc) -> int:
+    return int(page.get_attribute(f"#calc-{calc}", "data-updates") or 0)
+
+
+def wait_for_answer(page, calc, before, state="ok"):
+    """Wait until the calculator has drawn an answer newer than `before` updates and check its state."""
+    page.wait_for_function(f"Number(document.querySelector('#calc-{calc}').dataset.updates || 0) > {before}", timeout=15000)
+    page.wait_for_timeout(250)  # a debounced follow-up request (another key press) may still be on its way
+    page.wait_for_function(f"!document.querySelector('#calc-{calc}').classList.contains('pending')", timeout=15000)
+    assert page.get_attribute(f"#calc-{calc}", "data-state") == state
+
+
+def press(page, calc, selector, key, times=1):
+    """Move a slider (or select) with the keyboard, as a user without a mouse would, and wait for the answer."""
+    before = updates(page, calc)
+    page.focus(selector)
+    for _ in range(times):
+        page.keyboard.press(key)
+    wait_for_answer(page, calc, before)
+
+
+def shown(page, calc) -> dict:
+    """{data-path: data-value} of every number the calculator shows."""
+    return page.eval_on_selector_all(f"#calc-{calc} .results [data-path]",
+                                     "nodes => Object.fromEntries(nodes.map(n => [n.dataset.path, n.dataset.value]))")
+
+
+def pick(data, path):
+    for key in path.split("."):
+        data = data[int(key)] if isinstance(data, list) else data[key]
+    return data
+
+
+def assert_shown_equals(values: dict, expected, prefix_map=None):
+    """Each shown raw value equals the JSON value at its path, exactly (numbers as numbers)."""
+    assert values, "the calculator shows no numbers"
+    for path, raw in values.items():
+        want = pick(expected, path)
+        got = json.loads(raw) if raw not in ("undefined",) else None
+        if isinstance(want, float) or isinstance(got, float):
+            assert float(got) == float(want), (path, raw, want)
+        else:
+            assert got == want, (path, raw, want)
+
+
+def screenshot(page, calc):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(f"#calc-{calc}").screenshot(path=str(SCREENSHOTS / f"{calc}.png"))
+
+
+def test_training_time(page):
+    press(page, "plan", "#plan-num-gpus-slider", "ArrowRight")  # 1024 -> 2048 GPUs
+    assert page.input_value("#plan-num-gpus") == "2048"
+    expected = cli_json(["plan", "--params", "70B", "--tokens", "15T", "--num-gpus", "2048", "--mfu", "0.5"])
+    values = shown(page, "plan")
+    assert_shown_equals(values, expected)
+    assert float(values["train_days"]) == pytest.approx(143.93 / 2, rel=1e-4)  # CS336 Lecture 2: 143.93 days on 1024
+    screenshot(page, "plan")
+
+
+def test_tensor_layout(page):
+    press(page, "tensor", "#tensor-rows-slider", "ArrowRight")  # shape 4,6 -> 5,6
+    assert page.input_value("#tensor-shape") == "5,6"
+    before = updates(page, "tensor")
+    page.select_option("#tensor-transpose", "0,1")
+    wait_for_answer(page, "tensor", before)
+    expected = cli_json(["tensor", "--shape", "5,6", "--transpose", "0,1"])
+    assert_shown_equals(shown(page, "tensor"), expected)
+    assert expected["stride"] == [1, 6] and expected["contiguous"] is False
+    cells = page.eval_on_selector_all("#calc-tensor svg text.cell-text", "nodes => nodes.map(n => n.textContent)")
+    view_slots = cells[:30]  # the view grid is drawn first, row by row
+    assert view_slots == [str(6 * c + r) for r in range(6) for c in range(5)]
+    screenshot(page, "tensor")
+
+
+def test_number_formats(page):
+    press(page, "dtypes", "#dtypes-marker-slider", "ArrowLeft")  # 1e-8 -> 10^-8.01
+    value = page.input_value("#dtypes-marker")
+    assert value == "9.8e-9"
+    values = shown(page, "dtypes")
+    table = {k: v for k, v in values.items() if not k.startswith("round.")}
+    assert_shown_equals(table, cli_json(["dtypes"]))
+    floats = [d for d in DTYPES if d.kind == "float"]
+    for i, dtype in enumerate(floats):
+        assert float(values[f"round.{i}.rounded"]) == round_to_dtype(9.8e-9, dtype), dtype.name
+    bits = page.eval_on_selector_all("#calc-dtypes svg rect.bit-exponent", "nodes => nodes.length")
+    assert bits == sum(d.exponent_bits for d in DTYPES)
+    screenshot(page, "dtypes")
+
+
+def test_matmul(page):
+    press(page, "matmul", "#matmul-m-slider", "ArrowLeft")  # 16384 -> 8192
+    assert page.input_value("#matmul-m") == "8192"
+    expected = cli_json(["matmul", "--m", "8192", "--dtype", "fp32,tf32,bf16,fp8"])
+    assert expected["flops"] == 2 * 8192 * 32768 * 8192
+    values = shown(page, "matmul")
+    assert_shown_equals(values, expected)
+    assert sum(1 for path in values if path.endswith("ideal_time_s")) == len(expected["results"])
+    screenshot(page, "matmul")
+
+
+def test_transformer_parameters(page):
+    press(page, "params", "#params-n_layers-slider", "ArrowRight")  # llama-2-7b sizes, 33 layers: a custom config
+    assert page.input_value("#params-model") == "custom"
+    fields = {"family": "llama", "d_model": "4096", "n_layers": "33", "n_heads": "32", "n_kv_heads": "32",
+              "d_ff": "11008", "vocab_size": "32000", "tied": "false"}
+    expected = cli_json(["params", "--model", api.custom_config_path(fields)])
+    assert_shown_equals(shown(page, "params"), expected)
+    assert expected["n_params"] == 6_738_415_616 + expected["n_params_per_layer"]
+    before = updates(page, "params")
+    page.select_option("#params-model", "gpt2")
+    wait_for_answer(page, "params", before)
+    assert_shown_equals(shown(page, "params"), cli_json(["params", "--model", "gpt2"]))
+    assert page.input_value("#params-d_model") == "768"
+    screenshot(page, "params")
+
+
+def test_memory_budget(page):
+    before = updates(page, "memory")
+    page.select_option("#memory-zero", "3")
+    wait_for_answer(page, "memory", before)
+    press(page, "memory", "#memory-dp-slider", "ArrowRight", times=3)  # 1 -> 8 data-parallel ranks
+    assert page.input_value("#memory-dp") == "8"
+    expected = cli_json(["memory", "--model", "llama-2-7b", "--zero", "3", "--dp", "8"])
+    assert_shown_equals(shown(page, "memory"), expected)
+    verdict = page.inner_text("#calc-memory .results [data-path=fits]")
+    assert verdict == ("fits" if expected["fits"] else "does not fit")
+    assert page.eval_on_selector_all("#calc-memory svg rect.part", "n => n.length") == \
+        sum(1 for k, v in expected.items() if k.endswith("_bytes") and k not in ("total_bytes", "memory_per_gpu_bytes", "headroom_bytes") and v > 0)
+    screenshot(page, "memory")
+    before = updates(page, "memory")  # the model of calculator 5 (gpt2 after test_transformer_parameters)
+    page.select_option("#memory-model", "from-params")
+    wait_for_answer(page, "memory", before)
+    assert_shown_equals(shown(page, "memory"), cli_json(["memory", "--model", page.input_value("#params-model"),
+                                                         "--zero", "3", "--dp", "8"]))
+    before = updates(page, "memory")
+    page.select_option("#memory-model", "llama-2-7b")
+    wait_for_answer(page, "memory", before)
+
+
+def test_compute_optimal(page):
+    press(page, "optimal", "#optimal-num-gpus-slider", "ArrowRight")  # 32 -> 64 H100 for 2 weeks
+    assert page.input_value("#optimal-num-gpus") == "64"
+    expected = cli_json(["optimal", "--num-gpus", "64"])
+    # CS336 Lecture 2's budget: GPUs × seconds × H100 dense bf16 peak × MFU
+    assert expected["budget_flops"] == pytest.approx(64 * 14 * 86400 * 989.5e12 * 0.5, rel=1e-12)
+    page.wait_for_selector("#calc-optimal svg circle.optimum")
+    assert_shown_equals(shown(page, "optimal"), expected)
+    assert page.get_attribute("#calc-optimal svg[data-points]", "data-points") == "81"
+    screenshot(page, "optimal")
+
+
+def test_bad_input_shows_the_cli_message_beside_the_field(page):
+    before = updates(page, "plan")
+    page.fill("#plan-mfu", "1.5")
+    wait_for_answer(page, "plan", before, state="error")
+    with pytest.raises(TrainledgerError) as info:
+        cli.compute(["plan", "--mfu", "1.5"])
+    assert page.inner_text("#plan-mfu-error") == str(info.value)
+    assert page.get_attribute("#plan-mfu", "aria-invalid") == "true"
+    before = updates(page, "plan")
+    page.fill("#plan-deadline", "soon")
+    wait_for_answer(page, "plan", before, state="error")  # two bad fields: argparse names the first it meets
+    before = updates(page, "plan")
+    page.fill("#plan-mfu", "0.5")
+    wait_for_answer(page, "plan", before, state="error")
+    with pytest.raises(TrainledgerError) as info:
+        cli.compute(["plan", "--deadline", "soon"])
+    assert page.inner_text("#plan-deadline-error") == str(info.value) and page.inner_text("#plan-mfu-error") == ""
+    before = updates(page, "plan")
+    page.fill("#plan-deadline", "30d")
+    wait_for_answer(page, "plan", before)
+    assert page.inner_text("#plan-deadline-error") == ""
+    expected = cli_json(["plan", "--num-gpus", page.input_value("#plan-num-gpus"), "--deadline", "30d"])
+    assert_shown_equals(shown(page, "plan"), expected)
+    assert "gpus_needed" in shown(page, "plan")
+
+
+def test_state_is_in_the_url(browser, page, base_url):
+    """The address holds the settings: opening it in a new page shows the same answers."""
+    press(page, "plan", "#plan-mfu-slider", "ArrowLeft")
+    before = updates(page, "memory")
+    page.select_option("#memory-zero", "2")
+    wait_for_answer(page, "memory", before)
+    page.wait_for_timeout(300)  # the hash is written 150 ms after the last change
+    url = page.url
+    assert f"plan.mfu={page.input_value('#plan-mfu')}" in url and "memory.zero=2" in url
+    other = browser.new_page()
+    other.goto(url)
+    other.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    for calc in ("plan", "memory", "params", "tensor"):
+        assert shown(other, calc) == shown(page, calc), calc
+    other.close()
+
+
+def test_every_input_has_a_label(page):
+    unlabelled = page.eval_on_selector_all(
+        "input, select", "nodes => nodes.filter(n => !(n.labels && n.labels.length)).map(n => n.id || n.name)")
+    assert unlabelled == []
