@@ -1,0 +1,105 @@
+"""`trainledger measure`: predicted vs measured parameters, FLOPs and memory of one training step."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.errors import TrainledgerError
+
+HELP = "predicted vs measured params, FLOPs and memory of one training step (fake tensors by default)"
+DESCRIPTION = """Runs one training step — forward, backward, optimizer step — and puts what account/ predicts
+beside what was measured, with the relative error (predicted - measured) / measured.
+
+Measured: n_params from the module; FLOPs by torch's FlopCounterMode plus the CPU flash-attention kernel it
+misses (model FLOPs with recompute off; with --recompute the counted total is the hardware FLOPs);
+bytes by a live-storage tracker: params, grads, optimizer states, activations (what the forward leaves
+alive for backward) and the peak of the step (the batch itself excluded).
+
+--device fake (default) runs on FakeTensorMode: shapes and dtypes only, no memory, any model size;
+meta runs no kernels (SDPA takes its math path); cpu / cuda run for real.
+
+--model NAME|config.json builds trainledger's own Transformer. --model package.module:factory measures
+your own nn.Module: factory(batch_size, seq_len) returns (model, inputs, loss_fn) where inputs is a tuple
+passed as model(*inputs) and loss_fn(output) returns the scalar loss (or returns (model, inputs) and the
+output must be the loss). There is no analytic prediction for such a module: only measurements.
+--impl hf measures Hugging Face transformers' own model built from the config (LlamaForCausalLM, ...):
+the analytic model describes trainledger's Transformer and cannot know that implementation.
+
+examples:
+  trainledger measure --model gpt2 --batch-size 4 --seq-len 1024 --precision amp-bf16
+  trainledger measure --model llama-2-7b --seq-len 4096 --recompute selective --json
+  trainledger measure --model tiny --device cpu
+"""
+
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
+ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward FLOPs / step", "flops"),
+        ("train_flops_per_step", "train FLOPs / step", "flops"),
+        ("hardware_flops_per_step", "hardware FLOPs / step", "flops"), ("params_bytes", "params", "bytes"),
+        ("grads_bytes", "grads", "bytes"), ("master_params_bytes", "master params", "bytes"),
+        ("optimizer_bytes", "optimizer states", "bytes"), ("activations_bytes", "activations", "bytes"),
+        ("peak_bytes", "peak of the step", "bytes")]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="preset name, Hugging Face config.json path, or package.module:factory")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="precision recipe (default fp32)")
+    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, adam, adamw (default adamw)")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation")
+    parser.add_argument("--device", choices=("fake", "meta", "cpu", "cuda"), default="fake", help="where the step runs (default fake)")
+    parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
+                        help="whose model to measure for a config.json: trainledger's Transformer (default) or transformers' own")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.measure import compare
+    if ":" in args.model and not args.model.endswith(".json"):
+        return compare.measure_factory(args.model, args.batch_size, args.seq_len or 128, optimizer=args.optimizer,
+                                       device=args.device)
+    from trainledger.specs import get_model
+    spec = get_model(args.model)
+    seq_len = args.seq_len or getattr(spec, "max_seq_len", 1)
+    if args.impl == "hf":
+        return compare.measure_hf(args.model, spec, args.batch_size, seq_len, precision=args.precision,
+                                  optimizer=args.optimizer, device=args.device)
+    if getattr(spec, "kind", None) == "transformer" and seq_len > spec.max_seq_len and spec.position == "learned":
+        raise TrainledgerError(f"--seq-len {seq_len} exceeds the {spec.max_seq_len} learned positions of '{spec.name}'")
+    return compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
+                                 recompute=args.recompute, device=args.device)
+
+
+def _fmt(value, kind: str) -> str:
+    if value is None:
+        return "—"
+    if kind == "count":
+        return units.format_count(value)
+    if kind == "flops":
+        return units.format_flops(value)
+    return units.format_bytes(value)
+
+
+def render(result: dict, args) -> None:
+    console = common.console()
+    st = result.get("settings", {})
+    title = f"{st.get('model')}, {st.get('batch_size')}×{st.get('seq_len')}"
+    title += "".join(f", {st[k]}" for k in ("precision", "optimizer") if k in st)
+    title += f", recompute {st['recompute']}" if "recompute" in st else ""
+    title += f", {st.get('device')}"
+    rows = []
+    for key, label, kind in ROWS:
+        measured = result["measured"].get(key)
+        predicted = result.get("predicted", {}).get(key)
+        if measured is None and predicted is None:
+            continue
+        error = result.get("relative_error", {}).get(key)
+        rows.append([label, _fmt(predicted, kind), _fmt(measured, kind),
+                     "—" if error is None else f"{100 * error:+.2f}%"])
+    console.print(common.table(title, ["", "predicted", "measured", "error"], rows,
+                               caption="\n".join(result.get("notes", []))))
+    details = result.get("details", {})
+    if details.get("peak_phase"):
+        console.print(f"peak during: {details['peak_phase']} {details.get('peak_module', '')}".rstrip())

@@ -1,0 +1,295 @@
+"""Predicted (account/) vs measured (one real, meta or fake-tensor training step) params, FLOPs and memory.
+
+    measure_model("gpt2", batch_size=1, seq_len=1024, precision="amp-bf16", device="fake")
+        -> {"predicted": {...}, "measured": {...}, "relative_error": {...}, "settings": {...}, "notes": [...]}
+
+The step is: loss = model(idx, targets); loss.backward(); optimizer.step(); optimizer.zero_grad().
+Devices: "fake" (FakeTensorMode: shapes, dtypes and CPU kernels' outputs, no data, no memory; the
+default, any size on a laptop), "meta" (no kernels: SDPA runs its math path), "cpu", "cuda" (real).
+relative_error = (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from trainledger.errors import TrainledgerError
+from trainledger.measure.flops import count_step_flops
+from trainledger.measure.memory import storage_bytes, track_step
+
+DEVICES = ("fake", "meta", "cpu", "cuda")
+KEYS = ("n_params", "forward_flops_per_step", "train_flops_per_step", "hardware_flops_per_step", "params_bytes",
+        "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes")
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def optimizer_class(name: str, torch_only: bool = False):
+    """(class, defaults, where it comes from) for an optimizer name: trainledger.optim when present, else torch.optim.
+
+    torch_only: torch.optim (the meta device: trainledger.optim reads its step counters with .item()).
+    """
+    try:
+        from trainledger.optim import OPTIMIZERS
+        if name in OPTIMIZERS and not torch_only:
+            cls, defaults = OPTIMIZERS[name]
+            return cls, defaults, f"trainledger.optim.{cls.__name__}"
+    except ImportError:
+        pass
+    fallback = {"sgd": (torch.optim.SGD, {"lr": 1e-3}), "momentum": (torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}),
+                "adagrad": (torch.optim.Adagrad, {}), "rmsprop": (torch.optim.RMSprop, {}),
+                "adam": (torch.optim.Adam, {}), "adamw": (torch.optim.AdamW, {})}
+    if name not in fallback:
+        raise TrainledgerError(f"--optimizer {name!r} cannot be measured; measurable: {', '.join(fallback)}")
+    cls, defaults = fallback[name]
+    return cls, defaults, f"torch.optim.{cls.__name__}"
+
+
+class MasterWeights:
+    """Mixed precision (ZeRO Sec. 3.1): 16-bit model weights and grads, fp32 master weights the optimizer updates.
+
+    step(): master.grad = fp32 copy of the 16-bit grad; optimizer step on the masters; weights = masters cast.
+    `state` maps to the inner optimizer's state, so the tracker counts the states.
+    """
+
+    def __init__(self, params, optimizer_cls, **defaults):
+        self.params = [p for p in params if p.requires_grad]
+        self.masters = [p.detach().float().requires_grad_(True) for p in self.params]
+        self.inner = optimizer_cls(self.masters, **defaults)
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    @torch.no_grad()
+    def step(self):
+        for p, m in zip(self.params, self.masters):
+            m.grad = None if p.grad is None else p.grad.float()
+        self.inner.step()
+        for p, m in zip(self.params, self.masters):
+            p.copy_(m)
+            m.grad = None
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+
+def _context(device: str):
+    if device == "fake":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        return FakeTensorMode(allow_non_fake_inputs=False)
+    if device == "meta":
+        return torch.device("meta")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrainledgerError("--device cuda: no CUDA device is available here (use fake, meta or cpu)")
+    return contextlib.nullcontext()
+
+
+def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str, recompute: str,
+            flash: bool = True) -> dict:
+    """Predictions from account/ for one step: n_params, FLOPs per step, bytes by part, peak bytes."""
+    from trainledger.account.activations import step_peak_bytes
+    from trainledger.account.flops import flops_per_step
+    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.params import param_counts
+    from trainledger.specs.recipes import get_optimizer
+
+    flops = flops_per_step(spec, batch_size, seq_len, recompute=recompute)
+    memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                            optimizer=optimizer, recompute=recompute, flash=flash)
+    predicted = {"n_params": param_counts(spec)["n_params"],
+                 "forward_flops_per_step": flops["forward_flops_per_step"],
+                 "train_flops_per_step": flops["train_flops_per_step"],
+                 "hardware_flops_per_step": flops["hardware_flops_per_step"]}
+    for key in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes"):
+        predicted[key] = memory[key]
+    n_states = get_optimizer(optimizer).n_states
+    predicted["peak_bytes"] = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision,
+                                              recompute=recompute, optimizer_states=n_states)["total"]
+    return predicted
+
+
+def _batch(spec, model, batch_size: int, seq_len: int, device: str):
+    dev = "cpu" if device == "fake" else device
+    if getattr(spec, "kind", None) == "cruncher":
+        x = torch.ones(batch_size, spec.dim, device=dev, dtype=next(model.parameters()).dtype)
+        return (x,), lambda m, b: m(*b).pow(2).mean()
+    idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
+    targets = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
+    return (idx, targets), None
+
+
+def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, precision: str = "fp32",
+                  optimizer: str = "adamw", recompute: str = "none", device: str = "fake") -> dict:
+    """{"predicted", "measured", "relative_error", "settings", "notes"} for one training step of our model of `spec`.
+
+    Measured: n_params from the module, FLOPs by FlopCounterMode (+ CPU flash attention), bytes by the
+    live-storage tracker (measure.memory). Model FLOPs are counted with recompute off; with recompute
+    on, the counted forward + backward is the hardware FLOPs.
+    """
+    from trainledger.models import build_model
+    from trainledger.specs.recipes import get_recipe
+
+    if device not in DEVICES:
+        raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    recipe = get_recipe(precision)
+    seq_len = seq_len or getattr(spec, "max_seq_len", 1)
+    amp = recipe.name.startswith("amp")
+    model_dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
+    autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if amp else None
+    cls, defaults, optimizer_source = optimizer_class(optimizer, torch_only=device == "meta")
+    notes = [f"optimizer: {optimizer_source}", f"device: {device}"]
+    if device == "meta":
+        notes.append("meta device: SDPA runs its math path (T×T scores saved): predicted with flash off")
+    with _context(device):
+        real_device = "cuda" if device == "cuda" else ("meta" if device == "meta" else "cpu")
+        model = build_model(spec, recompute=recompute, dtype=model_dtype, device=real_device)
+        model.train()
+        batch, loss_fn = _batch(spec, model, batch_size, seq_len, real_device)
+        measured = {"n_params": sum(p.numel() for p in model.parameters())}
+        if recompute != "none" and hasattr(model, "recompute"):
+            model.recompute = "none"
+            fl = _count(model, batch, loss_fn, autocast_dtype, real_device)
+            model.recompute = recompute
+            measured["forward_flops_per_step"] = fl.forward.total
+            measured["train_flops_per_step"] = fl.train
+        if recipe.master_params_bytes_per_param:
+            opt = MasterWeights(model.parameters(), cls, **defaults)
+        else:
+            opt = cls(model.parameters(), **defaults)
+        report = track_step(model, batch, opt, loss_fn=loss_fn, autocast_dtype=autocast_dtype, count_flops=True)
+        if recompute == "none" or "forward_flops_per_step" not in measured:
+            measured["forward_flops_per_step"] = report.forward_flops
+            measured["train_flops_per_step"] = report.forward_flops + report.backward_flops
+        measured["hardware_flops_per_step"] = report.forward_flops + report.backward_flops
+        masters = storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0
+        measured.update(params_bytes=report.params_bytes, grads_bytes=report.grads_bytes,
+                        master_params_bytes=masters, optimizer_bytes=report.optimizer_bytes,
+                        activations_bytes=report.activations_bytes,
+                        peak_bytes=report.peak_bytes - report.inputs_bytes + masters)
+        if device == "cuda":
+            measured["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    predicted = predict(spec, batch_size, seq_len, recipe.name, optimizer, recompute, flash=device != "meta")
+    relative_error = {k: (predicted[k] - measured[k]) / measured[k] if measured.get(k) else
+                      (0.0 if predicted.get(k) == measured.get(k) else None) for k in KEYS}
+    return {"predicted": {k: predicted[k] for k in KEYS}, "measured": {k: measured[k] for k in KEYS},
+            "relative_error": relative_error,
+            "settings": {"model": spec.name, "batch_size": batch_size, "seq_len": seq_len, "precision": recipe.name,
+                         "optimizer": optimizer, "recompute": recompute, "device": device,
+                         "optimizer_impl": optimizer_source},
+            "details": {"peak_phase": report.peak_phase, "peak_module": report.peak_module,
+                        "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
+                        "activations_by_module": report.activations_by_module},
+            "notes": notes}
+
+
+def _count(model, batch, loss_fn, autocast_dtype, device):
+    def forward():
+        ctx = torch.autocast("cpu" if device == "meta" else device, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+        with ctx:
+            out = loss_fn(model, batch) if loss_fn else model(*batch)
+        return out[1] if isinstance(out, tuple) else out
+    flops = count_step_flops(forward)
+    model.zero_grad(set_to_none=True)
+    return flops
+
+
+def _measure_module(build, optimizer: str, device: str, autocast_dtype=None) -> dict:
+    """Measured n_params, FLOPs and bytes of one step of the module `build()` returns as (model, inputs, loss_fn)."""
+    cls, defaults, source = optimizer_class(optimizer, torch_only=device == "meta")
+    with _context(device):
+        model, inputs, loss_fn = build()
+        model.train()
+        report = track_step(model, inputs, cls(model.parameters(), **defaults), loss_fn=loss_fn,
+                            autocast_dtype=autocast_dtype, count_flops=True)
+        n_params = sum(p.numel() for p in model.parameters())
+    return {"n_params": n_params, "forward_flops_per_step": report.forward_flops,
+            "train_flops_per_step": report.forward_flops + report.backward_flops,
+            "hardware_flops_per_step": report.forward_flops + report.backward_flops,
+            "params_bytes": report.params_bytes, "grads_bytes": report.grads_bytes, "master_params_bytes": 0,
+            "optimizer_bytes": report.optimizer_bytes, "activations_bytes": report.activations_bytes,
+            "peak_bytes": report.peak_bytes - report.inputs_bytes, "optimizer_impl": source,
+            "peak_phase": report.peak_phase}
+
+
+def measure_factory(target: str, batch_size: int, seq_len: int, *, optimizer: str = "adamw",
+                    device: str = "fake") -> dict:
+    """Measurements of a user's module: `target` = "package.module:factory".
+
+    factory(batch_size, seq_len) returns (model, inputs) or (model, inputs, loss_fn): inputs is a tuple
+    passed as model(*inputs); loss_fn(output) -> scalar loss (default: the output is the loss, or
+    output[1] / output.loss when it is a tuple / a Hugging Face output). It runs inside the device's
+    context (FakeTensorMode for "fake"), so it must create its tensors there. Nothing is predicted.
+    """
+    import importlib
+
+    module_name, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise TrainledgerError(f"--model {target!r}: cannot import {attr!r} from {module_name!r} ({error})") from None
+
+    def build():
+        made = factory(batch_size, seq_len)
+        if not isinstance(made, tuple) or len(made) not in (2, 3):
+            raise TrainledgerError(f"--model {target!r}: the factory must return (model, inputs) or (model, inputs, loss_fn)")
+        model, inputs = made[0], made[1] if isinstance(made[1], tuple) else (made[1],)
+        user_loss = made[2] if len(made) == 3 else _as_loss
+        return model, inputs, lambda m, b: user_loss(m(*b))
+
+    measured = _measure_module(build, optimizer, device)
+    return {"predicted": {}, "measured": {k: measured.get(k) for k in KEYS}, "relative_error": {},
+            "settings": {"model": target, "batch_size": batch_size, "seq_len": seq_len, "optimizer": optimizer,
+                         "device": device, "optimizer_impl": measured["optimizer_impl"]},
+            "details": {"peak_phase": measured["peak_phase"]},
+            "notes": ["a user module: measured only, account/ has no formula for it"]}
+
+
+def _as_loss(output):
+    if isinstance(output, tuple):
+        return output[1] if len(output) > 1 else output[0]
+    return getattr(output, "loss", output)
+
+
+def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precision: str = "fp32",
+               optimizer: str = "adamw", device: str = "fake") -> dict:
+    """measure_model for our Transformer of `spec` plus the same step measured on transformers' own model.
+
+    The analytic model describes trainledger's Transformer; Hugging Face's implementation saves other
+    tensors (its own RMSNorm, rotary and loss code), so its activations and peak may differ from the
+    prediction without either being wrong. Keys added: measured_hf, relative_error_hf.
+    """
+    from pathlib import Path
+
+    from trainledger.specs.recipes import get_recipe
+    if not Path(config_path).is_file():
+        raise TrainledgerError(f"--impl hf needs --model to be a Hugging Face config.json path, got {config_path!r}")
+    try:
+        import transformers
+    except ImportError:
+        raise TrainledgerError("--impl hf needs the `transformers` package (pip install transformers)") from None
+    recipe = get_recipe(precision)
+    if recipe.master_params_bytes_per_param:
+        raise TrainledgerError(f"--impl hf measures fp32, amp-* and bf16 recipes, not {precision!r}")
+    ours = measure_model(spec, batch_size, seq_len, precision=precision, optimizer=optimizer, device=device)
+    dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
+    autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if recipe.name.startswith("amp") else None
+
+    def build():
+        config = transformers.AutoConfig.from_pretrained(str(Path(config_path).parent) if Path(config_path).name == "config.json"
+                                                         else config_path)
+        config._attn_implementation = "sdpa"
+        dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
+        with torch.device(dev):
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
+        return model, (idx,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss
+
+    hf = _measure_module(build, optimizer, device, autocast_dtype)
+    ours["measured_hf"] = {k: hf.get(k) for k in KEYS}
+    ours["relative_error_hf"] = {k: ((ours["predicted"][k] - hf[k]) / hf[k] if hf.get(k) else None) for k in KEYS}
+    ours["notes"].append("measured_hf: transformers' own implementation of the same config; the analytic model "
+                         "describes trainledger's Transformer and cannot know that implementation's saved tensors")
+    return ours

@@ -1,0 +1,76 @@
+"""measure.memory: live storages by category, on real tensors, fake tensors and CUDA."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from trainledger.measure.memory import LiveTracker, storage_bytes, track_step
+from trainledger.models import Cruncher, Transformer
+from trainledger.specs import get_model
+
+
+def test_lecture_toy_optimizer_example_is_496_bytes():
+    # CS336 Lecture 2 (optimizer): B=2, D=4, 2 layers: 36 params, 16 activations, 36 grads, 36 states
+    # (AdaGrad's sum), all fp32: 4·(36 + 16 + 36 + 36) = 496 bytes.
+    model = Cruncher(4, 2)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.01)
+    report = track_step(model, (torch.ones(2, 4),), optimizer, loss_fn=lambda m, b: m(*b).pow(2).mean())
+    n_params = sum(p.numel() for p in model.parameters())
+    hidden_activations = report.activations_bytes - 2 * 4        # minus the (B,) output the loss squares
+    assert n_params == 36
+    assert hidden_activations == 16 * 4
+    assert report.grads_bytes == 36 * 4
+    # torch's Adagrad also keeps a 4-byte step counter per parameter tensor (3 tensors)
+    assert report.optimizer_bytes - 3 * 4 == 36 * 4
+    assert report.params_bytes + hidden_activations + report.grads_bytes + report.optimizer_bytes - 12 == 496
+
+
+def test_views_count_once_and_frees_are_seen():
+    tracker = LiveTracker()
+    with tracker:
+        a = torch.ones(256)
+        b = a[10:]                       # a view: no new storage
+        c = a * 2
+        assert tracker.live_bytes == 2 * 256 * 4
+        del c
+        assert tracker.live_bytes == 256 * 4
+    assert tracker.peak_bytes == 2 * 256 * 4
+    assert storage_bytes([a, b, a.t() if a.dim() == 2 else a]) == 256 * 4
+
+
+def test_fake_step_categories():
+    spec = get_model("tiny")
+    with FakeTensorMode():
+        model = Transformer(spec)
+        idx = torch.randint(0, spec.vocab_size, (2, 64))
+        report = track_step(model, (idx, idx), torch.optim.AdamW(model.parameters()), count_flops=True)
+    n_params = 858_880
+    assert report.params_bytes == 4 * n_params
+    assert report.grads_bytes == 4 * n_params
+    assert report.optimizer_bytes == 8 * n_params + 4 * len(list(model.parameters()))   # + step counters
+    assert report.activations_bytes == report.saved_bytes
+    assert report.peak_bytes > report.params_bytes + report.activations_bytes
+    assert report.forward_flops > 0 and report.backward_flops == 2 * report.forward_flops
+
+
+def test_fake_and_real_agree():
+    spec = get_model("tiny").with_(n_layers=2)
+    torch.manual_seed(0)
+    real = track_step(Transformer(spec), (torch.randint(0, 256, (2, 32)),) * 2)
+    with FakeTensorMode():
+        fake = track_step(Transformer(spec), (torch.randint(0, 256, (2, 32)),) * 2)
+    assert (fake.activations_bytes, fake.peak_bytes) == (real.activations_bytes, real.peak_bytes)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; the same tracker is checked on CPU and fake tensors above")
+def test_cuda_peak_matches_allocator():
+    spec = get_model("gpt2").with_(n_layers=2)
+    model = Transformer(spec, device="cuda")
+    idx = torch.randint(0, spec.vocab_size, (4, 512), device="cuda")
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    report = track_step(model, (idx, idx), optimizer)
+    torch.cuda.synchronize()
+    assert report.peak_bytes == pytest.approx(torch.cuda.max_memory_allocated(), rel=0.05)
