@@ -15,11 +15,14 @@ for package in (trainledger.account, trainledger.specs):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         importlib.import_module(info.name)
         names.append(info.name)
-for name in ("plan", "fit", "optimal", "flops", "memory"):
+for name in ("plan", "fit", "optimal", "flops", "memory", "params", "dtypes", "hardware", "models", "matmul", "tensor",
+             "tokenize"):
     importlib.import_module("trainledger.cli." + name)
 from trainledger.cli.main import compute
 compute(["plan"]); compute(["fit"]); compute(["optimal"])
 compute(["flops", "--model", "gpt2"]); compute(["memory", "--model", "gpt2", "--batch-size", "2"])
+compute(["params"]); compute(["dtypes"]); compute(["hardware"]); compute(["models"]); compute(["matmul"])
+compute(["tensor", "--transpose", "0,1"])  # the pure layout; only --torch needs torch
 print(json.dumps({"modules": names, "torch": "torch" in sys.modules}))
 """
 

@@ -39,6 +39,9 @@ def test_lecture_toy_model_states():
     assert (m["params_bytes"], m["grads_bytes"], m["optimizer_bytes"], m["master_params_bytes"]) == (144, 144, 144, 0)
     assert m["activations_bytes"] == activations_bytes(spec, 2, 1, precision="fp32")["total"]
     assert m["total_bytes"] == 432 + m["activations_bytes"]
+    # the lecture's 16 activations (B·D·num_layers) in fp32 complete its 496 bytes; we also keep the B outputs
+    assert m["activations"]["hidden"] == 16 * 4
+    assert m["total_bytes"] - m["activations"]["output"] == 496
 
 
 def test_model_with_activations_sums_parts():

@@ -3,9 +3,15 @@
 Runs in-process through trainledger.cli.main.main with hypothesis drawing flags and values, good and bad.
 """
 
+import atexit
 import contextlib
 import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +19,27 @@ from trainledger.cli import main as cli_main
 
 NUMBERS = ["0", "-1", "1", "2", "3", "7", "8", "12", "64", "1024", "1.5", "0.5", "1e400", "abc", "", "15T", "70B",
            "7.5e9", "80GB", "80GiB", "2w", "14d", "36h", "1e22", "1,000", "4K", "-5B", "nan", "inf"]
-MODELS = ["gpt2", "tiny", "llama-2-7b", "cruncher", "no-such-model", "missing.json"]
+
+def _config_files() -> list[str]:
+    """Config files a user might pass by mistake (and one good one), written once per test session."""
+    folder = Path(tempfile.mkdtemp(prefix="trainledger-fuzz-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    small_llama = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 128}
+    files = {"good.json": json.dumps(small_llama), "bert.json": json.dumps({"model_type": "bert"}),
+             "malformed.json": "{not json", "list.json": "[1, 2]", "empty.json": "",
+             "partial.json": json.dumps({"model_type": "llama", "hidden_size": 64}),
+             "heads.json": json.dumps(small_llama | {"num_attention_heads": 5}),
+             "strings.json": json.dumps(small_llama | {"hidden_size": "64"}),
+             "negative.json": json.dumps(small_llama | {"num_hidden_layers": -2})}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    (folder / "binary.json").write_bytes(b"\xff\xfe\x00\x01")
+    (folder / "empty-dir").mkdir()
+    return [str(folder / name) for name in [*files, "binary.json", "empty-dir"]]
+
+
+MODELS = ["gpt2", "tiny", "llama-2-7b", "cruncher", "no-such-model", "missing.json", "", *_config_files()]
 FLAGS = {
     "plan": {"--model": MODELS, "--params": NUMBERS, "--tokens": NUMBERS, "--gpu": ["h100", "a100", "tpu-v4", "h1000"],
              "--num-gpus": NUMBERS, "--mfu": NUMBERS, "--dtype": ["bf16", "fp32", "fp8", "fp4"], "--seq-len": NUMBERS,
@@ -64,3 +90,20 @@ def test_planning_commands_exit_0_or_2_without_traceback(args):
         assert message.startswith("error:") and message.count("\n") == 1, f"{args}: {message!r}"
     else:
         assert out.getvalue()
+
+
+CONFIG_FILES = MODELS[6:]  # "" and the files
+
+
+@pytest.mark.parametrize("command", ["params", "plan", "flops", "memory", "fit"])
+def test_every_bad_config_file_is_exit_2_in_one_line_and_the_good_one_works(command):
+    for path in CONFIG_FILES:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cli_main.main([command, "--model", path, "--json"])
+        message = err.getvalue()
+        if path.endswith("good.json"):
+            assert status == 0 and json.loads(out.getvalue()), f"{command} {path}: {message!r}"
+        else:
+            assert status == 2, f"{command} {path}: status {status}, stderr {message!r}"
+            assert message.startswith("error:") and message.count("\n") == 1 and "--model" in message, message

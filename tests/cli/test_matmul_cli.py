@@ -44,6 +44,9 @@ def test_table(capsys):
     (["--n", "-8"], "--n"),
     (["--m", "1.5"], "--m"),
     (["--gpu", "a100", "--dtype", "fp8"], "--dtype"),
+    (["--gpu", ""], "--gpu"),
+    (["--gpu", ","], "--gpu"),
+    (["--dtype", ""], "--dtype"),
 ])
 def test_bad_input(capsys, argv, fragment):
     assert main(["matmul", *argv]) == 2

@@ -117,6 +117,65 @@ def test_memory_text_output(capsys):
     (["memory", "--model", "gpt2", "--pp", "13"], "--pp"),
     (["memory", "--params", "7B", "--dp", "0"], "--dp"),
     (["memory", "--params", "7B", "--reserve", "-1GB"], "--reserve"),
+    (["plan", "--params", "1.5.3"], "--params"),
+    (["plan", "--num-gpus", "0"], "--num-gpus"),
+    (["plan", "--num-gpus", "2.5"], "--num-gpus"),
+    (["plan", "--mfu", "0"], "--mfu"),
+    (["plan", "--mfu", "abc"], "--mfu"),
+    (["plan", "--deadline", "abc"], "--deadline"),
+    (["plan", "--model", ""], "--model"),
+    (["params", "--model", ""], "--model"),
+    (["memory", "--model", ""], "--model"),
+    (["fit", "--model", ""], "--model"),
+    (["fit", "--reserve", "90GB"], "--reserve"),
+    (["fit", "--num-gpus", "0"], "--num-gpus"),
+    (["optimal", "--tokens-per-param", "0"], "--tokens-per-param"),
+    (["optimal", "--mfu", "1.5"], "--mfu"),
+    (["memory", "--model", "llama-2-7b", "--tp", "3"], "--tp"),
+    (["memory", "--model", "llama-2-70b", "--tp", "16"], "--tp"),
+    (["memory", "--model", "gpt2", "--zero", "4"], "--zero"),
+    (["memory", "--model", "gpt2", "--tp", "0"], "--tp"),
+    (["memory", "--model", "gpt2", "--precision", "fp8"], "--precision"),
+    (["memory", "--model", "gpt2", "--optimizer", "lion"], "--optimizer"),
+    (["plan", "--tokens", "0.5"], "--tokens"),
+    (["plan", "--params", "0.2"], "--params"),
 ])
 def test_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
     assert flag in run_error(capsys, *argv)
+
+
+def test_memory_notes_flags_that_change_nothing(capsys):
+    data = run_json(capsys, "memory", "--params", "7B", "--zero", "3", "--sp")
+    notes = " ".join(data["assumptions"])
+    assert "--dp 1 shards nothing" in notes and "--sp with --tp 1" in notes
+    assert data["total_bytes"] == pytest.approx(16 * 7e9)   # fp32 AdamW, nothing sharded
+    data = run_json(capsys, "memory", "--params", "7B", "--zero", "3", "--dp", "8")
+    assert "shards nothing" not in " ".join(data["assumptions"])
+    assert data["total_bytes"] == pytest.approx(16 * 7e9 / 8)
+
+
+def test_optimal_says_which_flags_it_did_not_use(capsys):
+    data = run_json(capsys, "optimal", "--law", "approach3", "--tokens-per-param", "30")
+    assert any("--tokens-per-param 30 not used" in line for line in data["assumptions"])
+    reference = run_json(capsys, "optimal", "--law", "approach3")
+    assert data["n_params"] == pytest.approx(reference["n_params"])   # the ratio flag changed nothing
+    data = run_json(capsys, "optimal", "--budget-flops", "5.76e23", "--days", "3")
+    assert data["budget_flops"] == pytest.approx(5.76e23)
+    assert any("--budget-flops sets the budget" in line for line in data["assumptions"])
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["plan", "--tokens", "-1T"], "--tokens"),
+    (["plan", "--params", "-70B"], "--params"),
+    (["fit", "--memory-per-gpu", "-1GB"], "--memory-per-gpu"),
+    (["memory", "--params", "7B", "--reserve", "-2GiB"], "--reserve"),
+    (["optimal", "--days", "-2w"], "--days"),
+    (["flops", "--model", "gpt2", "--seq-len", "-1k"], "--seq-len"),
+    (["matmul", "--m", "-1e3"], "--m"),
+    (["tensor", "--shape", "-1,3"], "--shape"),
+])
+def test_values_with_a_minus_sign_get_the_flags_own_message(capsys, argv, flag):
+    # argparse alone reads '-1T' as an unknown option and says only "expected one argument"
+    err = run_error(capsys, *argv)
+    assert flag in err and "expected one argument" not in err
+    assert "must be" in err or "must be a" in err

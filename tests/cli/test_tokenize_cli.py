@@ -46,3 +46,25 @@ def test_bad_dtype_flag_exits_2(tmp_path, capsys):
 def test_command_module_does_not_import_torch():
     code = "import sys, trainledger.cli.tokenize, trainledger.data; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fractional_chunk_size_is_an_error_not_an_empty_file(tmp_path, capsys):
+    # int(0.5) = 0 bytes per read would end the stream at once and write 0 tokens
+    (tmp_path / "in.txt").write_text("hello\n")
+    for size in ("0.5", "1.5"):
+        assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "o.tokens"),
+                              "--chunk-size", size]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--chunk-size" in err
+    assert not (tmp_path / "o.tokens").exists()
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "o.tokens"), "--chunk-size", "2",
+                          "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_tokens"] == 6
+
+
+def test_directory_arguments_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("hello\n")
+    assert cli_main.main(["tokenize", str(tmp_path), str(tmp_path / "o.tokens")]) == 2
+    assert "INPUT.txt" in capsys.readouterr().err
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path)]) == 2
+    assert "OUTPUT.tokens" in capsys.readouterr().err

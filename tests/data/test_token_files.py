@@ -7,8 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from trainledger.data import (HEADER_BYTES, MAGIC, TokenWriter, encode_header, get_batch, open_tokens, read_header,
-                              write_tokens)
+from trainledger.data import (HEADER_BYTES, MAGIC, TokenWriter, encode_header, gather_batch, get_batch, open_tokens,
+                              read_header, write_tokens)
 from trainledger.errors import TrainledgerError
 
 
@@ -80,12 +80,16 @@ def _rss_bytes() -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="RSS is read from /proc (Linux)")
 def test_memmap_of_a_file_larger_than_memory_budget(tmp_path):
-    """A 4 GB sparse token file (2e9 uint16 tokens, never written) is sampled while memory stays ~MBs."""
+    """A 4 GB sparse token file (2e9 uint16 tokens, all but the last 257 never written) is sampled while memory
+    stays ~MBs, and a window at its very end (offsets past 2^32 bytes) is read back aligned."""
     n_tokens = 2_000_000_000
     path = tmp_path / "huge.tokens"
+    tail = np.arange(1, 258, dtype=np.uint16)   # the last 257 tokens are 1..257, the rest is a hole of zeros
     with open(path, "wb") as f:
         f.write(encode_header("uint16", n_tokens))
         f.truncate(HEADER_BYTES + 2 * n_tokens)  # sparse: no data blocks are allocated
+        f.seek(HEADER_BYTES + 2 * (n_tokens - len(tail)))
+        f.write(tail.tobytes())
     file_bytes = path.stat().st_size
     assert file_bytes > 4e9
     rss_before = _rss_bytes()
@@ -98,6 +102,10 @@ def test_memmap_of_a_file_larger_than_memory_budget(tmp_path):
     tracemalloc.stop()
     rss_growth = _rss_bytes() - rss_before
     assert len(data) == n_tokens
+    # the last valid start, n − T − 1, byte offset ~4e9 > 2^32: x and y are the tail, shifted by one
+    x, y = gather_batch(data, np.array([n_tokens - 257, n_tokens - 258]), 256)
+    assert x[0].tolist() == list(range(1, 257)) and y[0].tolist() == list(range(2, 258))
+    assert x[1].tolist() == [0] + list(range(1, 256)) and y[1].tolist() == list(range(1, 257))
     assert peak_bytes < 1e6          # Python/NumPy allocations: one batch, not the file
     assert rss_growth < 100e6        # resident pages: the few touched pages, not 4 GB
     assert rss_growth < file_bytes / 40

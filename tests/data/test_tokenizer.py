@@ -48,3 +48,11 @@ def test_tokenize_file_errors(tmp_path):
         tokenize_file(tmp_path / "a.txt", tmp_path / "no" / "o.tokens")
     with pytest.raises(TrainledgerError, match="must differ"):
         tokenize_file(tmp_path / "a.txt", tmp_path / "a.txt")
+    with pytest.raises(TrainledgerError, match=r"is a directory \(INPUT.txt\)"):
+        tokenize_file(tmp_path, tmp_path / "o.tokens")
+    with pytest.raises(TrainledgerError, match=r"is a directory \(OUTPUT.tokens\)"):
+        tokenize_file(tmp_path / "a.txt", tmp_path)
+    for chunk_bytes in (0, -1, 0.5):
+        with pytest.raises(TrainledgerError, match="--chunk-size"):
+            tokenize_file(tmp_path / "a.txt", tmp_path / "o.tokens", chunk_bytes=chunk_bytes)
+    assert not (tmp_path / "o.tokens").exists()

@@ -58,3 +58,15 @@ def test_cruncher_builds_on_meta():
     with torch.device("meta"):
         model = Cruncher(dim=64, num_layers=2)
     assert model.n_params() == 8256 and model.final.weight.is_meta
+
+
+def test_lecture_gradients_basics_through_our_linear():
+    # CS336 Lecture 2, gradients_basics: x = [1, 2, 3], w = [1, 1, 1], loss = 0.5·(x·w − 5)² -> w.grad = [1, 2, 3]
+    layer = Linear(3, 1)
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    loss = 0.5 * (layer(x) - 5).pow(2).sum()
+    loss.backward()
+    assert layer.weight.grad.shape == (3, 1)   # stored (in, out), as the lecture's Linear
+    assert layer.weight.grad.flatten().tolist() == [1.0, 2.0, 3.0]

@@ -54,6 +54,16 @@ CASES = [
     pytest.param(AdamW, torch.optim.AdamW, dict(betas=(0.9, 0.95), eps=1e-6), id="adamw-betas-eps"),
     pytest.param(AdamW, torch.optim.AdamW, dict(amsgrad=True, weight_decay=0.05), id="adamw-amsgrad"),
     pytest.param(AdamW, torch.optim.AdamW, dict(maximize=True, lr=1e-4), id="adamw-maximize"),
+    # a second (or third) setting of each hyperparameter, far from the first
+    pytest.param(SGD, torch.optim.SGD, dict(lr=0.2, momentum=0.3, dampening=0.9), id="sgd-lr-dampening-2"),
+    pytest.param(SGD, torch.optim.SGD, dict(lr=0.02, momentum=0.99, nesterov=True, weight_decay=0.5), id="sgd-nesterov-2"),
+    pytest.param(AdaGrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.5, initial_accumulator_value=2.0,
+                                                    weight_decay=0.01, eps=1e-6), id="adagrad-all-2"),
+    pytest.param(RMSProp, torch.optim.RMSprop, dict(lr=3e-3, alpha=0.5, eps=1e-6, momentum=0.2, centered=True,
+                                                    weight_decay=0.01), id="rmsprop-all-2"),
+    pytest.param(Adam, torch.optim.Adam, dict(lr=3e-3, betas=(0.5, 0.9), eps=1e-6, weight_decay=0.01, amsgrad=True),
+                 id="adam-all-2"),
+    pytest.param(AdamW, torch.optim.AdamW, dict(lr=3e-3, betas=(0.0, 0.99), eps=1e-10, weight_decay=1.0), id="adamw-all-2"),
 ]
 
 

@@ -107,3 +107,18 @@ def test_gpu_for_device_name(device_name, expected):
 
     gpu = gpu_for_device_name(device_name)
     assert (gpu.name if gpu else None) == expected
+
+
+def test_peak_takes_every_dtype_name_the_dtype_table_knows():
+    # `plan --dtype bfloat16` must mean what `matmul --dtype bfloat16` means
+    h100 = get_gpu("h100")
+    for name in ("bf16", "BF16", "bfloat16", "half", "fp16"):
+        assert h100.peak(name) == pytest.approx(989.5e12), name
+    for name in ("fp8", "fp8-e4m3", "e5m2", "float8_e4m3fn"):
+        assert h100.peak(name) == pytest.approx(1979e12), name
+    assert h100.peak("tensorfloat32") == pytest.approx(494.5e12)
+    for name in ("int4", "fp99", ""):
+        with pytest.raises(TrainledgerError, match="--dtype"):
+            h100.peak(name)
+    with pytest.raises(TrainledgerError, match="tpu-v4 has no float32 peak; it has: bf16, int8"):
+        get_gpu("tpu-v4").peak("float32")

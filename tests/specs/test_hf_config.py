@@ -112,3 +112,23 @@ def test_errors_name_the_flag(tmp_path):
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
     one_line_error(lambda: get_model(str(empty_dir)), "--model", "config.json")
+
+
+def test_binary_and_empty_config_files_are_one_line_errors(tmp_path):
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    one_line_error(lambda: spec_from_config_file(binary, "--model"), "--model", "not UTF-8")
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    one_line_error(lambda: spec_from_config_file(empty, "--model"), "--model", "not valid JSON")
+
+
+def test_null_values_mean_the_default_and_null_required_keys_are_errors():
+    # transformers writes `null` for unset optional keys; a null required key is an error naming it
+    spec = spec_from_config_dict(LLAMA_2_7B_CONFIG | {"rms_norm_eps": None, "tie_word_embeddings": None,
+                                                      "num_key_value_heads": None, "head_dim": None})
+    assert spec.norm_eps == pytest.approx(1e-6) and spec.tied_embeddings is False
+    assert (spec.kv_heads, spec.head_dim) == (32, 128)
+    one_line_error(lambda: spec_from_config_dict(LLAMA_2_7B_CONFIG | {"intermediate_size": None}),
+                   "'intermediate_size'", "null", "--model")
+    one_line_error(lambda: get_model(""), "--model", "preset name")

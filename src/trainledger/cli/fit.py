@@ -25,10 +25,12 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     parser.add_argument("--gpu", default="h100", help="accelerator whose memory is used (default h100: 80 GB)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
-    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, adam, adamw, adafactor, adam-8bit (default adamw)")
+    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, rmsprop-centered, adam, adamw, adafactor, adam-8bit (default adamw)")
     parser.add_argument("--precision", default="fp32", help="fp32, amp-bf16, amp-fp16, mixed-bf16, mixed-fp16, bf16 (default fp32)")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage over --num-gpus ranks (default 3: everything sharded)")
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free, e.g. 4GiB (default 0)")
@@ -50,10 +52,10 @@ def compute(args) -> dict:
     result["assumptions"] = [
         f"model states only: {result['precision']} recipe with {result['optimizer']}, "
         f"{result['bytes_per_param']:g} B/param unsharded",
-        f"ZeRO stage {args.zero} over {args.num_gpus} GPUs → {result['bytes_per_param_per_gpu']:.4g} B/param per GPU",
+        f"ZeRO stage {args.zero} over {args.num_gpus} GPU{'s' if args.num_gpus > 1 else ''} → {result['bytes_per_param_per_gpu']:.4g} B/param per GPU",
         "activations, CUDA context and fragmentation not included (use --reserve, or --model for a micro-batch)",
     ]
-    if args.model:
+    if args.model is not None:
         spec, seq_len = load_transformer(args.model, args.seq_len)
         kwargs = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.num_gpus,
                       recompute=args.recompute)
@@ -82,7 +84,10 @@ def render(result: dict, args) -> None:
         ("largest model", f"{units.format_count(result['max_params'])} ({result['max_params']:.3g})"),
     ]
     if "max_batch_size" in result:
-        rows.append((f"largest micro-batch of {result['model']} (T={result['seq_len']})", f"{result['max_batch_size']:,}"))
+        found = f"{result['max_batch_size']:,}"
+        if result["max_batch_size"] == 0:
+            found += " (even 1 sequence does not fit: more GPUs, --zero, --recompute or a shorter --seq-len)"
+        rows.append((f"largest micro-batch of {result['model']} (T={result['seq_len']})", found))
     if "fits" in result:
         rows.append((f"batch {result['batch_size']} fits", f"{'yes' if result['fits'] else 'no'} ({units.format_bytes(result['total_bytes'])})"))
     print_table("Largest model that fits", rows, result["assumptions"])

@@ -25,6 +25,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
     parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
@@ -46,6 +48,9 @@ def compute(args) -> dict:
         f"attention scores over {'the full T×T' if args.attention == 'full' else 'half of T×T (causal)'}; LM head at all positions",
         f"hardware FLOPs = model FLOPs + recompute '{args.recompute}'",
     ]
+    if getattr(spec, "kind", None) == "cruncher":  # the lecture's deep linear model: a "token" is one input vector
+        result["assumptions"][1] = (f"cruncher: a token is one {spec.dim}-dim input vector (seq_len 1), so a step is "
+                                    f"--batch-size vectors; no attention, the head is Linear({spec.dim}, 1)")
     return result
 
 

@@ -11,10 +11,25 @@ from trainledger.errors import TrainledgerError
 from trainledger.units import format_flops, format_bytes, format_seconds
 
 HELP = "FLOPs (2·m·k·n) and ideal roofline time of an (m×k)·(k×n) matmul on each GPU and dtype"
+DESCRIPTION = """FLOPs (2·m·k·n) and ideal roofline time of an (m×k)·(k×n) matmul on each GPU and dtype.
+
+ideal time (seconds; shown in ms) = max(FLOPs / dense peak FLOP/s, bytes moved / memory bandwidth), with
+bytes moved = (m·k + k·n + m·n) × bytes per element (read A and B, write C once). (c) marks compute-bound,
+(m) memory-bound. Real kernels are slower; `trainledger bench` measures this machine.
+No flags: the lecture's B=16384, D=32768, K=8192 on every GPU in fp32, bf16 and fp8.
+
+examples:
+  trainledger matmul
+  trainledger matmul --m 4096 --k 4096 --n 4096 --gpu h100 --dtype bf16 --json
+  trainledger matmul --gpu h100,a100 --dtype fp32,tf32,bf16
+"""
+
 DEFAULT_DTYPES = ("fp32", "bf16", "fp8")
 
 
 def add_arguments(parser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     parser.add_argument("--m", type=common.positive_int, default=16384, help="rows of A and C (default 16384, the lecture's B)")
     parser.add_argument("--k", type=common.positive_int, default=32768, help="columns of A, rows of B (default 32768, the lecture's D)")
     parser.add_argument("--n", type=common.positive_int, default=8192, help="columns of B and C (default 8192, the lecture's K)")
@@ -25,10 +40,14 @@ def add_arguments(parser) -> None:
     common.add_json_flag(parser)
 
 
-def _names(values: list[str] | None) -> list[str] | None:
-    if not values:
+def _names(values: list[str] | None, flag: str) -> list[str] | None:
+    """The names given to a repeatable, comma-separated flag; None when the flag was not given."""
+    if values is None:
         return None
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    if not names:
+        raise TrainledgerError(f"{flag} needs at least one name, got {','.join(values)!r}")
+    return names
 
 
 def compute(args) -> dict:
@@ -36,8 +55,8 @@ def compute(args) -> dict:
     from trainledger.specs.dtypes import get_dtype
     from trainledger.specs.hardware import get_gpu
 
-    gpus = [get_gpu(name, "--gpu") for name in _names(args.gpu) or []] or None
-    dtypes = [get_dtype(name, "--dtype") for name in _names(args.dtype) or DEFAULT_DTYPES]
+    gpus = [get_gpu(name, "--gpu") for name in _names(args.gpu, "--gpu") or []] or None
+    dtypes = [get_dtype(name, "--dtype") for name in _names(args.dtype, "--dtype") or DEFAULT_DTYPES]
     records = matmul_table(args.m, args.k, args.n, gpus, dtypes)
     if not records:
         raise TrainledgerError(f"none of the GPUs has a peak for dtype {', '.join(d.name for d in dtypes)} (--dtype); "

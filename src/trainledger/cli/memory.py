@@ -25,6 +25,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="preset name or Hugging Face config.json path (activations included)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
@@ -55,7 +57,7 @@ def compute(args) -> dict:
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
                     reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
-    if args.model:
+    if args.model is not None:
         spec, seq_len = load_transformer(args.model, args.seq_len)
         result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
         result["model"] = spec.name
@@ -76,6 +78,10 @@ def compute(args) -> dict:
         activations,
         "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
     ]
+    if args.zero > 0 and args.dp == 1:
+        result["assumptions"].append(f"--zero {args.zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
+    if args.sp and args.tp == 1:
+        result["assumptions"].append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     return result
 
 

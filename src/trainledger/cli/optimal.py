@@ -24,6 +24,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     parser.add_argument("--budget-flops", type=common.positive_count, help="training budget in FLOPs, e.g. 1e22 (overrides the GPU flags)")
     parser.add_argument("--gpu", default="h100", help="accelerator (default h100)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=32, help="number of GPUs (default 32)")
@@ -54,6 +56,10 @@ def compute(args) -> dict:
            if args.law == "chinchilla-20" else "approach3: closed-form minimum of E + A/N^α + B/D^β under C = 6ND")
     result["assumptions"] = [f"budget: {source}", "C = 6·N·D (training FLOPs, attention term ignored)", law,
                              "predicted_loss: Chinchilla Approach 3 fit (E=1.69, A=406.4, B=410.7, α=0.34, β=0.28), nats/token"]
+    if args.law == "approach3" and args.tokens_per_param != 20.0:
+        result["assumptions"].append(f"--tokens-per-param {args.tokens_per_param:g} not used: approach3 finds the ratio itself")
+    if args.budget_flops is not None:
+        result["assumptions"].append("--gpu, --num-gpus, --days, --mfu and --dtype not used: --budget-flops sets the budget")
     return result
 
 

@@ -38,8 +38,11 @@ def compute(args) -> dict:
 
 def render(result: dict, args) -> None:
     total = result["n_params"]
-    rows = [[name, f"{count:,}", format_count(count) if count else "0", f"{100 * count / total:.1f}%"]
-            for name, count in result["components"].items()]
+    tied = result["components"].get("lm_head") == 0 and result["components"].get("token_embedding")
+    rows = [[name + (" (tied to token_embedding)" if name == "lm_head" and tied else ""), f"{count:,}",
+             format_count(count) if count else "0", f"{100 * count / total:.1f}%"]
+            for name, count in result["components"].items()
+            if count or name in ("lm_head", "norms")]   # drop empty rows (router of a dense model, positions under RoPE)
     rows.append(["n_params (unique)", f"{total:,}", format_count(total), "100.0%"])
     for key in ("n_params_non_embedding", "n_params_active", "kaplan_non_embedding_params", "published_n_params"):
         value = result.get(key)

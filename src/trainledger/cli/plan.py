@@ -7,6 +7,7 @@ two-column table), so each command module stays a page long. No formulas here: t
 from __future__ import annotations
 
 import argparse
+import re
 
 from trainledger import units
 from trainledger.cli import common
@@ -52,6 +53,19 @@ def nonnegative_bytes(text: str) -> float:
     return value
 
 
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")  # '-1T', '-5GB', '-1,3', '-.5': a value, never a flag of ours
+
+
+def accept_negative_values(parser: argparse.ArgumentParser) -> None:
+    """Let values that start with a minus sign reach the flag's own check ('--tokens -1T' -> "must be positive").
+
+    argparse takes only plain numbers ('-5', '-1.5') for negative values; '-1T' or '-1GB' it reads as an
+    unknown option and answers "expected one argument", which names no allowed value. No flag of ours
+    starts with '-<digit>', so any such word is a value. (Sets argparse's matcher for this parser only.)
+    """
+    parser._negative_number_matcher = NEGATIVE_VALUE
+
+
 def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
     """(spec, seq_len) for --model and --seq-len: seq_len defaults to the model's context length.
 
@@ -76,6 +90,7 @@ def print_table(title: str, rows: list[tuple[str, str]], assumptions: list[str])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    accept_negative_values(parser)
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--model", help="preset name or Hugging Face config.json path (train FLOPs per token at --seq-len)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 70B (6·N FLOPs per token; default 70B)")
@@ -98,7 +113,7 @@ def compute(args) -> dict:
 
     gpu = get_gpu(args.gpu)
     peak = gpu.peak(args.dtype)
-    if args.model:
+    if args.model is not None:
         from trainledger.account.params import param_counts
         spec, seq_len = load_transformer(args.model, args.seq_len)
         n_params = param_counts(spec)["n_params"]
@@ -111,6 +126,10 @@ def compute(args) -> dict:
         n_params, seq_len = (args.params if args.params is not None else 70e9), None
         flops_per_token = F.kaplan_train_flops_per_token(n_params)
         convention = "6·N FLOPs per token (Kaplan et al. 2020; CS336 Lecture 2), attention-score FLOPs excluded"
+    if args.tokens < 1:
+        raise TrainledgerError(f"--tokens must be at least 1 token, got {args.tokens:g}")
+    if n_params < 1:
+        raise TrainledgerError(f"--params must be at least 1 parameter, got {n_params:g}")
     total = flops_per_token * args.tokens
     result = {
         "n_params": n_params, "n_tokens": args.tokens, "flops_per_token": flops_per_token, "train_flops": total,
@@ -118,6 +137,10 @@ def compute(args) -> dict:
         "seq_len": seq_len,
         **training_time(total, args.num_gpus, peak, args.mfu),
     }
+    if args.model is None and args.attention != "full":
+        result_note = f"--attention {args.attention} not used: with --params the FLOPs are 6·N per token (no attention term)"
+    else:
+        result_note = None
     if args.deadline is not None:
         result["deadline_seconds"] = args.deadline
         result["gpus_needed"] = gpus_needed(total, args.deadline, peak, args.mfu)
@@ -126,6 +149,8 @@ def compute(args) -> dict:
         f"{gpu.name} dense {args.dtype} peak {units.format_rate(peak)} (no 2:4 sparsity), sustained at MFU {args.mfu}",
         "seconds = train_flops / (num_gpus × peak × mfu); no restarts, evaluation or data-loading stalls",
     ]
+    if result_note:
+        result["assumptions"].append(result_note)
     return result
 
 

@@ -17,6 +17,19 @@ from trainledger.errors import TrainledgerError
 from trainledger.units import format_bytes, format_count
 
 HELP = "bytes, strides and contiguity of a tensor shape and dtype, and of a transpose or slice of it"
+DESCRIPTION = """Bytes, strides and contiguity of a tensor shape and dtype, and of a transpose or slice of it.
+
+storage bytes = numel × bytes per element (`trainledger dtypes`); strides are in elements (and bytes).
+A transpose or slice is a view of the same storage (no bytes allocated); the table says whether
+.view(-1) works without a copy and how many bytes .contiguous() would allocate. --torch builds the
+tensor in PyTorch (on the meta device by default, allocating nothing) and checks the layout against it.
+
+examples:
+  trainledger tensor
+  trainledger tensor --shape 4,6 --transpose 0,1 --slice 1:3 --torch
+  trainledger tensor --shape 8,1024,768 --dtype bf16 --slice :,::2 --json
+"""
+
 REAL_TENSOR_LIMIT_BYTES = 2**28  # --torch on a real device: 256 MiB at most (inspect_layout copies views)
 DEFAULT_SHAPE = (49152, 12288)   # CS336 Lecture 2: one GPT-3 FFN matrix, 2,415,919,104 bytes in fp32
 
@@ -68,6 +81,8 @@ def _device(text: str) -> str:
 
 
 def add_arguments(parser) -> None:
+    from trainledger.cli.plan import accept_negative_values
+    accept_negative_values(parser)
     parser.add_argument("--shape", type=_shape, default=DEFAULT_SHAPE,
                         help="comma-separated sizes (default 49152,12288: the lecture's GPT-3 FFN matrix)")
     parser.add_argument("--dtype", default="fp32", help="element type (default fp32; see `trainledger dtypes`)")

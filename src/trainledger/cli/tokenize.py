@@ -33,6 +33,9 @@ def run(args) -> int:
     from trainledger import units
     from trainledger.data.tokenizer import tokenize_file
 
+    if args.chunk_size != int(args.chunk_size):
+        from trainledger.errors import TrainledgerError
+        raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
     result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
                            progress=not args.json)
     if args.json:

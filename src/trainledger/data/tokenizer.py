@@ -7,6 +7,7 @@ a file can be cut into chunks at any byte offset and tokenized piece by piece wi
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from pathlib import Path
@@ -49,23 +50,38 @@ def tokenize_file(text_path: str | os.PathLike, out_path: str | os.PathLike, dty
     Shows a rich progress bar (on stderr) when `progress` is true and the input is larger than one chunk.
     """
     text_path, out_path = Path(text_path), Path(out_path)
+    try:
+        whole = not isinstance(chunk_bytes, bool) and operator.index(chunk_bytes) >= 1   # ints, numpy ints
+    except TypeError:
+        whole = False
+    if not whole:
+        raise TrainledgerError(f"--chunk-size must be a whole number of bytes >= 1, got {chunk_bytes!r}")
+    chunk_bytes = operator.index(chunk_bytes)
+    if text_path.is_dir():
+        raise TrainledgerError(f"input {text_path} is a directory (INPUT.txt); give a text file")
     if not text_path.is_file():
-        raise TrainledgerError(f"input text file {text_path} does not exist")
+        raise TrainledgerError(f"input text file {text_path} does not exist (INPUT.txt)")
     input_bytes = text_path.stat().st_size
     if input_bytes == 0:
-        raise TrainledgerError(f"input text file {text_path} is empty")
+        raise TrainledgerError(f"input text file {text_path} is empty (INPUT.txt)")
+    if out_path.is_dir():
+        raise TrainledgerError(f"output {out_path} is a directory (OUTPUT.tokens); give a file name, e.g. "
+                               f"{out_path / (text_path.stem + '.tokens')}")
     if not out_path.parent.is_dir():
-        raise TrainledgerError(f"output directory {out_path.parent} does not exist")
+        raise TrainledgerError(f"output directory {out_path.parent} does not exist (OUTPUT.tokens)")
     if out_path.resolve() == text_path.resolve():
-        raise TrainledgerError("the output token file must differ from the input text file")
+        raise TrainledgerError("the output token file must differ from the input text file (OUTPUT.tokens)")
     start = time.perf_counter()
     show = progress and input_bytes > chunk_bytes
-    with TokenWriter(out_path, dtype) as writer, open(text_path, "rb") as source, _progress(show) as bar:
-        task = bar.add_task(f"tokenizing {text_path.name}", total=input_bytes) if bar else None
-        while chunk := source.read(chunk_bytes):
-            writer.write(np.frombuffer(chunk, dtype=np.uint8))
-            if bar:
-                bar.advance(task, len(chunk))
+    try:
+        with TokenWriter(out_path, dtype) as writer, open(text_path, "rb") as source, _progress(show) as bar:
+            task = bar.add_task(f"tokenizing {text_path.name}", total=input_bytes) if bar else None
+            while chunk := source.read(chunk_bytes):
+                writer.write(np.frombuffer(chunk, dtype=np.uint8))
+                if bar:
+                    bar.advance(task, len(chunk))
+    except PermissionError as error:
+        raise TrainledgerError(f"cannot access {error.filename}: permission denied (INPUT.txt / OUTPUT.tokens)") from None
     seconds = time.perf_counter() - start
     return {
         "input_path": str(text_path),

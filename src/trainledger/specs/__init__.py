@@ -15,6 +15,9 @@ from trainledger.specs.presets import PRESETS
 def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
     """A preset by name (`trainledger models` lists them) or a spec read from a Hugging Face config.json path."""
     key = str(name_or_path).strip()
+    if not key:
+        raise TrainledgerError(f"{flag} needs a preset name (see `trainledger models`) or a path to a Hugging Face "
+                               "config.json, got ''")
     if key.lower() in PRESETS:
         return PRESETS[key.lower()]
     if key.lower() in PRESET_ALIASES:

@@ -24,11 +24,22 @@ class GPUSpec:
     source: str = ""
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for `dtype`; an error listing the dtypes this device has otherwise."""
-        if dtype not in self.peak_flops_per_s:
+        """Dense peak FLOP/s for `dtype`; an error listing the dtypes this device has otherwise.
+
+        Besides the keys of `peak_flops_per_s`, any name `trainledger dtypes` knows works: 'BF16',
+        'bfloat16', 'fp8-e4m3' and 'e5m2' map to the peak their matmuls run at (bf16, fp8).
+        """
+        key = dtype
+        if key not in self.peak_flops_per_s:
+            from trainledger.specs.dtypes import get_dtype
+            try:
+                key = get_dtype(dtype).peak_key
+            except TrainledgerError:
+                key = None
+        if key not in self.peak_flops_per_s:
             known = ", ".join(self.peak_flops_per_s)
-            raise TrainledgerError(f"{self.name} has no {dtype} peak; it has: {known}", "--dtype")
-        return self.peak_flops_per_s[dtype]
+            raise TrainledgerError(f"{self.name} has no {dtype or repr(dtype)} peak; it has: {known}", "--dtype")
+        return self.peak_flops_per_s[key]
 
     def to_dict(self) -> dict:
         return {"name": self.name, "aliases": list(self.aliases), "vendor": self.vendor,

@@ -38,6 +38,9 @@ def spec_from_config_file(path: str | Path, flag: str = "--model") -> Transforme
                                "Hugging Face config.json") from None
     except OSError as error:
         raise TrainledgerError(f"cannot read {str(path)!r} ({flag}): {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise TrainledgerError(f"{str(path)!r} is not UTF-8 text ({flag}); give a preset name or a path to a "
+                               "Hugging Face config.json") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
@@ -69,6 +72,9 @@ def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--mod
         raise TrainledgerError(f"invalid config: {error}", flag) from None
 
 
+_KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false"}
+
+
 def _getter(config: dict, flag: str, model_type: str):
     missing = object()
 
@@ -76,7 +82,11 @@ def _getter(config: dict, flag: str, model_type: str):
         value = config.get(key, default)
         if value is missing:
             raise TrainledgerError(f"config.json of model_type {model_type!r} lacks the key {key!r} ({flag})")
-        if value is None or kind is None:
+        if value is None and default is not missing:
+            return default  # a key written as null means "the config class's default", as for an absent key
+        if value is None:
+            raise TrainledgerError(f"config key {key!r} is null; it must be {_KIND_WORDS.get(kind, 'set')} ({flag})")
+        if kind is None:
             return value
         if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
             raise TrainledgerError(f"config key {key!r} must be an integer, got {value!r} ({flag})")
