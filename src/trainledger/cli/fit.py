@@ -25,8 +25,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     parser.add_argument("--gpu", default="h100", help="accelerator whose memory is used (default h100: 80 GB)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")

@@ -25,8 +25,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
     parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")

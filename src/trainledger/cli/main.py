@@ -21,6 +21,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import re
 import sys
 
 from trainledger import __version__
@@ -38,8 +39,18 @@ class UsageError(TrainledgerError):
     """A flag argparse rejected; main() prints it as one line and exits 2, the web API answers 422."""
 
 
+# A word starting '-<digit>' ('-1T', '-5GB', '-1,3', '-.5') is a value, never a flag of ours: letting it reach
+# the flag's own check gives "--tokens must be positive, got '-1T'" instead of argparse's "expected one argument".
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag raises UsageError (one line, exit status 2) instead of dumping usage."""
+    """argparse, but a bad flag raises UsageError (one line, exit status 2) instead of dumping usage,
+    and values that start with a minus sign reach the flag's own check."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message):
         prog = self.prog.removeprefix("trainledger").strip() or "trainledger"

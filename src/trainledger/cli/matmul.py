@@ -28,8 +28,6 @@ DEFAULT_DTYPES = ("fp32", "bf16", "fp8")
 
 
 def add_arguments(parser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     parser.add_argument("--m", type=common.positive_int, default=16384, help="rows of A and C (default 16384, the lecture's B)")
     parser.add_argument("--k", type=common.positive_int, default=32768, help="columns of A, rows of B (default 32768, the lecture's D)")
     parser.add_argument("--n", type=common.positive_int, default=8192, help="columns of B and C (default 8192, the lecture's K)")

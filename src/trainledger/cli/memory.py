@@ -25,8 +25,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="preset name or Hugging Face config.json path (activations included)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")

@@ -24,8 +24,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     parser.add_argument("--budget-flops", type=common.positive_count, help="training budget in FLOPs, e.g. 1e22 (overrides the GPU flags)")
     parser.add_argument("--gpu", default="h100", help="accelerator (default h100)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=32, help="number of GPUs (default 32)")

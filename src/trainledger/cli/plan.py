@@ -7,7 +7,6 @@ two-column table), so each command module stays a page long. No formulas here: t
 from __future__ import annotations
 
 import argparse
-import re
 
 from trainledger import units
 from trainledger.cli import common
@@ -53,19 +52,6 @@ def nonnegative_bytes(text: str) -> float:
     return value
 
 
-NEGATIVE_VALUE = re.compile(r"^-\.?\d")  # '-1T', '-5GB', '-1,3', '-.5': a value, never a flag of ours
-
-
-def accept_negative_values(parser: argparse.ArgumentParser) -> None:
-    """Let values that start with a minus sign reach the flag's own check ('--tokens -1T' -> "must be positive").
-
-    argparse takes only plain numbers ('-5', '-1.5') for negative values; '-1T' or '-1GB' it reads as an
-    unknown option and answers "expected one argument", which names no allowed value. No flag of ours
-    starts with '-<digit>', so any such word is a value. (Sets argparse's matcher for this parser only.)
-    """
-    parser._negative_number_matcher = NEGATIVE_VALUE
-
-
 def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
     """(spec, seq_len) for --model and --seq-len: seq_len defaults to the model's context length.
 
@@ -90,7 +76,6 @@ def print_table(title: str, rows: list[tuple[str, str]], assumptions: list[str])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    accept_negative_values(parser)
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--model", help="preset name or Hugging Face config.json path (train FLOPs per token at --seq-len)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 70B (6·N FLOPs per token; default 70B)")

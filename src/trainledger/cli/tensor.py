@@ -81,8 +81,6 @@ def _device(text: str) -> str:
 
 
 def add_arguments(parser) -> None:
-    from trainledger.cli.plan import accept_negative_values
-    accept_negative_values(parser)
     parser.add_argument("--shape", type=_shape, default=DEFAULT_SHAPE,
                         help="comma-separated sizes (default 49152,12288: the lecture's GPT-3 FFN matrix)")
     parser.add_argument("--dtype", default="fp32", help="element type (default fp32; see `trainledger dtypes`)")
