@@ -1,0 +1,132 @@
+"""`trainledger train`: train a model with live accounting, atomic checkpoints, exact resume and DDP/FSDP."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger.cli import common
+
+HELP = "train a model with live accounting (FLOP/s, MFU, memory), checkpoints, exact resume and DDP/FSDP"
+DESCRIPTION = """\
+Trains the Transformer LM on a token file (--data) or a text file (--text, byte-tokenized once into
+<out-dir>/data/), or the lecture's Cruncher regression (--model cruncher). With no arguments: the `tiny`
+byte-level GPT on the Python standard library's own .py sources (a few MB, cached under the run dir),
+about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
+
+Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, grad_norm, tokens,
+step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
+(sha256-verified, last --keep-checkpoints kept), loss.png.
+
+SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0; --resume continues exactly
+(the same losses as an uninterrupted run). A NaN/Inf loss stops the run (exit 2), the last checkpoint intact.
+
+examples:
+  trainledger train                                          # tiny GPT on the stdlib corpus
+  trainledger train --text book.txt --steps 2000 --metrics m.jsonl
+  trainledger train --model cruncher --steps 100
+  trainledger train --resume                                 # continue the default run
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --batch-size 16
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("what to train")
+    g.add_argument("--model", help="preset name (`trainledger models`), a Hugging Face config.json path, or 'cruncher' "
+                                   "for the lecture's regression (default: tiny)")
+    g.add_argument("--text", metavar="FILE", help="UTF-8 text file, byte-tokenized (vocabulary 256) and cached in <out-dir>/data/")
+    g.add_argument("--data", metavar="TOKENS_FILE", help="token file: .tokens with header (`trainledger tokenize`) or a 1-D integer .npy")
+    g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
+                                                        "batch_size, optionally under [train]); flags override it")
+    g = parser.add_argument_group("optimization")
+    g.add_argument("--steps", type=common.positive_int, help="optimizer steps (default: 600)")
+    g.add_argument("--batch-size", type=common.positive_int, help="GLOBAL sequences per optimizer step, split across "
+                                                                  "ranks and --grad-accum micro-batches (default: 32)")
+    g.add_argument("--grad-accum", type=common.positive_int, help="micro-batches per step on each rank (default: 1)")
+    g.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: 128)")
+    g.add_argument("--lr", type=common.positive_float, help="peak learning rate per step (default: 3e-3)")
+    g.add_argument("--min-lr", type=_nonnegative_float, help="learning rate at the end of the cosine (default: 3e-4)")
+    g.add_argument("--warmup-steps", type=common.nonnegative_int, help="linear warmup steps from 0 to --lr (default: 40)")
+    g.add_argument("--weight-decay", type=_nonnegative_float, help="decoupled weight decay (AdamW) or L2 (default: 0.1)")
+    g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
+    g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
+    g.add_argument("--optimizer", choices=["sgd", "adagrad", "rmsprop", "adam", "adamw"], help="from trainledger.optim (default: adamw)")
+    g.add_argument("--precision", choices=["fp32", "amp-bf16", "amp-fp16", "bf16"],
+                   help="fp32; amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); bf16: all bf16 (default: fp32)")
+    g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
+    g = parser.add_argument_group("checkpoints and outputs")
+    g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/tiny-stdlib)")
+    g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
+    g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
+    g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest good checkpoint (fresh start if none)")
+    g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
+    g.add_argument("--eval-every", type=common.nonnegative_int, help="steps between held-out evaluations, 0 = never (default: 100)")
+    g.add_argument("--eval-batches", type=common.positive_int, help="global batches per evaluation (default: 8)")
+    g.add_argument("--no-plot", dest="plot", action="store_false", default=None, help="do not write loss.png")
+    g = parser.add_argument_group("execution")
+    g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
+                   help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
+    g.add_argument("--quiet", action="store_true", help="no progress output (errors and the summary still print)")
+    common.add_json_flag(parser)
+
+
+_NO_CLIP = "none"
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text!r}")
+    return value
+
+
+def config_from_args(args):
+    """The resolved TrainConfig: defaults < --config TOML < flags given."""
+    from trainledger.train.config import FIELDS, resolve
+    flags = {name: getattr(args, name, None) for name in FIELDS}
+    no_clip = flags.get("grad_clip") == _NO_CLIP
+    if no_clip:
+        flags["grad_clip"] = None
+    config = resolve(flags, args.config)
+    if no_clip:
+        from dataclasses import replace
+        config = replace(config, grad_clip=None)
+    return config
+
+
+def run(args) -> int:
+    """Trains; prints where outputs go and a summary (JSON with --json). Exit 0 when finished or stopped by a signal."""
+    config = config_from_args(args)
+    import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
+    from trainledger.train import distributed
+    from trainledger.train.loop import Trainer
+    from trainledger.errors import TrainledgerError
+    world = distributed.setup(config.parallel, config.device)
+    try:
+        trainer = Trainer(config, world, quiet=args.quiet or args.json)
+        if world.is_main and not (args.quiet or args.json):
+            print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
+                  f"loss curve {config.out_dir}/loss.png")
+        summary = trainer.train()
+    except TrainledgerError:
+        if world.is_main:
+            raise
+        return 2        # every rank meets the same error; rank 0 alone prints it
+    finally:
+        distributed.teardown(world)
+    if world.is_main:
+        if args.json:
+            common.print_json(summary)
+        else:
+            done = "stopped by " + summary["stopped_by"] if summary["stopped_by"] else "done"
+            final = f"final loss {summary['final_loss']:.4f}" if summary.get("final_loss") is not None else ""
+            held = f", held-out {summary['final_eval_loss']:.4f}" if summary.get("final_eval_loss") is not None else ""
+            print(f"{done}: {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.1f} s; {final}{held}")
+            print(f"metrics: {summary['metrics']}  checkpoint: {summary['checkpoint']}"
+                  + (f"  loss curve: {summary['loss_curve']}" if summary.get("loss_curve") else ""))
+    return 0

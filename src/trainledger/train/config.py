@@ -1,0 +1,192 @@
+"""The resolved configuration of a training run: built-in defaults < TOML file (--config) < command-line flags.
+
+Every field is a plain value (str, int, float, bool or None) so the config can be stored in a checkpoint
+and compared on --resume. Paths are strings; `None` means unset (no magic -1).
+
+The default run (no arguments): the `tiny` byte-level GPT on the Python standard library's own `.py`
+sources, sized to finish in about three minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from trainledger.errors import TrainledgerError
+
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16")
+PARALLEL = ("none", "ddp", "fsdp")
+OPTIMIZERS = ("sgd", "adagrad", "rmsprop", "adam", "adamw")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. Units: tokens for sizes, steps for intervals, learning rates per step."""
+
+    model: str = "tiny"                 # preset name or config.json path; "cruncher" = the lecture's regression
+    text: str | None = None             # UTF-8 text file, byte-tokenized into <out_dir>/data/
+    data: str | None = None             # token file (.tokens with header, or 1-D .npy)
+    steps: int = 600                    # optimizer steps
+    batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches)
+    grad_accum: int = 1                 # micro-batches per optimizer step on each rank
+    seq_len: int = 128                  # tokens per sequence (context length)
+    lr: float = 3e-3                    # peak learning rate
+    min_lr: float = 3e-4                # learning rate at the end of the cosine
+    warmup_steps: int = 40              # linear warmup from 0 to lr
+    weight_decay: float = 0.1
+    grad_clip: float | None = 1.0       # max global L2 norm of the gradient; None: no clipping
+    optimizer: str = "adamw"
+    precision: str = "fp32"
+    seed: int = 0
+    out_dir: str = "runs/tiny-stdlib"
+    checkpoint_dir: str | None = None   # default <out_dir>/checkpoints
+    checkpoint_every: int = 100         # steps between checkpoints (a final one is always written)
+    keep_checkpoints: int = 3
+    resume: bool = False
+    metrics: str | None = None          # default <out_dir>/metrics.jsonl
+    eval_every: int = 100               # steps between held-out evaluations (and at the end); 0: never
+    eval_batches: int = 8               # global batches per evaluation
+    eval_fraction: float = 0.05         # share of the tokens held out for evaluation (the end of the file)
+    compile: bool = False
+    parallel: str = "none"              # ddp | fsdp under torchrun; none for one process
+    device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
+    plot: bool = True                   # write <out_dir>/loss.png at the end
+
+    def resolved_checkpoint_dir(self) -> Path:
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.out_dir) / "checkpoints"
+
+    def resolved_metrics(self) -> Path:
+        return Path(self.metrics) if self.metrics else Path(self.out_dir) / "metrics.jsonl"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+FIELDS = {f.name: f for f in fields(TrainConfig)}
+# Fields that change the sequence of losses: a --resume with a different value is refused.
+IDENTITY = ("model", "text", "data", "batch_size", "seq_len", "lr", "min_lr", "warmup_steps", "weight_decay",
+            "grad_clip", "optimizer", "precision", "seed", "eval_fraction", "steps")
+# Defaults for the lecture's Cruncher regression (CS336 Lecture 2 `train_loop` uses SGD at lr 0.01 with batch 4
+# on 10 steps; its targets x·(0..D−1) have a variance of ~85,000 at D=64, so SGD with clipping crawls and
+# without it diverges: Adam, whose step size does not scale with the gradient, fits it in 200 steps).
+CRUNCHER_DEFAULTS = {"steps": 200, "batch_size": 32, "seq_len": 1, "lr": 0.05, "min_lr": 0.005,
+                     "warmup_steps": 10, "weight_decay": 0.0, "optimizer": "adam", "out_dir": "runs/cruncher",
+                     "eval_every": 50}
+
+
+def load_toml(path: str | Path) -> dict:
+    """The keys of a TOML config file (dashes or underscores), checked against the known fields."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise TrainledgerError(f"config file {path} does not exist", "--config") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise TrainledgerError(f"config file {path} is not valid TOML: {error}", "--config") from None
+    table = raw.get("train", raw)
+    values = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise TrainledgerError(f"unknown key {key!r} in {path} (--config). Known: "
+                                   + ", ".join(f.replace("_", "-") for f in FIELDS))
+        values[name] = value
+    return values
+
+
+def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
+    """Defaults, then the TOML file, then the flags that were given (value not None); validated.
+
+    `flags` maps field names to values, None for a flag that was not given.
+    """
+    values = load_toml(config_file) if config_file else {}
+    values.update({k: v for k, v in flags.items() if v is not None and k in FIELDS})
+    if str(values.get("model", "")).lower() == "cruncher":
+        values = {**CRUNCHER_DEFAULTS, **values}
+    elif values.get("text") or values.get("data"):
+        name = Path(values.get("text") or values.get("data")).stem
+        values.setdefault("out_dir", f"runs/{values.get('model', 'tiny')}-{name}")
+    if "warmup_steps" not in values:   # the default warmup never exceeds a tenth of a short run
+        steps = values.get("steps", FIELDS["steps"].default)
+        values["warmup_steps"] = min(FIELDS["warmup_steps"].default, steps // 10 if isinstance(steps, int) else 0)
+    config = TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
+    validate(config)
+    return config
+
+
+def _coerce(name: str, value):
+    """`value` converted to the type of field `name`; a one-line error naming the key otherwise."""
+    flag = "--" + name.replace("_", "-")
+    default = FIELDS[name].default
+    if value is None:
+        return None
+    kind = type(default) if default is not None else (float if name == "grad_clip" else str)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise TrainledgerError(f"{flag} must be true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TrainledgerError(f"{flag} must be an integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TrainledgerError(f"{flag} must be a number, got {value!r}")
+        return float(value)
+    return str(value)
+
+
+def validate(config: TrainConfig) -> None:
+    """Raises a TrainledgerError naming the flag for the first value that is not allowed."""
+    for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
+                 "checkpoint_every"):
+        if getattr(config, name) <= 0:
+            raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
+    for name in ("warmup_steps", "eval_every"):
+        if getattr(config, name) < 0:
+            raise TrainledgerError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    if config.warmup_steps > config.steps:
+        raise TrainledgerError(f"--warmup-steps {config.warmup_steps} exceeds --steps {config.steps}")
+    if not config.lr > 0 or not 0 <= config.min_lr <= config.lr:
+        raise TrainledgerError(f"need --lr > 0 and 0 <= --min-lr <= --lr, got lr={config.lr}, min_lr={config.min_lr}")
+    if config.weight_decay < 0:
+        raise TrainledgerError(f"--weight-decay must be >= 0, got {config.weight_decay}")
+    if config.grad_clip is not None and not config.grad_clip > 0:
+        raise TrainledgerError(f"--grad-clip must be positive, got {config.grad_clip}")
+    if not 0 < config.eval_fraction < 1:
+        raise TrainledgerError(f"eval_fraction must be in (0, 1), got {config.eval_fraction}")
+    if config.precision not in PRECISIONS:
+        raise TrainledgerError(f"unknown --precision {config.precision!r}. Known: {', '.join(PRECISIONS)}")
+    if config.parallel not in PARALLEL:
+        raise TrainledgerError(f"unknown --parallel {config.parallel!r}. Known: {', '.join(PARALLEL)}")
+    if config.optimizer not in OPTIMIZERS:
+        raise TrainledgerError(f"unknown --optimizer {config.optimizer!r}. Known: {', '.join(OPTIMIZERS)}")
+    if config.text and config.data:
+        raise TrainledgerError("give --text or --data, not both")
+    if config.batch_size % config.grad_accum:
+        raise TrainledgerError(f"--batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
+
+
+def check_resume(saved: dict, config: TrainConfig) -> None:
+    """Refuses to continue a checkpoint under a config that would change its losses (names the flags)."""
+    current = config.to_dict()
+    changed = [k for k in IDENTITY if k in saved and saved[k] != current[k]]
+    if changed:
+        detail = ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {current[k]!r}" for k in changed)
+        raise TrainledgerError(f"--resume: the checkpoint was written with different settings ({detail}); "
+                               "use the original flags or another --checkpoint-dir")
+
+
+def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(sequences per rank per step, sequences per micro-batch) for `world_size` ranks; errors if not divisible."""
+    if config.batch_size % world_size:
+        raise TrainledgerError(f"--batch-size {config.batch_size} is not divisible by the {world_size} ranks")
+    per_rank = config.batch_size // world_size
+    if per_rank % config.grad_accum:
+        raise TrainledgerError(f"--batch-size {config.batch_size} / {world_size} ranks = {per_rank} sequences per rank, "
+                               f"not divisible by --grad-accum {config.grad_accum}")
+    return per_rank, per_rank // config.grad_accum
+
+
+__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "with_world", "replace"]

@@ -1,0 +1,358 @@
+"""The training loop: gradient accumulation, clipping, warmup+cosine, precision recipes, eval, checkpoints, signals.
+
+One optimizer step, on each of W ranks with A micro-batches (B = --batch-size, the GLOBAL batch):
+
+    drawn = sampler.draw(B)                          # same draw on every rank (shared seeded generator)
+    for a in range(A):                               # rank r trains rows r·B/W + a·B/(W·A) ... of `drawn`
+        loss_a = model(x_a, y_a)                     # mean over the micro-batch's tokens
+        backward(loss_a / A)                         # grads sync (DDP all-reduce, FSDP reduce-scatter) on a = A−1 only
+    grads are now the mean over the global batch     # DDP/FSDP average over ranks, 1/A over micro-batches
+    loss = mean over ranks of Σ_a loss_a / A         # what is logged: the global batch's mean loss
+    stop if loss is NaN/Inf (weights not updated; the last checkpoint stays good)
+    clip to --grad-clip (global L2 norm), lr from the schedule, optimizer step (GradScaler under amp-fp16)
+
+FLOPs per step and the memory prediction come from trainledger.account; this module holds no formula.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainledger import units
+from trainledger.account.flops import flops_per_step
+from trainledger.account.memory import memory_per_gpu
+from trainledger.data import seed_everything
+from trainledger.errors import TrainledgerError
+from trainledger.models import build_model
+from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
+from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s, peak_memory_bytes
+from trainledger.specs import get_model
+from trainledger.specs.recipes import get_recipe
+from trainledger.train import checkpoint as ckpt
+from trainledger.train import distributed as dist_
+from trainledger.train.batches import RegressionBatches, TokenBatches
+from trainledger.train.config import TrainConfig, check_resume, with_world
+from trainledger.train.corpus import load_splits
+from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, read_metrics
+from trainledger.train.precision import autocast, grad_scaler, param_dtype
+from trainledger.train.rng import load_rng_state_dict, rng_state_dict
+
+# Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
+FAULT_NAN_STEP_ENV = "TRAINLEDGER_FAULT_NAN_STEP"
+
+
+class TrainingDiverged(TrainledgerError):
+    """The loss became NaN or Inf; the run stopped before the weights were updated with it."""
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule, scaler, sampler and counters of one run; train() runs it.
+
+    Each stateful piece has state_dict()/load_state_dict(); `state_dict()` here gathers them for a checkpoint.
+    """
+
+    def __init__(self, config: TrainConfig, world: dist_.World | None = None, log=print, quiet: bool = False):
+        self.config = config
+        self.world = world or dist_.World(device=dist_.pick_device(config.device))
+        self.log = log if self.world.is_main and not quiet else (lambda *a, **k: None)
+        self.quiet = quiet
+        self.spec = get_model(config.model)
+        self.is_lm = self.spec.kind == "transformer"
+        if self.is_lm and config.seq_len > self.spec.max_seq_len:
+            raise TrainledgerError(f"--seq-len {config.seq_len} exceeds the context of model '{self.spec.name}' "
+                                   f"({self.spec.max_seq_len} tokens)")
+        self.per_rank, self.micro = with_world(config, self.world.world_size)
+        self.seq_len = config.seq_len if self.is_lm else 1
+        self.step = 0               # optimizer steps done
+        self.tokens = 0             # tokens (sequences × seq_len; samples for the Cruncher) trained on
+        self.stop_signal: str | None = None
+
+        generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
+        self.train_batches, self.eval_source = self._data(generator)
+        model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
+        self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
+        self.fmt = "dcp" if config.parallel == "fsdp" and self.world.distributed else "full"
+
+    # ----- setup -------------------------------------------------------------------------------------
+    def _data(self, generator):
+        """(training sampler, factory of held-out samplers)."""
+        if not self.is_lm:
+            eval_seed = self.config.seed + 1
+            return (RegressionBatches(self.spec.dim, generator),
+                    lambda: RegressionBatches(self.spec.dim, np.random.default_rng(eval_seed)))
+        if self.world.is_main:      # rank 0 builds any cached token file first; the others then only read it
+            train_tokens, eval_tokens = load_splits(self.config, self.spec.vocab_size, self.log)
+        dist_.barrier(self.world)
+        if not self.world.is_main:
+            train_tokens, eval_tokens = load_splits(self.config, self.spec.vocab_size)
+        seed = self.config.seed + 1
+        return (TokenBatches(train_tokens, self.seq_len, generator),
+                lambda: TokenBatches(eval_tokens, self.seq_len, np.random.default_rng(seed)))
+
+    def _build(self, resume_from: Path | None) -> None:
+        """Load the model state (unsharded formats), wrap for DDP/FSDP, compile, build optimizer and schedule."""
+        config = self.config
+        state = ckpt.load_trainer_state(resume_from) if resume_from else None
+        if state is not None:
+            check_resume(state["config"], config)
+            if state["format"] != self.fmt:
+                raise TrainledgerError(f"--resume: checkpoint {resume_from} was written with format "
+                                       f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
+            if self.fmt == "full":
+                self.model.load_state_dict(state["model"])
+        self.model = dist_.wrap(self.model, config.parallel, self.world)
+        if config.compile:
+            self.model = torch.compile(self.model)
+        # decay the matrices (and embeddings) only, not biases and norm gains (GPT-2/nanoGPT practice)
+        params = list(self.model.parameters())
+        groups = [{"params": [p for p in params if p.ndim >= 2]},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        self.optimizer = build_optimizer(config.optimizer, [g for g in groups if g["params"]], lr=config.lr,
+                                         weight_decay=config.weight_decay)
+        self.schedule = CosineWithWarmup(self.optimizer, config.warmup_steps, config.steps,
+                                         min_lr_ratio=config.min_lr / config.lr)
+        self.scaler = grad_scaler(config.precision, self.world.device)
+        if state is not None:
+            self.load_state_dict(state, resume_from)
+
+    # ----- state ---------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything a checkpoint needs to continue exactly (model and optimizer only for the 'full' format)."""
+        state = {
+            "format": self.fmt, "step": self.step, "tokens": self.tokens, "world_size": self.world.world_size,
+            "config": self.config.to_dict(), "sampler": self.train_batches.state_dict(),
+            "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None,
+            "rng": rng_state_dict(),
+        }
+        if self.fmt == "full":
+            state["model"] = dist_.unwrap(self.model).state_dict()
+            state["optimizer"] = self.optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict, path: Path) -> None:
+        if self.fmt == "full":
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            from trainledger.train.sharded import load_sharded
+            load_sharded(self.model, self.optimizer, path / ckpt.SHARDED_DIR)
+        self.schedule.load_state_dict(state["schedule"])
+        if self.scaler is not None and state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        self.train_batches.load_state_dict(state["sampler"])
+        load_rng_state_dict(state["rng"])
+        self.step, self.tokens = int(state["step"]), int(state["tokens"])
+
+    def save(self) -> Path | None:
+        """Writes a checkpoint of the current step (every rank calls it); its path on rank 0."""
+        checkpoint_dir = self.config.resolved_checkpoint_dir()
+        tmp = ckpt.begin(checkpoint_dir, self.step) if self.world.is_main else None
+        tmp = Path(dist_.broadcast_object(str(tmp) if tmp else None, self.world))
+        if self.fmt == "dcp":
+            from trainledger.train.sharded import save_sharded
+            save_sharded(self.model, self.optimizer, tmp / ckpt.SHARDED_DIR)
+        final = None
+        if self.world.is_main:
+            ckpt.write_trainer_state(tmp, self.state_dict())
+            final = ckpt.commit(tmp, checkpoint_dir, self.step, self.fmt)
+            ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
+        dist_.barrier(self.world)
+        return final
+
+    # ----- one step ----------------------------------------------------------------------------------
+    def _loss(self, x, y) -> torch.Tensor:
+        with autocast(self.config.precision, self.world.device):
+            if self.is_lm:
+                _, loss = self.model(x, y)
+            else:
+                loss = torch.nn.functional.mse_loss(self.model(x.to(param_dtype(self.config.precision))).float(), y)
+        return loss
+
+    def train_step(self) -> dict:
+        """One optimizer step over the global batch; {loss, grad_norm, lr, skipped}."""
+        config, world, accum = self.config, self.world, self.config.grad_accum
+        drawn = self.train_batches.draw(config.batch_size)
+        first = world.rank * self.per_rank
+        loss_sum = torch.zeros((), device=world.device)
+        for a in range(accum):
+            x, y = self.train_batches.rows(drawn, first + a * self.micro, first + (a + 1) * self.micro, world.device)
+            dist_.set_grad_sync(self.model, a == accum - 1)
+            loss = self._loss(x, y)
+            if os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
+                loss = loss * float("nan")
+            scaled = loss / accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach().float()
+        loss_value = float(dist_.mean_across(loss_sum / accum, world))
+        if not math.isfinite(loss_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDiverged(f"loss is {loss_value} at step {self.step + 1}; stopped before updating the weights. "
+                                   f"Last good checkpoint: {self._last_checkpoint()} (lower --lr or set --grad-clip, then --resume)")
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip()
+        lr = self.optimizer.param_groups[0]["lr"]
+        skipped = False
+        if self.scaler:
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < scale      # inf/NaN grads: step skipped, scale halved
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.schedule.step()
+        self.step += 1
+        self.tokens += config.batch_size * self.seq_len
+        return {"loss": loss_value, "grad_norm": grad_norm, "lr": lr, "skipped": skipped}
+
+    def _clip(self) -> float:
+        """The global L2 norm of the gradient before clipping; clips to --grad-clip when set.
+
+        Under FSDP the gradients are DTensor shards and the norm comes back as a DTensor: full_tensor()
+        sums the squares across ranks.
+        """
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
+        norm = clip_grad_norm_(params, max_norm)     # max_norm = inf: the scale is 1, nothing changes
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over --eval-batches global batches of the held-out split (the same batches every time)."""
+        self.model.eval()
+        source, total = self.eval_source(), torch.zeros((), device=self.world.device)
+        for _ in range(self.config.eval_batches):
+            drawn = source.draw(self.config.batch_size)
+            first = self.world.rank * self.per_rank
+            x, y = source.rows(drawn, first, first + self.per_rank, self.world.device)
+            total += self._loss(x, y).float()
+        self.model.train()
+        return float(dist_.mean_across(total / self.config.eval_batches, self.world))
+
+    # ----- the run -----------------------------------------------------------------------------------
+    def _last_checkpoint(self) -> str:
+        refs = ckpt.list_checkpoints(self.config.resolved_checkpoint_dir())
+        return str(refs[-1].path) if refs else "none"
+
+    def _find_resume(self) -> Path | None:
+        if not self.config.resume:
+            refs = ckpt.list_checkpoints(self.config.resolved_checkpoint_dir())
+            if refs:
+                raise TrainledgerError(f"{self.config.resolved_checkpoint_dir()} already holds checkpoints "
+                                       f"(last: step {refs[-1].step}); pass --resume to continue that run, "
+                                       "or choose another --out-dir/--checkpoint-dir")
+            return None
+        found = None
+        if self.world.is_main:
+            ref, _ = ckpt.latest_good(self.config.resolved_checkpoint_dir())   # warnings: stderr, even --quiet
+            found = str(ref.path) if ref else None
+            if ref is None:
+                self.log(f"--resume: no checkpoint in {self.config.resolved_checkpoint_dir()}; starting fresh")
+        found = dist_.broadcast_object(found, self.world)
+        return Path(found) if found else None
+
+    def describe_plan(self) -> dict:
+        """Predicted FLOPs per step and bytes per device (from trainledger.account), and the peak FLOP/s used for MFU."""
+        config = self.config
+        flops = flops_per_step(self.spec, config.batch_size, self.seq_len)
+        memory = memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
+                                optimizer=config.optimizer, zero=3 if self.fmt == "dcp" else 0,
+                                dp=self.world.world_size)
+        peak, source = peak_flops_per_s(self.world.device, get_recipe(config.precision).compute_dtype)
+        return {"train_flops_per_step": flops["train_flops_per_step"], "memory": memory,
+                "peak_flops_per_s": peak, "peak_source": source}
+
+    def train(self) -> dict:
+        """Runs to --steps (or until SIGTERM/SIGINT); a summary dict. Raises TrainingDiverged on NaN/Inf."""
+        config, world = self.config, self.world
+        resume_from = self._find_resume()
+        self._build(resume_from)
+        if resume_from:
+            self.log(f"resumed from {resume_from} at step {self.step} ({units.format_count(self.tokens)} tokens seen)")
+        plan = self.describe_plan()
+        memory = plan["memory"]
+        self.log(f"model {self.spec.name}: {units.format_count(memory['n_params'])} parameters; "
+                 f"{config.batch_size} × {self.seq_len} tokens per step on {world.world_size} × {world.device.type}, "
+                 f"precision {config.precision}, optimizer {config.optimizer}")
+        self.log(f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
+                 f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
+                 f"grads {units.format_bytes(memory['grads_bytes'])}, optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
+                 f"activations {units.format_bytes(memory['activations_bytes'])}); peak "
+                 f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
+        metrics_path = config.resolved_metrics()
+        writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
+        progress = Progress(config.steps, self.step, enabled=world.is_main and not self.quiet)
+        self.log = progress.print if world.is_main and not self.quiet else self.log
+        old_handlers = _install_signal_handlers(self)
+        peak_all = plan["peak_flops_per_s"] * world.world_size if plan["peak_flops_per_s"] else None
+        saved_at, started = None, time.perf_counter()
+        try:
+            while self.step < config.steps:
+                peak_memory_bytes(world.device, reset=True)          # start this step's window (CUDA)
+                with StepTimer(world.device) as timer:
+                    out = self.train_step()
+                seconds, step_flops = timer.seconds, plan["train_flops_per_step"]
+                record = {"step": self.step, "loss": out["loss"], "lr": out["lr"], "grad_norm": out["grad_norm"],
+                          "tokens": self.tokens, "step_time_s": seconds,
+                          "tokens_per_s": config.batch_size * self.seq_len / seconds,
+                          "flops_per_s": achieved_flops_per_s(step_flops, seconds),
+                          "mfu": mfu(step_flops, seconds, peak_all),
+                          "peak_memory_bytes": peak_memory_bytes(world.device)}
+                if out["skipped"]:
+                    record["skipped"] = True
+                if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.steps):
+                    record["eval_loss"] = self.evaluate()
+                if writer:
+                    writer.write(record)
+                progress.update(record)
+                stop = dist_.any_across(self.stop_signal is not None, world)
+                if self.step % config.checkpoint_every == 0 or self.step == config.steps or stop:
+                    saved_at = self.save()
+                if stop:
+                    self.log(f"received {self.stop_signal or 'a stop signal'}: checkpoint saved at step {self.step} "
+                             f"({saved_at}); continue with --resume")
+                    break
+        finally:
+            _restore_signal_handlers(old_handlers)
+            progress.close()
+            if writer:
+                writer.close()
+        summary = {"steps": self.step, "tokens": self.tokens, "seconds": time.perf_counter() - started,
+                   "train_flops_per_step": plan["train_flops_per_step"], "peak_flops_per_s": plan["peak_flops_per_s"],
+                   "predicted_memory_bytes": memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
+                   "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None}
+        if world.is_main:
+            records = read_metrics(metrics_path)
+            summary["final_loss"] = records[-1]["loss"] if records else None
+            evals = [r["eval_loss"] for r in records if r.get("eval_loss") is not None]
+            summary["final_eval_loss"] = evals[-1] if evals else None
+            if config.plot and records:
+                summary["loss_curve"] = str(plot_loss(records, Path(config.out_dir) / "loss.png", self.spec.name))
+        return summary
+
+
+def _install_signal_handlers(trainer: Trainer) -> dict:
+    """SIGTERM and SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+    def handler(signum, frame):
+        if trainer.stop_signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt      # a second Ctrl-C: stop now, without the checkpoint
+        trainer.stop_signal = signal.Signals(signum).name
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except ValueError:      # not the main thread: signals cannot be caught here
+            pass
+    return old
+
+
+def _restore_signal_handlers(old: dict) -> None:
+    for sig, previous in old.items():
+        signal.signal(sig, previous)

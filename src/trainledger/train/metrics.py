@@ -1,0 +1,146 @@
+"""Per-step metrics: a JSONL file (one record per optimizer step), a live progress display, a loss-curve PNG.
+
+Record keys carry their units (torchtitan's habit): step, loss, lr, grad_norm, tokens (seen so far),
+step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
+
+A resumed run appends to the same file, so a step can appear twice (written, then the process was killed
+before its checkpoint, then trained again after resume): readers keep the LAST record of each step.
+A line cut short by a kill is dropped when the file is reopened.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from trainledger import units
+
+
+class MetricsWriter:
+    """Appends one JSON object per line and flushes it to the OS at once (a SIGKILL loses nothing written)."""
+
+    def __init__(self, path: str | Path, fresh: bool):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            self.path.write_text("")
+        else:
+            _drop_partial_line(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def _drop_partial_line(path: Path) -> None:
+    """Truncate a file after its last newline (the tail a killed writer left unfinished)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end != len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(end)
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a metrics file, one per step (the last written wins), sorted by step; bad lines skipped."""
+    by_step: dict[int, dict] = {}
+    path = Path(path)
+    if not path.exists():
+        return []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            by_step[int(record["step"])] = record
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def describe(record: dict) -> str:
+    """One human line for a step record: loss, lr, throughput, MFU, memory."""
+    parts = [f"step {record['step']}", f"loss {record['loss']:.4f}"]
+    if record.get("eval_loss") is not None:
+        parts.append(f"eval {record['eval_loss']:.4f}")
+    parts.append(f"lr {record['lr']:.2e}")
+    parts.append(f"{units.format_count(record['tokens_per_s'])} tok/s")
+    if record.get("flops_per_s"):
+        parts.append(units.format_rate(record["flops_per_s"]))
+    if record.get("mfu") is not None:
+        parts.append(f"MFU {100 * record['mfu']:.1f}%")
+    if record.get("peak_memory_bytes"):
+        parts.append(f"peak {units.format_bytes(record['peak_memory_bytes'])}")
+    return "  ".join(parts)
+
+
+class Progress:
+    """A rich progress bar on a terminal; on a pipe or file, one line every ~5% of the steps (no bar spam)."""
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True):
+        self.total, self.enabled = total_steps, enabled
+        self.every = max(1, total_steps // 20)
+        self._bar = None
+        if enabled and sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            self._bar = RichProgress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                     TextColumn("{task.fields[status]}"), transient=False)
+            self._task = self._bar.add_task("train", total=total_steps, completed=start_step, status="")
+            self._bar.start()
+
+    def update(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=record["step"], status=describe(record).split("  ", 1)[1])
+            if record.get("eval_loss") is not None:
+                self._bar.console.print(describe(record))
+        elif record["step"] % self.every == 0 or record["step"] == self.total or record.get("eval_loss") is not None:
+            print(describe(record), flush=True)
+
+    def print(self, message: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(message)
+        elif self.enabled:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
+    """Writes the training (and held-out) loss against tokens seen as a PNG (matplotlib, Agg); its path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    train = [(r["tokens"], r["loss"]) for r in records if r.get("loss") is not None]
+    evals = [(r["tokens"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None]
+    if train:
+        ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="held-out loss", markersize=4)
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("loss (nats/token)" if title != "cruncher" else "loss (MSE)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

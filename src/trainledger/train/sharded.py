@@ -1,0 +1,30 @@
+"""FSDP2 checkpoints through torch.distributed.checkpoint (DCP): each rank writes and reads its own shards.
+
+`get_state_dict` / `set_state_dict` (torch.distributed.checkpoint.state_dict) give the model and optimizer
+states keyed by parameter name with DTensor shards; `dcp.save` writes one file per rank plus `.metadata`,
+and `dcp.load` reads them back in place, resharding if the world size changed. The trainer state
+(step, sampler, RNG, ...) goes beside it in trainer.pt, written by rank 0 (see checkpoint.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.optim import Optimizer
+
+
+def save_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
+    """Every rank writes its shards of the model and optimizer states into directory `path` (collective)."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path))
+
+
+def load_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
+    """Every rank reads its shards from `path` into the model and optimizer (collective)."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])

@@ -1,0 +1,119 @@
+"""`trainledger train` at the command line: flags in --help, config precedence, one-line errors, outputs, the default run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainledger.cli.main import build_parser, main
+
+FLAGS = ("--model --text --data --steps --batch-size --grad-accum --seq-len --lr --min-lr --warmup-steps --weight-decay "
+         "--grad-clip --optimizer --precision --seed --checkpoint-dir --checkpoint-every --keep-checkpoints --resume "
+         "--metrics --eval-every --eval-batches --compile --parallel --device --out-dir --config --json --quiet").split()
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def config_of(*argv):
+    from trainledger.cli.train import config_from_args
+    return config_from_args(build_parser().parse_args(["train", *argv]))
+
+
+def test_help_lists_every_flag_with_units():
+    text = subprocess.run([sys.executable, "-m", "trainledger.cli.main", "train", "--help"], capture_output=True,
+                          text=True, timeout=60).stdout
+    missing = [flag for flag in FLAGS if flag not in text]
+    assert not missing
+    assert "GLOBAL sequences per optimizer step" in text and "tokens per sequence" in text
+
+
+def test_no_arguments_is_the_tiny_gpt_on_the_stdlib_corpus():
+    config = config_of()
+    assert (config.model, config.text, config.data, config.precision) == ("tiny", None, None, "fp32")
+    assert config.out_dir == "runs/tiny-stdlib"
+    assert config.warmup_steps <= config.steps // 10
+
+
+def test_toml_then_flags(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[train]\nsteps = 50\nbatch-size = 8\nlr = 1e-3\nprecision = "amp-bf16"\n')
+    config = config_of("--config", str(path), "--lr", "2e-3")
+    assert (config.steps, config.batch_size, config.lr, config.precision) == (50, 8, 2e-3, "amp-bf16")
+    assert config.warmup_steps == 5     # default warmup: a tenth of a short run
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size: must be a positive integer"),
+    (["--precision", "fp8"], "--precision"),
+    (["--batch-size", "6", "--grad-accum", "4"], "--batch-size 6 is not divisible by --grad-accum 4"),
+    (["--steps", "10", "--warmup-steps", "20"], "--warmup-steps 20 exceeds --steps 10"),
+    (["--min-lr", "1", "--lr", "0.1"], "--min-lr"),
+    (["--text", "a.txt", "--data", "b.tokens"], "--text or --data"),
+    (["--model", "no-such-model"], "unknown model"),
+    (["--config", "/nonexistent.toml"], "does not exist (--config)"),
+    (["--parallel", "ddp", "--device", "cuda:7"], "--device"),
+], ids=["zero-batch", "precision", "accum", "warmup", "min-lr", "text-and-data", "model", "config", "device"])
+def test_bad_input_is_one_line_exit_2(argv, message, capsys, tmp_path):
+    status = main(["train", "--out-dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_unknown_toml_key_names_the_allowed_ones(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text("batchsize = 3\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'batchsize'" in err and "batch-size" in err
+
+
+def test_text_run_prints_plan_and_writes_outputs(tmp_path, capsys):
+    text = tmp_path / "book.txt"
+    text.write_text("It was the best of times, it was the worst of times. " * 400)
+    out = tmp_path / "run"
+    status = main(["train", "--text", str(text), "--steps", "4", "--batch-size", "2", "--seq-len", "16",
+                   "--eval-every", "2", "--eval-batches", "1", "--out-dir", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 0
+    assert "predicted:" in stdout and "FLOPs per step" in stdout and "memory per device" in stdout
+    assert "outputs:" in stdout and str(out / "metrics.jsonl") in stdout
+    assert (out / "data" / "book.txt.tokens").exists() and (out / "loss.png").stat().st_size > 1000
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    keys = {"step", "loss", "lr", "grad_norm", "tokens", "step_time_s", "tokens_per_s", "flops_per_s", "mfu",
+            "peak_memory_bytes"}
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and all(keys <= set(r) for r in records)
+
+
+def test_json_summary_for_the_cruncher(tmp_path, capsys):
+    status = main(["train", "--model", "cruncher", "--out-dir", str(tmp_path), "--json", "--no-plot"])
+    summary = json.loads(capsys.readouterr().out)
+    first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    assert status == 0
+    assert summary["steps"] == 200 and summary["tokens"] == 200 * 32    # the Cruncher defaults: batch 32, Adam
+    assert summary["final_eval_loss"] < 1e-3 * first                    # y = x·(0..63) is learnt
+
+
+def test_stdlib_corpus_is_deterministic_and_cached(tmp_path):
+    from trainledger.data import open_tokens
+    from trainledger.train.corpus import build_stdlib_corpus, stdlib_files
+    files = stdlib_files(200_000)
+    assert files == sorted(files) and all(f.suffix == ".py" for f in files)
+    assert sum(f.stat().st_size for f in files) <= 200_000
+    a = build_stdlib_corpus(tmp_path / "a", limit_bytes=200_000)
+    b = build_stdlib_corpus(tmp_path / "b", limit_bytes=200_000)
+    assert np.array_equal(open_tokens(a), open_tokens(b))
+    assert bytes(np.asarray(open_tokens(a)[:1000])) == b"".join(f.read_bytes() for f in files)[:1000]
+    mtime = a.stat().st_mtime_ns
+    assert build_stdlib_corpus(tmp_path / "a", limit_bytes=200_000) == a and a.stat().st_mtime_ns == mtime
