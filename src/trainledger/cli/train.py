@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-decay", type=_nonnegative_float, help="decoupled weight decay (AdamW) or L2 (default: 0.1)")
     g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
     g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
-    g.add_argument("--optimizer", choices=["sgd", "adagrad", "rmsprop", "adam", "adamw"], help="from trainledger.optim (default: adamw)")
+    g.add_argument("--optimizer", choices=["sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"], help="from trainledger.optim; momentum = SGD with momentum 0.9 (default: adamw)")
     g.add_argument("--precision", choices=["fp32", "amp-bf16", "amp-fp16", "bf16"],
                    help="fp32; amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); bf16: all bf16 (default: fp32)")
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")

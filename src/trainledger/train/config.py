@@ -17,7 +17,7 @@ from trainledger.errors import TrainledgerError
 
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
-OPTIMIZERS = ("sgd", "adagrad", "rmsprop", "adam", "adamw")
+OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw")  # names of optim.build_optimizer
 
 
 @dataclass(frozen=True)
