@@ -26,14 +26,20 @@ def _wrap(parse, what):
     return convert
 
 
+# Sizes, counts of GPUs, steps...: beyond int64 nothing is meaningful, and float arithmetic would overflow.
+LARGEST_INT = 2**63 - 1
+
+
 def positive_int(text: str) -> int:
-    """A positive integer: '8', '1024', '4K' (SI suffixes allowed)."""
+    """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed)."""
     try:
         value = units.parse_count(text)
     except TrainledgerError:
         value = None
     if value is None or not math.isfinite(value) or value <= 0 or value != int(value):
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    if value > LARGEST_INT:
+        raise argparse.ArgumentTypeError(f"must be a positive integer below 2^63, got {text!r}")
     return int(value)
 
 

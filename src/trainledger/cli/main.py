@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainledgerError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
+    except OverflowError as error:  # from extreme inputs (a 400-digit shape): a user error, not a crash
+        sys.stderr.write(f"error: a value is too large to compute with ({error}); use smaller numbers\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

@@ -23,6 +23,14 @@ examples:
 """
 
 
+def tokens_per_param(text: str) -> float:
+    """A tokens-per-parameter ratio in (0, 1e6]: beyond that N = sqrt(C / (6·ratio)) underflows to nothing useful."""
+    value = common.positive_float(text)
+    if value > 1e6:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1e6], got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-flops", type=common.positive_count, help="training budget in FLOPs, e.g. 1e22 (overrides the GPU flags)")
     parser.add_argument("--gpu", default="h100", help="accelerator (default h100)")
@@ -31,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mfu", type=common.fraction, default=0.5, help="model FLOPs utilization in (0, 1] (default 0.5)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
     parser.add_argument("--law", choices=("chinchilla-20", "approach3"), default="chinchilla-20", help="scaling law (default chinchilla-20)")
-    parser.add_argument("--tokens-per-param", type=common.positive_float, default=20.0, help="tokens per parameter for chinchilla-20 (default 20)")
+    parser.add_argument("--tokens-per-param", type=tokens_per_param, default=20.0,
+                        help="tokens per parameter for chinchilla-20, in (0, 1e6] (default 20)")
     common.add_json_flag(parser)
 
 

@@ -23,7 +23,12 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
     if key.lower() in PRESET_ALIASES:
         return PRESETS[PRESET_ALIASES[key.lower()]]
     path = Path(key)
-    if key.endswith(".json") or path.is_file() or path.is_dir():
+    try:
+        is_path = key.endswith(".json") or path.is_file() or path.is_dir()
+    except OSError as error:  # a name too long for the file system, for one
+        raise TrainledgerError(f"unknown model {key[:60]!r}... ({flag}): not a preset, and not a readable path "
+                               f"({error.strerror or error})") from None
+    if is_path:
         from trainledger.specs.hf_config import spec_from_config_file
         return spec_from_config_file(path, flag)
     known = ", ".join(PRESETS)

@@ -29,9 +29,9 @@ SUPPORTED = ("gpt2",) + LLAMA_LIKE
 def spec_from_config_file(path: str | Path, flag: str = "--model") -> TransformerSpec:
     """The TransformerSpec of a Hugging Face config.json at `path` (a directory means `path/config.json`)."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
     try:
+        if path.is_dir():
+            path = path / "config.json"
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TrainledgerError(f"no such config file: {str(path)!r} ({flag}); give a preset name or a path to a "
