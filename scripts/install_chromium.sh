@@ -12,7 +12,7 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
     SUDO=""
 elif command -v sudo >/dev/null 2>&1; then
-    SUDO="sudo"
+    SUDO="sudo -n"  # never prompt: CI has no standard input
 else
     echo "error: need root or sudo to install chromium with apt-get" >&2
     exit 1

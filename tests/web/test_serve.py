@@ -17,6 +17,7 @@ from trainledger.errors import TrainledgerError
 EXE = Path(sys.executable).with_name("trainledger")
 
 
+@pytest.mark.timeout(120)  # readline() below would wait forever for a server that never prints its URL
 def test_serve_starts_and_answers():
     pytest.importorskip("uvicorn", reason="trainledger serve needs the optional extra trainledger[web]")
     import httpx

@@ -244,10 +244,13 @@ def test_api_answers_in_well_under_100_ms(client):
                "/api/tensor-storage?shape=16,16&transpose=0,1", "/api/optimal-curve", "/api/dtype-round"]
     for query in queries:
         client.get(query)  # imports, caches
-        start = time.perf_counter()
+        seconds = []
         for _ in range(5):
+            start = time.perf_counter()
             assert client.get(query).status_code == 200
-        assert (time.perf_counter() - start) / 5 < 0.1, query
+            seconds.append(time.perf_counter() - start)
+        # the median, so one answer delayed by a busy machine does not decide; typical answers take 2-15 ms
+        assert sorted(seconds)[2] < 0.1, (query, seconds)
 
 
 def test_a_bug_is_a_500_with_one_line_not_a_traceback(client, monkeypatch):
@@ -272,3 +275,58 @@ def test_positional_arguments_and_many_values(monkeypatch):
     argv = api.argv_for("fake", [("names", "a b"), ("names", "-c"), ("sizes", "1 2"), ("verbose", "no")])
     assert argv == ["fake", "--sizes", "1", "2", "--", "a", "b", "-c"]
     assert vars(parser.parse_args(argv[1:])) == {"names": ["a", "b", "-c"], "sizes": ["1", "2"], "verbose": False}
+
+
+WEIRD = ["", "-1", "1e308", "9" * 400, "ü💥"]
+
+
+def test_weird_values_of_every_flag_are_never_a_500(client):
+    """Every flag of every endpoint (from /api/schema) with empty, zero, negative, huge, non-numeric, unicode
+    and path-like values, alone and repeated: a 200 (the CLI's answer) or a 422 with a one-line message."""
+    schema = client.get("/api/schema").json()
+    seen = 0
+    for command, info in schema.items():
+        for flag in info["flags"]:
+            for value in WEIRD:
+                for params in ([(flag["param"], value)], [(flag["param"], "1"), (flag["param"], value)])[:1 + (value == "")]:
+                    response = client.get(f"/api/{command}", params=params)
+                    assert response.status_code in (200, 422), (command, params, response.text[:300])
+                    if response.status_code == 422:
+                        assert response.json()["error"] and "\n" not in response.json()["error"]
+                    seen += 1
+    for path, param in (("optimal-curve", "budget-flops"), ("optimal-curve", "num-gpus"), ("tensor-storage", "shape"),
+                        ("tensor-storage", "slice"), ("dtype-round", "value")):
+        for value in WEIRD:
+            assert client.get(f"/api/{path}", params={param: value}).status_code in (200, 422), (path, param, value)
+    for field in api.ARCH_INT_FIELDS:
+        query = {"arch.d_model": "64", "arch.n_layers": "2", "arch.n_heads": "4", "arch.d_ff": "256", "arch.vocab_size": "100"}
+        for value in ("0", "-3", "9" * 400, "x"):
+            for command in ("params", "memory", "flops", "plan"):
+                response = client.get(f"/api/{command}", params={**query, f"arch.{field}": value})
+                assert response.status_code in (200, 422), (command, field, value, response.text[:300])
+                assert response.status_code == 422 or value == "9" * 400  # Python ints: 10^400 layers is countable
+    assert seen > 300
+
+
+@pytest.mark.parametrize("query", ["help=1", "help", "version=true", "h=1", "=1", "-=1", "arch.=1", "%00=1"])
+def test_odd_parameter_names_are_422(client, query):
+    """Parameters named like argparse's own --help/--version (which print and exit) or oddly: 422, never a 500."""
+    response = client.get(f"/api/memory?model=gpt2&{query}")
+    assert response.status_code == 422, response.text[:300]
+    assert response.json()["error"]
+
+
+def test_overflow_is_a_422_with_the_cli_line(client):
+    """`trainledger matmul --m 1e308` cannot compute (the count overflows a float): the CLI prints one line and
+    the API answers it with 422, as bad input, rather than 500."""
+    response = client.get("/api/matmul?m=1e308")
+    assert response.status_code == 422
+    assert response.json()["error"].startswith("unexpected OverflowError")
+
+
+def test_commands_that_run_work_are_not_endpoints(client):
+    """bench (size² matrices) and measure (a whole model) run on the host: the calculator never exposes them."""
+    assert client.get("/api/bench?size=100000").status_code == 404
+    assert client.get("/api/measure?model=llama-2-7b&device=cpu").status_code == 404
+    assert not {"bench", "measure"} & set(client.get("/api/health").json()["commands"])
+    assert not {"bench", "measure"} & set(client.get("/api/schema").json())

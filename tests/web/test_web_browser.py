@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 from pathlib import Path
 
@@ -21,6 +22,7 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.timeout(180),  # a hung browser or server fails the test instead of stalling CI
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium not installed: run scripts/install_chromium.sh"),
 ]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need the python package playwright")
@@ -70,6 +72,8 @@ def page(browser, base_url):
     page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
     yield page
     assert not errors, errors
+    text = page.inner_text("body")  # after every calculator has been moved: no unformatted value anywhere
+    assert "NaN" not in text and "undefined" not in text and "[object" not in text
     context.close()
 
 
@@ -207,6 +211,10 @@ def test_memory_budget(page):
     assert page.eval_on_selector_all("#calc-memory svg rect.part", "n => n.length") == \
         sum(1 for k, v in expected.items() if k.endswith("_bytes") and k not in ("total_bytes", "memory_per_gpu_bytes", "headroom_bytes") and v > 0)
     screenshot(page, "memory")
+    # the "Same answer" line, copied as a user would (its words are separate spans), is a command giving these numbers
+    argv = shlex.split(page.text_content("#calc-memory .command-line"))
+    assert argv[0] == "trainledger" and argv[-1] == "--json"
+    assert_shown_equals(shown(page, "memory"), cli_json(argv[1:-1]))
     before = updates(page, "memory")  # the model of calculator 5 (gpt2 after test_transformer_parameters)
     page.select_option("#memory-model", "from-params")
     wait_for_answer(page, "memory", before)
@@ -276,3 +284,54 @@ def test_every_input_has_a_label(page):
     unlabelled = page.eval_on_selector_all(
         "input, select", "nodes => nodes.filter(n => !(n.labels && n.labels.length)).map(n => n.id || n.name)")
     assert unlabelled == []
+
+
+def test_answers_follow_a_slider_while_it_moves(page):
+    """Holding a key on a slider (a change every ≥ 60 ms for ≥ 1.2 s): requests go out during the movement, at
+    most 250 ms apart (not only 100 ms after it stops), yet far fewer than one per change; the last answer shown is
+    the CLI's for the final value. The lower bound needs no fast machine: a slower one only stretches the time."""
+    sent = []
+    listener = lambda request: sent.append(request.url) if "/api/plan?" in request.url or request.url.endswith("/api/plan") else None  # noqa: E731
+    page.on("request", listener)
+    before = updates(page, "plan")
+    page.focus("#plan-mfu-slider")
+    for _ in range(20):
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_timeout(60)
+    during = len(sent)
+    wait_for_answer(page, "plan", before)
+    page.remove_listener("request", listener)
+    assert during >= 3 and len(sent) < 20, sent
+    expected = cli_json(["plan", "--num-gpus", page.input_value("#plan-num-gpus"), "--mfu", page.input_value("#plan-mfu"),
+                         *(["--deadline", page.input_value("#plan-deadline")] if page.input_value("#plan-deadline") else [])])
+    assert_shown_equals(shown(page, "plan"), expected)
+
+
+def test_a_phone_wide_window_does_not_scroll_sideways(page):
+    """At 420 px the columns stack and wide tables scroll inside their calculator, not the whole page."""
+    page.set_viewport_size({"width": 420, "height": 900})
+    try:
+        page.wait_for_timeout(100)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 430
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_gpt2_family_fixes_kv_heads_and_tying(page):
+    """GPT-2 has no grouped KV heads and always ties its head: those fields are disabled, not sent, and one more
+    layer on GPT-2 small's sizes counts its published 124,439,808 plus one layer."""
+    before = updates(page, "params")
+    page.select_option("#params-model", "gpt2")
+    wait_for_answer(page, "params", before)
+    assert page.is_disabled("#params-tied") and page.is_checked("#params-tied")
+    assert page.is_disabled("#params-n_kv_heads") and page.is_disabled("#params-n_kv_heads-slider")
+    press(page, "params", "#params-n_layers-slider", "ArrowRight")  # 12 -> 13 layers: a custom gpt2 config
+    assert page.input_value("#params-model") == "custom"
+    fields = {"family": "gpt2", "d_model": "768", "n_layers": "13", "n_heads": "12", "d_ff": "3072", "vocab_size": "50257"}
+    expected = cli_json(["params", "--model", api.custom_config_path(fields)])
+    assert_shown_equals(shown(page, "params"), expected)
+    assert expected["n_params"] == 124_439_808 + expected["n_params_per_layer"]
+    before = updates(page, "params")
+    page.select_option("#params-family", "llama")
+    wait_for_answer(page, "params", before)
+    assert not page.is_disabled("#params-tied") and not page.is_disabled("#params-n_kv_heads")

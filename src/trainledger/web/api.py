@@ -21,8 +21,10 @@ import argparse
 import functools
 import hashlib
 import json
+import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -39,6 +41,13 @@ ARCH_PREFIX = "arch."
 ARCH_FAMILIES = ("llama", "gpt2")
 ARCH_INT_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len")
 IGNORED_PARAMS = {"json", "_"}  # `_` lets a caller bust caches; --json is implied
+# Commands that do work on this machine rather than answer from specs: `bench` allocates size² matrices and
+# `measure` builds and steps a model, so one query (`/api/measure?model=llama-2-7b`) could exhaust the server's
+# memory. The page is a calculator: they stay command-line only.
+WORK_COMMANDS = frozenset({"bench", "measure"})
+# Exceptions that only bad input raises inside a command (a number too large for a float, a 400-character
+# "file name"): 422 like any bad input, with the CLI's own one line. Anything else is a bug: 500.
+INPUT_EXCEPTIONS = (ArithmeticError, OSError)
 
 router = APIRouter(prefix="/api")
 
@@ -49,12 +58,13 @@ class ApiError(TrainledgerError):
 
 @functools.lru_cache(maxsize=1)
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
-    """The argparse parser of each answering subcommand (those with compute()), by name, in `--help` order."""
+    """The argparse parser of each answering subcommand (those with compute(), except WORK_COMMANDS), by name,
+    in `--help` order."""
     parser = cli.build_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return {name: sub for name, sub in action.choices.items()
-                    if hasattr(sub.get_default("_module"), "compute")}
+                    if hasattr(sub.get_default("_module"), "compute") and name not in WORK_COMMANDS}
     return {}
 
 
@@ -107,6 +117,8 @@ def argv_for(command: str, params: list[tuple[str, str]]) -> list[str]:
             continue
         flag = "--" + key.replace("_", "-")
         action = options.get(flag)
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):  # they print and exit: not answers
+            raise ApiError(f"{flag} is not a query parameter; the flags of each command are at /api/schema", flag)
         if action is None:
             argv.append(f"{flag}={value}")  # argparse rejects it with the CLI's own message
         elif _is_boolean(action):
@@ -174,7 +186,8 @@ def custom_config_path(fields: dict[str, str]) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"custom-{config['model_type']}-{digest}.json"
     if not path.exists():
-        scratch = path.with_suffix(".tmp")
+        # a scratch file per process and thread: two requests for a new config never write into one another's
+        scratch = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         scratch.write_text(text)
         scratch.replace(path)
     return str(path)
@@ -220,6 +233,12 @@ def answer(command: str, params: list[tuple[str, str]]) -> tuple[int, object, li
             return 404, error_body(error, command), argv
         custom = any(key.startswith(ARCH_PREFIX) for key, _ in params)
         return 422, error_body(error, command, custom), argv
+    except SystemExit:  # argparse exits only after printing help or a version, which argv_for never sends
+        message = f"{command}: this query makes the command print and exit instead of answering; see /api/schema"
+        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
+    except INPUT_EXCEPTIONS as error:  # what `trainledger <argv>` prints for it; out-of-range input, not a bug
+        message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
+        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
     except Exception as error:  # a bug, not bad input: the CLI's one line for it, never a traceback page
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
         return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv

@@ -8,7 +8,7 @@ const Fmt = {
   sig(x, digits = 3) {
     if (x === 0) return "0";
     const text = Number(x).toPrecision(digits);
-    return text.includes("e") ? text : String(Number(text));
+    return text.includes("e") ? text.replace("e+", "e") : String(Number(text));  // 1.244e7, as the rest of the page
   },
   count(n) {
     if (n === null || n === undefined || !Number.isFinite(n)) return String(n);
@@ -41,7 +41,9 @@ const Fmt = {
     for (const [unit, scale] of units) if (s >= 2 * scale || (unit === "days" && s >= scale)) return `${(s / scale).toFixed(1)} ${unit}`;
     if (s >= 1) return `${s.toFixed(2)} s`;
     if (s >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
-    return `${(s * 1e6).toFixed(1)} µs`;
+    if (s >= 1e-6) return `${Fmt.sig(s * 1e6)} µs`;
+    if (s === 0) return "0 s";
+    return `${Fmt.sig(s * 1e9)} ns`;  // a 64 × 64 × 64 matmul's ideal time is tens of nanoseconds
   },
   number(n) { return typeof n === "number" ? Fmt.sig(n, 4) : String(n); },
   plain(v) { return String(v); },
@@ -100,6 +102,7 @@ const UrlState = {
 
 // ---------- one calculator ----------
 let SCHEMA = {};
+const MAX_WAIT_MS = 250;  // during a continuous drag, at most this long between requests
 
 class Calculator {
   // spec: {id, command, fields: [...], render(calc, body), params(calc) (optional), extra(calc) (optional)}
@@ -113,6 +116,7 @@ class Calculator {
     this.fields = {};
     this.seq = 0;
     this.timer = null;
+    this.lastSent = -Infinity;
   }
 
   flagInfo(param) {
@@ -240,22 +244,28 @@ class Calculator {
     return out;
   }
 
+  // Debounced (a request 100 ms after the last change), but never starved: while a slider keeps moving, a
+  // request goes out as soon as MAX_WAIT_MS have passed since the last one, so the answer follows the drag.
   schedule(delay = 100) {
     clearTimeout(this.timer);
     this.section.classList.add("pending");
-    this.timer = setTimeout(() => this.update(), delay);
+    const idle = performance.now() - this.lastSent >= MAX_WAIT_MS;
+    this.timer = setTimeout(() => { this.timer = null; this.update(); }, idle ? 0 : delay);
   }
 
   async update() {
     const seq = ++this.seq;
+    this.lastSent = performance.now();
     const params = this.params();
     const reply = await callApi(this.spec.command, params);
     if (seq !== this.seq) return;  // a newer request is on its way
-    this.section.classList.remove("pending");
+    if (this.timer === null) this.section.classList.remove("pending");  // else a newer change is still to be sent
     this.clearErrors();
     if (!reply.ok) { this.showError(reply.body); this.section.dataset.state = "error"; this.finished(); return; }
     if (reply.argv && this.commandLine) {
-      this.commandLine.textContent = ["trainledger", ...reply.argv.filter((a) => a !== "--"), "--json"].map(shellQuote).join(" ");
+      // one unbreakable span per word, so a long line wraps between flags and never inside "--dp=8"
+      const words = ["trainledger", ...reply.argv.filter((a) => a !== "--"), "--json"].map(shellQuote);
+      this.commandLine.replaceChildren(...words.flatMap((word, i) => [i ? " " : "", el("span", { class: "word", text: word })]));
     }
     try {
       await this.spec.render(this, reply.body, params);

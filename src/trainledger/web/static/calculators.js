@@ -22,7 +22,13 @@
   function otherNumbers(body, shown, prefix = "") {
     return Object.entries(body)
       .filter(([k, v]) => typeof v === "number" && !shown.includes(k))
-      .map(([k, v]) => ({ label: k.replace(/_bytes$|_s$/, "").replace(/_/g, " "), path: prefix + k, value: v, format: formatFor(k) }));
+      .map(([k, v]) => ({ label: labelFor(k), path: prefix + k, value: v, format: formatFor(k) }));
+  }
+  // "peak_flops_per_s" → "peak FLOP/s", "n_params_per_gpu" → "parameters per GPU" (the unit goes to the value)
+  function labelFor(key) {
+    const label = key.replace(/_flops_per_s$/, " FLOP/s").replace(/_bytes$|_s$/, "").replace(/_/g, " ")
+      .replace(/\bgpus?\b/g, (w) => w.toUpperCase());
+    return label.startsWith("n ") ? label.slice(2).replace(/\bparams\b/, "parameters") : label;
   }
   function formatFor(key) {
     if (/bytes/.test(key)) return Fmt.bytes;
@@ -78,7 +84,8 @@
         ]), assumptions(body));
       calc.section.querySelector(".formula-numbers").textContent =
         `${Fmt.flops(body.train_flops)} FLOPs = ${Fmt.flops(body.flops_per_token)} × ${Fmt.count(body.n_tokens)} tokens;  ` +
-        `${Fmt.sig(body.train_seconds, 4)} s = ${Fmt.flops(body.train_flops)} / (${body.num_gpus} × ${Fmt.rate(body.peak_flops_per_s)} × ${body.mfu})`;
+        `${Fmt.flops(body.train_seconds)} s = ${Fmt.flops(body.train_flops)} / (${body.num_gpus} × ${Fmt.rate(body.peak_flops_per_s)} × ${body.mfu})` +
+        ` = ${Fmt.seconds(body.train_seconds)}`;
     },
   };
   function syncPlan(calc) { calc.fields.params.wrap.hidden = calc.value("model") !== ""; }
@@ -211,12 +218,16 @@
       const reply = await callApi("dtype-round", [["value", calc.value("marker")]]);
       if (!reply.ok) throw Object.assign(new Error(reply.body.error), { body: reply.body });
       const out = clear(calc.out);
+      // fp8-e4m3 has no infinity: a value past its max comes back as ±max (the API's rounding), worth saying so
+      const saturates = (r) => { const d = body.find((x) => x.name === r.name);
+        return !r.overflows && r.rounded !== null && d && Math.abs(r.rounded) === d.max && Math.abs(r.value) > d.max; };
       const rounding = el("table", { class: "grid" });
       rounding.appendChild(el("thead", {}, el("tr", {}, [el("th", { scope: "col", text: "dtype" }),
         el("th", { scope: "col", text: `stored value of ${calc.value("marker")}` }), el("th", { scope: "col", text: "" })])));
       rounding.appendChild(el("tbody", {}, reply.body.map((r, i) => el("tr", {}, [el("th", { scope: "row", text: r.name }),
         el("td", {}, valueNode(`round.${i}.rounded`, r.rounded, (v) => (v === null ? "NaN" : String(v)))),
-        el("td", { class: r.underflows || r.overflows ? "verdict-oom" : "", text: r.underflows ? "underflows to 0" : r.overflows ? "overflows" : "" })]))));
+        el("td", { class: r.underflows || r.overflows || saturates(r) ? "verdict-oom" : "",
+                   text: r.underflows ? "underflows to 0" : r.overflows ? "overflows" : saturates(r) ? "saturates at its max (no infinity)" : "" })]))));
       out.append(el("h3", { class: "sub", text: "Rounding a value to each format" }), rounding);
       out.append(el("h3", { class: "sub", text: "Bit layouts (sign · exponent · mantissa)" }));
       const roundedByName = Object.fromEntries(reply.body.map((r) => [r.name, r.rounded]));
@@ -306,11 +317,15 @@
       for (const spec of ARCH) {
         calc.fields[spec.key].field.onChange = (c) => { if (c.value("model") !== "custom") c.setValue("model", "custom"); };
       }
+      const toCustom = calc.fields.family.field.onChange;
+      calc.fields.family.field.onChange = (c) => { toCustom(c); syncFamily(c); };
       if (calc.value("model") !== "custom") presetToSliders(calc);
+      syncFamily(calc);
     },
     params(calc) {
       if (calc.value("model") !== "custom") return [["model", calc.value("model")]];
-      return ARCH.map((a) => [`arch.${a.key}`, calc.value(a.key)]).filter(([, v]) => v !== "");
+      const unused = calc.value("family") === "gpt2" ? GPT2_FIXED : [];
+      return ARCH.filter((a) => !unused.includes(a.key)).map((a) => [`arch.${a.key}`, calc.value(a.key)]).filter(([, v]) => v !== "");
     },
     render(calc, body) {
       followParams();
@@ -336,6 +351,21 @@
     const values = { family: m.mlp === "gelu" ? "gpt2" : "llama", d_model: m.d_model, n_layers: m.n_layers, n_heads: m.n_heads,
                      n_kv_heads: m.n_kv_heads || m.n_heads, d_ff: m.d_ff, vocab_size: m.vocab_size, tied: String(!!m.tied_embeddings) };
     for (const [k, v] of Object.entries(values)) calc.setValue(k, String(v));
+    syncFamily(calc);
+  }
+  // GPT-2 has no grouped key/value heads and always ties its LM head to the embedding (GPT2Config):
+  // those two fields are shown disabled, with the values the family implies, and not sent.
+  const GPT2_FIXED = ["n_kv_heads", "tied"];
+  function syncFamily(calc) {
+    const gpt2 = calc.value("family") === "gpt2";
+    for (const key of GPT2_FIXED) {
+      const entry = calc.fields[key];
+      entry.input.disabled = gpt2;
+      if (entry.slider) entry.slider.disabled = gpt2;
+      entry.wrap.classList.toggle("not-applicable", gpt2);
+      entry.wrap.title = gpt2 ? "fixed by the gpt2 family" : "";
+    }
+    if (gpt2) { calc.setValue("tied", "true"); calc.setValue("n_kv_heads", calc.value("n_heads")); }
   }
 
   // ---------------- 6. memory per GPU (memory) ----------------
@@ -361,8 +391,8 @@
       const placeSeq = () => {  // an empty length means the model's own: put the thumb there
         const m = DATA.models.find((x) => x.name === calc.value("model"));
         if (seq && seq.input.value === "" && m && m.max_seq_len) seq.slider.value = Math.log2(m.max_seq_len);
+        seq.input.placeholder = m && m.max_seq_len ? String(m.max_seq_len) : "model's";  // grey: the default in use
       };
-      seq.input.placeholder = "model's";
       calc.fields.model.field.onChange = placeSeq;
       placeSeq();
       for (const [key, entry] of Object.entries(calc.fields)) {  // flags this build of `memory` lacks are hidden

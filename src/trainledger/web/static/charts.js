@@ -33,7 +33,11 @@ function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
   const end = parts.reduce((at, part) => at + Math.max(part.value, 0), 0);
   const scaleMax = Math.max(end, capacity || 0) * 1.04 || 1;
   const x = (value) => left + (width - left - right) * value / scaleMax;
-  const root = svgRoot(width, 150, title);
+  // the legend wraps onto a second row when the parts' labels do not fit on one
+  const legendWidths = parts.filter((p) => p.value > 0).map((p) => 24 + `${p.label} ${format(p.value)}`.length * 6.2);
+  const twoRows = legendWidths.reduce((a, b) => a + b, 0) > width - left;
+  const root = svgRoot(width, twoRows ? 168 : 150, title);
+  const labels = [];
   let at = 0;
   parts.forEach((part, i) => {
     if (part.value <= 0) return;
@@ -41,11 +45,13 @@ function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
     root.appendChild(svg("rect", { x: x0, y: barY, width: Math.max(x1 - x0, 0.5), height: barH,
                                    fill: PALETTE[i % PALETTE.length], class: "part" },
                          [svg("title", {}, `${part.label}: ${format(part.value)}`)]));
-    if (x1 - x0 > 60) {
-      root.appendChild(text((x0 + x1) / 2, barY + barH / 2 + 4, part.label, { "text-anchor": "middle", class: "bar-label" }));
+    if (x1 - x0 > 60) {  // drawn after the capacity line, outlined in the part's colour, so the line never crosses it
+      labels.push(text((x0 + x1) / 2, barY + barH / 2 + 4, part.label,
+                       { "text-anchor": "middle", class: "bar-label", stroke: PALETTE[i % PALETTE.length] }));
     }
     at += part.value;
   });
+  const legendY = 130;
   root.appendChild(text(left, 22, `total ${format(total)}`, { class: "axis-label" }));
   if (capacity) {
     const cx = x(capacity);
@@ -53,14 +59,17 @@ function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
     root.appendChild(text(Math.min(cx, width - 4), barY + barH + 28, capacityLabel || `capacity ${format(capacity)}`,
                           { "text-anchor": cx > width - 150 ? "end" : "middle", class: "axis-label" }));
   }
+  labels.forEach((label) => root.appendChild(label));
   // legend
-  let lx = left;
+  let lx = left, ly = legendY;
   parts.forEach((part, i) => {
     if (part.value <= 0) return;
     const label = `${part.label} ${format(part.value)}`;
-    root.appendChild(svg("rect", { x: lx, y: 130, width: 10, height: 10, fill: PALETTE[i % PALETTE.length] }));
-    root.appendChild(text(lx + 14, 139, label, { class: "legend" }));
-    lx += 24 + label.length * 6.2;
+    const w = 24 + label.length * 6.2;
+    if (lx > left && lx + w > width) { lx = left; ly += 20; }
+    root.appendChild(svg("rect", { x: lx, y: ly, width: 10, height: 10, fill: PALETTE[i % PALETTE.length] }));
+    root.appendChild(text(lx + 14, ly + 9, label, { class: "legend" }));
+    lx += w;
   });
   return root;
 }
@@ -157,7 +166,8 @@ function logLineChart({ series, point, xLabel, yLabel, title, xFormat, yFormat }
   const x0 = Math.log10(Math.min(...xs)), x1 = Math.log10(Math.max(...xs));
   let y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
-  const pad = (y1 - y0) * 0.06; y0 -= pad; y1 += pad;
+  const pad = (y1 - y0) * 0.06; y1 += pad;
+  y0 -= point ? pad * 4 : pad;  // room under the curve for the point's label
   const X = (v) => left + (width - left - right) * (Math.log10(v) - x0) / (x1 - x0 || 1);
   const Y = (v) => top + (height - top - bottom) * (1 - (v - y0) / (y1 - y0));
   for (let e = Math.ceil(x0); e <= Math.floor(x1); e++) {
@@ -174,7 +184,10 @@ function logLineChart({ series, point, xLabel, yLabel, title, xFormat, yFormat }
   if (point) {
     root.appendChild(svg("circle", { cx: X(point.x), cy: Y(point.y), r: 6, class: "optimum" },
                          [svg("title", {}, point.label)]));
-    root.appendChild(text(X(point.x) + 9, Y(point.y) - 9, point.label, { class: "marker-label" }));
+    // under the point, where a curve with its minimum near the point leaves room; kept inside the plot
+    const lx = Math.min(Math.max(X(point.x), left + 110), width - right - 110);
+    root.appendChild(text(lx, Math.min(Y(point.y) + 22, height - bottom - 6), point.label,
+                          { class: "marker-label", "text-anchor": "middle" }));
   }
   root.appendChild(text((left + width - right) / 2, height - 8, xLabel, { "text-anchor": "middle", class: "axis-label" }));
   root.appendChild(text(14, (top + height - bottom) / 2, yLabel,
