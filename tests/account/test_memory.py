@@ -154,3 +154,16 @@ def test_optimizer_bytes_match_torch_optim(name, factory, kwargs):
                    if torch.is_tensor(t) and t.numel() > 1)
     predicted = M.memory_per_gpu(n_params=n, precision="fp32", optimizer=name)["optimizer_bytes"]
     assert predicted == measured
+
+
+def test_zero3_parameters_stored_per_gpu_are_sharded():
+    """ZeRO-3 (Rajbhandari et al. 2019, Sec. 3.1) partitions the parameters themselves over N_d ranks:
+    each GPU stores Ψ/N_d of them, which is what params_bytes counts; before ZeRO it would hold all Ψ."""
+    from trainledger.specs import get_model
+    spec = get_model("llama-2-7b")
+    sharded = M.memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=3, dp=8)
+    replicated = M.memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=2, dp=8)
+    n = param_counts(spec)["n_params"]
+    assert sharded["n_params_per_gpu_before_zero"] == replicated["n_params_per_gpu"] == n
+    assert sharded["n_params_per_gpu"] == pytest.approx(n / 8)
+    assert sharded["params_bytes"] == pytest.approx(2 * sharded["n_params_per_gpu"])  # bf16 weights

@@ -166,7 +166,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "total_bytes": total,
         "reserve_bytes": float(reserve_bytes),
         "n_params": total_params,
-        "n_params_per_gpu": per_gpu,
+        # parameters whose weights this GPU stores: after tensor/pipeline placement and ZeRO-3 sharding
+        "n_params_per_gpu": per_gpu / divisors["params"],
+        "n_params_per_gpu_before_zero": per_gpu,
         "pipeline_stage": placement["stage"],
         "bytes_per_param": per_param["total"],
         "bytes_per_param_parts": per_param,

@@ -87,7 +87,7 @@ def render(result: dict, args) -> None:
     def row(label, key):
         return (label, f"{units.format_bytes(result[key])} ({result[key]:.4g} B)")
 
-    rows = [("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_per_gpu'])} per GPU before ZeRO)"),
+    rows = [("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_per_gpu_before_zero'])} per GPU before ZeRO, {units.format_count(result['n_params_per_gpu'])} stored)"),
             row("params", "params_bytes"), row("grads", "grads_bytes"), row("master params", "master_params_bytes"),
             row("optimizer states", "optimizer_bytes"),
             row("activations", "activations_bytes") if result["activations_modeled"] else ("activations", "not modelled (--params only)"),
