@@ -69,22 +69,25 @@ def positive_bytes(text: str) -> float:
     return value
 
 
+def _float(text: str) -> float:
+    """`text` as a float, NaN when it is not a number (the caller's range check then rejects it)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def fraction(text: str) -> float:
     """A number in (0, 1]: MFU, efficiency."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    """A finite number > 0: learning rates, ratios."""
+    value = _float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
