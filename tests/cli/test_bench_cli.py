@@ -23,9 +23,13 @@ def test_json_keys(capsys):
     assert result["flops_per_s"] == pytest.approx(result["flops"] / result["seconds"])
 
 
-def test_table_bf16(capsys):
-    status, out, _ = run(capsys, "bench", "--size", "64", "--dtype", "bf16", "--repeats", "1")
-    assert status == 0 and "MFU" in out
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_every_dtype_on_cpu(capsys, dtype):
+    status, out, _ = run(capsys, "bench", "--size", "64", "--dtype", dtype, "--repeats", "1")
+    assert status == 0 and "MFU" in out and f"64×64 {dtype} on cpu" in out
+    status, out, _ = run(capsys, "bench", "--size", "32", "--dtype", dtype, "--repeats", "1", "--warmup", "0", "--json")
+    result = json.loads(out)
+    assert status == 0 and result["dtype"] == dtype and result["flops"] == 2 * 32 ** 3 and result["seconds"] > 0
 
 
 def test_errors(capsys):

@@ -35,11 +35,68 @@ def test_table(capsys):
     assert "activations" in out and "predicted" in out and "measured" in out
 
 
-def test_user_factory(capsys):
-    status, out, _ = run(capsys, "measure", "--model", "tests.measure.test_compare:_factory", "--batch-size", "4", "--json")
-    if status != 0:
-        pytest.skip("tests package not importable under this import mode; measure_factory is tested in tests/measure")
-    assert json.loads(out)["measured"]["n_params"] == 16 * 32 + 32 + 32 + 1
+FACTORIES = """
+import torch
+
+def good(batch_size, seq_len):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    return model, (torch.ones(batch_size, 16),), lambda out: out.pow(2).mean()
+
+def boom(batch_size, seq_len):
+    raise ValueError("factory exploded")
+
+def not_a_tuple(batch_size, seq_len):
+    return 3
+
+def vector_loss(batch_size, seq_len):
+    return torch.nn.Linear(4, 4), (torch.ones(batch_size, 4),)
+
+def bad_shapes(batch_size, seq_len):
+    return torch.nn.Linear(4, 4), (torch.ones(batch_size, 5),), lambda out: out.sum()
+
+not_callable = 5
+"""
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    """A module of user factories in the current directory, which `trainledger measure` can import (as `python -m`)."""
+    import sys
+    name = f"r2_user_factories_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_user_factory_from_the_current_directory(capsys, factories):
+    status, out, err = run(capsys, "measure", "--model", f"{factories}:good", "--batch-size", "4", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["predicted"] == {} and result["measured"]["n_params"] == 16 * 32 + 32 + 32 + 1
+    assert result["measured"]["forward_flops_per_step"] == 2 * 4 * (16 * 32 + 32 * 1)
+
+
+@pytest.mark.parametrize("attr, message", [
+    ("boom", "the factory raised ValueError: factory exploded"),
+    ("not_a_tuple", "must return (model, inputs)"),
+    ("vector_loss", "the loss must be a scalar tensor"),
+    ("bad_shapes", "one training step of the module failed with RuntimeError"),
+    ("not_callable", "not a callable factory"),
+    ("missing", "cannot import 'missing'"),
+    ("", "expected package.module:factory"),
+])
+def test_user_factory_errors_are_one_line_exit_2(capsys, factories, attr, message):
+    for device in ("fake", "cpu"):
+        status, _, err = run(capsys, "measure", "--model", f"{factories}:{attr}", "--device", device)
+        assert status == 2, err
+        assert err.count("\n") == 1 and "--model" in err and message in err, err
+
+
+def test_factory_without_module_name(capsys):
+    status, _, err = run(capsys, "measure", "--model", ":good")
+    assert status == 2 and "expected package.module:factory" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv,flag", [
@@ -48,8 +105,48 @@ def test_user_factory(capsys):
     (["--model", "tiny", "--batch-size", "0"], "--batch-size"),
     (["--model", "tiny", "--seq-len", "100000"], "--seq-len"),
     (["--model", "tiny", "--optimizer", "lion"], "--optimizer"),
+    (["--model", "mixtral-8x7b"], "--device fake"),
+    (["--model", "tiny", "--impl", "hf"], "--impl hf"),
+    (["--model", "tests/no/config.json", "--impl", "hf", "--recompute", "full"], "--recompute full"),
+    (["--model", "tiny", "--device", "cuda"] if not __import__("torch").cuda.is_available() else
+     ["--model", "tiny", "--device", "npu"], "--device"),
 ])
 def test_errors_are_one_line(capsys, argv, flag):
     status, out, err = run(capsys, "measure", *argv)
     assert status == 2
     assert flag in err and err.count("\n") == 1
+
+
+def test_impl_hf_table_shows_both_implementations(capsys, tmp_path):
+    transformers = pytest.importorskip("transformers", reason="--impl hf needs transformers; ours is tested above")
+    transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=32).save_pretrained(tmp_path)
+    status, out, err = run(capsys, "measure", "--model", str(tmp_path / "config.json"), "--impl", "hf",
+                           "--seq-len", "16")
+    assert status == 0 and err == ""          # no library warnings on stderr
+    assert "measured (hf)" in out and "error vs hf" in out
+
+
+def test_small_moe_config_on_cpu(capsys, tmp_path):
+    """A Mixtral-style config.json (4 experts, top-2) measured for real on CPU: FLOPs exact, activations to the byte."""
+    config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 32,
+              "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
+              "vocab_size": 128, "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+              "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    status, out, err = run(capsys, "measure", "--model", str(tmp_path / "config.json"), "--device", "cpu",
+                           "--batch-size", "2", "--seq-len", "16", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["relative_error"]["train_flops_per_step"] == 0 and result["relative_error"]["n_params"] == 0
+    assert result["relative_error"]["activations_bytes"] == pytest.approx(0, abs=0.03)
+
+
+def test_cruncher_with_the_default_fake_device(capsys):
+    """The Cruncher's init cannot run on fake tensors: measured on cpu instead, and said so."""
+    status, out, err = run(capsys, "measure", "--model", "cruncher", "--batch-size", "4", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["settings"]["device"] == "cpu" and any("cannot run on fake tensors" in n for n in result["notes"])
+    assert result["relative_error"]["n_params"] == 0 and result["relative_error"]["forward_flops_per_step"] == 0

@@ -117,3 +117,49 @@ def test_stdlib_corpus_is_deterministic_and_cached(tmp_path):
     assert bytes(np.asarray(open_tokens(a)[:1000])) == b"".join(f.read_bytes() for f in files)[:1000]
     mtime = a.stat().st_mtime_ns
     assert build_stdlib_corpus(tmp_path / "a", limit_bytes=200_000) == a and a.stat().st_mtime_ns == mtime
+
+
+def test_text_tokens_are_cached_until_the_text_changes(tmp_path):
+    import os
+    from trainledger.data import open_tokens
+    from trainledger.train.corpus import text_tokens
+    text = tmp_path / "book.txt"
+    text.write_bytes(b"abc" * 100)
+    first = text_tokens(text, tmp_path / "run")
+    assert bytes(np.asarray(open_tokens(first))) == b"abc" * 100
+    stamp = first.stat().st_mtime_ns
+    assert text_tokens(text, tmp_path / "run") == first and first.stat().st_mtime_ns == stamp   # reused
+    other = tmp_path / "elsewhere" / "book.txt"           # another file of the same name, older than the cache
+    other.parent.mkdir()
+    other.write_bytes(b"xyz" * 50)
+    os.utime(other, ns=(stamp - 10**9, stamp - 10**9))
+    assert bytes(np.asarray(open_tokens(text_tokens(other, tmp_path / "run")))) == b"xyz" * 50
+    text.write_bytes(b"abcd" * 100)                       # edited: newer than the cache
+    os.utime(text, ns=(stamp + 10**9 * 5, stamp + 10**9 * 5))
+    assert bytes(np.asarray(open_tokens(text_tokens(text, tmp_path / "run")))) == b"abcd" * 100
+
+
+@pytest.mark.parametrize("flags, message", [
+    (lambda d: ["--out-dir", d / "afile"], "--out-dir: cannot use"),
+    (lambda d: ["--out-dir", d / "o", "--checkpoint-dir", d / "afile"], "--checkpoint-dir: cannot use"),
+    (lambda d: ["--out-dir", d / "o", "--metrics", d / "afile" / "m.jsonl"], "--metrics: cannot use"),
+    (lambda d: ["--out-dir", d / "o", "--metrics", d], "is a directory"),
+    (lambda d: ["--out-dir", d / "o", "--text", d], "--text"),
+    (lambda d: ["--out-dir", d / "o", "--data", d], "--data"),
+    (lambda d: ["--out-dir", d / "o", "--config", d / "bad.toml"], "not valid TOML"),
+], ids=["out-dir-is-a-file", "checkpoint-dir-is-a-file", "metrics-under-a-file", "metrics-is-a-dir",
+        "text-is-a-dir", "data-is-a-dir", "malformed-toml"])
+def test_unusable_paths_are_one_line_exit_2(tmp_path, capsys, flags, message):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "bad.toml").write_text("[train\nsteps =")
+    status = main(["train", "--steps", "2", "--seq-len", "16", "--batch-size", "2", "--quiet", *map(str, flags(tmp_path))])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_parallel_without_torchrun_says_it_trains_alone(tmp_path, capsys):
+    text = tmp_path / "book.txt"
+    text.write_text("It was the best of times, it was the worst of times. " * 100)
+    status = main(["train", "--text", str(text), "--steps", "1", "--batch-size", "2", "--seq-len", "16",
+                   "--parallel", "ddp", "--out-dir", str(tmp_path / "run"), "--no-plot"])
+    assert status == 0 and "--parallel ddp: one process (not launched by torchrun)" in capsys.readouterr().out

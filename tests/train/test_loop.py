@@ -88,3 +88,29 @@ def test_resume_in_process_continues_exactly(tmp_path, token_file, monkeypatch):
     _, resumed = run(tmp_path / "cut", token_file, steps=8, checkpoint_every=2, resume=True)
     assert [r["loss"] for r in resumed] == [r["loss"] for r in reference]
     assert [r["eval_loss"] for r in resumed if "eval_loss" in r] == [r["eval_loss"] for r in reference if "eval_loss" in r]
+
+
+def test_amp_fp16_scaler_skips_a_step_with_inf_gradients(tmp_path, token_file, monkeypatch):
+    """GradScaler path: step 2's gradients are forced to Inf (loss finite); that step is skipped, weights unchanged,
+    the scale halved (PyTorch AMP docs: GradScaler.step skips optimizer.step when unscaled grads hold Inf/NaN)."""
+    from trainledger.train.loop import Trainer as LoopTrainer
+    original = LoopTrainer._loss
+
+    def loss_with_inf_grads_at_step_2(self, x, y):
+        loss = original(self, x, y)
+        if self.step + 1 == 2:
+            loss.register_hook(lambda grad: grad * float("inf"))
+        return loss
+
+    monkeypatch.setattr(LoopTrainer, "_loss", loss_with_inf_grads_at_step_2)
+    summary, records = run(tmp_path, token_file, precision="amp-fp16", steps=4, lr=1e-3, warmup_steps=0,
+                           checkpoint_every=1, keep_checkpoints=10, eval_every=0)
+    assert summary["steps"] == 4                                   # the run does not stop
+    assert [r.get("skipped", False) for r in records] == [False, True, False, False]
+    assert all(r["loss"] is not None and r["loss"] == r["loss"] for r in records)   # the losses stay finite
+    states = {ref.step: ckpt.load_trainer_state(ref.path) for ref in ckpt.list_checkpoints(tmp_path / "checkpoints")}
+    assert sorted(states) == [1, 2, 3, 4]
+    for name, tensor in states[1]["model"].items():               # step 2 changed nothing
+        assert torch.equal(tensor, states[2]["model"][name]), name
+    assert any(not torch.equal(states[2]["model"][n], states[3]["model"][n]) for n in states[2]["model"])
+    assert states[2]["scaler"]["scale"] == pytest.approx(states[1]["scaler"]["scale"] / 2)

@@ -21,6 +21,9 @@ from train_helpers import SMALL, env, losses, run_train, train_cmd, train_in_pro
 from trainledger.train import checkpoint as ckpt
 
 STEPS = 24
+# 40 ms of sleep after each step of a run that the test will interrupt (not timed, losses unchanged): the test
+# polls every few ms, so on a loaded machine the run cannot race to its end before the signal arrives.
+SLOW_STEPS = {"TRAINLEDGER_TEST_STEP_DELAY_S": "0.04"}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,8 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_losses(token_file
     for _ in range(3):
         # let it get somewhere past where it stands, then kill -9 mid-step, mid-checkpoint or mid-write
         target = min(STEPS - 8, _max_step(metrics) + rng.randint(2, 6))
-        process = subprocess.Popen(train_cmd(*args), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = subprocess.Popen(train_cmd(*args), env={**env(), **SLOW_STEPS}, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
         deadline = time.monotonic() + 90
         while _max_step(metrics) < target and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
@@ -76,7 +80,8 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_losses(token_file
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(token_file, tmp_path, reference):
     out = tmp_path / "run"
     args = ["--data", token_file, "--steps", STEPS, "--out-dir", out, "--checkpoint-every", 1000, *SMALL]
-    process = subprocess.Popen(train_cmd(*args), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(train_cmd(*args), env={**env(), **SLOW_STEPS}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while _max_step(out / "metrics.jsonl") < 3 and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -148,6 +153,13 @@ def test_resume_without_checkpoint_starts_fresh_and_says_so(token_file, tmp_path
     status, out, err = train_in_process(capsys, "--data", token_file, "--steps", 2, "--out-dir", tmp_path, "--resume", *SMALL[:-1])
     assert status == 0, err
     assert "no checkpoint in" in out and "starting fresh" in out
+    status, out, err = train_in_process(capsys, "--data", token_file, "--steps", 2, "--out-dir", tmp_path / "j",
+                                        "--resume", "--json", *SMALL)
+    assert status == 0, err
+    assert json.loads(out)["resumed_from"] is None          # --json is quiet: the summary says it started fresh
+    status, out, err = train_in_process(capsys, "--data", token_file, "--steps", 2, "--out-dir", tmp_path / "j",
+                                        "--resume", "--json", *SMALL)
+    assert status == 0 and json.loads(out)["resumed_from"].endswith("step_00000002")
 
 
 def test_existing_checkpoints_without_resume_is_an_error(token_file, tmp_path, capsys):
@@ -180,3 +192,16 @@ def _tokens(path, n):
 def _npy(path, dtype, value=7):
     np.save(path, np.full(5000, value, dtype=dtype))
     return path
+
+
+def test_resume_when_every_checkpoint_is_corrupt_is_an_error_not_a_fresh_start(token_file, tmp_path, capsys):
+    args = ["--data", token_file, "--steps", 4, "--out-dir", tmp_path, "--checkpoint-every", 2, *SMALL]
+    assert train_in_process(capsys, *args)[0] == 0
+    before = (tmp_path / "metrics.jsonl").read_text()
+    for ref in ckpt.list_checkpoints(tmp_path / "checkpoints"):
+        data = (ref.path / ckpt.TRAINER_FILE).read_bytes()
+        (ref.path / ckpt.TRAINER_FILE).write_bytes(data[:100])
+    status, _, err = train_in_process(capsys, *args, "--resume")
+    assert status == 2
+    assert err.count("is corrupt:") == 2 and "every checkpoint in" in err.strip().splitlines()[-1]
+    assert (tmp_path / "metrics.jsonl").read_text() == before        # the old run's metrics are kept

@@ -202,7 +202,8 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
 
 
 def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
-                    recompute: str = "none", optimizer_states: int = 2) -> dict:
+                    recompute: str = "none", optimizer_states: int = 2,
+                    optimizer_temporaries: int | None = None) -> dict:
     """Peak bytes of the first training step (forward, backward, optimizer step) on one GPU, by candidate moment.
 
     `memory` holds the model-state parts of account.memory.memory_per_gpu (params_bytes, grads_bytes,
@@ -212,13 +213,16 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
       backward (end): grads + the gradient of the embedding output (N·d);
       backward (full recompute): a layer's activations rebuilt, either the last layer's (with the other
                  layers' inputs held) or the first layer's (with all grads present);
-      optimizer: grads + optimizer states + one state-sized temporary (a foreach optimizer's
-                 √v list, trainledger.optim.Adam) + fp32 grad copies of a mixed-precision master step.
+      optimizer: grads + optimizer states + `optimizer_temporaries` state-sized temporaries (default 1
+                 when there are states: a foreach optimizer's √v list, trainledger.optim.Adam/AdaGrad/RMSProp;
+                 SGD with momentum makes none: its buffer is a clone of the gradient, then updated in
+                 place) + fp32 grad copies of a mixed-precision master step.
     Total = the largest. First step: the optimizer states are created during it; later steps hold them
     throughout (add optimizer_bytes to the other moments). Derived from what the tracker in measure.memory
     sees in our Transformer; allocator fragmentation and CUDA workspaces are not included.
     """
     a, r, w = recipe_bytes(precision)
+    temporaries = (1 if optimizer_states else 0) if optimizer_temporaries is None else optimizer_temporaries
     if getattr(spec, "kind", None) == "cruncher":
         n_tokens, vocab, d = batch_size, 1, spec.dim
     else:
@@ -230,7 +234,7 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         "forward": acts + logits,
         "backward_start": acts + 2 * n_tokens * vocab * _FP32,
         "backward_end": grads + n_tokens * d * r,
-        "optimizer": grads + states + (states / optimizer_states if optimizer_states else 0)
+        "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),
     }
     if recompute == "full" and getattr(spec, "kind", None) != "cruncher":

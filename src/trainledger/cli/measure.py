@@ -60,6 +60,9 @@ def compute(args) -> dict:
     if ":" in args.model and not args.model.endswith(".json"):
         return compare.measure_factory(args.model, args.batch_size, args.seq_len or 128, optimizer=args.optimizer,
                                        device=args.device)
+    if args.impl == "hf" and args.recompute != "none":
+        raise TrainledgerError(f"--recompute {args.recompute} applies to trainledger's Transformer, not to "
+                               "--impl hf (transformers' own model); drop one of them")
     from trainledger.specs import get_model
     spec = get_model(args.model)
     seq_len = args.seq_len or getattr(spec, "max_seq_len", 1)
@@ -82,6 +85,10 @@ def _fmt(value, kind: str) -> str:
     return units.format_bytes(value)
 
 
+def _percent(error) -> str:
+    return "—" if error is None else f"{100 * error:+.2f}%"
+
+
 def render(result: dict, args) -> None:
     console = common.console()
     st = result.get("settings", {})
@@ -89,17 +96,19 @@ def render(result: dict, args) -> None:
     title += "".join(f", {st[k]}" for k in ("precision", "optimizer") if k in st)
     title += f", recompute {st['recompute']}" if "recompute" in st else ""
     title += f", {st.get('device')}"
+    hf = result.get("measured_hf")          # --impl hf: transformers' own model beside ours
+    columns = ["", "predicted", "measured", "error"] + (["measured (hf)", "error vs hf"] if hf else [])
     rows = []
     for key, label, kind in ROWS:
         measured = result["measured"].get(key)
         predicted = result.get("predicted", {}).get(key)
         if measured is None and predicted is None:
             continue
-        error = result.get("relative_error", {}).get(key)
-        rows.append([label, _fmt(predicted, kind), _fmt(measured, kind),
-                     "—" if error is None else f"{100 * error:+.2f}%"])
-    console.print(common.table(title, ["", "predicted", "measured", "error"], rows,
-                               caption="\n".join(result.get("notes", []))))
+        row = [label, _fmt(predicted, kind), _fmt(measured, kind), _percent(result.get("relative_error", {}).get(key))]
+        if hf:
+            row += [_fmt(hf.get(key), kind), _percent(result.get("relative_error_hf", {}).get(key))]
+        rows.append(row)
+    console.print(common.table(title, columns, rows, caption="\n".join(result.get("notes", []))))
     details = result.get("details", {})
     if details.get("peak_phase"):
         console.print(f"peak during: {details['peak_phase']} {details.get('peak_module', '')}".rstrip())

@@ -76,10 +76,25 @@ class MasterWeights:
             p.grad = None
 
 
+@contextlib.contextmanager
+def _fake_mode():
+    """FakeTensorMode with its logger quiet: a failing op is reported once, as our one-line error, not a traceback."""
+    import logging
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=False):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _context(device: str):
     if device == "fake":
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        return FakeTensorMode(allow_non_fake_inputs=False)
+        return _fake_mode()
     if device == "meta":
         return torch.device("meta")
     if device == "cuda" and not torch.cuda.is_available():
@@ -106,8 +121,11 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
     for key in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes"):
         predicted[key] = memory[key]
     n_states = get_optimizer(optimizer).n_states
+    # trainledger.optim's foreach steps: Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary, SGD none
+    temporaries = 0 if optimizer in ("sgd", "momentum") else None
     predicted["peak_bytes"] = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision,
-                                              recompute=recompute, optimizer_states=n_states)["total"]
+                                              recompute=recompute, optimizer_states=n_states,
+                                              optimizer_temporaries=temporaries)["total"]
     return predicted
 
 
@@ -134,13 +152,25 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
 
     if device not in DEVICES:
         raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if getattr(spec, "n_experts", 1) > 1 and device in ("fake", "meta"):
+        raise TrainledgerError(f"--device {device}: '{spec.name}' is a mixture of experts, whose routing depends on "
+                               "the data; measure a small config of it with --device cpu (`trainledger flops` and "
+                               "`trainledger memory` predict any size)")
     recipe = get_recipe(precision)
+    fallback_note = None
+    if getattr(spec, "kind", None) == "cruncher" and device == "fake":
+        # nn.init.trunc_normal_ in its Linear layers is data-dependent, which FakeTensorMode cannot run;
+        # the Cruncher is small (dim² × layers parameters): measure it for real instead
+        device, fallback_note = "cpu", "the Cruncher runs on cpu: its truncated-normal init cannot run on fake tensors"
     seq_len = seq_len or getattr(spec, "max_seq_len", 1)
     amp = recipe.name.startswith("amp")
     model_dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
     autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if amp else None
     cls, defaults, optimizer_source = optimizer_class(optimizer, torch_only=device == "meta")
-    notes = [f"optimizer: {optimizer_source}", f"device: {device}"]
+    notes = [f"optimizer: {optimizer_source}", f"device: {device}"] + ([fallback_note] if fallback_note else [])
+    if getattr(spec, "kind", None) == "cruncher":
+        notes.append("backward: the input batch needs no gradient, so autograd skips the first layer's input "
+                     "gradient that the 2 × forward convention counts (measured train FLOPs are lower)")
     if device == "meta":
         notes.append("meta device: SDPA runs its math path (T×T scores saved): predicted with flash off")
     with _context(device):
@@ -223,28 +253,70 @@ def measure_factory(target: str, batch_size: int, seq_len: int, *, optimizer: st
     output[1] / output.loss when it is a tuple / a Hugging Face output). It runs inside the device's
     context (FakeTensorMode for "fake"), so it must create its tensors there. Nothing is predicted.
     """
-    import importlib
-
-    module_name, _, attr = target.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as error:
-        raise TrainledgerError(f"--model {target!r}: cannot import {attr!r} from {module_name!r} ({error})") from None
+    factory = _import_factory(target)
 
     def build():
-        made = factory(batch_size, seq_len)
-        if not isinstance(made, tuple) or len(made) not in (2, 3):
-            raise TrainledgerError(f"--model {target!r}: the factory must return (model, inputs) or (model, inputs, loss_fn)")
+        try:
+            made = factory(batch_size, seq_len)
+        except TrainledgerError:
+            raise
+        except Exception as error:     # the user's code failed: say so in one line, naming the flag
+            raise TrainledgerError(f"--model {target!r}: the factory raised {type(error).__name__}: {_first_line(error)}") from None
+        if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[0], torch.nn.Module):
+            raise TrainledgerError(f"--model {target!r}: the factory must return (model, inputs) or (model, inputs, loss_fn) "
+                                   "with model an nn.Module")
         model, inputs = made[0], made[1] if isinstance(made[1], tuple) else (made[1],)
         user_loss = made[2] if len(made) == 3 else _as_loss
-        return model, inputs, lambda m, b: user_loss(m(*b))
 
-    measured = _measure_module(build, optimizer, device)
+        def loss_fn(m, b):
+            loss = user_loss(m(*b))
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+                raise TrainledgerError(f"--model {target!r}: the loss must be a scalar tensor, got {shape}; "
+                                       "return (model, inputs, loss_fn) with loss_fn(output) -> scalar")
+            return loss
+        return model, inputs, loss_fn
+
+    try:
+        measured = _measure_module(build, optimizer, device)
+    except TrainledgerError:
+        raise
+    except Exception as error:         # the user's module failed in forward, backward or the optimizer step
+        raise TrainledgerError(f"--model {target!r}: one training step of the module failed with "
+                               f"{type(error).__name__}: {_first_line(error)}") from None
     return {"predicted": {}, "measured": {k: measured.get(k) for k in KEYS}, "relative_error": {},
             "settings": {"model": target, "batch_size": batch_size, "seq_len": seq_len, "optimizer": optimizer,
                          "device": device, "optimizer_impl": measured["optimizer_impl"]},
             "details": {"peak_phase": measured["peak_phase"]},
             "notes": ["a user module: measured only, account/ has no formula for it"]}
+
+
+def _import_factory(target: str):
+    """The callable named by "package.module:factory"; the current directory is importable, as for `python -m`."""
+    import importlib
+    import os
+    import sys
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise TrainledgerError(f"--model {target!r}: expected package.module:factory")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise TrainledgerError(f"--model {target!r}: cannot import {attr!r} from {module_name!r} ({error})") from None
+    except Exception as error:     # the module itself raised on import
+        raise TrainledgerError(f"--model {target!r}: importing {module_name!r} raised {type(error).__name__}: "
+                               f"{_first_line(error)}") from None
+    if not callable(factory):
+        raise TrainledgerError(f"--model {target!r}: {attr!r} is a {type(factory).__name__}, not a callable factory")
+    return factory
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def _as_loss(output):
@@ -283,7 +355,9 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
         config._attn_implementation = "sdpa"
         dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
         with torch.device(dev):
-            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            # transformers 5 renamed torch_dtype to dtype (and warns on the old name)
+            key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+            model = transformers.AutoModelForCausalLM.from_config(config, **{key: dtype})
         idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
         return model, (idx,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss
 

@@ -70,18 +70,28 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
 def text_tokens(text: Path, out_dir: Path, log=None) -> Path:
     """The byte-token file of a text file, cached as out_dir/data/<name>.tokens while the text is unchanged."""
     text = Path(text)
+    if text.is_dir():
+        raise TrainledgerError(f"--text {text} is a directory; give one UTF-8 text file")
     if not text.is_file():
         raise TrainledgerError(f"--text file {text} does not exist")
     if text.stat().st_size == 0:
         raise TrainledgerError(f"--text file {text} is empty")
     out = Path(out_dir) / "data" / f"{text.name}.tokens"
-    if out.exists() and out.stat().st_mtime >= text.stat().st_mtime:
-        return out
+    if out.exists() and out.stat().st_mtime >= text.stat().st_mtime and _n_tokens(out) == text.stat().st_size:
+        return out      # one byte token per byte: a cache of another file with the same name differs in length
     out.parent.mkdir(parents=True, exist_ok=True)
     result = tokenize_file(text, out, dtype="uint8", progress=False)
     if log:
         log(f"tokenized {text}: {result['n_tokens']} byte tokens -> {out}")
     return out
+
+
+def _n_tokens(path: Path) -> int | None:
+    """Tokens in a cached token file; None when it cannot be read (then it is rebuilt)."""
+    try:
+        return len(open_tokens(path))
+    except (TrainledgerError, OSError, ValueError):
+        return None
 
 
 def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +102,8 @@ def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndar
         path, flag = text_tokens(Path(config.text), Path(config.out_dir), log), "--text"
     else:
         path, flag = build_stdlib_corpus(Path(config.out_dir), log), "(built-in corpus)"
+    if path.is_dir():
+        raise TrainledgerError(f"{flag} {path} is a directory; give one token file")
     if not path.is_file():
         raise TrainledgerError(f"{flag} file {path} does not exist")
     try:

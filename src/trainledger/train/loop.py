@@ -46,6 +46,9 @@ from trainledger.train.rng import load_rng_state_dict, rng_state_dict
 
 # Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
 FAULT_NAN_STEP_ENV = "TRAINLEDGER_FAULT_NAN_STEP"
+# Test hook: seconds to sleep after each step's record is written (outside the timed step), so that the
+# signal tests can stop a run between known steps on a loaded machine, however fast its steps are.
+STEP_DELAY_ENV = "TRAINLEDGER_TEST_STEP_DELAY_S"
 
 
 class TrainingDiverged(TrainledgerError):
@@ -69,6 +72,7 @@ class Trainer:
             raise TrainledgerError(f"--seq-len {config.seq_len} exceeds the context of model '{self.spec.name}' "
                                    f"({self.spec.max_seq_len} tokens)")
         self.per_rank, self.micro = with_world(config, self.world.world_size)
+        _check_output_paths(config)
         self.seq_len = config.seq_len if self.is_lm else 1
         self.step = 0               # optimizer steps done
         self.tokens = 0             # tokens (sequences × seq_len; samples for the Cruncher) trained on
@@ -249,13 +253,20 @@ class Trainer:
                                        f"(last: step {refs[-1].step}); pass --resume to continue that run, "
                                        "or choose another --out-dir/--checkpoint-dir")
             return None
-        found = None
+        found, problem = None, None
         if self.world.is_main:
-            ref, _ = ckpt.latest_good(self.config.resolved_checkpoint_dir())   # warnings: stderr, even --quiet
+            directory = self.config.resolved_checkpoint_dir()
+            ref, _ = ckpt.latest_good(directory)   # warnings: stderr, even --quiet
             found = str(ref.path) if ref else None
-            if ref is None:
-                self.log(f"--resume: no checkpoint in {self.config.resolved_checkpoint_dir()}; starting fresh")
-        found = dist_.broadcast_object(found, self.world)
+            if ref is None and ckpt.list_checkpoints(directory):
+                # a fresh start would overwrite the metrics and, checkpoint by checkpoint, the old run: refuse
+                problem = (f"--resume: every checkpoint in {directory} is corrupt (see the warnings above); "
+                           "delete them to start fresh, or choose another --out-dir/--checkpoint-dir")
+            elif ref is None:
+                self.log(f"--resume: no checkpoint in {directory}; starting fresh")
+        found, problem = dist_.broadcast_object((found, problem), self.world)
+        if problem:
+            raise TrainledgerError(problem)
         return Path(found) if found else None
 
     def describe_plan(self) -> dict:
@@ -272,6 +283,8 @@ class Trainer:
     def train(self) -> dict:
         """Runs to --steps (or until SIGTERM/SIGINT); a summary dict. Raises TrainingDiverged on NaN/Inf."""
         config, world = self.config, self.world
+        if config.parallel != "none" and not world.distributed:
+            self.log(f"--parallel {config.parallel}: one process (not launched by torchrun), so no data parallelism")
         resume_from = self._find_resume()
         self._build(resume_from)
         if resume_from:
@@ -312,6 +325,8 @@ class Trainer:
                 if writer:
                     writer.write(record)
                 progress.update(record)
+                if os.environ.get(STEP_DELAY_ENV):
+                    time.sleep(float(os.environ[STEP_DELAY_ENV]))
                 stop = dist_.any_across(self.stop_signal is not None, world)
                 if self.step % config.checkpoint_every == 0 or self.step == config.steps or stop:
                     saved_at = self.save()
@@ -327,7 +342,8 @@ class Trainer:
         summary = {"steps": self.step, "tokens": self.tokens, "seconds": time.perf_counter() - started,
                    "train_flops_per_step": plan["train_flops_per_step"], "peak_flops_per_s": plan["peak_flops_per_s"],
                    "predicted_memory_bytes": memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
-                   "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None}
+                   "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None,
+                   "resumed_from": str(resume_from) if resume_from else None}
         if world.is_main:
             records = read_metrics(metrics_path)
             summary["final_loss"] = records[-1]["loss"] if records else None
@@ -336,6 +352,19 @@ class Trainer:
             if config.plot and records:
                 summary["loss_curve"] = str(plot_loss(records, Path(config.out_dir) / "loss.png", self.spec.name))
         return summary
+
+
+def _check_output_paths(config: TrainConfig) -> None:
+    """Creates the output directories, or raises a one-line error naming the flag whose path cannot be used."""
+    metrics = config.resolved_metrics()
+    for flag, directory in (("--out-dir", Path(config.out_dir)), ("--checkpoint-dir", config.resolved_checkpoint_dir()),
+                            ("--metrics", metrics.parent)):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TrainledgerError(f"{flag}: cannot use {directory} as a directory ({error.strerror or error})") from None
+    if metrics.is_dir():
+        raise TrainledgerError(f"--metrics {metrics} is a directory; give a file name such as {metrics / 'metrics.jsonl'}")
 
 
 def _install_signal_handlers(trainer: Trainer) -> dict:
