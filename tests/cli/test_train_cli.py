@@ -16,13 +16,9 @@ FLAGS = ("--model --text --data --steps --batch-size --grad-accum --seq-len --lr
          "--metrics --eval-every --eval-batches --compile --parallel --device --out-dir --config --json --quiet").split()
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config_of(*argv):

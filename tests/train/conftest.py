@@ -25,10 +25,5 @@ def token_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread: the CI machine has 2 cores, and runs in and out of process then agree bit for bit."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every trainer test runs on one intra-op thread (see tests/conftest.py)."""
