@@ -80,6 +80,8 @@ def format_count(n: float, digits: int = 3) -> str:
     """SI count for humans: 124439808 -> '124M', 6.74e9 -> '6.74B', 1.75e11 -> '175B'."""
     if n == 0 or not math.isfinite(n):
         return str(n)
+    if abs(n) >= 1e21:                     # beyond the largest prefix: '1e+30', never '1000000000000E'
+        return f"{n:.{digits}g}"
     for suffix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{_sig(n / scale, digits)}{suffix}"
@@ -112,6 +114,10 @@ def format_bytes(n_bytes: float, digits: int = 3) -> str:
 
 def format_seconds(seconds: float) -> str:
     """A duration in the largest sensible unit: 1.24e7 -> '143.9 days'."""
+    if not math.isfinite(seconds):
+        return str(seconds)
+    if seconds >= 1e4 * 365 * 86400.0:    # '9.6e+18 years', never a 20-digit number
+        return f"{seconds / (365 * 86400.0):.3g} years"
     for unit, scale in (("years", 365 * 86400.0), ("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if seconds >= 2 * scale or (unit == "days" and seconds >= scale):
             return f"{seconds / scale:.1f} {unit}"

@@ -52,7 +52,8 @@ CASES = [("gpt2", GPT2_CONFIG), ("llama-2-7b", LLAMA_2_7B_CONFIG), ("qwen2.5-7b"
 
 
 def same_architecture(read, preset):
-    return dataclasses.replace(read, name=preset.name, source=preset.source,
+    """Same architecture; name, source, published count and the pre-training context are not in a config.json."""
+    return dataclasses.replace(read, name=preset.name, source=preset.source, pretrain_seq_len=preset.pretrain_seq_len,
                                published_n_params=preset.published_n_params) == preset
 
 

@@ -154,7 +154,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
     activations = None
     if spec is not None:
-        seq_len = seq_len if seq_len is not None else getattr(spec, "max_seq_len", 1)
+        seq_len = seq_len if seq_len is not None else getattr(spec, "default_seq_len", 1)  # pre-training context
         check_positive_int(batch_size, "--batch-size")
         check_positive_int(seq_len, "--seq-len")
         activations = _activations_bytes(spec, batch_size, seq_len, precision=recipe.name, recompute=recompute,

@@ -128,3 +128,47 @@ def table(title: str, columns: list[str], rows: list[list], caption: str | None 
     for row in rows:
         t.add_row(*[str(cell) for cell in row])
     return t
+
+
+# One vocabulary across commands: the precision recipes and optimizers of specs/recipes.py.
+def _lower(text: str) -> str:
+    return text.strip().lower()
+
+
+def add_precision_flag(parser: argparse.ArgumentParser, default: str, why: str = "", names=None) -> None:
+    """--precision with the recipes of specs/recipes.py (or `names`, a subset) and a help text that states the default."""
+    from trainledger.specs.recipes import RECIPES
+    names = tuple(names or RECIPES)
+    parser.add_argument("--precision", type=_lower, choices=names, default=default, metavar="RECIPE",
+                        help=f"precision recipe: {', '.join(names)} (default {default}{'; ' + why if why else ''}; "
+                             "bytes per state: `trainledger memory --help`)")
+
+
+def add_optimizer_flag(parser: argparse.ArgumentParser, default: str = "adamw", names=None) -> None:
+    """--optimizer with the optimizers of specs/recipes.py (or `names`, a subset)."""
+    from trainledger.specs.recipes import OPTIMIZERS
+    names = tuple(names or OPTIMIZERS)
+    parser.add_argument("--optimizer", type=_lower, choices=names, default=default, metavar="NAME",
+                        help=f"optimizer: {', '.join(names)} (default {default})")
+
+
+# Inputs beyond these are legal but almost surely a slip (a wrong suffix): they get a warning, not an error.
+OUTLANDISH = {
+    "tokens": (1e15, "more than 1e15 training tokens (Llama 3 405B used 15.6T)"),
+    "params": (1e14, "more than 1e14 parameters (the largest published dense models have ~1e12)"),
+    "num_gpus": (1e6, "more than a million GPUs (the largest published training jobs used ~1e5)"),
+    "mfu": (0.75, "MFU above 0.75 (published large runs reach 0.38-0.56: Llama 3, PaLM, Megatron-LM)"),
+    "train_seconds": (10 * 365 * 86400.0, "more than 10 years of training"),
+    "seq_len": (1 << 20, "sequences longer than 1M tokens"),
+}
+
+
+def outlandish(**values) -> list[str]:
+    """One warning per value beyond its OUTLANDISH limit, e.g. outlandish(tokens=1e30)."""
+    warnings = []
+    for name, value in values.items():
+        limit, what = OUTLANDISH[name]
+        if value is not None and value > limit:
+            shown = units.format_seconds(value) if name.endswith("seconds") else f"{value:.4g}"
+            warnings.append(f"{what}: got {shown}; check the value and its suffix")
+    return warnings

@@ -6,7 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table
+from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
 
 HELP = "largest model that fits: memory per GPU / bytes per parameter under a precision recipe, optimizer and ZeRO stage"
 DESCRIPTION = """Largest model that fits: max_params = usable memory per GPU / bytes per parameter per GPU.
@@ -16,6 +16,10 @@ Model states only (params, grads, master params, optimizer states; see specs/rec
 8 H100 × 80e9 B / 16 B per parameter (naive fp32 AdamW) = 4.0e10 parameters. --zero 0 replicates
 the states on every GPU (plain data parallelism). Activations are not included; give --model (with
 --seq-len, --batch-size) to also find the largest micro-batch for that model on one GPU.
+
+Defaults, and why: --precision fp32, the lecture's naive AdamW (4 + 4 + 4 + 4 = 16 B/param). For the
+states alone that is also what amp-bf16 (the default of `memory` and `plan`) and mixed-bf16 cost with
+AdamW, so the answer is the same; bf16 halves it. --zero 3 over all GPUs, as in `memory`.
 
 examples:
   trainledger fit
@@ -28,13 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="h100", help="accelerator whose memory is used (default h100: 80 GB)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
-    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, rmsprop-centered, adam, adamw, adafactor, adam-8bit (default adamw)")
-    parser.add_argument("--precision", default="fp32", help="fp32, amp-bf16, amp-fp16, mixed-bf16, mixed-fp16, bf16 (default fp32)")
+    common.add_optimizer_flag(parser)
+    common.add_precision_flag(parser, "fp32", "the lecture's naive AdamW; amp-bf16 and mixed-bf16 also keep 16 B/param")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage over --num-gpus ranks (default 3: everything sharded)")
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free, e.g. 4GiB (default 0)")
     parser.add_argument("--model", help="also report the largest micro-batch of this model on one GPU (states sharded as above)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the model's)")
-    parser.add_argument("--batch-size", type=common.positive_int, help="with --model: check this micro-batch size fits")
+    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context it was pre-trained at)")
+    parser.add_argument("--batch-size", type=common.positive_int, help="with --model: check this micro-batch (sequences per GPU) fits")
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for --model")
     common.add_json_flag(parser)
 
@@ -48,8 +52,8 @@ def compute(args) -> dict:
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     result = {"gpu": gpu.name, **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, args.reserve)}
     result["assumptions"] = [
-        f"model states only: {result['precision']} recipe with {result['optimizer']}, "
-        f"{result['bytes_per_param']:g} B/param unsharded",
+        f"model states only: precision {result['precision']} with {result['optimizer']} (--precision, --optimizer; "
+        f"fp32 is the lecture's naive default), {result['bytes_per_param']:g} B/param unsharded",
         f"ZeRO stage {args.zero} over {args.num_gpus} GPU{'s' if args.num_gpus > 1 else ''} → {result['bytes_per_param_per_gpu']:.4g} B/param per GPU",
         "activations, CUDA context and fragmentation not included (use --reserve, or --model for a micro-batch)",
     ]
@@ -65,8 +69,11 @@ def compute(args) -> dict:
             m = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, reserve_bytes=args.reserve,
                                memory_per_gpu_bytes=memory, **kwargs)
             result.update({"batch_size": args.batch_size, "total_bytes": m["total_bytes"], "fits": m["fits"]})
-        result["assumptions"].append(f"micro-batch search: {spec.name} at seq_len {seq_len}, activations from "
+        result["assumptions"].insert(0, seq_len_assumption(spec, seq_len, args.seq_len))
+        result["assumptions"].append(f"micro-batch search: {spec.name} at seq_len {seq_len:,}, activations from "
                                      f"account.activations, recompute {args.recompute}, data parallel over {args.num_gpus}")
+        if seq_len_warnings(spec, seq_len):
+            result["warnings"] = seq_len_warnings(spec, seq_len)
     elif args.batch_size is not None or args.seq_len is not None:
         raise TrainledgerError("--batch-size and --seq-len need --model")
     return result

@@ -17,6 +17,7 @@ Set TRAINLEDGER_DEBUG=1 to see the traceback of an unexpected error.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -31,7 +32,7 @@ from trainledger.errors import TrainledgerError
 COMMANDS = [
     "plan", "fit", "optimal", "params", "flops", "memory",
     "dtypes", "hardware", "models", "tensor", "matmul",
-    "bench", "measure", "tokenize", "train", "serve", "tour",
+    "mfu", "bench", "measure", "tokenize", "train", "serve", "tour",
 ]
 
 
@@ -42,17 +43,25 @@ class UsageError(TrainledgerError):
 # A word starting '-<digit>' ('-1T', '-5GB', '-1,3', '-.5') is a value, never a flag of ours: letting it reach
 # the flag's own check gives "--tokens must be positive, got '-1T'" instead of argparse's "expected one argument".
 NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag raises UsageError (one line, exit status 2) instead of dumping usage,
-    and values that start with a minus sign reach the flag's own check."""
+    values that start with a minus sign reach the flag's own check, and flags must be spelled out:
+    no prefix matching (`--num-gpu` is not `--num-gpus`; it gets "did you mean --num-gpus?")."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message):
+        choice = INVALID_CHOICE.search(message)
+        if choice:                         # "argument COMMAND: invalid choice: 'plna' (choose from ...)"
+            close = suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+            if close:
+                message += f"; did you mean {close!r}?"
         prog = self.prog.removeprefix("trainledger").strip() or "trainledger"
         raise UsageError(f"{prog}: {message} (see `{self.prog} --help`)")
 
@@ -74,8 +83,41 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
-        command.set_defaults(_module=module)
+        command.set_defaults(_module=module, _parser=command)
     return parser
+
+
+def suggest(word: str, options) -> str | None:
+    """The closest of `options` to `word` ('--numgpus' -> '--num-gpus'), or None when nothing is close."""
+    def plain(text):
+        return text.lstrip("-").replace("-", "").replace("_", "").lower()
+    by_plain = {plain(o): o for o in options}
+    if plain(word) in by_plain:            # same letters, other dashes or case: --numgpus, --num_gpus, --NUM-GPUS
+        return by_plain[plain(word)]
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.7)
+    return match[0] if match else None
+
+
+def parse(parser: argparse.ArgumentParser, argv):
+    """parser.parse_args(argv), but unknown flags are reported by the subcommand's own parser with the
+    closest flag it knows: 'plan: unrecognized arguments: --numgpus (did you mean --num-gpus?)'."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        target = getattr(args, "_parser", parser)
+        flags = [o for action in target._actions for o in action.option_strings]
+        hints = []
+        for word in extras:
+            name = word.split("=", 1)[0]
+            close = suggest(name, flags) if name.startswith("-") else None
+            if close:
+                hints.append((name, close))
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        if len(hints) == 1:
+            message += f" (did you mean {hints[0][1]}?)"
+        elif hints:
+            message += " (did you mean " + ", ".join(f"{close} for {name}" for name, close in hints) + "?)"
+        target.error(message)
+    return args
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,7 +127,7 @@ def _cached_parser() -> argparse.ArgumentParser:
 
 def compute(argv: list[str]):
     """The JSON result of one answering subcommand, e.g. compute(["plan", "--gpu", "a100"]) (used by the web API)."""
-    args = _cached_parser().parse_args(argv)
+    args = parse(_cached_parser(), argv)
     module = getattr(args, "_module", None)
     if module is None or not hasattr(module, "compute"):
         raise UsageError(f"'{argv[0] if argv else ''}' is not an answering subcommand")
@@ -97,6 +139,9 @@ def _run(args) -> int | None:
     if hasattr(module, "run"):
         return module.run(args)
     result = module.compute(args)
+    if isinstance(result, dict):       # outlandish inputs: one line each on stderr (JSON keeps them under "warnings")
+        for line in result.get("warnings", []):
+            sys.stderr.write(f"warning: {line}\n")
     if getattr(args, "json", False):
         from trainledger.cli.common import print_json
         print_json(result)
@@ -108,7 +153,7 @@ def _run(args) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
         if not getattr(args, "_module", None):
             parser.print_help()
             return 0

@@ -18,7 +18,11 @@ bytes by a live-storage tracker: params, grads, optimizer states, activations (w
 alive for backward) and the peak of the step (the batch itself excluded).
 
 --device fake (default) runs on FakeTensorMode: shapes and dtypes only, no memory, any model size;
-meta runs no kernels (SDPA takes its math path); cpu / cuda run for real.
+meta runs no kernels (SDPA takes its math path); cpu / cuda run for real, after checking that the
+predicted peak fits in the RAM (or GPU memory) available: otherwise exit 2 with both numbers.
+
+Defaults as in `trainledger memory`: --precision amp-bf16, --seq-len the context the model was
+pre-trained at, --batch-size 1 (the micro-batch of the one measured step).
 
 --model NAME|config.json builds trainledger's own Transformer. --model package.module:factory measures
 your own nn.Module: factory(batch_size, seq_len) returns (model, inputs, loss_fn) where inputs is a tuple
@@ -33,7 +37,6 @@ examples:
   trainledger measure --model tiny --device cpu
 """
 
-PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
 ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward FLOPs / step", "flops"),
         ("train_flops_per_step", "train FLOPs / step", "flops"),
         ("hardware_flops_per_step", "hardware FLOPs / step", "flops"), ("params_bytes", "params", "bytes"),
@@ -44,10 +47,10 @@ ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="preset name, Hugging Face config.json path, or package.module:factory")
-    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="precision recipe (default fp32)")
-    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, adam, adamw (default adamw)")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch: sequences in the measured step (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at; 128 for a factory)")
+    common.add_precision_flag(parser, "amp-bf16", "as in `memory`")
+    common.add_optimizer_flag(parser)
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation")
     parser.add_argument("--device", choices=("fake", "meta", "cpu", "cuda"), default="fake", help="where the step runs (default fake)")
     parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
@@ -65,7 +68,7 @@ def compute(args) -> dict:
                                "--impl hf (transformers' own model); drop one of them")
     from trainledger.specs import get_model
     spec = get_model(args.model)
-    seq_len = args.seq_len or getattr(spec, "max_seq_len", 1)
+    seq_len = args.seq_len or getattr(spec, "default_seq_len", 1)
     if args.impl == "hf":
         return compare.measure_hf(args.model, spec, args.batch_size, seq_len, precision=args.precision,
                                   optimizer=args.optimizer, device=args.device)

@@ -6,7 +6,9 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table
+from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
+
+DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
 HELP = "bytes per GPU of --model or --params: params, grads, master params, optimizer states, activations"
 DESCRIPTION = """Bytes per GPU by named part (account/memory.py), under a precision recipe and sharding.
@@ -16,6 +18,16 @@ Model states: bytes per parameter of --precision × --optimizer (specs/recipes.p
 ranks (ZeRO Sec. 3.1). Activations: what our torch Transformer saves for backward at --batch-size ×
 --seq-len (account/activations.py); with --params only, activations are not modelled (0).
 total_bytes is the sum of the parts; --reserve is kept apart and counted only in `fits`.
+
+Defaults, and why: --precision amp-bf16 (PyTorch autocast with fp32 weights and states, what a GPU run
+of `trainledger train --precision amp-bf16` does; AdamW 16 B/param as for fp32 and mixed-bf16, with
+16-bit activations); --seq-len the context the model was pre-trained at (8192 for llama-3.1-405b, not
+its 128K position range); --batch-size 1 micro-batch per GPU; --zero 3 over --dp ranks, as in `fit`
+(FSDP's full shard; with the default --dp 1 nothing is sharded; --zero 0 for plain DDP replicas).
+
+recipes (bytes per parameter with AdamW: params + grads + master + 2 states):
+  fp32 4+4+0+8 = 16      amp-bf16 / amp-fp16 4+4+0+8 = 16 (16-bit activations)
+  mixed-bf16 / mixed-fp16 2+2+4+8 = 16 (ZeRO's 2+2+12)      bf16 2+2+0+4 = 8
 
 examples:
   trainledger memory --model gpt2 --batch-size 8 --seq-len 1024
@@ -28,11 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="preset name or Hugging Face config.json path (activations included)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
-    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch size per GPU (default 1)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the model's context length)")
-    parser.add_argument("--precision", default="fp32", help="fp32, amp-bf16, amp-fp16, mixed-bf16, mixed-fp16, bf16 (default fp32)")
-    parser.add_argument("--optimizer", default="adamw", help="sgd, momentum, adagrad, rmsprop, rmsprop-centered, adam, adamw, adafactor, adam-8bit (default adamw)")
-    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage over --dp ranks (default 0)")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch: sequences per GPU per forward/backward (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
+    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
+    common.add_optimizer_flag(parser)
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)")
     parser.add_argument("--dp", type=common.positive_int, default=1, help="data-parallel ranks (default 1)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
@@ -52,34 +64,44 @@ def compute(args) -> dict:
 
     gpu = get_gpu(args.gpu)
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
-    settings = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.dp, tp=args.tp,
+    zero = DEFAULT_ZERO if args.zero is None else args.zero
+    settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
                     reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
+    warnings = []
     if args.model is not None:
         spec, seq_len = load_transformer(args.model, args.seq_len)
         result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
         result["model"] = spec.name
-        activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len}: what our torch model "
+        first = [seq_len_assumption(spec, seq_len, args.seq_len),
+                 f"micro-batch {args.batch_size} sequence{'s' if args.batch_size > 1 else ''} per GPU (--batch-size)"]
+        activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len:,}: what our torch model "
                        f"saves for backward (account/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
+        warnings += seq_len_warnings(spec, seq_len)
     else:
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params only model states are counted)")
         result = memory_per_gpu(n_params=args.params, **settings)
+        first = []
         activations = "activations not modelled: --params gives no architecture (activations_bytes = 0); use --model"
+        warnings += common.outlandish(params=args.params)
     result["gpu"] = gpu.name
-    result["assumptions"] = [
-        f"{result['precision']} recipe + {result['optimizer']}: {result['bytes_per_param']:.4g} B/param unsharded "
-        f"(params {result['bytes_per_param_parts']['params']:g}, grads {result['bytes_per_param_parts']['grads']:g}, "
-        f"master {result['bytes_per_param_parts']['master_params']:g}, optimizer {result['bytes_per_param_parts']['optimizer']:.4g})",
-        f"ZeRO {args.zero} over dp={args.dp}, tp={args.tp}{' + sp' if args.sp else ''}, pp={args.pp} "
+    parts = result["bytes_per_param_parts"]
+    result["assumptions"] = first + [
+        f"precision {result['precision']} + {result['optimizer']} (--precision, --optimizer): {result['bytes_per_param']:.4g} "
+        f"B/param unsharded (params {parts['params']:g}, grads {parts['grads']:g}, master {parts['master_params']:g}, "
+        f"optimizer {parts['optimizer']:.4g})",
+        f"ZeRO {zero}{' (default)' if args.zero is None else ''} over dp={args.dp}, tp={args.tp}{' + sp' if args.sp else ''}, pp={args.pp} "
         f"(stage reported: {result['pipeline_stage']})",
         activations,
         "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
     ]
-    if args.zero > 0 and args.dp == 1:
+    if args.zero is not None and args.zero > 0 and args.dp == 1:
         result["assumptions"].append(f"--zero {args.zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
     if args.sp and args.tp == 1:
         result["assumptions"].append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
+    if warnings:
+        result["warnings"] = warnings
     return result
 
 

@@ -7,6 +7,7 @@ two-column table), so each command module stays a page long. No formulas here: t
 from __future__ import annotations
 
 import argparse
+import math
 
 from trainledger import units
 from trainledger.cli import common
@@ -16,14 +17,23 @@ HELP = "time to train: FLOPs, days and GPU-hours for a model (or parameter count
 DESCRIPTION = """Time to train: seconds = train FLOPs / (num_gpus × peak FLOP/s × MFU).
 
 With --params N the FLOPs are 6·N per token (Kaplan et al. 2020; CS336 Lecture 2). With --model the
-FLOPs per token are the model's training FLOPs at --seq-len (every matmul incl. the LM head and the
-attention scores, backward = 2 × forward; see `trainledger flops`).
+FLOPs per token are the model's training FLOPs at --seq-len (default: the context the model was
+pre-trained at; every matmul incl. the LM head and the attention scores, backward = 2 × forward; see
+`trainledger flops`).
 No flags: the lecture's question, 70B parameters on 15T tokens on 1024 H100 at MFU 0.5 (~143.9 days).
+
+At scale the run is interrupted (account/failures.py): the job's mean time between interruptions
+M = 1 / (--failures-per-gpu-day × num_gpus); a checkpoint (weights + optimizer states of --precision and
+--optimizer) takes δ = bytes / (--checkpoint-bandwidth per node × nodes of 8 GPUs); each interruption
+costs the work since the last checkpoint plus --restart. The checkpoint interval is Daly's (2006)
+refinement of Young's (1974) sqrt(2·δ·M); goodput = failure-free time / expected wall time.
+--simulate cross-checks the closed form with a seeded Monte Carlo of the same assumptions.
 
 examples:
   trainledger plan
   trainledger plan --model llama-2-7b --tokens 2T --gpu a100 --num-gpus 512 --mfu 0.4
   trainledger plan --params 70B --tokens 15T --deadline 30d
+  trainledger plan --params 405B --tokens 15.6T --num-gpus 16384 --mfu 0.4 --simulate
 """
 
 
@@ -53,26 +63,49 @@ def nonnegative_bytes(text: str) -> float:
 
 
 def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
-    """(spec, seq_len) for --model and --seq-len: seq_len defaults to the model's context length.
+    """(spec, seq_len) for --model and --seq-len: seq_len defaults to the context the model was pre-trained at.
 
+    (`spec.default_seq_len`: the preset's pretrain_seq_len, or min(max_seq_len, 8192) for a config.json.)
     A --seq-len longer than a learned position table is an error (the model cannot run it).
     """
     from trainledger.specs import get_model
     spec = get_model(name, flag)
     max_len = getattr(spec, "max_seq_len", None)
     if seq_len is None:
-        seq_len = max_len or 1
+        seq_len = getattr(spec, "default_seq_len", 1)
     if max_len and getattr(spec, "position", None) == "learned" and seq_len > max_len:
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {max_len} learned positions of '{spec.name}'")
     return spec, seq_len
 
 
+def seq_len_assumption(spec, seq_len: int, given: int | None) -> str:
+    """Where the sequence length came from, for the first lines of an answer."""
+    if given is not None:
+        return f"seq_len {seq_len:,} (--seq-len)"
+    if getattr(spec, "pretrain_seq_len", None):
+        return f"seq_len {seq_len:,}: the context {spec.name} was pre-trained at (--seq-len to change)"
+    if getattr(spec, "kind", None) == "transformer":
+        return (f"seq_len {seq_len:,}: min(max_position_embeddings {spec.max_seq_len:,}, 8192), since a config.json "
+                "does not record its pre-training context (--seq-len to change)")
+    return f"seq_len {seq_len}"
+
+
+def seq_len_warnings(spec, seq_len: int) -> list[str]:
+    """A warning when seq_len leaves the model's position range (RoPE extrapolates; the numbers still compute)."""
+    max_len = getattr(spec, "max_seq_len", None)
+    warnings = common.outlandish(seq_len=seq_len)
+    if max_len and seq_len > max_len:
+        warnings.append(f"--seq-len {seq_len:,} is beyond the {max_len:,} positions '{spec.name}' was built for")
+    return warnings
+
+
 def print_table(title: str, rows: list[tuple[str, str]], assumptions: list[str]) -> None:
-    """A two-column table of quantities with the assumptions as its caption."""
+    """A two-column table of quantities, its assumptions in the first lines (under the title), not a footnote."""
     out = common.console()
-    out.print(common.table(title, ["quantity", "value"], rows))
+    out.print(title, style="bold", soft_wrap=True)
     for line in assumptions:
         out.print(f"- {line}", style="dim", soft_wrap=True)
+    out.print(common.table(None, ["quantity", "value"], rows))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +121,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
                         help="attention-score FLOPs over the full T×T (default) or half of it")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
+    add_failure_arguments(parser)
     common.add_json_flag(parser)
+
+
+def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of the failure-aware figures (account/failures.py), defaults with their sources."""
+    from trainledger.account import failures
+    g = parser.add_argument_group("interruptions and checkpoints (account/failures.py)")
+    g.add_argument("--failures-per-gpu-day", type=common.positive_float, default=failures.LLAMA3_FAILURES_PER_GPU_DAY,
+                   help="unexpected job interruptions per GPU per day (default 4.736e-4 = 419 in 54 days on 16,384 "
+                        "GPUs, Llama 3, arXiv:2407.21783 Sec. 3.3.4)")
+    g.add_argument("--checkpoint-bandwidth", type=bandwidth, default=failures.LLAMA3_CHECKPOINT_BYTES_PER_S_PER_NODE,
+                   help="checkpoint write bandwidth per node of 8 GPUs, e.g. 3.4GB/s (default 3.418GB/s = Llama 3's "
+                        "7 TB/s storage peak over its 2,048 nodes, arXiv:2407.21783 Sec. 3.3.1)")
+    g.add_argument("--restart", type=nonnegative_duration, default=failures.DEFAULT_RESTART_SECONDS,
+                   help="time to restart after an interruption, e.g. 10min, 90s (bare number = seconds; default 600 "
+                        "s = 10 min, the restart time of Daly 2006's worked examples)")
+    common.add_precision_flag(parser, "amp-bf16", "its weights + optimizer states are the checkpoint")
+    common.add_optimizer_flag(parser)
+    g.add_argument("--simulate", action="store_true", help="cross-check the closed form with a Monte Carlo of the same assumptions")
+    g.add_argument("--trials", type=common.positive_int, default=100, help="runs simulated by --simulate (default 100)")
+    g.add_argument("--seed", type=common.nonnegative_int, default=0, help="random seed of --simulate (default 0)")
+
+
+def bandwidth(text: str) -> float:
+    """An argparse type for bytes per second: '3.4GB/s', '500MB/s', '2GiB' (the '/s' is optional)."""
+    body = text.strip()
+    body = body[:-2] if body.lower().endswith("/s") else body
+    value = common.positive_bytes(body) if body else None
+    if value is None or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive bandwidth like 3.4GB/s, got {text!r}")
+    return value
+
+
+def nonnegative_duration(text: str) -> float:
+    """An argparse type for a duration that may be 0: '600', '10min', '0'."""
+    try:
+        value = units.parse_seconds(text)
+    except TrainledgerError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative duration like 10min or 600s, got {text!r}")
+    return value
 
 
 def compute(args) -> dict:
@@ -98,24 +173,33 @@ def compute(args) -> dict:
 
     gpu = get_gpu(args.gpu)
     peak = gpu.peak(args.dtype)
+    spec, warnings = None, []
     if args.model is not None:
         from trainledger.account.params import param_counts
         spec, seq_len = load_transformer(args.model, args.seq_len)
         n_params = param_counts(spec)["n_params"]
         flops_per_token = F.train_flops_per_token(spec, seq_len, args.attention)
-        convention = (f"train FLOPs per token of '{spec.name}' at seq_len {seq_len}: 3 × forward, every matmul "
-                      f"incl. LM head, {args.attention} attention scores (`trainledger flops`)")
+        settings = [seq_len_assumption(spec, seq_len, args.seq_len),
+                    f"attention {args.attention}: {ATTENTION_WORDS[args.attention]} (--attention)"]
+        convention = (f"train FLOPs per token of '{spec.name}': 3 × forward, every matmul incl. the LM head, plus "
+                      f"the attention scores at seq_len {seq_len:,} (`trainledger flops`)")
+        warnings += seq_len_warnings(spec, seq_len)
     else:
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params the FLOPs are 6·N per token)")
         n_params, seq_len = (args.params if args.params is not None else 70e9), None
         flops_per_token = F.kaplan_train_flops_per_token(n_params)
+        settings = []
         convention = "6·N FLOPs per token (Kaplan et al. 2020; CS336 Lecture 2), attention-score FLOPs excluded"
     if args.tokens < 1:
         raise TrainledgerError(f"--tokens must be at least 1 token, got {args.tokens:g}")
     if n_params < 1:
         raise TrainledgerError(f"--params must be at least 1 parameter, got {n_params:g}")
     total = flops_per_token * args.tokens
+    if not math.isfinite(total):
+        which = "--tokens" if args.model is not None else "--params × --tokens"
+        raise TrainledgerError(f"{which} is too large: {units.format_count(n_params)} parameters × "
+                               f"{units.format_count(args.tokens)} tokens overflows the training FLOPs; use realistic values")
     result = {
         "n_params": n_params, "n_tokens": args.tokens, "flops_per_token": flops_per_token, "train_flops": total,
         "gpu": gpu.name, "dtype": args.dtype, "num_gpus": args.num_gpus, "peak_flops_per_s": peak, "mfu": args.mfu,
@@ -129,14 +213,76 @@ def compute(args) -> dict:
     if args.deadline is not None:
         result["deadline_seconds"] = args.deadline
         result["gpus_needed"] = gpus_needed(total, args.deadline, peak, args.mfu)
-    result["assumptions"] = [
+    result["assumptions"] = settings + [
         convention,
         f"{gpu.name} dense {args.dtype} peak {units.format_rate(peak)} (no 2:4 sparsity), sustained at MFU {args.mfu}",
-        "seconds = train_flops / (num_gpus × peak × mfu); no restarts, evaluation or data-loading stalls",
+        "failure-free time = train_flops / (num_gpus × peak × mfu); no evaluation or data-loading stalls",
     ]
     if result_note:
         result["assumptions"].append(result_note)
+    result.update(failure_figures(args, spec, n_params, seq_len, result["train_seconds"]))
+    warnings += common.outlandish(tokens=args.tokens, params=n_params, num_gpus=args.num_gpus, mfu=args.mfu,
+                                  train_seconds=result["train_seconds"])
+    if warnings:
+        result["warnings"] = warnings
     return result
+
+
+ATTENTION_WORDS = {"full": "scores over the full T×T (PaLM App. B, nanoGPT); causal halves them (Megatron)",
+                   "causal": "half of the T×T scores (Megatron-LM); full counts all of them (PaLM)"}
+
+
+def failure_figures(args, spec, n_params: float, seq_len, train_seconds: float) -> dict:
+    """The failure-aware keys of `plan` (account/failures.py), with the checkpoint bytes from account/memory.py."""
+    from trainledger.account import failures
+    from trainledger.account.memory import memory_per_gpu
+
+    states = dict(precision=args.precision, optimizer=args.optimizer)
+    memory = (memory_per_gpu(spec, batch_size=1, seq_len=seq_len, **states) if spec is not None
+              else memory_per_gpu(n_params=n_params, **states))
+    checkpoint_bytes = memory["params_bytes"] + memory["master_params_bytes"] + memory["optimizer_bytes"]
+    plan = failures.failure_plan(train_seconds, args.num_gpus, checkpoint_bytes, args.failures_per_gpu_day,
+                                 args.checkpoint_bandwidth, args.restart)
+    notes = [
+        f"interruptions: Poisson, {args.failures_per_gpu_day:.4g} per GPU-day × {args.num_gpus:,} GPUs → one every "
+        f"{units.format_seconds(plan['mtbf_seconds'])} (Llama 3's 419 in 54 days on 16,384 GPUs by default)",
+        f"checkpoint: {units.format_bytes(checkpoint_bytes)} ({args.precision} weights + {args.optimizer} states, "
+        f"{units.format_count(n_params)} parameters) at {units.format_bytes(args.checkpoint_bandwidth)}/s per node × "
+        f"{plan['nodes']:,} nodes of 8 GPUs; restart {units.format_seconds(args.restart)} per interruption",
+        "checkpoint interval: Daly 2006's refinement of Young 1974's sqrt(2·δ·M); wall time = M·e^(R/M)·(e^((τ+δ)/M) − 1)"
+        " per τ of work (Daly 2006); synchronous checkpoints, planned stops not modelled",
+    ]
+    if plan["goodput"] < 0.5:
+        notes.append("goodput below 0.5: checkpoints or restarts take too long for this failure rate "
+                     "(faster storage, asynchronous checkpoints or fewer GPUs)")
+    out = {**plan, "failure_assumptions": notes, "checkpoint_precision": args.precision,
+           "checkpoint_optimizer": args.optimizer}
+    if args.simulate:
+        out["simulation"] = failures.simulate(train_seconds, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"],
+                                              plan["mtbf_seconds"], plan["restart_seconds"], trials=args.trials,
+                                              seed=args.seed, progress=_progress_bar())
+    return out
+
+
+def _progress_bar():
+    """A progress callback for --simulate on an interactive terminal (stderr), or None."""
+    import sys
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import Progress
+    progress = Progress(transient=True, console=Console(stderr=True))
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            progress.start()
+            task = progress.add_task("simulating runs", total=total)
+        progress.update(task, completed=done)
+        if done == total:
+            progress.stop()
+    return update
 
 
 def render(result: dict, args) -> None:
@@ -145,14 +291,41 @@ def render(result: dict, args) -> None:
         ("tokens", units.format_count(result["n_tokens"])),
         ("FLOPs per token", units.format_flops(result["flops_per_token"])),
         ("training FLOPs", units.format_flops(result["train_flops"])),
-        ("GPUs", f"{result['num_gpus']} × {result['gpu']}"),
+        ("GPUs", f"{result['num_gpus']:,} × {result['gpu']}"),
         ("peak per GPU", units.format_rate(result["peak_flops_per_s"])),
         ("MFU", f"{result['mfu']:g}"),
         ("FLOPs per day", units.format_flops(result["flops_per_day"])),
-        ("time", f"{result['train_days']:.2f} days" if result["train_days"] >= 1 else units.format_seconds(result["train_seconds"])),
+        ("time without failures", format_days(result["train_seconds"])),
         ("GPU-hours", units.format_count(result["gpu_hours"])),
+        ("interruptions: one every", units.format_seconds(result["mtbf_seconds"])),
+        ("checkpoint write (δ)", units.format_seconds(result["checkpoint_seconds"])),
+        ("checkpoint every (τ)", f"{units.format_seconds(result['checkpoint_interval_seconds'])} of training "
+                                 f"(Young: {units.format_seconds(result['young_interval_seconds'])})"),
+        ("restart (R)", units.format_seconds(result["restart_seconds"])),
+        ("expected interruptions", format_interruptions(result["expected_interruptions"])),
+        ("goodput", f"{result['goodput']:.3f}"),
+        ("time with failures", format_days(result["train_seconds_with_failures"])),
     ]
+    if "simulation" in result:
+        sim = result["simulation"]
+        rows.append((f"simulated ({sim['trials']} runs)",
+                     f"goodput {sim['goodput']:.3f} ± {sim['goodput_stderr']:.3f}, "
+                     f"{format_interruptions(sim['expected_interruptions'])} interruptions"))
     if "gpus_needed" in result:
         rows.append((f"GPUs for {units.format_seconds(result['deadline_seconds'])}", f"{result['gpus_needed']:,}"))
-    print_table("Time to train", rows, result["assumptions"])
+    print_table("Time to train", rows, result["assumptions"] + result["failure_assumptions"])
 
+
+def format_interruptions(count: float) -> str:
+    """'560', or '4.69e+18' when absurd."""
+    return f"{count:,.0f}" if count < 1e6 else f"{count:.3g}"
+
+
+def format_days(seconds: float) -> str:
+    """A training time for the table: '143.93 days' below 1000 days, else in years (scientific when absurd)."""
+    if not math.isfinite(seconds):
+        return "never (the job cannot finish)"
+    days = seconds / 86400
+    if 1 <= days < 1000:
+        return f"{days:.2f} days"
+    return units.format_seconds(seconds)

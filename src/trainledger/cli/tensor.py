@@ -35,8 +35,12 @@ DEFAULT_SHAPE = (49152, 12288)   # CS336 Lecture 2: one GPT-3 FFN matrix, 2,415,
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    """'49152,12288' or '4x4' -> sizes; every part must be a whole number ('4,x' and '4,,4' are errors, not [4])."""
+    parts = [part.strip() for part in text.replace("x", ",").split(",")]
+    if parts and parts[-1] == "" and len(parts) > 1 and text.rstrip().endswith(","):
+        parts.pop()                    # one trailing comma, as in a Python tuple: '4,'
     try:
-        sizes = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+        sizes = tuple(int(part) for part in parts)
     except ValueError:
         sizes = ()
     if not sizes or any(s < 0 for s in sizes):

@@ -162,7 +162,7 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
         # nn.init.trunc_normal_ in its Linear layers is data-dependent, which FakeTensorMode cannot run;
         # the Cruncher is small (dim² × layers parameters): measure it for real instead
         device, fallback_note = "cpu", "the Cruncher runs on cpu: its truncated-normal init cannot run on fake tensors"
-    seq_len = seq_len or getattr(spec, "max_seq_len", 1)
+    seq_len = seq_len or getattr(spec, "default_seq_len", 1)
     amp = recipe.name.startswith("amp")
     model_dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
     autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if amp else None
@@ -173,6 +173,7 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
                      "gradient that the 2 × forward convention counts (measured train FLOPs are lower)")
     if device == "meta":
         notes.append("meta device: SDPA runs its math path (T×T scores saved): predicted with flash off")
+    _check_memory_first(spec, batch_size, seq_len, recipe.name, optimizer, recompute, device)
     with _context(device):
         real_device = "cuda" if device == "cuda" else ("meta" if device == "meta" else "cpu")
         model = build_model(spec, recompute=recompute, dtype=model_dtype, device=real_device)
@@ -213,6 +214,13 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
                         "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
                         "activations_by_module": report.activations_by_module},
             "notes": notes}
+
+
+def _check_memory_first(spec, batch_size, seq_len, precision, optimizer, recompute, device) -> None:
+    """Before a real step allocates anything: its predicted peak must fit in the RAM / GPU memory left (measure.resources)."""
+    if device in ("cpu", "cuda"):
+        from trainledger.measure.resources import check_fits
+        check_fits(predict(spec, batch_size, seq_len, precision, optimizer, recompute)["peak_bytes"], device)
 
 
 def _count(model, batch, loss_fn, autocast_dtype, device):

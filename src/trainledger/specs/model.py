@@ -14,6 +14,10 @@ from trainledger.errors import TrainledgerError
 POSITIONS = ("learned", "rope")   # GPT-2 learned absolute positions | rotary (no parameters)
 NORMS = ("layernorm", "rmsnorm")  # LayerNorm (weight, optional bias) | RMSNorm (weight only)
 MLPS = ("gelu", "swiglu")         # 2 matrices d->d_ff->d with GELU | 3 matrices: down(silu(gate(x)) * up(x))
+# Default --seq-len of a config.json (which does not record its pre-training context): the bulk pre-training
+# context of Llama 3 (arXiv:2407.21783, Sec. 3.4.1: 8K tokens before the long-context stage) and Mistral 7B
+# (arXiv:2310.06825, Table 1: context_len 8192). Presets name their own (specs/presets.py).
+DEFAULT_CONTEXT_CAP = 8192
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class TransformerSpec:
     n_kv_heads: int | None = None       # None: = n_heads (multi-head attention)
     d_head: int | None = None           # None: = d_model // n_heads (GPT-3 13B has 40 × 128 = 5120 != 5140)
     max_seq_len: int = 2048             # context length; learned position table size
+    pretrain_seq_len: int | None = None  # context most pre-training tokens were seen at (the default --seq-len)
     position: str = "rope"
     norm: str = "rmsnorm"
     norm_bias: bool = False             # LayerNorm bias (GPT-2: True)
@@ -56,6 +61,8 @@ class TransformerSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
+        if self.pretrain_seq_len is not None and not (isinstance(self.pretrain_seq_len, int) and self.pretrain_seq_len > 0):
+            raise TrainledgerError(f"model '{self.name}': pretrain_seq_len must be a positive integer, got {self.pretrain_seq_len!r}")
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
             raise TrainledgerError(f"model '{self.name}': n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
         if self.d_head is None and self.d_model % self.n_heads:
@@ -85,6 +92,16 @@ class TransformerSpec:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 1
+
+    @property
+    def default_seq_len(self) -> int:
+        """Tokens per sequence when --seq-len is not given: the pre-training context (`pretrain_seq_len`).
+
+        A config.json does not say it; then min(max_seq_len, DEFAULT_CONTEXT_CAP): a long-context model's
+        position range (128K for Llama 3.1) is reached only in a short final stage, not in bulk pre-training.
+        Never more than max_seq_len (a shrunken copy of a preset, `with_(max_seq_len=64)`, gets 64).
+        """
+        return min(self.pretrain_seq_len or DEFAULT_CONTEXT_CAP, self.max_seq_len)
 
     def with_(self, **changes) -> "TransformerSpec":
         """A copy with some fields changed (e.g. `spec.with_(n_layers=2)` for a tiny test config)."""

@@ -9,6 +9,7 @@ TINY = TransformerSpec(
     name="tiny", vocab_size=256, d_model=128, n_layers=4, n_heads=4, d_ff=512, max_seq_len=256,
     position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True, attn_out_bias=True,
     mlp_bias=True, tied_embeddings=True, source="trainledger: byte-level GPT for CPU training",
+    pretrain_seq_len=128,  # `trainledger train`'s default --seq-len
 )
 
 # CS336 Lecture 2 `Cruncher(dim=64, num_layers=2)`: 8,256 parameters
@@ -26,15 +27,20 @@ GPT2 = TransformerSpec(
 LLAMA_2_7B = TransformerSpec(
     name="llama-2-7b", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=11008,
     max_seq_len=4096, norm_eps=1e-5, source="config.json of meta-llama/Llama-2-7b-hf",
+    pretrain_seq_len=4096,  # Llama 2 paper (arXiv:2307.09288), Table 1: context length 4k
     published_n_params=6_738_415_616,
 )
 
 def _gpt2(name: str, d_model: int, n_layers: int, n_heads: int, source: str, published_n_params: int | None = None,
           d_head: int | None = None, max_seq_len: int = 1024) -> TransformerSpec:
-    """A GPT-2-style spec (learned positions, LayerNorm with bias, GELU MLP of 4·d_model, all biases, tied head)."""
+    """A GPT-2-style spec (learned positions, LayerNorm with bias, GELU MLP of 4·d_model, all biases, tied head).
+
+    Pre-trained at their full context: GPT-2 1024 tokens (Radford et al. 2019, Sec. 2.3), GPT-3 2048
+    (Brown et al. 2020, Sec. 2.1: n_ctx = 2048 for every size).
+    """
     return TransformerSpec(
         name=name, vocab_size=50257, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_head=d_head,
-        d_ff=4 * d_model, max_seq_len=max_seq_len, position="learned", norm="layernorm", norm_bias=True,
+        d_ff=4 * d_model, max_seq_len=max_seq_len, pretrain_seq_len=max_seq_len, position="learned", norm="layernorm", norm_bias=True,
         mlp="gelu", qkv_bias=True, attn_out_bias=True, mlp_bias=True, tied_embeddings=True,
         source=source, published_n_params=published_n_params,
     )
@@ -67,6 +73,7 @@ GPT3_175B = _gpt2("gpt3-175b", 12288, 96, 96, _GPT3 + ", GPT-3 175B", d_head=128
 LLAMA_2_13B = TransformerSpec(
     name="llama-2-13b", vocab_size=32000, d_model=5120, n_layers=40, n_heads=40, n_kv_heads=40, d_ff=13824,
     max_seq_len=4096, norm_eps=1e-5, rope_theta=10000.0, source="config.json of meta-llama/Llama-2-13b-hf",
+    pretrain_seq_len=4096,  # Llama 2 paper (arXiv:2307.09288), Table 1: context length 4k
     published_n_params=13_015_864_320,
 )
 
@@ -74,6 +81,7 @@ LLAMA_2_13B = TransformerSpec(
 LLAMA_2_70B = TransformerSpec(
     name="llama-2-70b", vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28672,
     max_seq_len=4096, norm_eps=1e-5, rope_theta=10000.0, source="config.json of meta-llama/Llama-2-70b-hf",
+    pretrain_seq_len=4096,  # Llama 2 paper (arXiv:2307.09288), Table 1: context length 4k
     published_n_params=68_976_648_192,
 )
 
@@ -81,6 +89,7 @@ LLAMA_2_70B = TransformerSpec(
 LLAMA_3_8B = TransformerSpec(
     name="llama-3-8b", vocab_size=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
     max_seq_len=8192, norm_eps=1e-5, rope_theta=500000.0, source="config.json of meta-llama/Meta-Llama-3-8B",
+    pretrain_seq_len=8192,  # Llama 3 model card (meta-llama/Meta-Llama-3-8B): context length 8k
     published_n_params=8_030_261_248,
 )
 
@@ -88,6 +97,7 @@ LLAMA_3_8B = TransformerSpec(
 LLAMA_3_70B = TransformerSpec(
     name="llama-3-70b", vocab_size=128256, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28672,
     max_seq_len=8192, norm_eps=1e-5, rope_theta=500000.0, source="config.json of meta-llama/Meta-Llama-3-70B",
+    pretrain_seq_len=8192,  # Llama 3 model card (meta-llama/Meta-Llama-3-70B): context length 8k
     published_n_params=70_553_706_496,
 )
 
@@ -96,12 +106,14 @@ LLAMA_3_1_405B = TransformerSpec(
     name="llama-3.1-405b", vocab_size=128256, d_model=16384, n_layers=126, n_heads=128, n_kv_heads=8,
     d_ff=53248, max_seq_len=131072, norm_eps=1e-5, rope_theta=500000.0,
     source="config.json of meta-llama/Llama-3.1-405B", published_n_params=405_853_388_800,
+    pretrain_seq_len=8192,  # arXiv:2407.21783 Sec. 3.4.1: 8K-token sequences; 128K only in the ~800B-token final stage
 )
 
 # config.json of mistralai/Mistral-7B-v0.1 (sliding window 4096 changes no parameter); 7,241,732,096 parameters
 MISTRAL_7B = TransformerSpec(
     name="mistral-7b", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
     max_seq_len=32768, norm_eps=1e-5, rope_theta=10000.0, source="config.json of mistralai/Mistral-7B-v0.1",
+    pretrain_seq_len=8192,  # Mistral 7B paper (arXiv:2310.06825), Table 1: context_len 8192
     published_n_params=7_241_732_096,
 )
 
@@ -110,6 +122,7 @@ QWEN2_5_7B = TransformerSpec(
     name="qwen2.5-7b", vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4, d_ff=18944,
     max_seq_len=131072, norm_eps=1e-6, rope_theta=1000000.0, qkv_bias=True, tied_embeddings=False,
     source="config.json of Qwen/Qwen2.5-7B", published_n_params=7_615_616_512,
+    pretrain_seq_len=4096,  # Qwen2.5 report (arXiv:2412.15115), Sec. 3.3: 4,096 tokens, 32,768 in the final stage
 )
 
 # config.json of mistralai/Mixtral-8x7B-v0.1 (8 experts, top-2); 46,702,792,704 parameters
@@ -117,6 +130,7 @@ MIXTRAL_8X7B = TransformerSpec(
     name="mixtral-8x7b", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
     max_seq_len=32768, norm_eps=1e-5, rope_theta=1000000.0, n_experts=8, experts_per_token=2,
     source="config.json of mistralai/Mixtral-8x7B-v0.1", published_n_params=46_702_792_704,
+    pretrain_seq_len=32768,  # Mixtral paper (arXiv:2401.04088), Sec. 2: trained with a context size of 32k tokens
 )
 
 PRESETS = {spec.name: spec for spec in [
