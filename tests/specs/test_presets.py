@@ -70,3 +70,22 @@ def test_lookup_aliases_and_errors():
         get_model("gpt5")
     message = str(error.value)
     assert "--model" in message and "llama-3-8b" in message and "\n" not in message
+
+
+def test_every_transformer_preset_names_its_pretraining_context():
+    """Issue 14: --seq-len defaults to the context a model was pre-trained at, never silently to a 128K position range."""
+    source = inspect.getsource(presets)
+    for spec in PRESETS.values():
+        if spec.kind != "transformer":
+            continue
+        assert spec.pretrain_seq_len is not None and spec.default_seq_len <= spec.max_seq_len, spec.name
+    assert "pretrain_seq_len=8192,  # arXiv:2407.21783" in source          # the source sits beside the value
+    assert PRESETS["llama-3.1-405b"].default_seq_len == 8192 and PRESETS["qwen2.5-7b"].default_seq_len == 4096
+    assert PRESETS["gpt2"].default_seq_len == 1024 and PRESETS["mixtral-8x7b"].default_seq_len == 32768
+
+
+def test_config_json_default_context_is_capped():
+    from trainledger.specs.model import DEFAULT_CONTEXT_CAP
+    spec = PRESETS["qwen2.5-7b"].with_(pretrain_seq_len=None)              # what a config.json gives
+    assert spec.default_seq_len == DEFAULT_CONTEXT_CAP == 8192
+    assert PRESETS["gpt2"].with_(pretrain_seq_len=None).default_seq_len == 1024

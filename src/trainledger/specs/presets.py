@@ -21,6 +21,7 @@ GPT2 = TransformerSpec(
     position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True, attn_out_bias=True,
     mlp_bias=True, tied_embeddings=True, source="config.json of openai-community/gpt2",
     published_n_params=124_439_808,
+    pretrain_seq_len=1024,  # GPT-2 paper (Radford et al. 2019), Sec. 2.3: context size 1024 tokens
 )
 
 # config.json of meta-llama/Llama-2-7b-hf; 6,738,415,616 parameters
