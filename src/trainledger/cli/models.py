@@ -26,7 +26,9 @@ def _record(spec) -> dict:
     else:
         record |= {"d_model": spec.d_model, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
                    "n_kv_heads": spec.kv_heads, "d_head": spec.head_dim, "d_ff": spec.d_ff,
-                   "vocab_size": spec.vocab_size, "max_seq_len": spec.max_seq_len, "position": spec.position,
+                   "vocab_size": spec.vocab_size, "max_seq_len": spec.max_seq_len,
+                   "pretrain_seq_len": spec.pretrain_seq_len, "default_seq_len": spec.default_seq_len,
+                   "position": spec.position,
                    "norm": spec.norm, "mlp": spec.mlp, "tied_embeddings": spec.tied_embeddings,
                    "n_experts": spec.n_experts, "experts_per_token": spec.experts_per_token,
                    "rope_theta": spec.rope_theta if spec.position == "rope" else None, "norm_eps": spec.norm_eps}
@@ -39,6 +41,11 @@ def compute(args) -> list:
     return [_record(spec) for spec in PRESETS.values()]
 
 
+def _k(tokens: int) -> str:
+    """8192 -> '8K', 131072 -> '128K', 256 -> '256' (contexts are powers of two: K = 1024)."""
+    return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
 def render(result: list, args) -> None:
     from rich import box
 
@@ -48,7 +55,7 @@ def render(result: list, args) -> None:
             rows.append([r["name"], format_count(r["n_params"]), f"dim {r['dim']}", r["n_layers"], "", "", "", ""])
             continue
         rows.append([r["name"], format_count(r["n_params"]), r["d_model"], r["n_layers"],
-                     f"{r['n_heads']}/{r['n_kv_heads']}", r["d_ff"], r["vocab_size"], r["max_seq_len"]])
+                     f"{r['n_heads']}/{r['n_kv_heads']}", r["d_ff"], r["vocab_size"], f"{_k(r['default_seq_len'])}/{_k(r['max_seq_len'])}"])
         if r["n_experts"] > 1:
             notes.append(f"{r['name']}: {r['n_experts']} experts, {r['experts_per_token']} per token, "
                          f"{format_count(r['n_params_active'])} active parameters")
@@ -57,6 +64,7 @@ def render(result: list, args) -> None:
         "Model presets (unique parameters, SI counts: 124M = 1.24e8)",
         ["name", "params", "d_model", "layers", "heads/kv", "d_ff", "vocab", "context"], rows,
         "\n".join(notes + [f"LM head tied to the token embedding: {tied}",
+                            "context: pre-trained at (the default --seq-len) / position range; K = 1024 tokens.",
                             "Sources (config.json or paper table) and all fields: `trainledger models --json`.",
                             "--model also takes a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral)."]))
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
