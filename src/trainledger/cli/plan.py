@@ -244,13 +244,13 @@ def failure_figures(args, spec, n_params: float, seq_len, train_seconds: float) 
     plan = failures.failure_plan(train_seconds, args.num_gpus, checkpoint_bytes, args.failures_per_gpu_day,
                                  args.checkpoint_bandwidth, args.restart)
     notes = [
-        f"interruptions: Poisson, {args.failures_per_gpu_day:.4g} per GPU-day × {args.num_gpus:,} GPUs → one every "
-        f"{units.format_seconds(plan['mtbf_seconds'])} (Llama 3's 419 in 54 days on 16,384 GPUs by default)",
-        f"checkpoint: {units.format_bytes(checkpoint_bytes)} ({args.precision} weights + {args.optimizer} states, "
-        f"{units.format_count(n_params)} parameters) at {units.format_bytes(args.checkpoint_bandwidth)}/s per node × "
-        f"{plan['nodes']:,} nodes of 8 GPUs; restart {units.format_seconds(args.restart)} per interruption",
-        "checkpoint interval: Daly 2006's refinement of Young 1974's sqrt(2·δ·M); wall time = M·e^(R/M)·(e^((τ+δ)/M) − 1)"
-        " per τ of work (Daly 2006); synchronous checkpoints, planned stops not modelled",
+        f"interruptions: one every {units.format_seconds(plan['mtbf_seconds'])} = 1 / ({args.failures_per_gpu_day:.4g} per "
+        f"GPU-day × {args.num_gpus:,} GPUs) (default: Llama 3's 419 in 54 days on 16,384 GPUs), Poisson",
+        f"checkpoint: {units.format_bytes(checkpoint_bytes)} ({args.precision} weights + {args.optimizer} states) at "
+        f"{args.checkpoint_bandwidth / 1e9:.3g} GB/s per node × {plan['nodes']:,} nodes of 8 GPUs, synchronous; "
+        f"restart {units.format_seconds(args.restart)}",
+        "checkpoint every τ: Daly 2006's refinement of Young 1974's sqrt(2·δ·M); time with failures: Daly's "
+        "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1) per τ of training",
     ]
     if plan["goodput"] < 0.5:
         notes.append("goodput below 0.5: checkpoints or restarts take too long for this failure rate "
