@@ -117,6 +117,15 @@ def test_hopeless_runs_do_not_loop_forever():
     ({"bytes_per_s_per_node": 0}, "--checkpoint-bandwidth"),
     ({"restart_s": -1}, "--restart"),
 ])
+def test_simulation_cost_is_bounded():
+    """Many trials of a long run: segments per trial shrink so trials × segments stays within the draw budget."""
+    sim = F.simulate(1e9, 100.0, 1.0, 1e4, 60.0, trials=10_000)
+    assert sim["scaled"] and sim["trials"] * sim["segments_per_trial"] <= F.SIMULATION_DRAWS
+    plan = F.failure_plan(1e9, 8192, 1e12)
+    assert F.simulate(1e9, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"], plan["mtbf_seconds"],
+                      plan["restart_seconds"], trials=10_000)["goodput"] == pytest.approx(plan["goodput"], abs=0.01)
+
+
 def test_bad_rates_name_their_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
         F.failure_plan(1e6, 8, 1e9, **kwargs)

@@ -38,8 +38,9 @@ LLAMA3_CHECKPOINT_BYTES_PER_S_PER_NODE = 7e12 / 2048
 DEFAULT_RESTART_SECONDS = 600.0
 # GPUs per node that share one node's write bandwidth (DGX/HGX H100 and Meta's Grand Teton: 8).
 GPUS_PER_NODE = 8
-# Beyond this (τ+δ+R)/M the job essentially never completes a segment: e^40 retries per checkpoint.
-HOPELESS_RATIO = 40.0
+# The Monte Carlo's budget of random draws: ~1 s of pure Python on one core. Runs longer than the budget
+# allows are simulated for their first segments and scaled (the process is stationary).
+SIMULATION_DRAWS = 2_000_000
 
 
 def _positive(value, flag: str) -> float:
@@ -130,19 +131,25 @@ def simulate(work_s: float, interval_s: float, checkpoint_s: float, mtbf_s: floa
 
     Interruptions are exponential with mean `mtbf_s` (random.Random(seed)); one lands → the segment's
     elapsed time is lost, a restart of `restart_s` follows (itself interruptible), the segment starts
-    over. A run longer than `max_segments` segments simulates the first `max_segments` and scales (the
-    process is stationary). Returns goodput (total work / total wall), its standard error over trials,
-    mean interruptions and mean wall seconds per run (scaled to the whole run). `progress(done, total)`
-    is called after each trial.
+    over. A run of more segments than `max_segments` (or than SIMULATION_DRAWS allows: each segment
+    needs about e^((τ+δ)/M)·e^(R/M) draws) simulates its first segments and scales (the process is
+    stationary); when even one segment per run is beyond the budget the job cannot finish in practice
+    and goodput is reported as 0 without simulating. Returns goodput (total work / total wall), its
+    standard error over trials, mean interruptions and wall seconds per run (scaled to the whole run).
+    `progress(done, total)` is called after each trial.
     """
-    if (interval_s + checkpoint_s + restart_s) / mtbf_s > HOPELESS_RATIO:
+    exponent = (interval_s + checkpoint_s + restart_s) / mtbf_s
+    draws_per_segment = math.exp(min(exponent, 700.0)) + 1.0
+    affordable = SIMULATION_DRAWS / (trials * draws_per_segment)
+    if affordable < 1:
         return {"trials": 0, "goodput": 0.0, "goodput_stderr": 0.0, "expected_interruptions": math.inf,
                 "train_seconds_with_failures": math.inf, "seed": seed, "segments_per_trial": 0, "scaled": False}
     rng = random.Random(seed)
     full_segments = int(work_s // interval_s)
     last = work_s - full_segments * interval_s
-    segments = [interval_s] * min(full_segments, max_segments)
-    if full_segments < max_segments and last > 0:
+    limit = max(1, min(max_segments, int(affordable)))
+    segments = [interval_s] * min(full_segments, limit)
+    if full_segments < limit and last > 0:
         segments.append(last)
     simulated_work = sum(segments)
     scale = work_s / simulated_work

@@ -138,11 +138,19 @@ def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--restart", type=nonnegative_duration, default=failures.DEFAULT_RESTART_SECONDS,
                    help="time to restart after an interruption, e.g. 10min, 90s (bare number = seconds; default 600 "
                         "s = 10 min, the restart time of Daly 2006's worked examples)")
-    common.add_precision_flag(parser, "amp-bf16", "its weights + optimizer states are the checkpoint")
-    common.add_optimizer_flag(parser)
+    common.add_precision_flag(g, "amp-bf16", "its weights + optimizer states are the checkpoint")
+    common.add_optimizer_flag(g)
     g.add_argument("--simulate", action="store_true", help="cross-check the closed form with a Monte Carlo of the same assumptions")
-    g.add_argument("--trials", type=common.positive_int, default=100, help="runs simulated by --simulate (default 100)")
+    g.add_argument("--trials", type=trials, default=100, help="runs simulated by --simulate, 1 to 10000 (default 100)")
     g.add_argument("--seed", type=common.nonnegative_int, default=0, help="random seed of --simulate (default 0)")
+
+
+def trials(text: str) -> int:
+    """An argparse type for --trials: 1..10000 (the simulation's cost grows with it)."""
+    value = common.positive_int(text)
+    if value > 10_000:
+        raise argparse.ArgumentTypeError(f"must be at most 10000, got {text!r}")
+    return value
 
 
 def bandwidth(text: str) -> float:
@@ -308,9 +316,12 @@ def render(result: dict, args) -> None:
     ]
     if "simulation" in result:
         sim = result["simulation"]
-        rows.append((f"simulated ({sim['trials']} runs)",
-                     f"goodput {sim['goodput']:.3f} ± {sim['goodput_stderr']:.3f}, "
-                     f"{format_interruptions(sim['expected_interruptions'])} interruptions"))
+        if sim["trials"]:
+            rows.append((f"simulated ({sim['trials']} runs)",
+                         f"goodput {sim['goodput']:.3f} ± {sim['goodput_stderr']:.3f}, "
+                         f"{format_interruptions(sim['expected_interruptions'])} interruptions"))
+        else:
+            rows.append(("simulated", "not run: a checkpoint segment would need more retries than can be drawn"))
     if "gpus_needed" in result:
         rows.append((f"GPUs for {units.format_seconds(result['deadline_seconds'])}", f"{result['gpus_needed']:,}"))
     print_table("Time to train", rows, result["assumptions"] + result["failure_assumptions"])
