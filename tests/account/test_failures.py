@@ -111,12 +111,6 @@ def test_hopeless_runs_do_not_loop_forever():
     assert plan["goodput"] == 0 and plan["train_seconds_with_failures"] == math.inf
 
 
-@pytest.mark.parametrize("kwargs, flag", [
-    ({"failures_per_gpu_day": 0}, "--failures-per-gpu-day"),
-    ({"failures_per_gpu_day": -1e-4}, "--failures-per-gpu-day"),
-    ({"bytes_per_s_per_node": 0}, "--checkpoint-bandwidth"),
-    ({"restart_s": -1}, "--restart"),
-])
 def test_simulation_cost_is_bounded():
     """Many trials of a long run: segments per trial shrink so trials × segments stays within the draw budget."""
     sim = F.simulate(1e9, 100.0, 1.0, 1e4, 60.0, trials=10_000)
@@ -126,6 +120,12 @@ def test_simulation_cost_is_bounded():
                       plan["restart_seconds"], trials=10_000)["goodput"] == pytest.approx(plan["goodput"], abs=0.01)
 
 
+@pytest.mark.parametrize("kwargs, flag", [
+    ({"failures_per_gpu_day": 0}, "--failures-per-gpu-day"),
+    ({"failures_per_gpu_day": -1e-4}, "--failures-per-gpu-day"),
+    ({"bytes_per_s_per_node": 0}, "--checkpoint-bandwidth"),
+    ({"restart_s": -1}, "--restart"),
+])
 def test_bad_rates_name_their_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
         F.failure_plan(1e6, 8, 1e9, **kwargs)
