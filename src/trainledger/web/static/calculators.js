@@ -390,8 +390,9 @@
       const seq = calc.fields["seq-len"];
       const placeSeq = () => {  // an empty length means the model's own: put the thumb there
         const m = DATA.models.find((x) => x.name === calc.value("model"));
-        if (seq && seq.input.value === "" && m && m.max_seq_len) seq.slider.value = Math.log2(m.max_seq_len);
-        seq.input.placeholder = m && m.max_seq_len ? String(m.max_seq_len) : "model's";  // grey: the default in use
+        const len = m && (m.default_seq_len || m.max_seq_len);  // the CLI's default: the pre-training context
+        if (seq && seq.input.value === "" && len) seq.slider.value = Math.log2(len);
+        seq.input.placeholder = len ? String(len) : "model's";  // grey: the default in use
       };
       calc.fields.model.field.onChange = placeSeq;
       placeSeq();
