@@ -117,9 +117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-gpus", type=common.positive_int, default=1024, help="number of GPUs (default 1024)")
     parser.add_argument("--mfu", type=common.fraction, default=0.5, help="model FLOPs utilization in (0, 1] (default 0.5)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the model's)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
-                        help="attention-score FLOPs over the full T×T (default) or half of it")
+                        help="attention-score FLOPs over the full T×T (PaLM) or half of it (Megatron) (default full)")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
     add_failure_arguments(parser)
     common.add_json_flag(parser)
