@@ -172,3 +172,58 @@ def outlandish(**values) -> list[str]:
             shown = units.format_seconds(value) if name.endswith("seconds") else f"{value:.4g}"
             warnings.append(f"{what}: got {shown}; check the value and its suffix")
     return warnings
+
+
+# --- hardware: one place that turns --gpu into a GPUSpec -------------------------------------------------------
+def resolve_gpu(name: str, flag: str = "--gpu"):
+    """The GPUSpec that `--gpu NAME` means: a datasheet entry of specs/hardware.py (`trainledger hardware`).
+
+    Every command that needs a device goes through here, so calibrated devices (`--gpu cpu`, `--gpu cuda`: a
+    GPUSpec built from this machine's `bench --calibrate` profile) plug in at one place.
+    """
+    from trainledger.specs.hardware import get_gpu
+    return get_gpu(name, flag)
+
+
+def bandwidth(text: str) -> float:
+    """An argparse type for bytes per second: '3.4GB/s', '500MB/s', '2GiB' (the '/s' is optional)."""
+    body = text.strip()
+    body = body[:-2] if body.lower().endswith("/s") else body
+    value = positive_bytes(body) if body else None
+    if value is None or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive bandwidth like 3.4GB/s, got {text!r}")
+    return value
+
+
+def add_hardware_flags(parser: argparse.ArgumentParser) -> None:
+    """--gpus-per-node, --intra-node-bandwidth, --inter-node-bandwidth: override the interconnect of --gpu."""
+    g = parser.add_argument_group("interconnect (defaults: the --gpu entry of `trainledger hardware --json`)")
+    g.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="GPUs sharing the fast link inside a node (default: the GPU's server, 8 for DGX/HGX)")
+    g.add_argument("--intra-node-bandwidth", type=bandwidth, default=None,
+                   help="bandwidth a ring collective achieves per GPU per direction inside a node (NCCL bus "
+                        "bandwidth), e.g. 235GB/s (default: datasheet link × its measured bus-bandwidth fraction)")
+    g.add_argument("--inter-node-bandwidth", type=bandwidth, default=None,
+                   help="bandwidth a ring collective achieves per GPU per direction between nodes, e.g. 24GB/s "
+                        "(default: the GPU's usual network, e.g. InfiniBand HDR for A100, NDR for H100)")
+
+
+def apply_hardware_flags(gpu, args):
+    """`gpu` with the interconnect flags of `add_hardware_flags` applied (a new GPUSpec; the table is unchanged)."""
+    from dataclasses import replace
+
+    from trainledger.specs.performance import Link
+
+    changes = {}
+    if getattr(args, "gpus_per_node", None) is not None:
+        changes["gpus_per_node"] = args.gpus_per_node
+    for flag, attr in (("intra_node_bandwidth", "intra_node_link"), ("inter_node_bandwidth", "inter_node_link")):
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        old = getattr(gpu, attr)
+        changes[attr] = Link(f"--{flag.replace('_', '-')} {value / 1e9:g} GB/s", value, 1.0,
+                             old.step_latency_seconds if old else 0.0, old.call_latency_seconds if old else 0.0,
+                             f"given by --{flag.replace('_', '-')} (achieved bus bandwidth); latencies of "
+                             f"{old.name if old else 'none known'}")
+    return replace(gpu, **changes) if changes else gpu

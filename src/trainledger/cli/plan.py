@@ -153,14 +153,7 @@ def trials(text: str) -> int:
     return value
 
 
-def bandwidth(text: str) -> float:
-    """An argparse type for bytes per second: '3.4GB/s', '500MB/s', '2GiB' (the '/s' is optional)."""
-    body = text.strip()
-    body = body[:-2] if body.lower().endswith("/s") else body
-    value = common.positive_bytes(body) if body else None
-    if value is None or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a positive bandwidth like 3.4GB/s, got {text!r}")
-    return value
+bandwidth = common.bandwidth   # bytes/s: 3.4GB/s (shared with the interconnect flags)
 
 
 def nonnegative_duration(text: str) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs import performance as perf
+from trainledger.specs.performance import AttentionEfficiency, GemmEfficiency, Link
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,33 @@ class GPUSpec:
     aliases: tuple[str, ...] = ()
     vendor: str = ""
     source: str = ""
+    # Performance beyond the peaks (specs/performance.py; None/empty where nothing is published):
+    sm_count: int | None = None                   # streaming multiprocessors: GEMM wave quantization
+    gemm_efficiency: dict[str, GemmEfficiency] = field(default_factory=dict)   # dtype -> measured fractions
+    attention_efficiency: AttentionEfficiency | None = None                   # fused (flash) attention kernel
+    memory_bandwidth_fraction: float = 1.0        # streaming kernels' share of the datasheet bandwidth
+    op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
+    gpus_per_node: int = 8
+    intra_node_link: Link | None = None
+    inter_node_link: Link | None = None
+    performance_source: str = ""
+
+    def gemm_table(self, dtype: str) -> GemmEfficiency | None:
+        """The measured GEMM efficiency for `dtype` (a peak key), or None. fp16 and bf16 share one table when only
+        one was measured: their tensor-core peaks are equal on every GPU here (datasheets)."""
+        key = self.peak_key(dtype)
+        table = self.gemm_efficiency.get(key)
+        if table is None and key in ("fp16", "bf16"):
+            table = self.gemm_efficiency.get("bf16" if key == "fp16" else "fp16")
+        return table
+
+    def peak_key(self, dtype: str) -> str:
+        """The key of `peak_flops_per_s` that `dtype` means ('bfloat16' -> 'bf16'); an error naming --dtype otherwise."""
+        if dtype in self.peak_flops_per_s:
+            return dtype
+        self.peak(dtype)          # raises the error listing what this device has
+        from trainledger.specs.dtypes import get_dtype
+        return get_dtype(dtype).peak_key
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for `dtype`; an error listing the dtypes this device has otherwise.
@@ -42,9 +71,15 @@ class GPUSpec:
         return self.peak_flops_per_s[key]
 
     def to_dict(self) -> dict:
+        link = lambda value: value.to_dict() if value is not None else None  # noqa: E731
         return {"name": self.name, "aliases": list(self.aliases), "vendor": self.vendor,
                 "peak_flops_per_s": dict(self.peak_flops_per_s), "memory_bytes": self.memory_bytes,
-                "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "source": self.source}
+                "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "source": self.source,
+                "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
+                "attention_efficiency": link(self.attention_efficiency),
+                "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
+                "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
+                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source}
 
 
 T = 1e12
@@ -62,6 +97,9 @@ A100_40GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
+    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency=perf.FA2_A100,
+    intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
+    performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
 )
 
 # NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column); tensor peaks are the dense figures
@@ -71,6 +109,9 @@ A100_80GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
+    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency=perf.FA2_A100,
+    intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
+    performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
 )
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column), dense = half of the printed sparse tensor-core figures
@@ -80,6 +121,9 @@ H100_SXM = GPUSpec(
                       "fp8": 1979 * T, "int8": 1979 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency=perf.FA2_H100, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
 )
 
 # NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures
@@ -89,6 +133,9 @@ H100_PCIE = GPUSpec(
                       "fp8": 1513 * T, "int8": 1513 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=2000e9,
     source="NVIDIA H100 Tensor Core GPU datasheet (PCIe), dense tensor-core peaks",
+    sm_count=114, intra_node_link=perf.PCIE5,
+    performance_source="H100 whitepaper (114 SMs, PCIe); PCIe 5.0 between cards (NVLink bridges pair only two); no "
+                       "published matmul/attention efficiency or cluster network: --inter-node-bandwidth to span nodes"
 )
 
 # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column), dense = half of the printed sparse figures
@@ -98,6 +145,10 @@ H200 = GPUSpec(
                       "fp8": 1979 * T, "int8": 1979 * T},
     memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency=perf.FA2_H100, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its matmul and "
+                       "attention efficiencies are the H100 SXM measurements; HGX H200: NVLink 4, 8 x 400 Gb/s NICs"
 )
 
 # NVIDIA HGX B200 datasheet (8-GPU board figures / 8), dense = half of the printed sparse tensor-core figures
@@ -107,6 +158,8 @@ B200 = GPUSpec(
                       "fp8": 4500 * T, "int8": 4500 * T},
     memory_bytes=180e9, memory_bandwidth_bytes_per_s=8e12,
     source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks",
+    intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
+    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; no published efficiency data yet"
 )
 
 # NVIDIA L4 Tensor Core GPU datasheet, dense = half of the printed sparse tensor-core figures
@@ -116,6 +169,8 @@ L4 = GPUSpec(
                       "fp8": 242.5 * T, "int8": 242.5 * T},
     memory_bytes=24e9, memory_bandwidth_bytes_per_s=300e9,
     source="NVIDIA L4 Tensor Core GPU datasheet, dense tensor-core peaks",
+    sm_count=58, intra_node_link=perf.PCIE4,
+    performance_source="L4 datasheet: 7,424 CUDA cores = 58 SMs of 128; cards talk over PCIe 4.0 x16"
 )
 
 # NVIDIA L40S datasheet, dense = half of the printed sparse tensor-core figures
@@ -125,6 +180,8 @@ L40S = GPUSpec(
                       "fp8": 733 * T, "int8": 733 * T},
     memory_bytes=48e9, memory_bandwidth_bytes_per_s=864e9,
     source="NVIDIA L40S datasheet, dense tensor-core peaks",
+    sm_count=142, intra_node_link=perf.PCIE4,
+    performance_source="L40S datasheet: 18,176 CUDA cores = 142 SMs of 128; cards talk over PCIe 4.0 x16"
 )
 
 # NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090 column): fp16/bf16 with fp32 accumulate
@@ -133,6 +190,8 @@ RTX_3090 = GPUSpec(
     peak_flops_per_s={"fp32": 35.6 * T, "tf32": 35.6 * T, "bf16": 71 * T, "fp16": 71 * T, "int8": 284 * T},
     memory_bytes=24e9, memory_bandwidth_bytes_per_s=936e9,
     source="NVIDIA Ampere GA102 GPU architecture whitepaper (RTX 3090), dense, fp32 accumulate",
+    sm_count=82, intra_node_link=perf.PCIE4,
+    performance_source="GA102 whitepaper: RTX 3090 has 82 SMs; cards talk over PCIe 4.0 x16"
 )
 
 # NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090 column): fp16/bf16/fp8 with fp32 accumulate
@@ -142,6 +201,8 @@ RTX_4090 = GPUSpec(
                       "fp8": 330.3 * T, "int8": 660.6 * T},
     memory_bytes=24e9, memory_bandwidth_bytes_per_s=1008e9,
     source="NVIDIA Ada GPU architecture whitepaper (RTX 4090), dense, fp32 accumulate",
+    sm_count=128, intra_node_link=perf.PCIE4,
+    performance_source="Ada whitepaper: RTX 4090 has 128 SMs; cards talk over PCIe 4.0 x16"
 )
 
 # AMD Instinct MI250X datasheet: matrix-core peaks (no TF32, no FP8)
@@ -159,6 +220,8 @@ MI300X = GPUSpec(
                       "fp16": 1307.4 * T, "fp8": 2614.9 * T, "int8": 2614.9 * T},
     memory_bytes=192e9, memory_bandwidth_bytes_per_s=5.3e12,
     source="AMD Instinct MI300X datasheet, dense matrix-core peaks",
+    gemm_efficiency={"bf16": perf.MI300X_BF16}, intra_node_link=perf.XGMI_MI300X,
+    performance_source="AMD MI300X platform: 8 GPUs on Infinity Fabric; specs/performance.py"
 )
 
 # Google Cloud TPU v4 system architecture page (per chip); PaLM ran on 6144 of them at 275 TFLOP/s bf16

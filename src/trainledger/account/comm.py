@@ -1,0 +1,227 @@
+"""The collectives of one training step, the bytes each rank sends for them, and their α–β time. Pure, no torch.
+
+API (others build on it: the distributed trainer compares `bytes_sent_per_rank` with what its run measured):
+- `Collective`: one collective of a step — `kind` (all_reduce | reduce_scatter | all_gather | send_recv),
+  `payload_bytes` S (the full tensor: an all-reduce's buffer, a reduce-scatter's input, an all-gather's output,
+  a point-to-point message), `group_size` n, the `link` it crosses ("intra" inside a node, "inter" between
+  nodes), `count` per step, the breakdown `part` (tp_comm, dp_comm, pp_comm, cp_comm), and `overlap`, the
+  stated assumption of what hides it. `bytes_per_call` / `bytes_per_step` are what ONE rank sends.
+- `ring_bytes_sent(kind, S, n)`: ring volumes — all-reduce 2(n−1)/n·S, reduce-scatter and all-gather
+  (n−1)/n·S, send/recv S (Patarasuk & Yuan 2009; NCCL's "bus bandwidth" definition, nccl-tests PERFORMANCE.md).
+- `collective_seconds(kind, S, n, link)`: α–β time = call latency + steps·α + ring bytes / bandwidth, with
+  steps 2(n−1) for all-reduce, n−1 for reduce-scatter/all-gather, 1 for send/recv.
+- `step_collectives(spec, ...)`: every collective of one step of a layout, for an implementation `style`:
+  "megatron" (Megatron-LM: TP all-reduce / SP all-gather + reduce-scatter with its backward re-gather,
+  DP all-reduce or distributed-optimizer reduce-scatter + all-gather, 1F1B point-to-point) or "torch" (what
+  PyTorch's own parallelisms send: DDP all-reduce of gradients; FSDP2 all-gather of parameters in forward and
+  again in backward and reduce-scatter of gradients, per micro-batch; DTensor Colwise/Rowwise TP with one
+  backward all-reduce per column-parallel Linear; torch.distributed.pipelining 1F1B sends).
+- `bytes_sent_per_rank(spec, ...)`: {part: bytes} one rank sends in one step, plus "total".
+Payloads follow the precision recipe: activations in the matmul-input dtype, gradients in the recipe's
+gradient dtype, parameter all-gathers in the parameter dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainledger.errors import TrainledgerError
+from trainledger.specs.recipes import get_recipe
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+STYLES = ("megatron", "torch")
+
+
+def ring_bytes_sent(kind: str, payload_bytes: float, n: int) -> float:
+    """Bytes one rank sends in a ring collective of an S-byte payload over n ranks.
+
+    all-reduce 2(n−1)/n·S (a reduce-scatter then an all-gather); reduce-scatter and all-gather (n−1)/n·S;
+    send/recv S (the sender). 0 for a group of one (nothing leaves the GPU).
+    """
+    if kind not in KINDS:
+        raise TrainledgerError(f"collective kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind == "send_recv":
+        return float(payload_bytes)
+    if n <= 1:
+        return 0.0
+    factor = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+    return factor * payload_bytes
+
+
+def ring_steps(kind: str, n: int) -> int:
+    """Latency steps of a ring collective: 2(n−1) for all-reduce, n−1 for reduce-scatter/all-gather, 1 for send/recv."""
+    if kind == "send_recv":
+        return 1
+    if n <= 1:
+        return 0
+    return 2 * (n - 1) if kind == "all_reduce" else n - 1
+
+
+def collective_seconds(kind: str, payload_bytes: float, n: int, link) -> float:
+    """α–β time of one collective (seconds): call latency + steps·α + ring bytes sent / achieved bandwidth.
+
+    `link` is a specs.performance.Link (its effective bandwidth is the datasheet rate × NCCL's measured bus-
+    bandwidth fraction, its α NCCL's per-step latency). All-reduce: 2(n−1)·α + 2(n−1)/n·S/β (Thakur et al.
+    2005; facts.md). 0 for a group of one.
+    """
+    steps = ring_steps(kind, n)
+    if steps == 0:
+        return 0.0
+    sent = ring_bytes_sent(kind, payload_bytes, n)
+    return link.call_latency_seconds + steps * link.step_latency_seconds + sent / link.effective_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of a training step (see the module docstring); payload in bytes, count per step."""
+
+    name: str
+    part: str
+    kind: str
+    payload_bytes: float
+    group_size: int
+    link: str
+    count: float
+    overlap: str = "none: exposed"
+
+    @property
+    def bytes_per_call(self) -> float:
+        """Bytes one rank sends per call (ring volume)."""
+        return ring_bytes_sent(self.kind, self.payload_bytes, self.group_size)
+
+    @property
+    def bytes_per_step(self) -> float:
+        """Bytes one rank sends for this collective in one step."""
+        return self.bytes_per_call * self.count
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "part": self.part, "kind": self.kind, "payload_bytes": self.payload_bytes,
+                "group_size": self.group_size, "link": self.link, "count": self.count, "overlap": self.overlap,
+                "bytes_per_call": self.bytes_per_call, "bytes_per_step": self.bytes_per_step}
+
+
+def group_links(tp: int, cp: int, pp: int, dp: int, gpus_per_node: int) -> dict:
+    """Which link each parallel group crosses, with ranks placed TP fastest, then CP, DP, PP (Megatron's order).
+
+    A group stays inside a node when its ranks are consecutive and fit in one: tp ≤ g; cp when tp·cp ≤ g; dp
+    when tp·cp·dp ≤ g; pipeline neighbours are tp·cp·dp ranks apart (inside a node only if that total ≤ g).
+    """
+    g = gpus_per_node
+    return {"tp": "intra" if tp <= g else "inter", "cp": "intra" if tp * cp <= g else "inter",
+            "dp": "intra" if tp * cp * dp <= g else "inter", "pp": "intra" if tp * cp * dp * pp <= g else "inter"}
+
+
+def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "amp-bf16",
+                     tp: int = 1, sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int = 1,
+                     zero: int = 0, recompute: str = "none", style: str = "megatron", gpus_per_node: int = 8,
+                     layers_per_stage: int | None = None, params_per_gpu: float | None = None) -> list[Collective]:
+    """Every collective one rank of the busiest pipeline stage takes part in during one step.
+
+    `micro_batches` m = gradient-accumulation steps (global batch / (dp · batch_size)). `params_per_gpu` is the
+    parameters this rank holds after TP and PP placement (default: account.memory.params_per_gpu of the busiest
+    stage; ZeRO/FSDP then shard these over dp); `layers_per_stage` ceil(L/pp). Overlap assumptions are written on each collective and applied by account.time.
+    """
+    if style not in STYLES:
+        raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
+    recipe = get_recipe(precision)
+    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4
+    links = group_links(tp, cp, pp, dp, gpus_per_node)
+    L = layers_per_stage if layers_per_stage is not None else -(-spec.n_layers // pp)
+    d = spec.d_model
+    tokens = batch_size * seq_len / cp                  # tokens of one micro-batch on this rank's sequence shard
+    hidden = tokens * d * act                           # one [tokens, d_model] activation, full (not SP-sharded)
+    out: list[Collective] = []
+    per_mb = L * micro_batches                          # layer passes per step on this stage
+
+    if tp > 1:
+        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"])
+    if cp > 1:
+        kv = tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
+        passes = 2 if recompute in ("selective", "full") else 1              # the recompute re-gathers K, V
+        out.append(Collective("cp_kv_allgather", "cp_comm", "all_gather", kv, cp, links["cp"], passes * per_mb,
+                              "none: exposed (Llama 3 Sec. 3.3.2 all-gathers K, V before attention)"))
+        out.append(Collective("cp_kv_grad_reducescatter", "cp_comm", "reduce_scatter", kv, cp, links["cp"], per_mb,
+                              "none: exposed"))
+    if pp > 1:
+        message = hidden / (tp if sp and style == "megatron" else 1)   # Megatron sends the SP shard (scatter-gather)
+        sends = 2 * micro_batches * interleave                         # activations forward, gradients backward
+        out.append(Collective("pp_send_recv", "pp_comm", "send_recv", message, 2, links["pp"], sends,
+                              "none: exposed (a stage waits for its input)"))
+        if spec.tied_embeddings:
+            out.append(Collective("pp_tied_embedding_allreduce", "pp_comm", "all_reduce",
+                                  spec.vocab_size * d / tp * recipe.grads_bytes_per_param, 2, links["pp"], 1,
+                                  "none: exposed (first and last stage sum the shared embedding's gradient)"))
+    if dp > 1:
+        if params_per_gpu is None:
+            from trainledger.account.memory import params_per_gpu as placement
+            params_per_gpu = placement(spec, tp, pp)["n_params_per_gpu"]
+        out += _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"])
+    return out
+
+
+def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recompute: str, passes: int, link: str):
+    """Tensor-parallel collectives, `passes` = layer passes per step (layers × micro-batches). Each of attention and
+    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3)."""
+    out = []
+    refwd = 1 if recompute == "full" else 0                 # a full recompute re-runs the layer's forward collectives
+    if not sp:
+        out.append(Collective("tp_allreduce_forward", "tp_comm", "all_reduce", hidden, tp, link, 2 * (1 + refwd) * passes,
+                              "none: exposed (the row-parallel output is needed at once)"))
+        if style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
+            grads = 2
+            overlap = "with the weight-gradient GEMMs (Megatron-LM async_tensor_model_parallel_allreduce)"
+        else:                     # DTensor ColwiseParallel: each column-parallel Linear's input gradient
+            grads = 3 + (2 if spec.mlp == "swiglu" else 1)
+            overlap = "none: exposed (DTensor redistributes each input gradient synchronously)"
+        out.append(Collective("tp_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, link, grads * passes, overlap))
+        return out
+    # sequence parallel (Korthikanti et al. 2022, Sec. 4.2.2): g = all-gather / reduce-scatter pairs
+    out.append(Collective("sp_allgather_forward", "tp_comm", "all_gather", hidden, tp, link, 2 * (1 + refwd) * passes,
+                          "none: exposed (the column-parallel GEMM needs the gathered input)"))
+    out.append(Collective("sp_reducescatter_forward", "tp_comm", "reduce_scatter", hidden, tp, link,
+                          2 * (1 + refwd) * passes, "none: exposed"))
+    out.append(Collective("sp_allgather_backward", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
+                          "none: exposed (gradient of the forward reduce-scatter, needed by the next dgrad)"))
+    out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, 2 * passes,
+                          "with the weight-gradient GEMMs" if style == "megatron" else "none: exposed"))
+    if style == "megatron":   # the forward all-gather is not saved: backward gathers the input again for wgrad
+        out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
+                              "with the input-gradient GEMMs (Megatron-LM launches it before dgrad)"))
+    return out
+
+
+def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: int, style: str, link: str):
+    """Data-parallel collectives of `params` parameters over `dp` ranks (ZeRO, Rajbhandari et al. 2019, Sec. 5;
+    PyTorch DDP / FSDP2). Gradients in the recipe's gradient dtype, parameters in its parameter dtype."""
+    grads = params * recipe.grads_bytes_per_param
+    weights = params * recipe.params_bytes_per_param
+    if zero == 0:
+        return [Collective("dp_grad_allreduce", "dp_comm", "all_reduce", grads, dp, link, 1,
+                           "with the last micro-batch's backward (DDP buckets), unless pipelined")]
+    if zero in (1, 2):
+        rs_count = micro_batches if zero == 2 and style == "torch" else 1
+        return [Collective("dp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, rs_count,
+                           "with the last micro-batch's backward (bucketed), unless pipelined"),
+                Collective("dp_param_allgather", "dp_comm", "all_gather", weights, dp, link, 1,
+                           "none: exposed (after the optimizer step, before the next forward)")]
+    # ZeRO-3 / FSDP: parameters gathered before each forward and again before each backward (FSDP2
+    # reshard_after_forward=True), gradients reduce-scattered after each micro-batch's backward
+    return [Collective("fsdp_param_allgather_forward", "dp_comm", "all_gather", weights, dp, link, micro_batches,
+                       "with the previous layer's forward (prefetch)"),
+            Collective("fsdp_param_allgather_backward", "dp_comm", "all_gather", weights, dp, link, micro_batches,
+                       "with the next layer's backward (prefetch)"),
+            Collective("fsdp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, micro_batches,
+                       "with the backward of earlier layers")]
+
+
+def bytes_sent_per_rank(spec, **layout) -> dict:
+    """Bytes one rank sends in one step, by part (tp_comm, cp_comm, pp_comm, dp_comm) and "total".
+
+    Takes the keywords of `step_collectives`. For the measured side (e.g. 2 ranks of DDP over gloo), compare
+    "total" with the bytes the process group moved; the parts say where a gap comes from.
+    """
+    parts = {"tp_comm": 0.0, "cp_comm": 0.0, "pp_comm": 0.0, "dp_comm": 0.0}
+    for c in step_collectives(spec, **layout):
+        parts[c.part] += c.bytes_per_step
+    parts["total"] = sum(parts.values())
+    return parts

@@ -1,0 +1,170 @@
+"""Performance data of accelerators beyond their peaks: links, GEMM and attention efficiency, each with its source.
+
+These are properties of the hardware and its libraries (cuBLAS, NCCL, FlashAttention), taken from datasheets
+and published measurements, never fitted to a training run we test against. `specs/hardware.py` attaches them
+to each GPUSpec; `account/` reads them (interpolation, wave quantization and α–β costs live there). A
+calibrated device (`bench --calibrate`, `--gpu cpu`) fills the same structures with its own measurements.
+
+Representation (the contract other modules and the calibration profile build on):
+- `Link`: one level of the interconnect as one GPU sees it: datasheet bandwidth per direction, the fraction of
+  it NCCL's ring collectives achieve (measured bus bandwidth / datasheet), a latency per ring step and a fixed
+  latency per collective call.
+- `GemmEfficiency`: achieved fraction of the dense peak of one dtype's matmuls at measured shapes (m, n, k).
+  `full_waves=True` marks best-case points (every SM busy): account/ then scales them by the wave-quantization
+  utilisation of the asked shape on `GPUSpec.sm_count` SMs. A calibration profile lists many shapes with
+  `full_waves=False` and no SM count; account/ interpolates between them in log-shape space.
+- `AttentionEfficiency`: achieved fraction of the dense peak of a fused (flash) attention kernel by sequence
+  length, forward and backward, with the FLOPs counted as the kernel executes them.
+Units: bytes/s, seconds, fractions in (0, 1]. Pure data, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainledger.errors import TrainledgerError
+
+GB = 1e9
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Link:
+    """One level of the interconnect as one GPU sees it (inside a node, or between nodes).
+
+    bandwidth_bytes_per_s: datasheet bandwidth per GPU per direction; bus_bandwidth_fraction: what NCCL's ring
+    collectives achieve of it (nccl-tests "busbw", which is defined so that it compares with the link rate);
+    step_latency_seconds: per ring step (NCCL's tuning model, `hwLat`, Simple protocol); call_latency_seconds:
+    fixed per collective call (NCCL `baseLat`).
+    """
+
+    name: str
+    bandwidth_bytes_per_s: float
+    bus_bandwidth_fraction: float = 1.0
+    step_latency_seconds: float = 0.0
+    call_latency_seconds: float = 0.0
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.bandwidth_bytes_per_s > 0:
+            raise TrainledgerError(f"link {self.name!r}: bandwidth must be positive, got {self.bandwidth_bytes_per_s!r}")
+        if not 0 < self.bus_bandwidth_fraction <= 1:
+            raise TrainledgerError(f"link {self.name!r}: bus_bandwidth_fraction must be in (0, 1]")
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        """Bandwidth a ring collective sustains on this link (bytes/s): datasheet × measured bus-bandwidth fraction."""
+        return self.bandwidth_bytes_per_s * self.bus_bandwidth_fraction
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__) | {"effective_bytes_per_s": self.effective_bytes_per_s}
+
+
+@dataclass(frozen=True)
+class GemmEfficiency:
+    """Achieved fraction of one dtype's dense peak by matmul shape: points (m, n, k, fraction), C[m,n] = A[m,k]·B[k,n]."""
+
+    points: tuple[tuple[int, int, int, float], ...]
+    full_waves: bool = True
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.points:
+            raise TrainledgerError("a GemmEfficiency needs at least one (m, n, k, fraction) point")
+        for m, n, k, fraction in self.points:
+            if min(m, n, k) <= 0 or not 0 < fraction <= 1:
+                raise TrainledgerError(f"GEMM efficiency point ({m}, {n}, {k}, {fraction}) needs positive sizes "
+                                       "and a fraction in (0, 1]")
+
+    def to_dict(self) -> dict:
+        return {"points": [list(p) for p in self.points], "full_waves": self.full_waves, "source": self.source}
+
+
+@dataclass(frozen=True)
+class AttentionEfficiency:
+    """Achieved fraction of the dense peak of a fused attention kernel: points (seq_len, forward, backward).
+
+    `causal_ratio` (seq_len, causal / non-causal forward rate) when the source measured the causal kernel too
+    (FLOPs counted as executed: half the T×T square); account/ applies the same ratio to the backward.
+    """
+
+    kernel: str
+    points: tuple[tuple[int, float, float], ...]
+    causal_ratio: tuple[tuple[int, float], ...] = ()
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "points": [list(p) for p in self.points],
+                "causal_ratio": [list(p) for p in self.causal_ratio], "source": self.source}
+
+
+# --- NCCL's latency model -------------------------------------------------------------------------------------
+# NVIDIA/nccl src/graph/tuning.cc (2.18+): baseLat Ring/Simple 8.4 µs per call; hwLat Ring/Simple per step:
+# NVLink 3.4 µs, PCIe 5.7 µs, network 14.0 µs. Large messages use the Simple protocol.
+_NCCL = "NVIDIA/nccl src/graph/tuning.cc (Ring, Simple protocol: baseLat 8.4 us, hwLat NVLink 3.4 / PCI 5.7 / NET 14 us)"
+NCCL_CALL_LATENCY = 8.4 * US
+
+# --- inside a node --------------------------------------------------------------------------------------------
+# NVIDIA A100 datasheet: NVLink 600 GB/s (both directions) = 300 GB/s per direction. Measured nccl-tests
+# all_reduce bus bandwidth on 8 × A100 SXM: 235 GB/s (stas00/ml-engineering, network/README.md, "case study");
+# 232.5 GB/s in NVIDIA/nccl-tests#175.
+NVLINK3 = Link("NVLink 3 (NVSwitch)", 300 * GB, 235 / 300, 3.4 * US, NCCL_CALL_LATENCY,
+               "A100 datasheet (600 GB/s bidirectional); busbw 235 GB/s on 8x A100 (stas00/ml-engineering network/README.md); " + _NCCL)
+# NVIDIA H100 datasheet: NVLink 900 GB/s = 450 GB/s per direction. Ring all_reduce (NVLS/SHARP off) on 8 × H200
+# (same NVLink 4): 367.61 GB/s busbw (stas00/ml-engineering, network/benchmarks/results/all-reduce-8xH200.md).
+NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CALL_LATENCY,
+               "H100 datasheet (900 GB/s bidirectional); ring busbw 367.61 GB/s on 8x H200, NVLS off "
+               "(stas00/ml-engineering all-reduce-8xH200.md); " + _NCCL)
+# NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU = 900 GB/s per direction; no published ring measurement.
+NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 1.0, 3.4 * US, NCCL_CALL_LATENCY,
+               "HGX B200 datasheet (1.8 TB/s bidirectional); no published ring busbw: datasheet rate; " + _NCCL)
+# PCIe 4.0 / 5.0 x16: 31.5 / 63 GB/s per direction (PCI-SIG; stas00/ml-engineering network/README.md table).
+PCIE4 = Link("PCIe 4.0 x16", 31.5 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 4.0 x16 per direction; " + _NCCL)
+PCIE5 = Link("PCIe 5.0 x16", 63 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 5.0 x16 per direction; " + _NCCL)
+# AMD Instinct MI300X platform: 7 × 64 GB/s xGMI links per GPU = 448 GB/s per direction; measured all_reduce
+# busbw on 8 × MI300X with a 4 GB payload: 312.912 GB/s (stas00/ml-engineering network/README.md).
+XGMI_MI300X = Link("Infinity Fabric xGMI", 448 * GB, 312.912 / 448, 3.4 * US, NCCL_CALL_LATENCY,
+                   "AMD MI300X platform (7 x 64 GB/s); busbw 312.9 GB/s on 8x MI300X (stas00/ml-engineering network/README.md); "
+                   "latency: NCCL's NVLink figures (RCCL has the same tuning model)")
+
+# --- between nodes (one NIC per GPU, as in DGX/HGX nodes) -----------------------------------------------------
+# InfiniBand HDR 200 Gb/s = 25 GB/s per direction. NVIDIA measures 192 GB/s all_reduce busbw on a DGX-A100 with
+# 8 × 200 Gb/s NICs, i.e. 24 GB/s per GPU (NVIDIA/nccl#812, quoted in NVIDIA/nccl#1576; 24 GB/s also in nccl#412).
+IB_HDR = Link("InfiniBand HDR 200 Gb/s", 25 * GB, 24 / 25, 14.0 * US, NCCL_CALL_LATENCY,
+              "InfiniBand HDR 200 Gb/s per GPU; 192 GB/s busbw per DGX-A100 node = 24 GB/s per GPU (NVIDIA/nccl#812, #1576); " + _NCCL)
+# InfiniBand NDR 400 Gb/s = 50 GB/s per direction; "for NDR @ 400Gbps you should see 46-48GB/s per NIC"
+# (NVIDIA, NVIDIA/nccl-tests#290).
+IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
+              "InfiniBand NDR 400 Gb/s per GPU; 46-48 GB/s per NIC measured (NVIDIA/nccl-tests#290); " + _NCCL)
+
+# --- GEMM efficiency: maximum achievable matmul FLOP/s (MAMF) --------------------------------------------------
+# stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (v2:
+# mean of 100 iterations after 50 warm-up, caches reset, best of a brute-force shape search; torch matmul).
+_MAMF = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
+A100_SXM_BF16 = GemmEfficiency(((1024, 10240, 5120, 271.2 / 312),),
+                               source=_MAMF + ": A100 SXM bf16 271.2 of 312 TFLOP/s at 1024x10240x5120 (torch 2.6.0+cu126)")
+H100_SXM_BF16 = GemmEfficiency(((2048, 2048, 13312, 794.5 / 989.5),),
+                               source=_MAMF + ": H100 SXM bf16 794.5 of 989 TFLOP/s at 2048x2048x13312 (torch 2.7.0+cu126)")
+H100_SXM_FP8 = GemmEfficiency(((1024, 9216, 14336, 1402.6 / 1979),),
+                              source=_MAMF + ": H100 SXM fp8 e4m3 1402.6 of 1979 TFLOP/s at 1024x9216x14336")
+MI300X_BF16 = GemmEfficiency(((10240, 15360, 8192, 668.4 / 1307.4),), full_waves=False,
+                             source=_MAMF + ": MI300X bf16 668.4 TFLOP/s at 10240x15360x8192 (ROCm 6.3, TunableOp); "
+                                            "no wave model for CDNA: applied to every shape")
+
+# --- attention kernels ---------------------------------------------------------------------------------------
+# FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Figs. 5-6: FlashAttention-2 on H100 80GB SXM5,
+# head dim 128, BF16, TFLOP/s by sequence length (512 ... 16k): forward non-causal 309 350 362 368 370 370,
+# backward non-causal 214 260 291 310 318 322, forward causal 191 260 298 319 333 335.
+_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_FWD = (309, 350, 362, 368, 370, 370)
+_BWD = (214, 260, 291, 310, 318, 322)
+_FWD_CAUSAL = (191, 260, 298, 319, 333, 335)
+FA2_H100 = AttentionEfficiency(
+    "FlashAttention-2", tuple((s, f / 989.5, b / 989.5) for s, f, b in zip(_SEQ, _FWD, _BWD)),
+    tuple((s, c / f) for s, c, f in zip(_SEQ, _FWD_CAUSAL, _FWD)),
+    "FlashAttention-3 paper (arXiv:2407.08608) Figs. 5-6: FlashAttention-2 on H100 SXM5, head dim 128, bf16")
+# FlashAttention-2 paper (Dao 2023, arXiv:2307.08691), abstract and Sec. 4.1: 50-73% of the A100's peak across
+# its benchmark (sequence 512 ... 16k, head dim 64/128); coarse: the range spread from the shortest to the longest.
+FA2_A100 = AttentionEfficiency(
+    "FlashAttention-2", ((512, 0.50, 0.50), (16384, 0.73, 0.73)), (),
+    "FlashAttention-2 paper (arXiv:2307.08691): 50-73% of A100 peak over sequence 512..16k (coarse: the range only)")
