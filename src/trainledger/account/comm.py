@@ -83,6 +83,8 @@ class Collective:
     link: str
     count: float
     overlap: str = "none: exposed"
+    hides_behind: str = ""        # what account.time hides it behind: wgrad, dgrad, forward, backward, backward_last
+
 
     @property
     def bytes_per_call(self) -> float:
@@ -97,7 +99,8 @@ class Collective:
     def to_dict(self) -> dict:
         return {"name": self.name, "part": self.part, "kind": self.kind, "payload_bytes": self.payload_bytes,
                 "group_size": self.group_size, "link": self.link, "count": self.count, "overlap": self.overlap,
-                "bytes_per_call": self.bytes_per_call, "bytes_per_step": self.bytes_per_step}
+                "bytes_per_call": self.bytes_per_call, "bytes_per_step": self.bytes_per_step,
+                "hides_behind": self.hides_behind}
 
 
 def group_links(tp: int, cp: int, pp: int, dp: int, gpus_per_node: int) -> dict:
@@ -143,10 +146,18 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
         out.append(Collective("cp_kv_grad_reducescatter", "cp_comm", "reduce_scatter", kv, cp, links["cp"], per_mb,
                               "none: exposed"))
     if pp > 1:
-        message = hidden / (tp if sp and style == "megatron" else 1)   # Megatron sends the SP shard (scatter-gather)
         sends = 2 * micro_batches * interleave                         # activations forward, gradients backward
-        out.append(Collective("pp_send_recv", "pp_comm", "send_recv", message, 2, links["pp"], sends,
-                              "none: exposed (a stage waits for its input)"))
+        if style == "megatron" and tp > 1:
+            # Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1): each TP rank sends 1/t
+            # of the activation over its own NIC; without SP the receiver all-gathers the pieces over NVLink
+            out.append(Collective("pp_send_recv", "pp_comm", "send_recv", hidden / tp, 2, links["pp"], sends,
+                                  "none: exposed (a stage waits for its input)"))
+            if not sp:
+                out.append(Collective("pp_scatter_gather_allgather", "pp_comm", "all_gather", hidden, tp, links["tp"],
+                                      sends, "none: exposed"))
+        else:
+            out.append(Collective("pp_send_recv", "pp_comm", "send_recv", hidden, 2, links["pp"], sends,
+                                  "none: exposed (a stage waits for its input)"))
         if spec.tied_embeddings:
             out.append(Collective("pp_tied_embedding_allreduce", "pp_comm", "all_reduce",
                                   spec.vocab_size * d / tp * recipe.grads_bytes_per_param, 2, links["pp"], 1,
@@ -169,11 +180,12 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
                               "none: exposed (the row-parallel output is needed at once)"))
         if style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
             grads = 2
-            overlap = "with the weight-gradient GEMMs (Megatron-LM async_tensor_model_parallel_allreduce)"
+            overlap, hide = "with the weight-gradient GEMMs (Megatron-LM async_tensor_model_parallel_allreduce)", "wgrad"
         else:                     # DTensor ColwiseParallel: each column-parallel Linear's input gradient
             grads = 3 + (2 if spec.mlp == "swiglu" else 1)
-            overlap = "none: exposed (DTensor redistributes each input gradient synchronously)"
-        out.append(Collective("tp_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, link, grads * passes, overlap))
+            overlap, hide = "none: exposed (DTensor redistributes each input gradient synchronously)", ""
+        out.append(Collective("tp_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, link, grads * passes, overlap,
+                              hide))
         return out
     # sequence parallel (Korthikanti et al. 2022, Sec. 4.2.2): g = all-gather / reduce-scatter pairs
     out.append(Collective("sp_allgather_forward", "tp_comm", "all_gather", hidden, tp, link, 2 * (1 + refwd) * passes,
@@ -182,11 +194,12 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
                           2 * (1 + refwd) * passes, "none: exposed"))
     out.append(Collective("sp_allgather_backward", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
                           "none: exposed (gradient of the forward reduce-scatter, needed by the next dgrad)"))
+    megatron = style == "megatron"
     out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, 2 * passes,
-                          "with the weight-gradient GEMMs" if style == "megatron" else "none: exposed"))
+                          "with the weight-gradient GEMMs" if megatron else "none: exposed", "wgrad" if megatron else ""))
     if style == "megatron":   # the forward all-gather is not saved: backward gathers the input again for wgrad
         out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
-                              "with the input-gradient GEMMs (Megatron-LM launches it before dgrad)"))
+                              "with the input-gradient GEMMs (Megatron-LM launches it before dgrad)", "dgrad"))
     return out
 
 
@@ -197,21 +210,21 @@ def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: in
     weights = params * recipe.params_bytes_per_param
     if zero == 0:
         return [Collective("dp_grad_allreduce", "dp_comm", "all_reduce", grads, dp, link, 1,
-                           "with the last micro-batch's backward (DDP buckets), unless pipelined")]
+                           "with the last micro-batch's backward (DDP buckets), unless pipelined", "backward_last")]
     if zero in (1, 2):
         rs_count = micro_batches if zero == 2 and style == "torch" else 1
         return [Collective("dp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, rs_count,
-                           "with the last micro-batch's backward (bucketed), unless pipelined"),
+                           "with the last micro-batch's backward (bucketed), unless pipelined", "backward_last"),
                 Collective("dp_param_allgather", "dp_comm", "all_gather", weights, dp, link, 1,
                            "none: exposed (after the optimizer step, before the next forward)")]
     # ZeRO-3 / FSDP: parameters gathered before each forward and again before each backward (FSDP2
     # reshard_after_forward=True), gradients reduce-scattered after each micro-batch's backward
     return [Collective("fsdp_param_allgather_forward", "dp_comm", "all_gather", weights, dp, link, micro_batches,
-                       "with the previous layer's forward (prefetch)"),
+                       "with the previous layer's forward (prefetch)", "forward"),
             Collective("fsdp_param_allgather_backward", "dp_comm", "all_gather", weights, dp, link, micro_batches,
-                       "with the next layer's backward (prefetch)"),
+                       "with the next layer's backward (prefetch)", "backward"),
             Collective("fsdp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, micro_batches,
-                       "with the backward of earlier layers")]
+                       "with the backward of earlier layers", "backward")]
 
 
 def bytes_sent_per_rank(spec, **layout) -> dict:

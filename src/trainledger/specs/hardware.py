@@ -27,7 +27,7 @@ class GPUSpec:
     # Performance beyond the peaks (specs/performance.py; None/empty where nothing is published):
     sm_count: int | None = None                   # streaming multiprocessors: GEMM wave quantization
     gemm_efficiency: dict[str, GemmEfficiency] = field(default_factory=dict)   # dtype -> measured fractions
-    attention_efficiency: AttentionEfficiency | None = None                   # fused (flash) attention kernel
+    attention_efficiency: dict[str, AttentionEfficiency] = field(default_factory=dict)   # kernel -> rates; first = default
     memory_bandwidth_fraction: float = 1.0        # streaming kernels' share of the datasheet bandwidth
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
     gpus_per_node: int = 8
@@ -43,6 +43,18 @@ class GPUSpec:
         if table is None and key in ("fp16", "bf16"):
             table = self.gemm_efficiency.get("bf16" if key == "fp16" else "fp16")
         return table
+
+    def attention_table(self, kernel: str | None = None) -> AttentionEfficiency | None:
+        """Measured rates of the attention kernel `kernel` (None: the default, the first listed), or None."""
+        if not self.attention_efficiency:
+            return None
+        if kernel is None:
+            return next(iter(self.attention_efficiency.values()))
+        if kernel not in self.attention_efficiency:
+            known = ", ".join(self.attention_efficiency)
+            raise TrainledgerError(f"{self.name} has no measured {kernel!r} attention kernel; it has: {known}",
+                                   "--attention-kernel")
+        return self.attention_efficiency[kernel]
 
     def peak_key(self, dtype: str) -> str:
         """The key of `peak_flops_per_s` that `dtype` means ('bfloat16' -> 'bf16'); an error naming --dtype otherwise."""
@@ -76,7 +88,7 @@ class GPUSpec:
                 "peak_flops_per_s": dict(self.peak_flops_per_s), "memory_bytes": self.memory_bytes,
                 "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "source": self.source,
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
-                "attention_efficiency": link(self.attention_efficiency),
+                "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
                 "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source}
@@ -97,7 +109,8 @@ A100_40GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
-    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency=perf.FA2_A100,
+    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
+    memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
     performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
 )
@@ -109,7 +122,8 @@ A100_80GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
-    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency=perf.FA2_A100,
+    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
+    memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
     performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
 )
@@ -122,7 +136,7 @@ H100_SXM = GPUSpec(
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
-    attention_efficiency=perf.FA2_H100, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
 )
 
@@ -146,7 +160,7 @@ H200 = GPUSpec(
     memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
-    attention_efficiency=perf.FA2_H100, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its matmul and "
                        "attention efficiencies are the H100 SXM measurements; HGX H200: NVLink 4, 8 x 400 Gb/s NICs"
 )

@@ -14,7 +14,8 @@ Representation (the contract other modules and the calibration profile build on)
   utilisation of the asked shape on `GPUSpec.sm_count` SMs. A calibration profile lists many shapes with
   `full_waves=False` and no SM count; account/ interpolates between them in log-shape space.
 - `AttentionEfficiency`: achieved fraction of the dense peak of a fused (flash) attention kernel by sequence
-  length, forward and backward, with the FLOPs counted as the kernel executes them.
+  length, forward and backward, with the FLOPs counted as the kernel executes them. A GPUSpec keeps one per
+  kernel name (`attention_efficiency`, the first is the default: what PyTorch's SDPA runs there).
 Units: bytes/s, seconds, fractions in (0, 1]. Pure data, no torch.
 """
 
@@ -137,6 +138,12 @@ IB_HDR = Link("InfiniBand HDR 200 Gb/s", 25 * GB, 24 / 25, 14.0 * US, NCCL_CALL_
 IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
               "InfiniBand NDR 400 Gb/s per GPU; 46-48 GB/s per NIC measured (NVIDIA/nccl-tests#290); " + _NCCL)
 
+# --- memory bandwidth achieved by a streaming kernel --------------------------------------------------------
+# A100 40GB: a device memcopy measures 1355 GB/s of the 1555 GB/s datasheet (PTsolvers/gpu-workshop-JuliaCon23#7,
+# the JuliaCon 2023 GPU workshop's reference figure): 87.1%. Applied to both A100s (same HBM2e generation).
+A100_MEMORY_FRACTION = 1355 / 1555
+A100_MEMORY_SOURCE = "A100 40GB memcopy 1355 of 1555 GB/s (PTsolvers/gpu-workshop-JuliaCon23#7)"
+
 # --- GEMM efficiency: maximum achievable matmul FLOP/s (MAMF) --------------------------------------------------
 # stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (v2:
 # mean of 100 iterations after 50 warm-up, caches reset, best of a brute-force shape search; torch matmul).
@@ -152,19 +159,26 @@ MI300X_BF16 = GemmEfficiency(((10240, 15360, 8192, 668.4 / 1307.4),), full_waves
                                             "no wave model for CDNA: applied to every shape")
 
 # --- attention kernels ---------------------------------------------------------------------------------------
-# FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Figs. 5-6: FlashAttention-2 on H100 80GB SXM5,
-# head dim 128, BF16, TFLOP/s by sequence length (512 ... 16k): forward non-causal 309 350 362 368 370 370,
-# backward non-causal 214 260 291 310 318 322, forward causal 191 260 298 319 333 335.
+# FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Figs. 5-6: H100 80GB SXM5, head dim 128, BF16,
+# TFLOP/s by sequence length 512 ... 16k (FLOPs as executed: a causal kernel does half the square; the backward
+# 2.5 × the forward's matmuls):
+#   FlashAttention-2 forward 309 350 362 368 370 370, causal 191 260 298 319 333 335, backward 214 260 291 310 318 322
+#   cuDNN            forward 497 574 617 609 600 595, causal 315 410 484 518 529 539, backward 305 408 465 499 518 516
 _SEQ = (512, 1024, 2048, 4096, 8192, 16384)
-_FWD = (309, 350, 362, 368, 370, 370)
-_BWD = (214, 260, 291, 310, 318, 322)
-_FWD_CAUSAL = (191, 260, 298, 319, 333, 335)
-FA2_H100 = AttentionEfficiency(
-    "FlashAttention-2", tuple((s, f / 989.5, b / 989.5) for s, f, b in zip(_SEQ, _FWD, _BWD)),
-    tuple((s, c / f) for s, c, f in zip(_SEQ, _FWD_CAUSAL, _FWD)),
-    "FlashAttention-3 paper (arXiv:2407.08608) Figs. 5-6: FlashAttention-2 on H100 SXM5, head dim 128, bf16")
+_FA3_PAPER = "FlashAttention-3 paper (arXiv:2407.08608) Figs. 5-6, H100 SXM5, head dim 128, bf16"
+
+
+def _h100_table(kernel: str, fwd, bwd, fwd_causal) -> AttentionEfficiency:
+    return AttentionEfficiency(kernel, tuple((s, f / 989.5, b / 989.5) for s, f, b in zip(_SEQ, fwd, bwd)),
+                               tuple((s, c / f) for s, c, f in zip(_SEQ, fwd_causal, fwd)), f"{_FA3_PAPER}: {kernel}")
+
+
+FA2_H100 = _h100_table("flash-attention-2", (309, 350, 362, 368, 370, 370), (214, 260, 291, 310, 318, 322),
+                       (191, 260, 298, 319, 333, 335))
+CUDNN_H100 = _h100_table("cudnn", (497, 574, 617, 609, 600, 595), (305, 408, 465, 499, 518, 516),
+                         (315, 410, 484, 518, 529, 539))
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691), abstract and Sec. 4.1: 50-73% of the A100's peak across
 # its benchmark (sequence 512 ... 16k, head dim 64/128); coarse: the range spread from the shortest to the longest.
 FA2_A100 = AttentionEfficiency(
-    "FlashAttention-2", ((512, 0.50, 0.50), (16384, 0.73, 0.73)), (),
+    "flash-attention-2", ((512, 0.50, 0.50), (16384, 0.73, 0.73)), (),
     "FlashAttention-2 paper (arXiv:2307.08691): 50-73% of A100 peak over sequence 512..16k (coarse: the range only)")

@@ -1,0 +1,255 @@
+"""The kernels of one transformer layer, the head and the embedding, forward and backward, on one GPU. Pure.
+
+Built from the same structure as account.flops (the weight matrices of `weight_matmuls`) and account.activations
+(the tensors each op reads and writes), for one micro-batch of `batch_size × seq_len` tokens sharded by
+tensor (tp, with sequence parallelism sp) and context parallelism (cp). Two implementations:
+
+- "trainledger": our torch Transformer (models/) in eager PyTorch: one kernel per torch op — the norm (LayerNorm
+  one fused op; RMSNorm as Hugging Face Llama computes it, six), under AMP autocast a cast of each Linear's input
+  and weight to 16 bit, the q/k/v/o and MLP GEMMs (biases fused into addmm), RoPE (five ops each on q and k),
+  SDPA, the activation (GELU; SwiGLU's silu and product), residual adds; the backward of each, plus the fp32
+  accumulation of 16-bit weight gradients under AMP.
+- "megatron": Megatron-LM's GPT (the implementation behind Korthikanti et al. 2022): apex fused LayerNorm, one
+  fused QKV GEMM, baddbmm QKᵀ + fused scale-mask-softmax + dropout + bmm without flash attention, fused
+  bias-GeLU, fused bias-dropout-add (dropout on, p = 0.1, 1-byte masks), weight gradients accumulated into
+  fp32 main_grad inside the GEMM (gradient_accumulation_fusion).
+Bytes are per element: `a` matmul-input (16 bit under AMP/mixed), `r` residual stream, norm and loss.
+Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from trainledger.account.activations import recipe_bytes
+from trainledger.account.roofline import Kernel
+from trainledger.errors import TrainledgerError
+from trainledger.specs.recipes import get_recipe
+
+FRAMEWORKS = ("trainledger", "megatron")
+FP32 = 4
+
+
+def gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1, role: str = "forward",
+         part: str = "compute", core: bool = False, out_bytes: int | None = None, extra_bytes: float = 0.0) -> Kernel:
+    """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per batch, reads A and B, writes C (a bytes each)."""
+    m, n, k = int(m), int(n), int(k)
+    out = a if out_bytes is None else out_bytes
+    moved = batch * ((m * k + k * n) * a + m * n * out) + extra_bytes
+    return Kernel(name, part, "gemm", 2.0 * batch * m * n * k, moved, (m, n, k, batch), dtype, 1, role, core)
+
+
+def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound", core: bool = False,
+       role: str = "forward") -> Kernel:
+    """`count` elementwise kernels that read and write `moved_bytes` in all."""
+    return Kernel(name, part, "elementwise", 0.0, moved_bytes, (), "bf16", count, role, core)
+
+
+def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
+            backward: bool, fused_accumulation: bool = False) -> list[Kernel]:
+    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping)."""
+    if not backward:
+        out = [gemm(name, n, fan_out, fan_in, a, dtype)]
+        if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
+            out.append(ew(f"{name}_cast", n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a), count=2))
+        return out
+    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, role="dgrad"),
+             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, role="wgrad",
+                  out_bytes=FP32 * 2 if fused_accumulation else None)]
+    if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
+        grads.append(ew(f"{name}_grad_accumulate", fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
+    return grads
+
+
+def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
+                  cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
+                  dropout: bool | None = None) -> dict[str, list[Kernel]]:
+    """{"forward": [...], "backward": [...]} kernels of one transformer layer for one micro-batch on one GPU."""
+    if framework not in FRAMEWORKS:
+        raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    recipe = get_recipe(precision)
+    a, r, w = recipe_bytes(recipe.name)
+    amp = w > 0
+    dtype = recipe.compute_dtype
+    dropout = (framework == "megatron") if dropout is None else dropout
+    n = batch_size * seq_len / cp                  # tokens of this rank (TP-replicated work)
+    n_sp = n / tp if sp else n                     # tokens of the norms / residual stream on this rank
+    d, f, dh = spec.d_model, spec.d_ff, spec.head_dim
+    h, kv = spec.n_heads / tp, spec.kv_heads / tp
+    q_dim, kv_dim = h * dh, kv * dh
+    mlp_mats = 3 if spec.mlp == "swiglu" else 2
+    core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout)
+    if framework == "megatron":
+        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats)
+    fwd, bwd = [], []
+    norm_fwd, norm_bwd = _norm(spec, n_sp, d, r)
+    # attention block
+    fwd += norm_fwd
+    for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
+        fwd += _linear(name, n, d, out_dim, a, dtype, amp, w, backward=False)
+        bwd += _linear(name, n, d, out_dim, a, dtype, amp, w, backward=True)
+    if spec.position == "rope":    # x·cos + rotate_half(x)·sin on q and k: 5 ops each, read + write each time
+        rope_bytes = n * (q_dim + kv_dim) * a * 2
+        fwd.append(ew("rope", 5 * rope_bytes, count=10))
+        bwd.append(ew("rope_backward", 4 * rope_bytes, count=8))
+    fwd += core["forward"]
+    bwd += core["backward"]
+    fwd += _linear("o_proj", n, q_dim, d, a, dtype, amp, w, backward=False)
+    bwd += _linear("o_proj", n, q_dim, d, a, dtype, amp, w, backward=True)
+    out_r = r                                           # the residual add: read both, write the sum
+    fwd.append(ew("residual_attn", n_sp * d * (2 * out_r + a)))
+    bwd.append(ew("qkv_input_grad_sum", n * d * FP32 * 3 * 2, count=2))     # three Linear input grads summed
+    bwd += norm_bwd
+    bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
+    # MLP block
+    fwd += norm_fwd
+    ups = ("mlp_gate", "mlp_up") if spec.mlp == "swiglu" else ("mlp_up",)
+    for name in ups:
+        fwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=False)
+        bwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=True)
+    hidden = n * f / tp * a
+    if spec.mlp == "swiglu":   # silu(gate) then silu·up; backward: the product's two grads, silu's
+        fwd.append(ew("silu_mul", 2 * hidden + 3 * hidden, count=2))
+        bwd.append(ew("silu_mul_backward", 5 * hidden + 3 * hidden, count=3))
+    else:
+        fwd.append(ew("gelu", 2 * hidden))
+        bwd.append(ew("gelu_backward", 3 * hidden))
+    if spec.mlp == "swiglu":
+        bwd.append(ew("mlp_input_grad_sum", n * d * FP32 * 3))
+    fwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=False)
+    bwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=True)
+    fwd.append(ew("residual_mlp", n_sp * d * (2 * out_r + a)))
+    bwd += norm_bwd
+    bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
+    return {"forward": fwd, "backward": bwd}
+
+
+def _norm(spec, n: float, d: int, r: int) -> tuple[list[Kernel], list[Kernel]]:
+    """Forward and backward kernels of one norm over n tokens (LayerNorm: one fused op; RMSNorm: Hugging Face's six)."""
+    x = n * d
+    if spec.norm == "layernorm":
+        return [ew("layernorm", 2 * x * r)], [ew("layernorm_backward", 3 * x * r + 2 * x * r, count=2)]
+    # x.float(), pow, mean, rsqrt(+eps), x·rsqrt, .to(dtype), weight·normed
+    fwd = x * (r + FP32) * (r != FP32) + 2 * x * FP32 + x * FP32 + 3 * x * FP32 + x * (FP32 + r) + 2 * x * r
+    return [ew("rmsnorm", fwd, count=6)], [ew("rmsnorm_backward", 1.5 * fwd, count=8)]
+
+
+def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
+                    framework: str, dropout: bool) -> dict[str, list[Kernel]]:
+    """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
+
+    With context parallelism each rank holds s/cp queries against all s keys (K, V all-gathered: Llama 3
+    Sec. 3.3.2). Executed FLOPs: 2 matmuls of 2·b·h·(s/cp)·s·dh forward; causal flash kernels skip half.
+    """
+    h, kv, dh = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim
+    q = s / cp
+    full_flops = 2 * 2 * b * h * q * s * dh
+    if flash:
+        executed = full_flops / 2 if causal else full_flops
+        io = b * (q * h * dh * 2 + s * kv * dh * 2) * a + b * h * q * FP32     # q, o, k, v, logsumexp
+        fwd = Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal), dtype, 1,
+                     "forward", True)
+        bwd = Kernel("flash_attention_backward", "attention", "flash_attention",
+                     2.5 * executed, 2.5 * io, (s, True, causal), dtype, 1, "dgrad", True)
+        return {"forward": [fwd], "backward": [bwd]}
+    heads = int(b * h)
+    scores = heads * q * s                                  # elements of the T×T scores on this rank
+    qk = gemm("scores_qk", q, s, dh, a, dtype, batch=heads, part="attention", core=True)
+    av = gemm("probs_v", q, dh, s, a, dtype, batch=heads, part="attention", core=True)
+    if framework == "megatron":   # one fused scale-mask-softmax kernel: read and write the scores
+        fwd = [qk, ew("scale_mask_softmax", 2 * scores * a, part="attention", core=True)]
+    else:                         # SDPA's math path: add the causal mask, then softmax
+        fwd = [qk, ew("mask_softmax", 4 * scores * a, count=2, part="attention", core=True)]
+    if dropout:
+        fwd.append(ew("attention_dropout", scores * (2 * a + 1), part="attention", core=True))
+    fwd += [av, ew("context_copy", 2 * b * q * h * dh * a, part="attention", core=True)]
+    bwd = [gemm("probs_v_dgrad", q, s, dh, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           gemm("probs_v_wgrad", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           ew("softmax_backward", scores * 3 * a, part="attention", core=True, role="dgrad"),
+           gemm("scores_dgrad_q", q, dh, s, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           gemm("scores_dgrad_k", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           ew("context_copy_backward", 2 * b * q * h * dh * a, part="attention", core=True, role="dgrad")]
+    if dropout:
+        bwd.append(ew("attention_dropout_backward", scores * (2 * a + 1), part="attention", core=True, role="dgrad"))
+    return {"forward": fwd, "backward": bwd}
+
+
+def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats):
+    """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM)."""
+    fwd, bwd = [], []
+    mask = 1 if dropout else 0
+    ln = ([ew("layernorm", 2 * n_sp * d * a)], [ew("layernorm_backward", 5 * n_sp * d * a, count=2)])
+    bda = ew("bias_dropout_add", n_sp * d * (3 * a + mask))
+    bda_bwd = ew("bias_dropout_add_backward", n_sp * d * (2 * a + mask) + n_sp * d * a)   # + bias grad read
+    qkv_out = q_dim + 2 * kv_dim
+    for block in ("attention", "mlp"):
+        fwd += ln[0]
+        if block == "attention":
+            fwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=False)
+            fwd += core["forward"]
+            fwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=False)
+            bwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd += core["backward"]
+            bwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=True, fused_accumulation=True)
+        else:
+            up = f * (mlp_mats - 1)
+            fwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=False)
+            fwd.append(ew("bias_gelu", n * up * 2 * a))
+            fwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=False)
+            bwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd.append(ew("bias_gelu_backward", n * up * 3 * a))
+            bwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=True, fused_accumulation=True)
+        fwd.append(bda)
+        bwd.append(bda_bwd)
+        bwd += ln[1]
+        bwd.append(ew("residual_grad_add", 3 * n_sp * d * a))
+    return {"forward": fwd, "backward": bwd}
+
+
+def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
+                 cp: int = 1, framework: str = "trainledger") -> dict[str, list[Kernel]]:
+    """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
+
+    Embedding: a gather (+ learned positions); its backward writes the dense fp32 table gradient. Head: the
+    final norm, the LM head GEMM (vocabulary-parallel over tp), the cross-entropy over fp32 logits (ours:
+    F.cross_entropy on logits.float(); Megatron: vocab-parallel cross entropy, about six fp32 passes).
+    """
+    recipe = get_recipe(precision)
+    a, r, w = recipe_bytes(recipe.name)
+    amp = w > 0
+    dtype = recipe.compute_dtype
+    n = batch_size * seq_len / cp
+    n_sp = n / tp if sp else n
+    d, v = spec.d_model, spec.vocab_size / tp
+    emb_fwd = [ew("embedding", n_sp * d * (r + a) + n_sp * 8, count=2 if spec.position == "learned" else 1)]
+    emb_bwd = [ew("embedding_backward", v * d * FP32 * 2 + n_sp * d * (r + FP32), count=2)]
+    norm_fwd, norm_bwd = _norm(spec, n_sp, d, r) if framework == "trainledger" else (
+        [ew("final_layernorm", 2 * n_sp * d * a)], [ew("final_layernorm_backward", 5 * n_sp * d * a)])
+    head_fwd = norm_fwd + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
+    head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=framework == "megatron")
+    logits = n * v
+    if framework == "megatron":
+        head_fwd.append(ew("vocab_parallel_cross_entropy", logits * (a + FP32 + 5 * FP32), count=6))
+        head_bwd.insert(0, ew("cross_entropy_backward", logits * (3 * FP32 + a), count=3))
+    else:
+        head_fwd.append(ew("cross_entropy", logits * ((a + FP32) * (a != FP32) + 2 * FP32), count=3))
+        head_bwd.insert(0, ew("cross_entropy_backward", logits * (FP32 + 3 * FP32 + (FP32 + a) * (a != FP32)), count=3))
+    head_bwd += norm_bwd
+    return {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+            "head_backward": head_bwd}
+
+
+def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
+                      state_bytes: float = 4, clip: bool = True) -> list[Kernel]:
+    """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
+
+    Per parameter: read the gradient and the fp32 weight (master copy when there is one), read and write each
+    state and the weight, write the 16-bit model copy of a mixed-precision recipe; gradient-norm clipping
+    reads the gradients once more. ~10 elementwise ops per tensor (a foreach AdamW's updates).
+    """
+    recipe = get_recipe(precision)
+    grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
+    weight = master if master else recipe.params_bytes_per_param
+    per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
+    if clip:
+        per_param += grad
+    return [Kernel("optimizer_step", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16",
+                   max(1, int(n_tensors)) * (10 + n_states), "forward")]

@@ -1,0 +1,161 @@
+"""Seconds of one kernel on one device: GEMMs on a shape-dependent roofline, flash attention, memory-bound ops. Pure.
+
+A kernel runs no faster than its FLOPs at the achieved matmul rate nor than its bytes at the achieved memory
+bandwidth (roofline: Williams, Waterman & Patterson 2009):
+
+    seconds = max(flops / (peak · efficiency), bytes / (bandwidth · memory_bandwidth_fraction)) + op_overhead
+
+- GEMM efficiency = a measured fraction (GPUSpec.gemm_efficiency, e.g. the maximum achievable matmul FLOP/s of
+  the A100 at its best shape) × the wave-quantization utilisation of this shape. A GPU runs C = A·B in output
+  tiles, one tile per SM at a time (NVIDIA, "Matrix Multiplication Background User's Guide", Sec. 3: tile and
+  wave quantization); a shape whose tiles do not fill the last wave leaves SMs idle:
+      utilisation = batch·m·n·split / (waves · SMs · tile_m · tile_n),  waves = ceil(tiles · split / SMs)
+  over cuBLAS's largest tensor-core tiles 256×128, 128×256 and 128×128 (same guide, Sec. 2.3), and split-K
+  factors 1, 2, 4, 8 when the reduction is long enough (k/split ≥ 512); the best is taken, as cuBLAS's
+  heuristics pick a kernel per shape. Assumption: these tiles run at the same rate per SM. The measured
+  point's own utilisation is divided out, so the best-case measurement is the ceiling. Devices without an SM
+  count (a calibrated CPU) interpolate their measured table instead (inverse-distance weights in log2(m, n, k)).
+- Flash attention: its FLOPs as executed (the causal kernel skips half the T×T square; the backward runs 2.5×
+  the forward's matmul FLOPs, recomputing QKᵀ: FlashAttention-2 paper, Sec. 4.1) at the measured kernel rate
+  for the sequence length (GPUSpec.attention_efficiency, interpolated in log2(T)).
+- Memory-bound kernels (norms, activations, softmax, casts, residual adds, the loss): bytes read + written over
+  the achieved memory bandwidth.
+Not modelled: L2-cache reuse between kernels, clock throttling, SMs taken by concurrent communication kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+TILES = ((256, 128), (128, 256), (128, 128))
+SPLIT_K = (1, 2, 4, 8)
+MIN_SPLIT_K_CHUNK = 512
+FLASH_BACKWARD_FLOPS_RATIO = 2.5   # FlashAttention-2 paper Sec. 4.1: backward = 2.5 × forward matmul FLOPs
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel (or a group of identical ones) of a training step on one GPU.
+
+    part: the breakdown it belongs to ("compute" for weight GEMMs, "attention" for the attention core,
+    "memory_bound" for everything elementwise); kind: "gemm", "flash_attention" or "elementwise";
+    flops executed and bytes read + written by all `count` launches together; shape: (m, n, k, batch) for a
+    GEMM, (seq_len, backward, causal) for flash attention; dtype: the peak key of its matmuls; role: "forward",
+    "dgrad" or "wgrad" (what a communication may hide behind); core: part of the attention core (what selective
+    recomputation re-runs).
+    """
+
+    name: str
+    part: str
+    kind: str
+    flops: float = 0.0
+    bytes: float = 0.0
+    shape: tuple = ()
+    dtype: str = "bf16"
+    count: int = 1
+    role: str = "forward"
+    core: bool = False
+
+
+def wave_utilization(m: int, n: int, k: int, sm_count: int, batch: int = 1) -> tuple[float, int]:
+    """(utilisation in (0, 1], split-K factor) of the best tile and split for an m×n output on `sm_count` SMs."""
+    best = (0.0, 1)
+    for tm, tn in TILES:
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+        for split in SPLIT_K:
+            if split > 1 and k / split < MIN_SPLIT_K_CHUNK:
+                break
+            waves = math.ceil(tiles * split / sm_count)
+            util = batch * m * n * split / (waves * sm_count * tm * tn)
+            if util > best[0] + 1e-12:
+                best = (min(util, 1.0), split)
+    return best
+
+
+def _idw(points, coords, value_of) -> float:
+    """Inverse-distance-weighted mean (power 2) of value_of(point) over `points`, distances in log2 space."""
+    total = weight_sum = 0.0
+    for point in points:
+        distance2 = sum((math.log2(a) - math.log2(b)) ** 2 for a, b in zip(coords, point))
+        if distance2 < 1e-12:
+            return value_of(point)
+        w = 1.0 / distance2
+        total += w * value_of(point)
+        weight_sum += w
+    return total / weight_sum
+
+
+def gemm_efficiency(gpu, m: int, n: int, k: int, dtype: str, batch: int = 1) -> dict:
+    """Achieved fraction of `gpu`'s dense `dtype` peak for a (batched) m×k·k×n GEMM, with how it was obtained.
+
+    Returns {"efficiency", "measured" (the table's fraction at this shape, 1.0 without a table), "utilization"
+    (wave quantization, 1.0 without an SM count), "split_k", "source"}.
+    """
+    table = gpu.gemm_table(dtype)
+    waves = table is None or table.full_waves
+    util, split = wave_utilization(m, n, k, gpu.sm_count, batch) if (gpu.sm_count and waves) else (1.0, 1)
+    if table is None:
+        measured, source = 1.0, "no measured matmul efficiency for this device and dtype: the datasheet peak"
+    elif table.full_waves and gpu.sm_count:
+        def ceiling(point):
+            pm, pn, pk, fraction = point
+            return fraction / wave_utilization(pm, pn, pk, gpu.sm_count)[0]
+        measured, source = _idw(table.points, (m, n, k), ceiling), table.source
+    else:
+        measured, source = _idw(table.points, (m, n, k), lambda p: p[3]), table.source
+    return {"efficiency": min(measured * util, 1.0), "measured": measured, "utilization": util, "split_k": split,
+            "source": source}
+
+
+def attention_efficiency(gpu, seq_len: int, backward: bool, causal: bool, kernel: str | None = None) -> float | None:
+    """Achieved fraction of peak of `gpu`'s flash-attention kernel at `seq_len` (None when nothing is measured).
+
+    Interpolated linearly in log2(seq_len) between measured points, clamped at the ends; a causal kernel is
+    scaled by the measured causal / non-causal forward ratio (applied to the backward too: an assumption).
+    """
+    table = gpu.attention_table(kernel)
+    if table is None:
+        return None
+    column = 2 if backward else 1
+    value = _interpolate([(p[0], p[column]) for p in table.points], seq_len)
+    if causal and table.causal_ratio:
+        value *= _interpolate(list(table.causal_ratio), seq_len)
+    return value
+
+
+def _interpolate(points: list[tuple[int, float]], x: float) -> float:
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
+    return points[-1][1]
+
+
+def memory_seconds(gpu, n_bytes: float) -> float:
+    """Seconds to stream `n_bytes` through memory: bytes / (datasheet bandwidth × achieved fraction)."""
+    return n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_bandwidth_fraction)
+
+
+def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None) -> float:
+    """Seconds of `kernel` on `gpu` without the per-launch overhead (added apart: GPUSpec.op_overhead_seconds).
+
+    `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default)."""
+    if kernel.kind == "elementwise":
+        return memory_seconds(gpu, kernel.bytes)
+    peak = gpu.peak(kernel.dtype)
+    if kernel.kind == "flash_attention":
+        seq_len, backward, causal = kernel.shape
+        fraction = attention_efficiency(gpu, seq_len, backward, causal, attention_kernel)
+        if fraction is None:   # no kernel measurement: the GEMM efficiency of its QKᵀ-shaped batched matmul
+            fraction = gemm_efficiency(gpu, seq_len, seq_len, 128, kernel.dtype)["efficiency"]
+        return max(kernel.flops / (peak * fraction), memory_seconds(gpu, kernel.bytes))
+    m, n, k, batch = kernel.shape
+    eff = gemm_efficiency(gpu, m, n, k, kernel.dtype, batch)
+    extra = (eff["split_k"] - 1) * batch * m * n * 4 * 2 * kernel.count   # split-K partial sums: fp32 out + in
+    return max(kernel.flops / (peak * eff["efficiency"]), memory_seconds(gpu, kernel.bytes + extra))

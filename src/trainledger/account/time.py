@@ -1,0 +1,303 @@
+"""Seconds of one training iteration, by part, from the hardware and the layout. Pure, no torch.
+
+API: `step_time(spec, gpu, *, batch_size, seq_len, global_batch_size, num_gpus, precision, optimizer, tp, sp, pp,
+interleave, cp, dp, zero, recompute, flash, attention, causal, framework, dropout) -> dict` with
+step_seconds, tokens_per_s, mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part:
+compute, attention, memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble;
+they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory) and assumptions.
+`gpu` is a GPUSpec (a datasheet entry or a calibrated device); `batch_size` is the micro-batch per GPU and
+global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
+
+How a step is built (each piece is a small function a test checks by hand):
+1. The kernels of one layer, forward and backward, and of the embedding and head (account.kernels: the same
+   matrices as account.flops, the same tensors as account.activations), each timed on the roofline of
+   account.roofline; recomputation re-runs the attention core (selective) or the whole layer forward (full).
+2. Communication (account.comm), α–β ring costs on the link each group crosses. Only the exposed part is added:
+   max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
+   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMMs, SP input re-gather behind the input-
+   gradient GEMMs; DDP gradient buckets behind the last micro-batch's backward when pp = 1; FSDP prefetch behind
+   the neighbouring layer). Everything else is exposed.
+3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
+   last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
+   (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
+4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
+Not modelled: data loading, evaluation, stragglers and jitter, kernel-level interference of communication with
+compute, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
+beyond embedding/head, the interleaved schedule's extra activation memory.
+"""
+
+from __future__ import annotations
+
+from trainledger.account import comm as comm_mod
+from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
+from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
+from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
+from trainledger.account.roofline import kernel_seconds
+from trainledger.errors import TrainledgerError
+from trainledger.specs.recipes import get_optimizer, get_recipe
+
+PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
+         "pipeline_bubble")
+WORDS = {
+    "compute": "matrix multiplications (GEMMs)", "attention": "the attention core",
+    "memory_bound": "memory-bound ops (norms, activations, casts, residual adds, the loss)",
+    "overhead": "per-op dispatch overhead", "optimizer": "the optimizer step",
+    "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel communication",
+    "pp_comm": "pipeline point-to-point communication", "dp_comm": "data-parallel communication",
+    "pipeline_bubble": "the pipeline bubble",
+}
+
+
+def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -> float:
+    """Idle fraction of the ideal time of a pipeline: (p − 1)/m for 1F1B, (p − 1)/(v·m) interleaved (Narayanan et al. 2021)."""
+    return (pp - 1) / (interleave * micro_batches)
+
+
+def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
+    """The part of a communication that compute does not hide: max(0, comm − overlapping compute)."""
+    return max(0.0, comm_seconds - hidden_by_seconds)
+
+
+def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | None, batch_size: int,
+                  global_batch_size: int | None) -> tuple[int, int, int, int]:
+    """(num_gpus, dp, global_batch_size, micro_batches) with dp = num_gpus/(tp·pp·cp) when not given; errors name the flag."""
+    for value, flag in ((tp, "--tp"), (pp, "--pp"), (cp, "--cp"), (batch_size, "--batch-size")):
+        check_positive_int(value, flag)
+    model = tp * pp * cp
+    if dp is None:
+        num_gpus = num_gpus if num_gpus is not None else model
+        if num_gpus % model:
+            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
+        dp = num_gpus // model
+    else:
+        check_positive_int(dp, "--dp")
+        if num_gpus is not None and num_gpus != dp * model:
+            raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
+                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
+        num_gpus = dp * model
+    per_step = batch_size * dp
+    global_batch_size = global_batch_size if global_batch_size is not None else per_step
+    check_positive_int(global_batch_size, "--global-batch-size")
+    if global_batch_size % per_step:
+        raise TrainledgerError(f"--global-batch-size {global_batch_size} must be a multiple of --batch-size × dp = "
+                               f"{batch_size} × {dp} = {per_step}")
+    return num_gpus, dp, global_batch_size, global_batch_size // per_step
+
+
+def _time(gpu, kernels, attention_kernel: str | None = None) -> dict:
+    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and GEMM time by role."""
+    out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
+           "dgrad": 0.0, "wgrad": 0.0, "kernels": 0}
+    for k in kernels:
+        seconds = kernel_seconds(gpu, k, attention_kernel)
+        out[k.part] += seconds
+        if k.role in ("dgrad", "wgrad"):
+            out[k.role] += seconds
+        out["overhead"] += k.count * gpu.op_overhead_seconds
+        out["kernels"] += k.count
+    return out
+
+
+def _add(total: dict, part: dict, times: float = 1.0) -> None:
+    for key, value in part.items():
+        total[key] = total.get(key, 0.0) + value * times
+
+
+def _link(gpu, which: str):
+    link = gpu.intra_node_link if which == "intra" else gpu.inter_node_link
+    if link is None:
+        flag = "--intra-node-bandwidth" if which == "intra" else "--inter-node-bandwidth"
+        where = "inside a node" if which == "intra" else "between nodes"
+        raise TrainledgerError(f"no published interconnect {where} for {gpu.name}: give {flag} (e.g. 25GB/s)")
+    return link
+
+
+def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
+              num_gpus: int | None = None, precision: str = "amp-bf16", optimizer: str = "adamw", tp: int = 1,
+              sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
+              recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
+              framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
+              with_memory: bool = True) -> dict:
+    """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring)."""
+    seq_len = seq_len if seq_len is not None else spec.default_seq_len
+    check_positive_int(seq_len, "--seq-len")
+    check_choice(recompute, ("none", "selective", "full"), "--recompute")
+    check_choice(attention, ("full", "causal"), "--attention")
+    check_choice(framework, FRAMEWORKS, "--framework")
+    num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
+    check_parallel(spec, tp, pp, dp, zero)
+    check_positive_int(interleave, "--interleave")
+    if interleave > 1 and (pp == 1 or m % pp):
+        raise TrainledgerError(f"--interleave {interleave} needs --pp > 1 and a number of micro-batches ({m}) that is a "
+                               f"multiple of --pp {pp} (Megatron-LM's interleaved schedule)")
+    if seq_len % cp:
+        raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    peak = gpu.peak(recipe.compute_dtype)
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp and tp > 1, cp=cp)
+    style = "megatron" if framework == "megatron" else "torch"
+
+    # 1. kernels of one layer and of the edges, for one micro-batch
+    lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
+    if flash:
+        gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    ak = attention_kernel
+    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak)
+    rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
+           "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+
+    # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
+    gpn = gpu.gpus_per_node
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
+                  recompute=recompute, style=style, gpus_per_node=gpn)
+    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
+    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
+    hide = {"wgrad": [0.0, bwd["wgrad"]], "dgrad": [0.0, bwd["dgrad"]]}
+    records = []
+    for c in layer_comm:
+        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        records.append((c, seconds))
+        if c.hides_behind in hide:
+            hide[c.hides_behind][0] += seconds
+        else:
+            per_layer[c.part] += seconds
+    per_layer["tp_comm"] += sum(exposed_seconds(comm, gemms) for comm, gemms in hide.values())
+
+    layer = {}
+    for part in (fwd, bwd, rec):
+        _add(layer, {k: part[k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    _add(layer, per_layer)
+
+    # 3. the pipeline: the slower of the first and the last stage sets the pace
+    layers_per_stage = -(-spec.n_layers // pp)
+    stage_layers = spec.n_layers if pp == 1 else layers_per_stage
+    first, last = {}, {}
+    _add(first, layer, stage_layers)
+    _add(last, layer, stage_layers)
+    for name in ("embedding_forward", "embedding_backward"):
+        _add(first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    for name in ("head_forward", "head_backward"):
+        _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
+    step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
+                                          zero=zero, layers_per_stage=layers_per_stage)
+    per_mb = dict(stage)
+    after = {"pp_comm": 0.0, "dp_comm": 0.0}
+    stage_fwd = stage_layers * (fwd["compute"] + fwd["attention"] + fwd["memory_bound"])
+    stage_bwd = stage_layers * (bwd["compute"] + bwd["attention"] + bwd["memory_bound"] + rec["compute"]
+                                + rec["attention"] + rec["memory_bound"])
+    for c in step_comm:
+        if c.part not in ("pp_comm", "dp_comm"):
+            continue
+        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        records.append((c, seconds))
+        if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
+            per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
+        elif c.hides_behind == "backward_last":
+            after["dp_comm"] += exposed_seconds(seconds, stage_bwd if pp == 1 else 0.0)
+        elif c.hides_behind in ("forward", "backward"):
+            hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
+            after["dp_comm"] += m * exposed_seconds(seconds / m, hidden)
+        else:
+            after[c.part] += seconds
+
+    ideal = {k: v * m for k, v in per_mb.items()}
+    bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
+
+    # 4. the optimizer on this GPU's shard
+    placement = params_per_gpu(spec, tp, pp)
+    shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
+    n_tensors = _parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
+    state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
+    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes))
+
+    breakdown = {part: 0.0 for part in PARTS}
+    for key, value in ideal.items():
+        breakdown[key] += value
+    breakdown["optimizer"] = optim["optimizer"]
+    breakdown["overhead"] += optim["overhead"]
+    breakdown["pipeline_bubble"] = bubble
+    breakdown["pp_comm"] += after["pp_comm"]
+    breakdown["dp_comm"] += after["dp_comm"]
+    step_seconds = sum(breakdown.values())
+
+    tokens = global_batch_size * seq_len
+    model_flops = train_flops_per_token(spec, seq_len, attention) * tokens
+    hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute) * tokens
+    result = {
+        "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
+        "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
+        "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
+        "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
+        "breakdown": breakdown, "bottleneck": bottleneck(breakdown, pp, m, interleave), "dp": dp, "tp": tp,
+        "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
+        "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
+        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
+        "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
+        "kernels_per_layer": fwd["kernels"] + bwd["kernels"] + rec["kernels"],
+        "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
+    }
+    if with_memory:
+        memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
+                                optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes)
+        result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                      memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
+                                                       "optimizer_bytes", "activations_bytes", "total_bytes")})
+    result["assumptions"] = assumptions(gpu, result, records)
+    return result
+
+
+def _parameter_tensors(spec) -> int:
+    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over."""
+    per_layer = 4 + (3 if spec.mlp == "swiglu" else 2) * spec.n_experts + (1 if spec.is_moe else 0)
+    per_layer += 3 * spec.qkv_bias + spec.attn_out_bias + (3 if spec.mlp == "swiglu" else 2) * spec.mlp_bias * spec.n_experts
+    per_layer += 2 * (2 if spec.norm_bias else 1)
+    return spec.n_layers * per_layer + 2 + (spec.position == "learned") + (not spec.tied_embeddings)
+
+
+def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
+    """The largest part of the step in words, with its share and what usually helps."""
+    total = sum(breakdown.values())
+    part = max(breakdown, key=breakdown.get)
+    share = breakdown[part] / total if total else 0.0
+    hints = {
+        "compute": "the GPUs are busy with matmuls: the layout is compute-bound",
+        "attention": "use flash attention (--flash) or a shorter sequence",
+        "memory_bound": "fuse elementwise ops (torch.compile) or use larger matmuls",
+        "overhead": "launch/dispatch overhead dominates: use a larger batch or fewer, larger ops",
+        "optimizer": "shard the optimizer states (--zero 1+) or use a fused optimizer",
+        "tp_comm": "use less tensor parallelism or keep it inside a node",
+        "cp_comm": "use less context parallelism",
+        "pp_comm": "use fewer pipeline stages",
+        "dp_comm": "overlap or shard data-parallel communication, or use a larger global batch",
+        "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
+    }
+    return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
+
+
+def assumptions(gpu, result: dict, records) -> list[str]:
+    """The modelling assumptions behind a step_time answer, one line each (printed under the title)."""
+    from trainledger.account.roofline import gemm_efficiency
+    lines = [f"framework {result['framework']}: the kernels of "
+             + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
+                else "Megatron-LM's GPT (fused kernels, dropout)"),
+             f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
+             + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
+             f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s "
+             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")]
+    if result["flash"]:
+        table = gpu.attention_table(result.get("attention_kernel"))
+        lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
+                     "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
+    seen = set()
+    for c, _ in records:
+        if c.name in seen:
+            continue
+        seen.add(c.name)
+        link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
+        lines.append(f"{c.name}: {c.kind} of {c.payload_bytes / 1e6:.3g} MB over {c.group_size} on {link.name} "
+                     f"({link.effective_bytes_per_s / 1e9:.3g} GB/s achieved), overlap {c.overlap}")
+    return lines
