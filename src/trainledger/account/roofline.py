@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 TILES = ((256, 128), (128, 256), (128, 128))
 SPLIT_K = (1, 2, 4, 8)
@@ -58,6 +59,7 @@ class Kernel:
     core: bool = False
 
 
+@lru_cache(maxsize=1 << 16)
 def wave_utilization(m: int, n: int, k: int, sm_count: int, batch: int = 1) -> tuple[float, int]:
     """(utilisation in (0, 1], split-K factor) of the best tile and split for an m×n output on `sm_count` SMs."""
     best = (0.0, 1)
@@ -68,8 +70,9 @@ def wave_utilization(m: int, n: int, k: int, sm_count: int, batch: int = 1) -> t
                 break
             waves = math.ceil(tiles * split / sm_count)
             util = batch * m * n * split / (waves * sm_count * tm * tn)
-            if util > best[0] + 1e-12:
-                best = (min(util, 1.0), split)
+            util = min(util, 1.0)
+            if util > best[0] + 1e-12 or (util > best[0] - 1e-12 and split < best[1]):   # ties: less split-K
+                best = (util, split)
     return best
 
 

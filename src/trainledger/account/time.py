@@ -84,6 +84,40 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
     return num_gpus, dp, global_batch_size, global_batch_size // per_step
 
 
+DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
+
+
+def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd: float, stage_bwd: float, pp: int,
+                          n_layers: int, style: str) -> float:
+    """Exposed seconds of one data-parallel collective (`seconds` for all its calls in a step).
+
+    DDP / ZeRO-1/2 gradient reduction runs in buckets during the last micro-batch's backward: hidden behind it
+    except the last bucket (25 MB in torch DDP); with pipelining it starts after the flush (Megatron-LM 2022) and
+    is exposed. ZeRO-3 / FSDP gathers and reduces one layer at a time, prefetched behind the neighbouring
+    layer's compute: the first gather of a pass and the last reduce-scatter are exposed, the rest only when longer
+    than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
+    gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
+    of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
+    buffers and copies nothing).
+    """
+    from trainledger.account.roofline import memory_seconds
+    link = _link(gpu, c.link)
+    per_call = seconds / c.count if c.count else 0.0
+    copies = 0.0
+    if style == "torch":
+        copies = c.count * memory_seconds(gpu, (4 if c.kind == "all_reduce" else 2) * c.payload_bytes)
+    if c.hides_behind == "backward_last":
+        bucket = comm_mod.collective_seconds(c.kind, min(DDP_BUCKET_BYTES, c.payload_bytes), c.group_size, link)
+        hidden = stage_bwd if pp == 1 else 0.0
+        return copies + (seconds if pp > 1 else bucket + exposed_seconds(seconds - bucket, hidden))
+    if c.hides_behind in ("forward", "backward"):
+        unit = comm_mod.collective_seconds(c.kind, c.payload_bytes / n_layers, c.group_size, link)
+        edge = unit if (c.kind == "all_gather" and c.hides_behind == "forward") or c.kind == "reduce_scatter" else 0.0
+        hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
+        return copies + micro_batches * (edge + exposed_seconds(per_call - edge, hidden))
+    return copies + seconds
+
+
 def _time(gpu, kernels, attention_kernel: str | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and GEMM time by role."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
@@ -117,8 +151,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True) -> dict:
-    """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring)."""
+              with_memory: bool = True, cache: dict | None = None) -> dict:
+    """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
+
+    `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
+    times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
     check_choice(recompute, ("none", "selective", "full"), "--recompute")
@@ -138,14 +176,17 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     style = "megatron" if framework == "megatron" else "torch"
 
     # 1. kernels of one layer and of the edges, for one micro-batch
-    lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
-    ak = attention_kernel
-    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak)
-    rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-           "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
-    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
+           recompute)
+    if cache is not None and key in cache:
+        fwd, bwd, rec, edges = cache[key]
+    else:
+        fwd, bwd, rec, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
+                                            recompute)
+        if cache is not None:
+            cache[key] = (fwd, bwd, rec, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
     gpn = gpu.gpus_per_node
@@ -194,11 +235,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         records.append((c, seconds))
         if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
-        elif c.hides_behind == "backward_last":
-            after["dp_comm"] += exposed_seconds(seconds, stage_bwd if pp == 1 else 0.0)
-        elif c.hides_behind in ("forward", "backward"):
-            hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
-            after["dp_comm"] += m * exposed_seconds(seconds / m, hidden)
+        elif c.part == "dp_comm":
+            after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
         else:
             after[c.part] += seconds
 
@@ -248,6 +286,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     result["assumptions"] = assumptions(gpu, result, records)
     return result
+
+
+def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str):
+    """Seconds by part of one layer's forward, backward and recomputation, and of the embedding and head kernels."""
+    lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
+    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak)
+    rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
+           "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    return fwd, bwd, rec, edges
 
 
 def _parameter_tensors(spec) -> int:

@@ -30,7 +30,7 @@ from trainledger.errors import TrainledgerError
 
 # Order is the order of `trainledger --help`.
 COMMANDS = [
-    "plan", "fit", "optimal", "params", "flops", "memory",
+    "plan", "fit", "optimal", "params", "flops", "memory", "step", "layout",
     "dtypes", "hardware", "models", "tensor", "matmul",
     "mfu", "bench", "measure", "tokenize", "train", "serve", "tour",
 ]

@@ -48,9 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compute(args) -> dict:
     from trainledger.account import flops as F
-    from trainledger.specs.hardware import get_gpu
 
-    gpu = get_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu)
     peak = gpu.peak(args.dtype)
     if args.tokens_per_s is not None:
         tokens_per_s, tokens_per_s_per_gpu = args.tokens_per_s, args.tokens_per_s / args.num_gpus
@@ -86,9 +85,10 @@ def compute(args) -> dict:
         "model_flops_per_token": model_flops, "hardware_flops_per_token": hardware_flops,
         "model_flops_per_s_per_gpu": achieved, "hardware_flops_per_s_per_gpu": tokens_per_s_per_gpu * hardware_flops,
         "mfu": achieved / peak, "hfu": tokens_per_s_per_gpu * hardware_flops / peak,
-        # the time model (`trainledger step`, account/time.py) is not on this branch yet: no prediction to compare
         "predicted_mfu": None,
     }
+    if args.model is not None:
+        result.update(predicted(args, spec, seq_len, gpu, peak))
     result["assumptions"] = settings + [
         f"{gpu.name} dense {args.dtype} peak {units.format_rate(peak)} per GPU (no 2:4 sparsity) × {args.num_gpus:,} GPU{'s' if args.num_gpus > 1 else ''}",
         "MFU = tokens/s × model FLOPs per token / (GPUs × peak) (PaLM App. B); HFU uses the hardware FLOPs",
@@ -100,6 +100,30 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def predicted(args, spec, seq_len: int, gpu, peak: float) -> dict:
+    """predicted_mfu: the MFU `trainledger layout` predicts for the fastest layout of this model on these GPUs.
+
+    One sequence per GPU per step, the run's --recompute (any when none), amp-fp16 for --dtype fp16 and amp-bf16
+    otherwise; the MFU is re-expressed against the --dtype peak. None (with the reason) when nothing fits.
+    """
+    from trainledger.account.layout import search
+    from trainledger.errors import TrainledgerError
+    precision = "amp-fp16" if args.dtype in ("fp16", "float16", "half") else "amp-bf16"
+    try:
+        found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=args.num_gpus, seq_len=seq_len,
+                       precision=precision, attention=args.attention, top=1,
+                       recomputes=None if args.recompute == "none" else (args.recompute,))
+    except TrainledgerError as error:
+        return {"predicted_mfu": None, "predicted_note": str(error)}
+    best = found["layouts"][0]
+    from trainledger.specs.recipes import get_recipe
+    scale = gpu.peak(get_recipe(precision).compute_dtype) / peak
+    return {"predicted_mfu": best["mfu"] * scale, "predicted_layout": best,
+            "predicted_note": f"`trainledger layout` on {args.num_gpus} × {gpu.name}, one sequence per GPU, {precision}: "
+                              f"tp {best['tp']}, pp {best['pp']}, cp {best['cp']}, dp {best['dp']}, ZeRO {best['zero']}, "
+                              f"micro-batch {best['batch_size']}, recompute {best['recompute']}"}
 
 
 def render(result: dict, args) -> None:
@@ -115,5 +139,6 @@ def render(result: dict, args) -> None:
         (f"HFU (recompute {result['recompute']})", f"{100 * result['hfu']:.1f}%"),
     ]
     if result.get("predicted_mfu") is not None:
-        rows.append(("predicted MFU (`trainledger step`)", f"{100 * result['predicted_mfu']:.1f}%"))
-    print_table("Model FLOPs utilization of a measured throughput", rows, result["assumptions"])
+        rows.append(("predicted MFU (`trainledger layout`)", f"{100 * result['predicted_mfu']:.1f}%"))
+    assumptions = result["assumptions"] + ([f"predicted: {result['predicted_note']}"] if result.get("predicted_note") else [])
+    print_table("Model FLOPs utilization of a measured throughput", rows, assumptions)

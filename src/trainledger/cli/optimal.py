@@ -6,7 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import duration, print_table
+from trainledger.cli.plan import duration, mfu_or_auto, print_table
 
 HELP = "compute-optimal model size and tokens for a FLOP budget or GPUs × days × MFU (Chinchilla)"
 DESCRIPTION = """Compute-optimal size (Hoffmann et al. 2022, "Chinchilla", arXiv:2203.15556), with C = 6·N·D.
@@ -36,7 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="h100", help="accelerator (default h100)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=32, help="number of GPUs (default 32)")
     parser.add_argument("--days", type=duration("d"), default=14 * 86400.0, help="wall-clock time, e.g. 14, 14d or 2w (default 14 days)")
-    parser.add_argument("--mfu", type=common.fraction, default=0.5, help="model FLOPs utilization in (0, 1] (default 0.5)")
+    parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
+                        help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout (`trainledger "
+                             "layout`) of a GPT-style model of the optimal size, iterated to a fixed point (default 0.5)")
+    parser.add_argument("--seq-len", type=common.positive_int, default=2048,
+                        help="tokens per sequence of the model --mfu auto lays out (default 2048, GPT-3's context)")
+    common.add_precision_flag(parser, "amp-bf16", "the recipe --mfu auto lays out")
+    common.add_optimizer_flag(parser)
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
     parser.add_argument("--law", choices=("chinchilla-20", "approach3"), default="chinchilla-20", help="scaling law (default chinchilla-20)")
     parser.add_argument("--tokens-per-param", type=tokens_per_param, default=20.0,
@@ -46,21 +52,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compute(args) -> dict:
     from trainledger.account.plan import budget_flops, compute_optimal
-    from trainledger.specs.hardware import get_gpu
 
     if args.budget_flops is not None:
+        if args.mfu == "auto":
+            from trainledger.errors import TrainledgerError
+            raise TrainledgerError("--mfu auto needs GPUs × days: --budget-flops already fixes the budget")
         budget, source = args.budget_flops, "given --budget-flops"
         extra = {}
     else:
-        gpu = get_gpu(args.gpu)
+        gpu = common.resolve_gpu(args.gpu)
         peak = gpu.peak(args.dtype)
+        layout_lines = []
+        if args.mfu == "auto":
+            args.mfu, layout_lines = auto_mfu(args, gpu, peak)
         budget = budget_flops(args.num_gpus, args.days, peak, args.mfu)
         source = (f"{args.num_gpus} × {gpu.name} × {args.days / 86400:g} days × {units.format_rate(peak)} "
-                  f"({args.dtype} dense) × MFU {args.mfu}")
+                  f"({args.dtype} dense) × MFU {args.mfu:.3g}")
         extra = {"gpu": gpu.name, "num_gpus": args.num_gpus, "seconds": args.days, "peak_flops_per_s": peak, "mfu": args.mfu}
+        if layout_lines:
+            extra["layout"] = layout_lines[1]
     result = {**compute_optimal(budget, args.law, args.tokens_per_param), **extra}
     law = (f"chinchilla-20: D = {args.tokens_per_param:g}·N, N = sqrt(C / {6 * args.tokens_per_param:g})"
            if args.law == "chinchilla-20" else "approach3: closed-form minimum of E + A/N^α + B/D^β under C = 6ND")
+    if args.budget_flops is None and layout_lines:
+        source += f"; {layout_lines[0]}"
     result["assumptions"] = [f"budget: {source}", "C = 6·N·D (training FLOPs, attention term ignored)", law,
                              "predicted_loss: Chinchilla Approach 3 fit (E=1.69, A=406.4, B=410.7, α=0.34, β=0.28), nats/token"]
     if args.law == "approach3" and args.tokens_per_param != 20.0:
@@ -68,6 +83,40 @@ def compute(args) -> dict:
     if args.budget_flops is not None:
         result["assumptions"].append("--gpu, --num-gpus, --days, --mfu and --dtype not used: --budget-flops sets the budget")
     return result
+
+
+def gpt_like(n_params: float, seq_len: int):
+    """A GPT-3-style TransformerSpec of about n_params parameters: d_model = (128·N/12)^(1/3) rounded to 128,
+    n_layers = d_model/128 (GPT-3 175B's aspect ratio), heads of 128, d_ff = 4·d_model, GPT-2 vocabulary."""
+    from trainledger.account.memory import d_model_estimate
+    from trainledger.specs.model import TransformerSpec
+    d = max(128, int(round(d_model_estimate(n_params) / 128)) * 128)
+    return TransformerSpec(name=f"gpt-like-{n_params:.3g}", vocab_size=50257, d_model=d, n_layers=max(1, d // 128),
+                           n_heads=d // 128, d_ff=4 * d, max_seq_len=seq_len, pretrain_seq_len=seq_len,
+                           position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True,
+                           attn_out_bias=True, mlp_bias=True, tied_embeddings=True,
+                           source="trainledger optimal --mfu auto: GPT-3-style shape for a parameter count")
+
+
+def auto_mfu(args, gpu, peak: float) -> tuple[float, list[str]]:
+    """(MFU, [assumption, layout]) for `optimal --mfu auto`: lay out the optimal-size model, recompute the budget, repeat."""
+    from trainledger.account.layout import search
+    from trainledger.account.plan import budget_flops, compute_optimal
+    mfu, best, spec = 0.5, None, None
+    for _ in range(6):
+        n = compute_optimal(budget_flops(args.num_gpus, args.days, peak, mfu), args.law, args.tokens_per_param)["n_params"]
+        spec = gpt_like(n, args.seq_len)
+        best = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=args.num_gpus, seq_len=args.seq_len,
+                      precision=args.precision, optimizer=args.optimizer, top=1)["layouts"][0]
+        done = abs(best["mfu"] - mfu) < 1e-3
+        mfu = best["mfu"]
+        if done:
+            break
+    line = (f"MFU {mfu:.3f} (--mfu auto): fastest layout of a GPT-style {spec.d_model}-wide, {spec.n_layers}-layer model "
+            f"of the optimal size at seq {args.seq_len:,}, one sequence per GPU, {args.precision}: tp {best['tp']}, "
+            f"pp {best['pp']}, cp {best['cp']}, dp {best['dp']}, ZeRO {best['zero']}, micro-batch {best['batch_size']}, "
+            f"recompute {best['recompute']}")
+    return mfu, [line, best]
 
 
 def render(result: dict, args) -> None:

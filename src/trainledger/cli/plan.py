@@ -115,11 +115,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=common.positive_count, default=15e12, help="training tokens, e.g. 15T (default 15T)")
     parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=1024, help="number of GPUs (default 1024)")
-    parser.add_argument("--mfu", type=common.fraction, default=0.5, help="model FLOPs utilization in (0, 1] (default 0.5)")
+    parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
+                        help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout that fits "
+                             "(`trainledger layout`, needs --model) (default 0.5)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
     parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
                         help="attention-score FLOPs over the full T×T (PaLM) or half of it (Megatron) (default full)")
+    parser.add_argument("--global-batch-size", type=common.positive_int,
+                        help="sequences per step for --mfu auto (default: one per GPU)")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default=None,
+                        help="activation recomputation: with --mfu auto the layouts use only this one (default: the "
+                             "lightest that fits each layout); hardware FLOPs count it")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
     add_failure_arguments(parser)
     common.add_json_flag(parser)
@@ -143,6 +150,29 @@ def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--simulate", action="store_true", help="cross-check the closed form with a Monte Carlo of the same assumptions")
     g.add_argument("--trials", type=trials, default=100, help="runs simulated by --simulate, 1 to 10000 (default 100)")
     g.add_argument("--seed", type=common.nonnegative_int, default=0, help="random seed of --simulate (default 0)")
+
+
+def mfu_or_auto(text: str):
+    """An argparse type for --mfu: a number in (0, 1] or 'auto'."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return common.fraction(text)
+
+
+def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
+    """(MFU, the fastest layout, assumption lines) for `--mfu auto`: account.layout's best on these GPUs."""
+    from trainledger.account.layout import search
+    global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
+    found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
+                   precision=args.precision, optimizer=args.optimizer, attention=args.attention, top=1,
+                   recomputes=(args.recompute,) if args.recompute else None)
+    best = found["layouts"][0]
+    words = (f"MFU {best['mfu']:.3f} (--mfu auto): the fastest of {found['fitting']} layouts that fit "
+             f"(`trainledger layout`): tp {best['tp']}{' + sp' if best['sp'] else ''}, pp {best['pp']} "
+             f"(interleave {best['interleave']}), cp {best['cp']}, dp {best['dp']}, ZeRO {best['zero']}, micro-batch "
+             f"{best['batch_size']}, recompute {best['recompute']}; global batch {global_batch} × {seq_len:,} tokens, "
+             f"{args.precision} + {args.optimizer}, {best['step_seconds']:.3g} s per step")
+    return best["mfu"], best, [words]
 
 
 def trials(text: str) -> int:
@@ -196,6 +226,14 @@ def compute(args) -> dict:
         raise TrainledgerError(f"--tokens must be at least 1 token, got {args.tokens:g}")
     if n_params < 1:
         raise TrainledgerError(f"--params must be at least 1 parameter, got {n_params:g}")
+    layout = None
+    if args.mfu == "auto":
+        if spec is None:
+            raise TrainledgerError("--mfu auto needs --model: the layout search times the model's own layers")
+        args.mfu, layout, lines = auto_mfu(args, spec, seq_len, gpu)
+        settings += lines
+    elif args.global_batch_size is not None:
+        settings.append("--global-batch-size not used: it sizes the layouts of --mfu auto")
     total = flops_per_token * args.tokens
     if not math.isfinite(total):
         which = "--tokens" if args.model is not None else "--params × --tokens"
@@ -211,6 +249,10 @@ def compute(args) -> dict:
         result_note = f"--attention {args.attention} not used: with --params the FLOPs are 6·N per token (no attention term)"
     else:
         result_note = None
+    if layout is not None:
+        result["layout"] = layout
+    if spec is not None:
+        result["hardware_flops_per_token"] = F.hardware_flops_per_token(spec, seq_len, args.attention, args.recompute or "none")
     if args.deadline is not None:
         result["deadline_seconds"] = args.deadline
         result["gpus_needed"] = gpus_needed(total, args.deadline, peak, args.mfu)

@@ -1,0 +1,89 @@
+"""`trainledger layout`: the fastest parallel layouts of --model on --num-gpus GPUs that fit in memory."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
+
+HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
+DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
+data parallelism with ZeRO 0-3, the micro-batch and recomputation (account/layout.py) for the layouts with the
+shortest predicted step (account/time.py, as `trainledger step` prints) among those whose memory per GPU
+(account/memory.py, as `trainledger memory` prints) fits the GPU. For each layout only the lightest
+recomputation that fits is timed (recomputation costs time and only saves memory).
+
+examples:
+  trainledger layout --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64
+  trainledger layout --model gpt3-175b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 2048 \\
+      --precision mixed-fp16 --optimizer adam --framework megatron --no-flash
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.step import add_model_flags
+    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
+    parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
+    parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs of the job (default 8)")
+    parser.add_argument("--global-batch-size", type=common.positive_int, default=None,
+                        help="sequences per optimizer step (default: one per GPU)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
+    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
+    common.add_optimizer_flag(parser)
+    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
+                        help="flash attention (default on)")
+    parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
+    parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
+    add_model_flags(parser)
+    common.add_hardware_flags(parser)
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account.layout import search
+
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    spec, seq_len = load_transformer(args.model, args.seq_len)
+    global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
+    found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
+                   precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
+                   framework=args.framework, attention_kernel=args.attention_kernel, top=args.top,
+                   memory_per_gpu_bytes=args.memory_per_gpu)
+    capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
+    result = {"model": spec.name, "gpu": gpu.name, "num_gpus": args.num_gpus, "global_batch_size": global_batch,
+              "seq_len": seq_len, "precision": args.precision, "optimizer": args.optimizer, "flash": args.flash,
+              "framework": args.framework, "memory_per_gpu_bytes": capacity, **found}
+    result["assumptions"] = [
+        seq_len_assumption(spec, seq_len, args.seq_len),
+        f"global batch {global_batch} sequences{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
+        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}",
+        f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "
+        f"(account/memory.py), {found['timed']} timed with interleaving (account/time.py)",
+        "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
+        "equal within its accuracy",
+    ]
+    warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
+    if warnings:
+        result["warnings"] = warnings
+    return result
+
+
+def render(result: dict, args) -> None:
+    out = common.console()
+    out.print(f"Fastest layouts of {result['model']} on {result['num_gpus']} × {result['gpu']}", style="bold")
+    for line in result["assumptions"]:
+        out.print(f"- {line}", style="dim", soft_wrap=True)
+    rows = []
+    for i, r in enumerate(result["layouts"], 1):
+        rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"], r["zero"],
+                     r["batch_size"], r["recompute"], units.format_seconds(r["step_seconds"]), f"{100 * r['mfu']:.1f}%",
+                     units.format_bytes(r["memory_bytes"])])
+    from rich import box
+    table = common.table(None, ["#", "tp", "sp", "pp", "v", "cp", "dp", "zero", "micro", "recompute", "step", "MFU",
+                                "memory/GPU"], rows, "v: interleaved chunks per GPU; micro: micro-batch per GPU")
+    table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+    out.print(table)
+    if result["layouts"]:
+        out.print(f"bottleneck of #1: {result['layouts'][0]['bottleneck']}", soft_wrap=True)

@@ -1,0 +1,120 @@
+"""`trainledger step`: seconds of one training iteration predicted, by part, with MFU/HFU and memory per GPU."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+
+HELP = "time of one training iteration of --model on --num-gpus GPUs under a parallel layout, by part, with MFU"
+DESCRIPTION = """One iteration predicted by account/time.py: every kernel of a layer (GEMMs on a shape-dependent
+roofline with measured matmul efficiency, the attention core, memory-bound ops), recomputation, the exposed part
+of each collective (α–β ring costs on the link it crosses), the pipeline bubble and the optimizer step.
+
+The layout: --tp (with --sp), --pp (with --interleave V chunks per GPU), --cp (context parallel), and data
+parallelism over the rest: dp = num_gpus / (tp · pp · cp) (--dp may be given; it must agree). --batch-size is
+the micro-batch per GPU; global_batch / (dp · batch-size) micro-batches are accumulated per step.
+Defaults: --precision amp-bf16, --zero 3 over dp (as in `memory`; 0 = DDP), --seq-len the pre-training context,
+--gpu h100, one micro-batch per GPU. Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
+
+examples:
+  trainledger step --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64 --batch-size 8
+  trainledger step --model llama-2-7b --num-gpus 8 --zero 3 --recompute selective
+  trainledger step --model gpt3-175b --gpu a100 --num-gpus 64 --tp 8 --sp --pp 8 --interleave 3 \\
+      --recompute selective --precision mixed-fp16 --optimizer adam --global-batch-size 64 --framework megatron --no-flash
+"""
+
+
+def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, batch, precision and layout flags `step` shares with `memory` (and `profile`)."""
+    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1,
+                        help="micro-batch: sequences per GPU per forward/backward (default 1)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
+    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
+    common.add_optimizer_flag(parser)
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
+                        help="ZeRO stage over the dp ranks (default 3, as in `memory`: FSDP full shard; 0 = DDP)")
+    parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
+    parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
+    parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation (default none)")
+    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
+                        help="flash attention (default on); --no-flash stores and streams the T×T scores")
+    parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_layout_arguments(parser)
+    parser.add_argument("--num-gpus", type=common.positive_int, help="GPUs of the job (default: tp · pp · cp · dp)")
+    parser.add_argument("--dp", type=common.positive_int, help="data-parallel ranks (default: num_gpus / (tp · pp · cp))")
+    parser.add_argument("--global-batch-size", type=common.positive_int,
+                        help="sequences per optimizer step over all GPUs (default: one micro-batch per data-parallel rank)")
+    parser.add_argument("--interleave", type=common.positive_int, default=1,
+                        help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
+    parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
+    add_model_flags(parser)
+    common.add_hardware_flags(parser)
+    common.add_json_flag(parser)
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """--attention, --framework, --attention-kernel: how FLOPs are counted and which kernels run."""
+    parser.add_argument("--attention", choices=("full", "causal"), default="full",
+                        help="attention-score FLOPs counted for MFU: the full T×T (PaLM, default) or half (Megatron); "
+                             "a causal flash kernel executes half either way")
+    parser.add_argument("--framework", choices=("trainledger", "megatron"), default="trainledger",
+                        help="whose kernels: our torch Transformer in eager PyTorch (default) or Megatron-LM's fused GPT "
+                             "(fused norms/bias-GeLU/softmax, dropout, weight gradients fused into fp32 main_grad)")
+    parser.add_argument("--attention-kernel", default=None,
+                        help="which measured flash-attention kernel of --gpu (e.g. flash-attention-2, cudnn; default: "
+                             "the first in `trainledger hardware --json`, what PyTorch SDPA runs)")
+
+
+def compute(args) -> dict:
+    from trainledger.account.time import step_time
+
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    spec, seq_len = load_transformer(args.model, args.seq_len)
+    zero = 3 if args.zero is None else args.zero
+    result = step_time(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, global_batch_size=args.global_batch_size,
+                       num_gpus=args.num_gpus, precision=args.precision, optimizer=args.optimizer, tp=args.tp,
+                       sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp, zero=zero,
+                       recompute=args.recompute, flash=args.flash, attention=args.attention,
+                       framework=args.framework, attention_kernel=args.attention_kernel)
+    first = [seq_len_assumption(spec, seq_len, args.seq_len),
+             f"micro-batch {args.batch_size} × {result['micro_batches']} accumulation step"
+             f"{'s' if result['micro_batches'] > 1 else ''} × dp {result['dp']} = global batch {result['global_batch_size']} "
+             f"(--batch-size, --global-batch-size)",
+             f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}), cp {args.cp}, "
+             f"dp {result['dp']} with ZeRO {zero}{' (default)' if args.zero is None else ''} on {result['num_gpus']} × {gpu.name}; "
+             f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
+    if args.sp and args.tp == 1:
+        first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
+    result["assumptions"] = first + result["assumptions"]
+    warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
+    if not result["fits"]:
+        warnings.append(f"this layout needs {units.format_bytes(result['memory_bytes'])} per GPU, more than the "
+                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: try `trainledger layout`")
+    if warnings:
+        result["warnings"] = warnings
+    return result
+
+
+def render(result: dict, args) -> None:
+    total = result["step_seconds"]
+    rows = [("step time", units.format_seconds(total)),
+            ("tokens/s", f"{units.format_count(result['tokens_per_s'])} ({units.format_count(result['tokens_per_step'])} per step)"),
+            ("MFU / HFU", f"{100 * result['mfu']:.1f}% / {100 * result['hfu']:.1f}%"),
+            ("model / hardware FLOPs per step", f"{units.format_flops(result['model_flops_per_step'])} / "
+                                                f"{units.format_flops(result['hardware_flops_per_step'])}")]
+    for part, seconds in sorted(result["breakdown"].items(), key=lambda kv: -kv[1]):
+        if seconds > 0:
+            rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
+    rows.append(("bottleneck", result["bottleneck"]))
+    rows.append((f"memory per GPU ({result['gpu']})",
+                 f"{units.format_bytes(result['memory_bytes'])} of {units.format_bytes(result['memory_per_gpu_bytes'])}: "
+                 f"{'fits' if result['fits'] else 'does NOT fit'}"))
+    print_table(f"One training step of {result['model']}", rows, result["assumptions"])

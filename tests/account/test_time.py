@@ -1,0 +1,161 @@
+"""The time model (account/time.py, roofline.py, kernels.py): each cost on a hand-worked case, then published runs."""
+
+import pytest
+
+from trainledger.account import roofline, time as T
+from trainledger.account.kernels import layer_kernels
+from trainledger.account.roofline import Kernel, kernel_seconds, wave_utilization
+from trainledger.account.validation import korthikanti_cases, llama3_cases
+from trainledger.errors import TrainledgerError
+from trainledger.specs import get_model
+from trainledger.specs.hardware import GPUSpec, get_gpu
+from trainledger.specs.performance import GemmEfficiency, Link
+
+# A made-up device for hand arithmetic: 100 TFLOP/s bf16, 1 TB/s, no SM count, no efficiency table.
+TOY = GPUSpec(name="toy", peak_flops_per_s={"bf16": 100e12, "fp32": 10e12}, memory_bytes=80e9,
+              memory_bandwidth_bytes_per_s=1e12, intra_node_link=Link("toy link", 100e9),
+              inter_node_link=Link("toy net", 10e9))
+
+
+@pytest.mark.parametrize("pp, m, v, expected, why", [
+    (1, 8, 1, 0.0, "no pipeline, no bubble"),
+    (4, 8, 1, 3 / 8, "1F1B: (p − 1)/m (Narayanan et al. 2021)"),
+    (8, 64, 3, 7 / 192, "interleaved: (p − 1)/(v·m), Korthikanti's 175B layout"),
+    (64, 512, 1, 63 / 512, "Korthikanti's 1T layout"),
+])
+def test_pipeline_bubble_fraction(pp, m, v, expected, why):
+    assert T.pipeline_bubble_fraction(pp, m, v) == pytest.approx(expected), why
+
+
+def test_exposed_part_of_a_collective():
+    assert T.exposed_seconds(3.0, 1.0) == 2.0 and T.exposed_seconds(1.0, 3.0) == 0.0
+
+
+def test_gemm_on_the_roofline_by_hand():
+    # 4096³ in bf16: 2·4096³ = 1.374e11 FLOPs at 100 TFLOP/s = 1.374 ms; bytes 3·4096²·2 = 100.7 MB = 0.1 ms
+    big = Kernel("big", "compute", "gemm", 2 * 4096**3, 3 * 4096**2 * 2, (4096, 4096, 4096, 1))
+    assert kernel_seconds(TOY, big) == pytest.approx(2 * 4096**3 / 100e12)
+    # a skinny one is memory-bound: 4096×16 times 16×4096 moves the 4096² output: 33.6 MB at 1 TB/s
+    skinny = Kernel("skinny", "compute", "gemm", 2 * 4096 * 4096 * 16, (2 * 4096 * 16 + 4096**2) * 2, (4096, 4096, 16, 1))
+    assert kernel_seconds(TOY, skinny) == pytest.approx((2 * 4096 * 16 + 4096**2) * 2 / 1e12)
+    # elementwise: bytes over bandwidth
+    assert kernel_seconds(TOY, Kernel("add", "memory_bound", "elementwise", 0, 3e9)) == pytest.approx(3e-3)
+
+
+def test_wave_quantization_by_hand():
+    # 4 SMs, a 256×128 output: the 128×128 tile gives 2 tiles in one wave of 4 SMs: half the GPU idles
+    assert wave_utilization(256, 128, 256, 4) == (0.5, 1)
+    # a long reduction (k = 4096) splits in two: 4 tile tasks fill the wave
+    assert wave_utilization(256, 128, 4096, 4) == (1.0, 2)
+    # 5 tiles of 128×128 on 4 SMs: 2 waves, 5/8 busy
+    assert wave_utilization(640, 128, 256, 4)[0] == pytest.approx(5 / 8)
+
+
+def test_gemm_efficiency_is_the_measured_ceiling_times_utilisation():
+    """A100: 271.2 of 312 TFLOP/s measured at 1024×10240×5120 (stas00/ml-engineering MAMF table), whose own wave
+    utilisation on 108 SMs is divided out; a shape with full waves gets the ceiling, a ragged one less."""
+    a100 = get_gpu("a100-80gb")
+    at_point = roofline.gemm_efficiency(a100, 1024, 10240, 5120, "bf16")
+    assert at_point["efficiency"] == pytest.approx(271.2 / 312)
+    ragged = roofline.gemm_efficiency(a100, 128 * 109, 128, 512, "bf16")       # 109 tiles on 108 SMs: 2 waves
+    assert ragged["utilization"] == pytest.approx(109 / 216) and ragged["efficiency"] < 0.5
+    assert roofline.gemm_efficiency(a100, 1024, 10240, 5120, "fp16")["efficiency"] == at_point["efficiency"]
+
+
+def test_calibrated_table_is_interpolated_in_log_shape():
+    cpu = GPUSpec(name="cpu", peak_flops_per_s={"fp32": 1e12}, memory_bytes=8e9, memory_bandwidth_bytes_per_s=2e10,
+                  gemm_efficiency={"fp32": GemmEfficiency(((64, 64, 64, 0.1), (1024, 1024, 1024, 0.8)), full_waves=False)})
+    assert roofline.gemm_efficiency(cpu, 1024, 1024, 1024, "fp32")["efficiency"] == pytest.approx(0.8)
+    middle = roofline.gemm_efficiency(cpu, 256, 256, 256, "fp32")["efficiency"]       # equidistant in log2
+    assert middle == pytest.approx(0.45)
+
+
+def test_flash_attention_rate_is_the_measured_kernel_rate():
+    """FlashAttention-3 paper Fig. 5: FlashAttention-2 forward on H100 at seq 2k, head dim 128: 362 TFLOP/s."""
+    h100 = get_gpu("h100")
+    flops = 2 * 2 * 16 * 2048 * 2048 * 128
+    k = Kernel("fa", "attention", "flash_attention", flops, 0.0, (2048, False, False))
+    assert kernel_seconds(h100, k) == pytest.approx(flops / 362e12)
+    assert roofline.attention_efficiency(h100, 2048, False, True) == pytest.approx(298 / 989.5)   # causal: 298
+    assert roofline.attention_efficiency(h100, 2048, False, False, "cudnn") == pytest.approx(617 / 989.5)
+
+
+def test_no_flash_streams_the_scores():
+    """Without flash attention the T×T scores and probabilities are written and read (kernels of the math path)."""
+    spec = get_model("gpt2")
+    flash = layer_kernels(spec, batch_size=1, seq_len=1024, flash=True)
+    math = layer_kernels(spec, batch_size=1, seq_len=1024, flash=False)
+    scores = 12 * 1024 * 1024
+    softmax = next(k for k in math["forward"] if k.name == "mask_softmax")
+    assert softmax.bytes == 4 * scores * 2                 # add the mask, then softmax: read + write each, bf16
+    assert sum(k.bytes for k in math["forward"] if k.part == "attention") > 10 * sum(
+        k.bytes for k in flash["forward"] if k.part == "attention")
+
+
+def test_layer_gemm_flops_equal_account_flops():
+    """The kernels of a layer carry exactly the matmul FLOPs account.flops counts (3 × forward with backward)."""
+    from trainledger.account.flops import flops_per_step
+    spec = get_model("llama-2-7b")
+    b, s = 2, 512
+    lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False)
+    layer_fwd = sum(k.flops for k in lk["forward"])
+    layer_bwd = sum(k.flops for k in lk["backward"])
+    f = flops_per_step(spec, b, s)
+    head = 2 * b * s * spec.d_model * spec.vocab_size
+    assert spec.n_layers * layer_fwd == pytest.approx(f["forward_flops_per_step"] - head)
+    assert layer_bwd == pytest.approx(2 * layer_fwd)
+
+
+def test_step_parts_sum_and_mfu_definition():
+    spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
+    r = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3)
+    assert sum(r["breakdown"].values()) == pytest.approx(r["step_seconds"])
+    assert r["micro_batches"] == 2 and r["dp"] == 8
+    assert r["mfu"] == pytest.approx(r["model_flops_per_step"] / (r["step_seconds"] * 8 * 989.5e12))
+    assert r["tokens_per_s"] == pytest.approx(16 * 4096 / r["step_seconds"])
+    full = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3, recompute="full")
+    assert full["hfu"] > full["mfu"] and full["step_seconds"] > r["step_seconds"]
+    slow_net = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0)
+    fast_net = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0, pp=2)
+    assert slow_net["collectives"] and fast_net["breakdown"]["pipeline_bubble"] > 0
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    (dict(num_gpus=8, dp=4), "--dp"),
+    (dict(num_gpus=12, tp=8), "--num-gpus"),
+    (dict(num_gpus=8, global_batch_size=12, batch_size=1), "--global-batch-size"),
+    (dict(num_gpus=8, pp=2, interleave=2, global_batch_size=4), "--interleave"),
+    (dict(num_gpus=10, tp=5), "--tp"),
+    (dict(num_gpus=8, attention_kernel="cudnn"), "--attention-kernel"),
+])
+def test_inconsistent_layouts_name_the_flag(kwargs, flag):
+    with pytest.raises(TrainledgerError, match=flag):
+        T.step_time(get_model("gpt2"), get_gpu("a100"), **kwargs)
+
+
+def test_missing_network_names_the_flag():
+    with pytest.raises(TrainledgerError, match="--inter-node-bandwidth"):
+        T.step_time(get_model("gpt2"), get_gpu("l4"), num_gpus=16, zero=0)
+
+
+def test_korthikanti_table5():
+    """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheet and published measurements.
+
+    The honest model predicts every cell faster than measured: mean |error| 13.6 %, worst 20.8 % (22B seq+sel);
+    the issue's target (mean ≤ 5 %, each ≤ 10 %) is NOT met — see docs/time.md for what drives the gap (matmul rate
+    at mid-sized shapes below the best-shape measurement). These bounds guard the current result.
+    """
+    cases = korthikanti_cases()
+    assert len(cases) == 8
+    errors = [abs(c["error"]) for c in cases]
+    assert sum(errors) / 8 == pytest.approx(0.136, abs=0.01)
+    assert max(errors) < 0.22
+    by = {(c["model"], c["setting"]): c["predicted_seconds"] for c in cases}
+    for name in ("22B", "175B", "530B", "1T"):          # the published ordering: seq+sel is faster than full
+        assert by[(name, "seq+sel")] < by[(name, "full")]
+
+
+def test_llama3_table4_mfu_within_15_percent():
+    """Llama 3 (arXiv:2407.21783) Table 4: 43 %, 41 %, 38 % BF16 MFU (assumptions in account/validation.py)."""
+    for case in llama3_cases():
+        assert abs(case["error"]) <= 0.15, case
