@@ -16,13 +16,14 @@ for package in (trainledger.account, trainledger.specs):
         importlib.import_module(info.name)
         names.append(info.name)
 for name in ("plan", "fit", "optimal", "flops", "memory", "params", "dtypes", "hardware", "models", "matmul", "tensor",
-             "tokenize"):
+             "tokenize", "step", "layout", "mfu"):
     importlib.import_module("trainledger.cli." + name)
 from trainledger.cli.main import compute
 compute(["plan"]); compute(["fit"]); compute(["optimal"])
 compute(["flops", "--model", "gpt2"]); compute(["memory", "--model", "gpt2", "--batch-size", "2"])
 compute(["params"]); compute(["dtypes"]); compute(["hardware"]); compute(["models"]); compute(["matmul"])
 compute(["tensor", "--transpose", "0,1"])  # the pure layout; only --torch needs torch
+compute(["step", "--model", "gpt2", "--num-gpus", "8"]); compute(["layout", "--model", "gpt2", "--num-gpus", "8"])
 print(json.dumps({"modules": names, "torch": "torch" in sys.modules}))
 """
 
@@ -34,5 +35,7 @@ def test_account_and_specs_do_not_import_torch():
     assert report["torch"] is False
     for module in ("trainledger.account.flops", "trainledger.account.memory", "trainledger.account.plan",
                    "trainledger.account.korthikanti", "trainledger.account.params", "trainledger.account.activations",
-                   "trainledger.specs.recipes", "trainledger.specs.hardware", "trainledger.specs.presets"):
+                   "trainledger.specs.recipes", "trainledger.specs.hardware", "trainledger.specs.presets",
+                   "trainledger.account.time", "trainledger.account.comm", "trainledger.account.layout",
+                   "trainledger.specs.performance"):
         assert module in report["modules"]

@@ -141,14 +141,14 @@ def test_missing_network_names_the_flag():
 def test_korthikanti_table5():
     """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheet and published measurements.
 
-    The honest model predicts every cell faster than measured: mean |error| 13.6 %, worst 20.8 % (22B seq+sel);
+    The honest model predicts every cell faster than measured: mean |error| 15.2 %, worst 21.3 % (22B seq+sel);
     the issue's target (mean ≤ 5 %, each ≤ 10 %) is NOT met — see docs/time.md for what drives the gap (matmul rate
     at mid-sized shapes below the best-shape measurement). These bounds guard the current result.
     """
     cases = korthikanti_cases()
     assert len(cases) == 8
     errors = [abs(c["error"]) for c in cases]
-    assert sum(errors) / 8 == pytest.approx(0.136, abs=0.01)
+    assert sum(errors) / 8 == pytest.approx(0.152, abs=0.01)
     assert max(errors) < 0.22
     by = {(c["model"], c["setting"]): c["predicted_seconds"] for c in cases}
     for name in ("22B", "175B", "530B", "1T"):          # the published ordering: seq+sel is faster than full

@@ -11,7 +11,8 @@ bandwidth (roofline: Williams, Waterman & Patterson 2009):
   wave quantization); a shape whose tiles do not fill the last wave leaves SMs idle:
       utilisation = batch·m·n·split / (waves · SMs · tile_m · tile_n),  waves = ceil(tiles · split / SMs)
   over cuBLAS's largest tensor-core tiles 256×128, 128×256 and 128×128 (same guide, Sec. 2.3), and split-K
-  factors 1, 2, 4, 8 when the reduction is long enough (k/split ≥ 512); the best is taken, as cuBLAS's
+  factors 2, 4, 8 for outputs with fewer tiles than SMs and a long reduction (k/split ≥ 512; the partial
+  sums cost fp32 memory traffic); the best is taken (ties: less split), as cuBLAS's
   heuristics pick a kernel per shape. Assumption: these tiles run at the same rate per SM. The measured
   point's own utilisation is divided out, so the best-case measurement is the ceiling. Devices without an SM
   count (a calibrated CPU) interpolate their measured table instead (inverse-distance weights in log2(m, n, k)).
@@ -66,8 +67,8 @@ def wave_utilization(m: int, n: int, k: int, sm_count: int, batch: int = 1) -> t
     for tm, tn in TILES:
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
         for split in SPLIT_K:
-            if split > 1 and k / split < MIN_SPLIT_K_CHUNK:
-                break
+            if split > 1 and (k / split < MIN_SPLIT_K_CHUNK or tiles >= sm_count):
+                break             # split-K only for outputs too small to fill one wave (cuBLAS's use of it)
             waves = math.ceil(tiles * split / sm_count)
             util = batch * m * n * split / (waves * sm_count * tm * tn)
             util = min(util, 1.0)

@@ -35,6 +35,7 @@ from trainledger.account.memory import check_parallel, check_positive_int, memor
 from trainledger.account.roofline import kernel_seconds
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
+from trainledger.units import format_bytes
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
          "pipeline_bubble")
@@ -346,6 +347,6 @@ def assumptions(gpu, result: dict, records) -> list[str]:
             continue
         seen.add(c.name)
         link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        lines.append(f"{c.name}: {c.kind} of {c.payload_bytes / 1e6:.3g} MB over {c.group_size} on {link.name} "
+        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
                      f"({link.effective_bytes_per_s / 1e9:.3g} GB/s achieved), overlap {c.overlap}")
     return lines

@@ -258,7 +258,7 @@ def compute(args) -> dict:
         result["gpus_needed"] = gpus_needed(total, args.deadline, peak, args.mfu)
     result["assumptions"] = settings + [
         convention,
-        f"{gpu.name} dense {args.dtype} peak {units.format_rate(peak)} (no 2:4 sparsity), sustained at MFU {args.mfu}",
+        f"{gpu.name} dense {args.dtype} peak {units.format_rate(peak)} (no 2:4 sparsity), sustained at MFU {args.mfu:.3g}",
         "failure-free time = train_flops / (num_gpus × peak × mfu); no evaluation or data-loading stalls",
     ]
     if result_note:
