@@ -40,3 +40,6 @@ def pytest_generate_tests(metafunc):
     if "family_spec" in metafunc.fixturenames:
         families = _families()
         metafunc.parametrize("family_spec", list(families.values()), ids=list(families))
+    if "dense_family_spec" in metafunc.fixturenames:   # those that run on fake and meta tensors (no routing)
+        families = {name: spec for name, spec in _families().items() if not spec.is_moe}
+        metafunc.parametrize("dense_family_spec", list(families.values()), ids=list(families))

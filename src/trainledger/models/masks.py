@@ -30,7 +30,10 @@ def alibi_slopes(n_heads: int, bias_max: float = 8.0) -> list[float]:
 
 def attention_mask(seq_len: int, *, window: int | None = None, alibi: list[float] | None = None, device=None,
                    dtype=torch.float32) -> Float[Tensor, "... seq seq"]:
-    """Additive mask (seq, seq), or (heads, seq, seq) with ALiBi: query i sees key j iff j <= i (and j > i - window).
+    """Additive mask (seq, seq), or (1, heads, seq, seq) with ALiBi: query i sees key j iff j <= i (and j > i - window).
+
+    ALiBi's mask is 4-D because PyTorch's CPU flash kernel takes 2-D or 4-D masks only (a 3-D one sends SDPA
+    to its math path, which saves the T×T probabilities).
 
     ALiBi adds slope_h·(j - i) (<= 0) to the scores a query gives earlier keys; transformers' MPT adds
     slope_h·(j - T + 1) instead, which differs by a constant per row and so gives the same softmax.
@@ -44,4 +47,4 @@ def attention_mask(seq_len: int, *, window: int | None = None, alibi: list[float
         return torch.zeros(seq_len, seq_len, device=device, dtype=dtype).masked_fill_(blocked, float("-inf"))
     slopes = torch.tensor(alibi, device=device, dtype=torch.float32)[:, None, None]
     bias = slopes * (j - i).to(torch.float32)
-    return bias.masked_fill_(blocked, float("-inf")).to(dtype)
+    return bias.masked_fill_(blocked, float("-inf")).to(dtype)[None]

@@ -167,7 +167,7 @@ class Transformer(nn.Module):
                                    f"of model '{spec.name}' (--seq-len)")
         x = self.tok_embeddings(idx)
         if spec.scale_embeddings:   # Gemma: × √d_model rounded to the activation dtype (a Python scalar: saves nothing)
-            x = x * torch.tensor(spec.d_model ** 0.5, dtype=x.dtype).item()
+            x = x * torch.tensor(spec.d_model ** 0.5, dtype=x.dtype, device="cpu").item()
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(torch.arange(seq_len, device=idx.device))
         rope, masks = self._layer_inputs(seq_len, idx.device, x.dtype)
