@@ -80,6 +80,7 @@ def format_count(n: float, digits: int = 3) -> str:
     """SI count for humans: 124439808 -> '124M', 6.74e9 -> '6.74B', 1.75e11 -> '175B'."""
     if n == 0 or not math.isfinite(n):
         return str(n)
+    n = float(f"{n:.{digits}g}")      # round first, so 999,885,952 is '1B', not '1000M'
     for suffix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{_sig(n / scale, digits)}{suffix}"

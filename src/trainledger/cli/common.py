@@ -128,3 +128,9 @@ def table(title: str, columns: list[str], rows: list[list], caption: str | None 
     for row in rows:
         t.add_row(*[str(cell) for cell in row])
     return t
+
+
+def approximation_notes(spec) -> list[str]:
+    """One assumption line per part of a config.json that trainledger's Transformer does not reproduce
+    (`spec.approximations`, filled by specs/hf_config.py: RoPE scaling, MPT's qk_ln, ...); [] for presets."""
+    return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]

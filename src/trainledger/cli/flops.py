@@ -46,6 +46,11 @@ def compute(args) -> dict:
         f"attention scores over {'the full T×T' if args.attention == 'full' else 'half of T×T (causal)'}; LM head at all positions",
         f"hardware FLOPs = model FLOPs + recompute '{args.recompute}'",
     ]
+    if getattr(spec, "sliding_window", None) and seq_len > spec.sliding_window:
+        windowed = sum(spec.is_sliding(i) for i in range(spec.n_layers))
+        result["assumptions"].append(f"sliding window of {spec.sliding_window} tokens in {windowed} of {spec.n_layers} "
+                                     "layers: counted over the full T×T, as our kernels compute it before masking")
+    result["assumptions"] += common.approximation_notes(spec)
     if getattr(spec, "kind", None) == "cruncher":  # the lecture's deep linear model: a "token" is one input vector
         result["assumptions"][1] = (f"cruncher: a token is one {spec.dim}-dim input vector (seq_len 1), so a step is "
                                     f"--batch-size vectors; no attention, the head is Linear({spec.dim}, 1)")
