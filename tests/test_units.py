@@ -61,6 +61,8 @@ def test_unparseable_count_names_the_flag(bad):
     (175e9, "175B"),         # never "162.98G": counts use 1000, not 1024
     (15e12, "15T"),
     (999, "999"),
+    (999_885_952, "1B"),     # Gemma 3 1B: rounded before the prefix is chosen, never "1000M"
+    (999_999, "1M"),
 ])
 def test_format_count_is_si(n, text):
     assert units.format_count(n) == text

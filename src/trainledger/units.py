@@ -82,6 +82,7 @@ def format_count(n: float, digits: int = 3) -> str:
         return str(n)
     if abs(n) >= 1e21:                     # beyond the largest prefix: '1e+30', never '1000000000000E'
         return f"{n:.{digits}g}"
+    n = float(f"{n:.{digits}g}")      # round first, so 999,885,952 is '1B', not '1000M'
     for suffix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{_sig(n / scale, digits)}{suffix}"

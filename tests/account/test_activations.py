@@ -50,6 +50,19 @@ def test_prediction_equals_measured_saved_bytes(name, precision, recompute, shap
     assert predicted == pytest.approx(measured_activations(spec, batch_size, seq_len, precision, recompute), rel=1e-9)
 
 
+FAMILY_GRID = [(precision, recompute, ((2, 24), (3, 17))[k % 2]) for k, (precision, recompute) in enumerate(
+    itertools.product(("fp32", "bf16", "amp-bf16"), ("none", "selective", "full")))]
+
+
+@pytest.mark.parametrize("precision,recompute,shape", FAMILY_GRID, ids=lambda v: str(v))
+def test_every_family_prediction_equals_measured(family_spec, precision, recompute, shape, one_torch_thread):
+    # issue 13's architectures: QK-norm, Gemma norms and soft-capped attention, sliding windows and ALiBi masks,
+    # partial RoPE with a parallel residual, clip_qkv, shared experts and dense layers — every saved tensor named
+    batch_size, seq_len = shape
+    predicted = activations_bytes(family_spec, batch_size, seq_len, precision=precision, recompute=recompute)["total"]
+    assert predicted == measured_activations(family_spec, batch_size, seq_len, precision, recompute)
+
+
 def test_mixed_recipe_saves_like_bf16():
     # mixed-bf16 runs a bf16 model (fp32 masters live in the optimizer): same activations as bf16
     assert activations_bytes(LLAMA, 2, 32, precision="mixed-bf16") == activations_bytes(LLAMA, 2, 32, precision="bf16")

@@ -17,7 +17,9 @@ PUBLISHED = [spec for spec in PRESETS.values() if spec.published_n_params is not
 
 def hf_config_for(spec: TransformerSpec):
     """The transformers config equivalent to `spec`, or None when no Hugging Face architecture expresses it
-    (GPT-2 ties head size to n_embd / n_head, so GPT-3 XL and 13B, whose heads × d_head != d_model, have none)."""
+    (GPT-2 ties head size to n_embd / n_head, so GPT-3 13B, whose heads × d_head != d_model, has none).
+    The family is recognised by its distinctive fields (ALiBi: MPT; LayerNorm with RoPE: GPT-NeoX; Gemma's norm;
+    QK-norm: Qwen3; a shared expert: Qwen2-MoE; a phi name: Phi-3)."""
     import transformers
 
     if spec.position == "learned":
@@ -27,13 +29,48 @@ def hf_config_for(spec: TransformerSpec):
             vocab_size=spec.vocab_size, n_embd=spec.d_model, n_layer=spec.n_layers, n_head=spec.n_heads,
             n_inner=spec.d_ff, n_positions=spec.max_seq_len, layer_norm_epsilon=spec.norm_eps,
             tie_word_embeddings=spec.tied_embeddings)
+    if spec.position == "alibi":
+        return transformers.MptConfig(
+            d_model=spec.d_model, n_heads=spec.n_heads, n_layers=spec.n_layers, expansion_ratio=spec.d_ff // spec.d_model,
+            max_seq_len=spec.max_seq_len, vocab_size=spec.vocab_size, layer_norm_epsilon=spec.norm_eps,
+            attn_config={"alibi_bias_max": int(spec.alibi_bias_max), "clip_qkv": spec.clip_qkv},
+            tie_word_embeddings=spec.tied_embeddings)
     common = dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=spec.d_ff,
                   num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
-                  num_key_value_heads=spec.kv_heads, max_position_embeddings=spec.max_seq_len,
-                  rms_norm_eps=spec.norm_eps, rope_theta=spec.rope_theta, tie_word_embeddings=spec.tied_embeddings)
+                  max_position_embeddings=spec.max_seq_len, tie_word_embeddings=spec.tied_embeddings)
+    if spec.norm == "layernorm":
+        return transformers.GPTNeoXConfig(
+            layer_norm_eps=spec.norm_eps, rotary_pct=spec.partial_rotary_factor, rotary_emb_base=spec.rope_theta,
+            use_parallel_residual=spec.parallel_residual, attention_bias=spec.qkv_bias,
+            hidden_act="gelu" if spec.gelu_approximate == "none" else "gelu_new", **common)
+    common.update(num_key_value_heads=spec.kv_heads, rms_norm_eps=spec.norm_eps, rope_theta=spec.rope_theta)
+    window = dict(sliding_window=spec.sliding_window, layer_types=[
+        "sliding_attention" if spec.is_sliding(i) else "full_attention" for i in range(spec.n_layers)])
+    if spec.norm == "gemma_rmsnorm":
+        gemma = dict(head_dim=spec.head_dim, query_pre_attn_scalar=round((spec.attn_scale or spec.head_dim ** -0.5) ** -2),
+                     final_logit_softcapping=spec.final_softcap, **window, **common)
+        if spec.qk_norm:
+            return transformers.Gemma3TextConfig(rope_local_base_freq=spec.rope_local_theta, **gemma)
+        return transformers.Gemma2Config(attn_logit_softcapping=spec.attn_softcap, **gemma)
+    if spec.is_moe and spec.qk_norm:
+        return transformers.Qwen3MoeConfig(
+            head_dim=spec.head_dim, num_experts=spec.n_experts, num_experts_per_tok=spec.experts_per_token,
+            moe_intermediate_size=spec.d_ff, norm_topk_prob=spec.renormalize_topk,
+            **(common | {"intermediate_size": spec.dense_d_ff or spec.d_ff}))
+    if spec.is_moe and spec.shared_expert_d_ff:
+        return transformers.Qwen2MoeConfig(
+            num_experts=spec.n_experts, num_experts_per_tok=spec.experts_per_token, moe_intermediate_size=spec.d_ff,
+            norm_topk_prob=spec.renormalize_topk, shared_expert_intermediate_size=spec.shared_expert_d_ff,
+            **(common | {"intermediate_size": spec.dense_d_ff or spec.d_ff}))
     if spec.is_moe:
         return transformers.MixtralConfig(num_local_experts=spec.n_experts,
                                           num_experts_per_tok=spec.experts_per_token, **common)
+    if spec.qk_norm:
+        return transformers.Qwen3Config(head_dim=spec.head_dim, attention_bias=spec.qkv_bias, **common)
+    if spec.name.startswith("phi"):
+        return transformers.Phi3Config(sliding_window=spec.sliding_window, **common)
+    if spec.sliding_window:
+        return transformers.MistralConfig(sliding_window=spec.sliding_window, **common)
     if spec.qkv_bias and not spec.attn_out_bias:
         return transformers.Qwen2Config(**common)
     return transformers.LlamaConfig(attention_bias=spec.qkv_bias, mlp_bias=spec.mlp_bias, head_dim=spec.head_dim,

@@ -59,3 +59,20 @@ def test_malformed_config(capsys, tmp_path):
     bad.write_text('{"model_type": "t5"}')
     status, _, err = run(capsys, "params", "--model", str(bad))
     assert status == 2 and err.count("\n") == 1 and "t5" in err and "llama" in err
+
+
+def test_what_the_model_approximates_is_said(capsys, tmp_path):
+    """Issue 13: a config feature our Transformer does not reproduce is named in every command's assumptions."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 512, "max_position_embeddings": 4096, "vocab_size": 1000,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    for command in (["params"], ["flops", "--seq-len", "64"], ["memory", "--seq-len", "64"]):
+        status, out, _ = run(capsys, *command, "--model", str(config), "--json")
+        assert status == 0
+        assert any("approximated: rope_scaling 'llama3'" in line for line in json.loads(out)["assumptions"]), command
+    status, out, _ = run(capsys, "params", "--model", "gemma-2-2b", "--json")
+    assert json.loads(out)["assumptions"] == []                 # presets are built as published
+    status, out, _ = run(capsys, "flops", "--model", "gemma-2-2b", "--seq-len", "8192", "--json")
+    assert any("sliding window of 4096 tokens in 13 of 26 layers" in line for line in json.loads(out)["assumptions"])

@@ -93,3 +93,16 @@ def test_transformer_flops_equal_account_prediction(spec):
     predicted = flops_per_step(spec, batch_size, seq_len)
     assert step.forward.total == predicted["forward_flops_per_step"]
     assert step.train == predicted["train_flops_per_step"]
+
+
+def test_every_family_flops_equal_account_prediction(family_spec, one_torch_thread):
+    # the new architectures (issue 13): account/flops.py against FlopCounterMode on our model, forward and train;
+    # dense models on fake tensors, MoE on real CPU tensors
+    spec, batch_size, seq_len = family_spec, 2, 24
+    with FakeTensorMode() if not spec.is_moe else torch.device("cpu"):
+        model = Transformer(spec)
+        idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len))
+        step = count_step_flops(lambda: model(idx, idx)[1])
+    predicted = flops_per_step(spec, batch_size, seq_len)
+    assert step.forward.total == predicted["forward_flops_per_step"]
+    assert step.train == predicted["train_flops_per_step"]

@@ -62,6 +62,20 @@ def test_fake_and_real_agree():
     assert (fake.activations_bytes, fake.peak_bytes) == (real.activations_bytes, real.peak_bytes)
 
 
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_dense_family_fake_equals_real_and_runs_on_meta(dense_family_spec, dtype, one_torch_thread):
+    # masks, soft-capping, Gemma's embedding scale and partial RoPE all work on fake and meta tensors
+    spec = dense_family_spec
+    torch.manual_seed(0)
+    real = track_step(Transformer(spec, dtype=dtype), (torch.randint(0, spec.vocab_size, (2, 24)),) * 2)
+    with FakeTensorMode():
+        fake = track_step(Transformer(spec, dtype=dtype), (torch.randint(0, spec.vocab_size, (2, 24)),) * 2)
+    assert (fake.activations_bytes, fake.peak_bytes) == (real.activations_bytes, real.peak_bytes)
+    with torch.device("meta"):
+        logits = Transformer(spec, dtype=dtype)(torch.zeros(2, 24, dtype=torch.long))
+    assert logits.shape == (2, 24, spec.vocab_size) and logits.is_meta
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; the same tracker is checked on CPU and fake tensors above")
 def test_cuda_peak_matches_allocator():

@@ -44,9 +44,43 @@ CONFIGS = {
                                                                        num_key_value_heads=2, head_dim=96,
                                                                        intermediate_size=512, attention_bias=True,
                                                                        mlp_bias=True)),
+    # EleutherAI/pythia-1.4b config.json: 1,414,647,808 parameters (the Pythia model card)
+    "pythia-1.4b": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=50304, hidden_size=2048, num_hidden_layers=24,
+                                                                num_attention_heads=16, intermediate_size=8192,
+                                                                rotary_pct=0.25, hidden_act="gelu")),
+    # microsoft/Phi-3-mini-4k-instruct config.json
+    "phi-3-mini-4k": ("Phi3Config", "Phi3ForCausalLM", dict(vocab_size=32064, hidden_size=3072, num_hidden_layers=32,
+                                                            num_attention_heads=32, num_key_value_heads=32,
+                                                            intermediate_size=8192, sliding_window=2047,
+                                                            pad_token_id=32000)),
+    # google/gemma-2-2b config.json
+    "gemma-2-2b": ("Gemma2Config", "Gemma2ForCausalLM", dict(vocab_size=256000, hidden_size=2304, num_hidden_layers=26,
+                                                             num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                                                             intermediate_size=9216)),
+    # google/gemma-3-1b-pt config.json
+    "gemma-3-1b": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(vocab_size=262144, hidden_size=1152, num_hidden_layers=26,
+                                                                 num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                                                 intermediate_size=6912, sliding_window=512)),
+    # Qwen/Qwen3-8B config.json
+    "qwen3-8b": ("Qwen3Config", "Qwen3ForCausalLM", dict(vocab_size=151936, hidden_size=4096, num_hidden_layers=36,
+                                                         num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                                                         intermediate_size=12288, tie_word_embeddings=False)),
+    # mosaicml/mpt-7b config.json
+    "mpt-7b": ("MptConfig", "MptForCausalLM", dict(vocab_size=50432, d_model=4096, n_heads=32, n_layers=32)),
+    # Qwen/Qwen1.5-MoE-A2.7B-style, 2 layers: 60 experts of 1408, top-4, a shared expert of 5632
+    "qwen1.5-moe-2-layers": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(
+        vocab_size=151936, hidden_size=2048, num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
+        intermediate_size=5632, moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60,
+        num_experts_per_tok=4)),
+    # Qwen/Qwen3-30B-A3B-style, 3 layers, the middle one dense (mlp_only_layers): 128 experts of 768, top-8
+    "qwen3-moe-3-layers": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
+        vocab_size=151936, hidden_size=2048, num_hidden_layers=3, num_attention_heads=32, num_key_value_heads=4,
+        head_dim=128, intermediate_size=6144, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+        mlp_only_layers=[1])),
 }
 
-PUBLISHED = {"gpt2-medium": 354_823_168, "llama-3-8b": 8_030_261_248}   # facts.md
+PUBLISHED = {"gpt2-medium": 354_823_168, "llama-3-8b": 8_030_261_248,   # facts.md
+             "pythia-1.4b": 1_414_647_808}                              # the Pythia model card
 
 
 @pytest.mark.parametrize("name", CONFIGS)

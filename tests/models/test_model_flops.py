@@ -19,13 +19,21 @@ B, T = 2, 16
 
 
 def _predicted_forward_flops(spec: TransformerSpec) -> int:
-    """2·m·k·n per matmul: projections, MLP (k experts per token + router for MoE), LM head, QKᵀ and A·V."""
+    """2·m·k·n per matmul: projections, MLP (k experts per token + router + shared expert and its gate in MoE
+    layers; a dense MLP of dense_d_ff in an MoE model's dense layers), LM head, QKᵀ and A·V."""
     d, dh, n_tokens = spec.d_model, spec.head_dim, B * T
     q, kv = spec.n_heads * dh, spec.kv_heads * dh
-    mlp = (3 if spec.mlp == "swiglu" else 2) * d * spec.d_ff
-    per_token = d * q + 2 * d * kv + q * d + spec.experts_per_token * mlp + (d * spec.n_experts if spec.is_moe else 0)
-    attention = 2 * 2 * B * spec.n_heads * T * T * dh
-    return spec.n_layers * (2 * n_tokens * per_token + attention) + 2 * n_tokens * d * spec.vocab_size
+    matrices = 3 if spec.gated_mlp else 2
+    total = 2 * n_tokens * d * spec.vocab_size
+    for layer in range(spec.n_layers):
+        per_token = d * q + 2 * d * kv + q * d
+        if spec.is_moe_layer(layer):
+            per_token += spec.experts_per_token * matrices * d * spec.d_ff + d * spec.n_experts
+            per_token += matrices * d * (spec.shared_expert_d_ff or 0) + (d if spec.shared_expert_gate else 0)
+        else:
+            per_token += matrices * d * (spec.dense_d_ff if spec.is_moe else spec.d_ff)
+        total += 2 * n_tokens * per_token + 2 * 2 * B * spec.n_heads * T * T * dh
+    return total
 
 
 SPECS = {
@@ -69,6 +77,30 @@ def test_recompute_adds_the_recomputed_forward_to_hardware_flops():
     assert _measure(model, idx) == (forward, 2 * forward + forward - head)    # every block's forward again
     model.recompute = "selective"
     assert _measure(model, idx) == (forward, 2 * forward + attention_core)    # only QKᵀ and A·V again
+
+
+def test_every_family_does_exactly_the_listed_matmuls(family_spec, one_torch_thread):
+    """GPT-NeoX, Phi-3, Gemma 2/3 (soft-capped attention written out as two batched matmuls), Qwen3, MPT (ALiBi
+    mask), Qwen2/3-MoE: the same count, windows and masks change nothing counted."""
+    torch.manual_seed(0)
+    forward, backward = _measure(Transformer(family_spec), torch.randint(0, family_spec.vocab_size, (B, T)))
+    assert forward == _predicted_forward_flops(family_spec)
+    assert backward == 2 * forward
+
+
+def test_every_family_recompute_adds_its_forward(family_spec, one_torch_thread):
+    """Full recompute re-runs every block (masks and soft-capping included); selective re-runs the core only."""
+    spec = family_spec
+    model = Transformer(spec)
+    idx = torch.randint(0, spec.vocab_size, (B, T))
+    torch.manual_seed(0)
+    forward, _ = _measure(model, idx)
+    head = 2 * B * T * spec.d_model * spec.vocab_size
+    core = spec.n_layers * 2 * 2 * B * spec.n_heads * T * T * spec.head_dim
+    for recompute, extra in (("full", forward - head), ("selective", core)):
+        model.recompute = recompute
+        torch.manual_seed(0)   # the same routing as the first run
+        assert _measure(model, idx) == (forward, 2 * forward + extra), recompute
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama-gqa", "head-dim"])

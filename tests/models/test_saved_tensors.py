@@ -79,3 +79,16 @@ def test_saved_bytes_match_the_documented_list(name, dtype, recompute):
     idx, targets = torch.randint(0, spec.vocab_size, (2, B, T))
     e = torch.finfo(dtype).bits // 8
     assert measured_saved_bytes(model, idx, targets) == predicted_saved_bytes(spec, e, recompute)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_family_saves_what_account_predicts(family_spec, dtype, one_torch_thread):
+    """Issue 13's families, measured a second way (saved_tensors_hooks instead of the live-storage tracker):
+    what autograd packs equals account/activations.py's prediction plus the token ids and targets."""
+    from trainledger.account.activations import activations_bytes
+
+    torch.manual_seed(0)
+    model = Transformer(family_spec, dtype=dtype)
+    idx, targets = torch.randint(0, family_spec.vocab_size, (2, B, T))
+    predicted = activations_bytes(family_spec, B, T, precision="fp32" if dtype == torch.float32 else "bf16")["total"]
+    assert measured_saved_bytes(model, idx, targets) == predicted + 2 * B * T * 8

@@ -1,8 +1,10 @@
 """Bytes of activations that autograd saves for backward in trainledger's own models (pure, no torch).
 
 "Activations" = every tensor the forward pass creates and autograd keeps alive until backward: inputs of
-each matmul, norm inputs and statistics, activation-function inputs, attention outputs (+ logsumexp with
-flash attention, the T×T probabilities without), the fp32 log-softmax of the loss. The batch itself
+each matmul, norm inputs and statistics (QK-norm's and Gemma's sandwich norms too), activation-function
+inputs, attention outputs (+ logsumexp with flash attention, the T×T probabilities without, tanh and softmax
+outputs in Gemma 2's soft-capped attention), the additive masks of sliding windows and ALiBi, the tanh of
+final-logit soft-capping, the fp32 log-softmax of the loss. The batch itself
 (token ids, targets) and the parameters are not activations; 16-bit weight copies that autocast makes
 and autograd saves are (they live exactly as long as the activations).
 
@@ -57,95 +59,52 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
                       flash: bool = True, tp: int = 1, sp: bool | None = None, pp: int = 1) -> dict:
     """Bytes saved for backward by one forward pass of one micro-batch, per GPU, as named parts + "total".
 
-    TransformerSpec parts: per_layer (one layer, as stored), layers (all layers on the busiest pipeline
-    stage), embeddings, rope, final_norm, head_input, head_logits, loss, weight_copies (AMP), total.
+    TransformerSpec parts: per_layer (the largest layer, as stored), layers (all layers on the busiest pipeline
+    stage), embeddings, rope, masks, final_norm, head_input, head_logits, loss, weight_copies (AMP), total.
     CruncherSpec: the input of each Linear after the first (the lecture's B·D·num_layers) and the output.
 
     Sharding (tp > 1, sp) follows Korthikanti et al. Sec. 4.2.2: without sequence parallelism the norms and
     the inputs of column-parallel matmuls (q/k/v, MLP up/gate) are replicated, everything else is divided
     by tp; with sp everything is divided by tp. This is an extrapolation: only tp = 1 is measured.
     Pipeline (pp > 1), 1F1B schedule (Korthikanti Sec. 4.2.3): the first stage holds pp micro-batches of
-    ceil(L/pp) layers (≈ L layers' worth) plus the embeddings; the head and loss live on the last stage;
-    the total is the larger of the two stages.
+    ceil(L/pp) layers (≈ L layers' worth, of the largest layer when layers differ) plus the embeddings; the
+    head and loss live on the last stage; the total is the larger of the two stages.
     """
     _check(batch_size, seq_len, recompute, tp, pp)
     if getattr(spec, "kind", None) == "cruncher":
         return _cruncher(spec, batch_size, precision)
     sp = bool(sp) if sp is not None else False
     a, r, w = recipe_bytes(precision)
-    amp = w > 0
-    n = batch_size * seq_len
-    d, f, v = spec.d_model, spec.d_ff, spec.vocab_size
-    h, hkv, dh = spec.n_heads, spec.kv_heads, spec.head_dim
+    n, T, d, v = batch_size * seq_len, seq_len, spec.d_model, spec.vocab_size
 
     def shard(x, replicated_without_sp=False):
         if tp == 1 or (replicated_without_sp and not sp):
             return x
         return x / tp
 
-    def norm(consumers: int) -> float:
-        """A norm on the residual stream and the matmul inputs made from its output."""
-        if spec.norm == "layernorm":
-            # F.layer_norm saves its input (the residual) and mean + rstd per row, in the input's dtype on
-            # CPU and under FakeTensorMode (CUDA keeps them in fp32: 4 bytes more per token per norm in 16 bit)
-            saved = n * d * r + 2 * n * r
-        else:
-            # RMSNorm as Hugging Face Llama: x32 = x.float() (the residual itself when fp32) saved by pow and
-            # mul, rstd (fp32), the normalised x cast back to x's dtype (saved by weight * normed)
-            saved = n * d * _FP32 + n * _FP32 + n * d * r
-        # matmul inputs: the norm output, shared by its consumers; under autocast each nn.Linear
-        # makes and saves its own 16-bit copy of it
-        saved += (consumers if amp else 1) * n * d * a
-        return shard(saved, replicated_without_sp=True)
-
-    # --- one layer -------------------------------------------------------------------------------
-    attn_norm = norm(3)                                            # q_proj, k_proj, v_proj
-    # SDPA (flash) saves q, k (after RoPE), v with Hkv heads (enable_gqa), its output (the o_proj input:
-    # the kernel lays it out (B, T, H, dh), so merging heads is a view) and the fp32 logsumexp.
-    qkv = n * (h + 2 * hkv) * dh * a
-    out = n * h * dh * a
-    if flash:
-        scores = batch_size * h * seq_len * _FP32                   # logsumexp
-    else:
-        # math path (no flash kernel): the softmax probabilities B·H·T·T; k and v are expanded to H heads.
-        # Verified on the meta device in fp32; in 16 bit PyTorch's CPU math path upcasts to fp32 (saving
-        # fp32 copies this formula does not count), the CUDA math path does not.
-        scores = batch_size * h * seq_len * seq_len * a
-        qkv = n * 3 * h * dh * a
-    if recompute == "selective":
-        # the SDPA call is checkpointed: its inputs q, k, v stay (in amp + RoPE: the fp32 rotated q, k
-        # that SDPA's autocast would cast), its output is the o_proj input; the logsumexp is recomputed
-        if amp and spec.position == "rope":
-            qkv = n * (h + hkv) * dh * r + n * hkv * dh * a
-        scores = 0
-    attention = shard(qkv + out + scores)
-    mlp_norm = norm(2 if spec.mlp == "swiglu" and not spec.is_moe else 1)
-    # MLP per token: GELU: up output, GELU output (2f); SwiGLU: gate output, up output, silu output,
-    # their product (4f)
-    mlp_per_token = (4 if spec.mlp == "swiglu" else 2) * f * a
-    if spec.is_moe:
-        mlp = shard(_moe_per_token(spec, a, amp) * n)
-    else:
-        mlp = shard(n * mlp_per_token)
-    full_layer = attn_norm + attention + mlp_norm + mlp
-    per_layer = shard(n * d * r, replicated_without_sp=True) if recompute == "full" else full_layer
-
+    layer = _Layer(spec, batch_size, seq_len, precision, recompute, flash)
+    per_layer_list = [layer.bytes(i, shard) for i in range(spec.n_layers)]
+    per_layer = max(per_layer_list)
     layers_per_stage = -(-spec.n_layers // pp)                # ceil(L / pp)
-    layers = per_layer * layers_per_stage * pp                # 1F1B: stage 0 holds pp micro-batches
+    # 1F1B: stage 0 holds pp micro-batches of its layers; with pp = 1 that is every layer, each as it is
+    layers = sum(per_layer_list) if pp == 1 else per_layer * layers_per_stage * pp
 
     # --- outside the layers ----------------------------------------------------------------------
-    embeddings = seq_len * _INDEX if spec.position == "learned" else 0        # position ids arange(T)
-    rope = 2 * seq_len * dh * r if spec.position == "rope" else 0             # cos, sin tables (T, dh)
-    final_norm = norm(1) - n * d * a                  # the head's input is listed separately
-    head_input = n * d * a
-    head_logits = 0                         # the head's output is not saved: the loss saves its log-softmax
+    embeddings = T * _INDEX if spec.position == "learned" else 0            # position ids arange(T)
+    thetas = {spec.layer_rope_theta(i) for i in range(spec.n_layers)} if spec.position == "rope" else set()
+    rope = len(thetas) * 2 * T * spec.rotary_dim * r                         # cos, sin tables (T, rotary_dim) per θ
+    masks = layer.mask_bytes()
+    final_norm = shard(layer.norm(r, n, d), replicated_without_sp=True)      # its output is the head's input:
+    head_input = n * d * a                                                   # listed separately
+    # the head's output is not saved (the loss saves its log-softmax), but final soft-capping saves tanh's output
+    head_logits = n * v * a if spec.final_softcap is not None else 0
     loss = n * v * _FP32 + _FP32            # cross_entropy on fp32 logits: log_softmax output + total_weight
     # AMP: the 16-bit weight copies autocast makes are saved by their matmuls; inside checkpointed
     # blocks (full recompute) they are remade in backward, so only the LM head's copy stays
     copied = spec.d_model * spec.vocab_size if recompute == "full" else _matmul_params(spec)
-    weight_copies = shard(w * copied) / pp if amp else 0
-    first_stage = layers + embeddings + rope
-    last_stage = per_layer * layers_per_stage + rope + final_norm + head_input + head_logits + loss
+    weight_copies = shard(w * copied) / pp if w else 0
+    first_stage = layers + embeddings + rope + masks
+    last_stage = per_layer * layers_per_stage + rope + masks + final_norm + head_input + head_logits + loss
     if pp == 1:
         first_stage, last_stage = first_stage + final_norm + head_input + head_logits + loss, 0
     parts = {
@@ -153,6 +112,7 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
         "layers": layers,
         "embeddings": embeddings,
         "rope": rope,
+        "masks": masks,
         "final_norm": final_norm,
         "head_input": head_input,
         "head_logits": head_logits,
@@ -163,28 +123,147 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     return parts
 
 
+class _Layer:
+    """What one layer of trainledger.models.Transformer saves, term by term (N = B·T tokens; a, r as above).
+
+    Each method names the op that keeps each tensor; tests/account and tests/models measure the sums.
+    """
+
+    def __init__(self, spec, batch_size: int, seq_len: int, precision: str, recompute: str, flash: bool):
+        self.spec, self.B, self.T, self.recompute, self.flash = spec, batch_size, seq_len, recompute, flash
+        self.a, self.r, w = recipe_bytes(precision)
+        self.amp = w > 0
+        self.n = batch_size * seq_len
+        self.eager = spec.attn_softcap is not None        # soft-capped attention, written out (Attention.softcapped_core)
+
+    def norm(self, i: int, rows: float, width: int, shares_input: bool = False) -> float:
+        """Bytes a norm over `width` keeps for `rows` rows of an input of i bytes per element (its output excluded).
+
+        LayerNorm (F.layer_norm): its input and the per-row mean and rstd, in the input dtype on CPU and under
+        FakeTensorMode (CUDA keeps them in fp32). RMSNorm as Hugging Face Llama: x₃₂ = x.float() (the input itself
+        when fp32) saved by pow and mul, rstd (fp32), the normalised x cast back (saved by weight · x̂).
+        Gemma's (1 + w) RMSNorm: x₃₂, rstd, the fp32 normalised x and this call's (1 + w) (width fp32 values).
+        `shares_input`: the input is already counted (GPT-NeoX's two norms read the same residual).
+        """
+        kind, own_input = self.spec.norm, (0 if shares_input else 1)
+        if kind == "layernorm":
+            return own_input * rows * width * i + 2 * rows * i
+        x32 = (own_input if i == _FP32 else 1) * rows * width * _FP32
+        if kind == "rmsnorm":
+            return x32 + rows * _FP32 + rows * width * i
+        return x32 + rows * _FP32 + rows * width * _FP32 + width * _FP32
+
+    def norm_with_consumers(self, consumers: int, shares_input: bool = False) -> float:
+        """A norm on the residual stream and the matmul inputs made from its output (one tensor, or under
+        autocast one 16-bit copy per nn.Linear that reads it)."""
+        return self.norm(self.r, self.n, self.spec.d_model, shares_input) + (consumers if self.amp else 1) * self.n * self.spec.d_model * self.a
+
+    def attention(self) -> float:
+        """Projections' outputs kept by clamp (clip_qkv) and QK-norm; the core's saved tensors; the o_proj input."""
+        spec, n, a, r, B, T = self.spec, self.n, self.a, self.r, self.B, self.T
+        h, hkv, dh = spec.n_heads, spec.kv_heads, spec.head_dim
+        extra = n * (h + 2 * hkv) * dh * a if spec.clip_qkv is not None else 0     # clamp keeps its input
+        if spec.qk_norm:   # over (token, head) rows of the 16-bit projection outputs
+            extra += self.norm(a, n * h, dh) + self.norm(a, n * hkv, dh)
+        out = n * h * dh * a   # the core's output = o_proj's input (SDPA lays it out (B, T, H, dh): a view)
+        rotated_fp32 = self.amp and spec.position == "rope"   # under autocast RoPE's fp32 tables make q, k fp32
+        if self.recompute == "selective":
+            # the core is checkpointed: its inputs q, k, v stay (fp32 q, k in AMP + RoPE), its output is o_proj's
+            # input; everything inside (logsumexp, or the eager path's scores) is recomputed
+            qk = (h + hkv) * dh * (r if rotated_fp32 else a)
+            return extra + n * qk + n * hkv * dh * a + out
+        if self.eager:
+            # q stacked per key/value group (a copy), k, v; tanh's output and the fp32 softmax, B·H·T·T each, and
+            # the probabilities cast back when the activation dtype is not fp32
+            scores = B * h * T * T * (a + _FP32 + (a if a != _FP32 else 0))
+            return extra + n * (h + 2 * hkv) * dh * a + scores + out
+        if self.flash:
+            # SDPA (flash) saves q, k (after RoPE), v with Hkv heads (enable_gqa), its output and the fp32 logsumexp.
+            # Partial RoPE concatenates q (and k) into a (B, H, T, dh) layout; the kernel's output follows it, so
+            # merging heads for o_proj copies it: one more N·H·dh tensor
+            copy = out if spec.position == "rope" and spec.rotary_dim < dh else 0
+            return extra + n * (h + 2 * hkv) * dh * a + out + copy + B * h * T * _FP32
+        # math path (no flash kernel): the softmax probabilities B·H·T·T; k and v are expanded to H heads.
+        # Verified on the meta device in fp32 (no mask); in 16 bit PyTorch's CPU math path upcasts to fp32 (saving
+        # fp32 copies this formula does not count), the CUDA math path does not.
+        return extra + n * 3 * h * dh * a + out + B * h * T * T * a
+
+    def mlp(self, layer: int) -> float:
+        """The MLP's saved tensors beyond its input: GELU: up output, GELU output (2·f); gated: gate output,
+        up output, act output, their product (4·f); a mixture of experts per `_moe_per_token`."""
+        spec = self.spec
+        if spec.is_moe_layer(layer):
+            return self.n * _moe_per_token(spec, self.a, self.amp)
+        f = spec.dense_d_ff if spec.is_moe else spec.d_ff
+        return self.n * (4 if spec.gated_mlp else 2) * f * self.a
+
+    def bytes(self, layer: int, shard) -> float:
+        """Bytes layer `layer` keeps (sharded per `shard`)."""
+        spec, n, d = self.spec, self.n, self.spec.d_model
+        if self.recompute == "full":
+            return shard(n * d * self.r, replicated_without_sp=True)   # the block's input only
+        moe = spec.is_moe_layer(layer)
+        attn_norm = self.norm_with_consumers(3)                           # q_proj, k_proj, v_proj
+        # router (+ the shared expert's gate, up and gate) in an MoE layer; gate and up of a gated MLP; up of GELU
+        consumers = 1 + (3 if moe and spec.shared_expert_gate else 2 if moe and spec.shared_expert_d_ff else 0) \
+            if moe else (2 if spec.gated_mlp else 1)
+        # GPT-NeoX's two norms read the same residual: LayerNorm keeps that one tensor (an RMSNorm's fp32 copy is
+        # shared only when the residual already is fp32)
+        shares = spec.parallel_residual and (spec.norm == "layernorm" or self.r == _FP32)
+        mlp_norm = self.norm_with_consumers(consumers, shares_input=shares)
+        post = 0
+        if spec.sandwich_norm:   # Gemma: norms of the o_proj and MLP outputs (16-bit under autocast)
+            post = 2 * self.norm(self.a if self.amp else self.r, n, d)
+        replicated = attn_norm + mlp_norm + post
+        return shard(replicated, replicated_without_sp=True) + shard(self.attention() + self.mlp(layer))
+
+    def mask_bytes(self) -> float:
+        """Additive masks (Transformer._layer_inputs) alive after the forward: (T, T), or (H, T, T) with ALiBi, in
+        the matmul dtype, one per kind (window or not) that some layer uses. SDPA keeps its mask; the written-out
+        soft-capped core adds it (keeps nothing) unless a checkpoint holds it as an input (any recompute)."""
+        spec, T = self.spec, self.T
+        kinds = set()
+        for i in range(spec.n_layers):
+            sliding = spec.is_sliding(i) and T > spec.sliding_window
+            if sliding or spec.position == "alibi" or self.eager:
+                kinds.add(sliding)
+        if self.eager and self.recompute == "none":
+            return 0
+        return len(kinds) * T * T * self.a * (spec.n_heads if spec.position == "alibi" else 1)
+
+
 def _moe_per_token(spec, a: int, amp: bool) -> float:
     """Bytes a mixture-of-experts MLP saves per token (top-k of E experts, as trainledger.models.mlp.MoE).
 
-    Router: fp32 softmax output (E), top-k indices (int64) and fp32 weights + their sum; per routed token:
-    the gathered input (autocast copy too under AMP), the expert MLP, the expert output and its weight
-    (saved by the weighting multiply) and the token index (int64) kept by index_select/index_add.
+    Router: fp32 softmax output (E), top-k indices (int64), and with renormalisation the fp32 weights and their
+    sum; per routed token: the gathered input (two autocast copies, gate and up, for a gated expert under AMP),
+    the expert MLP, the expert output and its weight (saved by the weighting multiply) and the token and slot
+    indices (int64). Shared expert (Qwen2-MoE): its MLP on every token, its output and, with the gate, the gate's
+    output and the sigmoid (saved by the product).
     """
     d, f, e, k = spec.d_model, spec.d_ff, spec.n_experts, spec.experts_per_token
-    router = e * _FP32 + k * (_INDEX + _FP32) + _FP32
-    expert = (4 if spec.mlp == "swiglu" else 2) * f * a
+    router = e * _FP32 + k * _INDEX + ((k * _FP32 + _FP32) if spec.renormalize_topk else 0)
+    expert = (4 if spec.gated_mlp else 2) * f * a
     r = _FP32 if amp else a                      # the routing weight is in the residual dtype
-    per_routed = d * a * (2 if amp and spec.mlp == "swiglu" else 1) + expert + d * a + r + 2 * _INDEX
-    return router + k * per_routed
+    per_routed = d * a * (2 if amp and spec.gated_mlp else 1) + expert + d * a + r + 2 * _INDEX
+    shared = 0
+    if spec.shared_expert_d_ff:
+        shared = (4 if spec.gated_mlp else 2) * spec.shared_expert_d_ff * a
+        if spec.shared_expert_gate:
+            shared += d * a + a                  # the shared output and sigmoid(gate) (1 wide), saved by their product
+    return router + k * per_routed + shared
 
 
 def _matmul_params(spec) -> int:
-    """Weights of every matmul (attention, MLP/experts, router, LM head): the tensors autocast copies to 16 bit."""
-    d, f, dh = spec.d_model, spec.d_ff, spec.head_dim
+    """Weights of every matmul (attention, every expert's and the shared expert's MLP, routers and gates, dense MLPs,
+    the LM head): the tensors autocast copies to 16 bit (each once per forward: autocast caches weight casts)."""
+    d, dh, m = spec.d_model, spec.head_dim, (3 if spec.gated_mlp else 2)
     attn = d * (spec.n_heads + 2 * spec.kv_heads) * dh + spec.n_heads * dh * d
-    mlp = (3 if spec.mlp == "swiglu" else 2) * d * f * spec.n_experts
-    router = d * spec.n_experts if spec.is_moe else 0
-    return spec.n_layers * (attn + mlp + router) + d * spec.vocab_size
+    moe = spec.n_moe_layers
+    experts = spec.n_experts * m * d * spec.d_ff + d * spec.n_experts + m * d * (spec.shared_expert_d_ff or 0) \
+        + (d if spec.shared_expert_gate else 0)
+    dense = m * d * ((spec.dense_d_ff or 0) if spec.is_moe else spec.d_ff)
+    return spec.n_layers * attn + moe * experts + (spec.n_layers - moe) * dense + d * spec.vocab_size
 
 
 def _cruncher(spec, batch_size: int, precision: str) -> dict:
@@ -258,7 +337,7 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         # the hidden gradients (GELU: 2, SwiGLU: 3 of size N·d_ff; MoE: per expert, N·k/E tokens) exist
         tokens = n_tokens * spec.experts_per_token / spec.n_experts if spec.is_moe else n_tokens
         hidden = tokens * spec.d_ff * a
-        extra_hidden = hidden * (1 if spec.mlp == "gelu" else 2)
+        extra_hidden = hidden * (2 if spec.gated_mlp else 1)
         moments["backward_recompute_last"] = (grads - grad_bytes * (embed + layer_params - d * spec.d_ff)
                                               + one_layer + extra_hidden + 2 * n_tokens * d * r)
     peak = {k: base + v for k, v in moments.items()}

@@ -182,7 +182,7 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
             grads = 2
             overlap, hide = "with the weight-gradient GEMMs (Megatron-LM async_tensor_model_parallel_allreduce)", "wgrad"
         else:                     # DTensor ColwiseParallel: each column-parallel Linear's input gradient
-            grads = 3 + (2 if spec.mlp == "swiglu" else 1)
+            grads = 3 + (2 if spec.gated_mlp else 1)
             overlap, hide = "none: exposed (DTensor redistributes each input gradient synchronously)", ""
         out.append(Collective("tp_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, link, grads * passes, overlap,
                               hide))

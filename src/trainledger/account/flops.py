@@ -3,20 +3,24 @@
 Conventions (DESIGN.md; each is a choice, stated so a measurement can check it):
 - A matmul (m×k)·(k×n) costs 2·m·k·n FLOPs (a multiply and an add per term; CS336 Lecture 2).
 - Counted per token, forward: every weight matrix the token passes through — q (n_heads·d_head),
-  k and v (n_kv_heads·d_head each: grouped-query attention), o, the MLP's 2 (GELU) or 3 (SwiGLU)
-  matrices, for mixture-of-experts the router d_model→n_experts plus `experts_per_token` experts, and
-  the LM head d_model→vocab at every position (the model computes logits for all B·T positions).
+  k and v (n_kv_heads·d_head each: grouped-query attention), o, the MLP's 2 (GELU) or 3 (SwiGLU, GeGLU)
+  matrices, for mixture-of-experts layers the router d_model→n_experts plus `experts_per_token` experts
+  (plus the shared expert and its d_model→1 gate, Qwen2-MoE; dense layers of an MoE model count their
+  dense MLP), and the LM head d_model→vocab at every position (the model computes logits for all B·T
+  positions).
 - Attention: per token and layer QKᵀ costs 2·T·d_head·n_heads and A·V the same. `full` counts the
   whole T×T score matrix (PaLM App. B, nanoGPT; what a dense SDPA kernel multiplies); `causal`
-  counts half of it (the Megatron-LM convention).
+  counts half of it (the Megatron-LM convention). Sliding-window layers are counted the same way: our
+  kernels multiply the full T×T and mask it (a windowed kernel would do T×W; not modelled).
 - Backward = 2 × forward for every matmul (one product for the input gradient, one for the weight
   gradient); train = 3 × forward.
 - Model FLOPs exclude recomputation. Hardware FLOPs add it: `selective` recomputes the attention
   core (QKᵀ, softmax, A·V) once more (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5 and App. A);
   `full` re-runs every transformer layer's forward once more, not the LM head (Narayanan et al. 2021,
   arXiv:2104.04473, Eq. 3).
-- Not counted: biases, norms, softmax, activations, residual adds, embedding lookups, the loss and the
-  optimizer step (elementwise, O(d) per token: < 1% of a transformer's matmul FLOPs).
+- Not counted: biases, norms (QK-norm too), softmax, activations, soft-capping, RoPE, ALiBi and masks,
+  residual adds, embedding lookups, the loss and the optimizer step (elementwise, O(d) per token, or
+  O(T) per score: < 1% of a transformer's matmul FLOPs).
 """
 
 from __future__ import annotations
@@ -44,24 +48,35 @@ def weight_matmuls(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
     """The weight matrices one token is multiplied by in a forward pass: (name, in_features, out_features, times).
 
     `times` is how often per token the matrix is applied: n_layers for per-layer matrices,
-    n_layers·experts_per_token for MoE experts, 1 for the LM head (and the Cruncher's layers).
-    Each costs 2·in·out·times FLOPs per token.
+    (MoE layers)·experts_per_token for routed experts, MoE layers for the router and a shared expert, the dense
+    layers for an MoE model's dense MLPs (same names, their own width), 1 for the LM head (and the Cruncher's
+    layers). Each costs 2·in·out·times FLOPs per token.
     """
     if isinstance(spec, CruncherSpec):
         # CS336 Lecture 2 `Cruncher`: n_layers × Linear(dim, dim) then Linear(dim, 1)
         return [("linear", spec.dim, spec.dim, spec.n_layers), ("head", spec.dim, 1, 1)]
     d, L = spec.d_model, spec.n_layers
     q_dim, kv_dim = spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
-    experts = L * spec.experts_per_token
+    moe = spec.n_moe_layers
     mats = [("q_proj", d, q_dim, L), ("k_proj", d, kv_dim, L), ("v_proj", d, kv_dim, L), ("o_proj", q_dim, d, L)]
-    if spec.is_moe:
-        mats.append(("router", d, spec.n_experts, L))
-    if spec.mlp == "swiglu":
-        mats += [("mlp_gate", d, spec.d_ff, experts), ("mlp_up", d, spec.d_ff, experts), ("mlp_down", spec.d_ff, d, experts)]
-    else:
-        mats += [("mlp_up", d, spec.d_ff, experts), ("mlp_down", spec.d_ff, d, experts)]
+    if moe:
+        mats.append(("router", d, spec.n_experts, moe))
+        mats += _mlp_matrices(spec, "mlp", spec.d_ff, moe * spec.experts_per_token)   # k routed experts per token
+        if spec.shared_expert_d_ff:
+            mats += _mlp_matrices(spec, "shared", spec.shared_expert_d_ff, moe)
+        if spec.shared_expert_gate:
+            mats.append(("shared_expert_gate", d, 1, moe))
+    if L - moe:
+        mats += _mlp_matrices(spec, "mlp", spec.dense_d_ff if spec.is_moe else spec.d_ff, L - moe)
     mats.append(("lm_head", d, spec.vocab_size, 1))
     return mats
+
+
+def _mlp_matrices(spec, prefix: str, d_ff: int, times: int) -> list[tuple[str, int, int, int]]:
+    """An MLP's matrices: gate, up, down for SwiGLU/GeGLU, up and down for GELU."""
+    d = spec.d_model
+    gate = [(f"{prefix}_gate", d, d_ff, times)] if spec.gated_mlp else []
+    return gate + [(f"{prefix}_up", d, d_ff, times), (f"{prefix}_down", d_ff, d, times)]
 
 
 def matmul_params_per_token(spec: ModelSpec) -> int:

@@ -75,7 +75,7 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     d, f, dh = spec.d_model, spec.d_ff, spec.head_dim
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
     q_dim, kv_dim = h * dh, kv * dh
-    mlp_mats = 3 if spec.mlp == "swiglu" else 2
+    mlp_mats = 3 if spec.gated_mlp else 2
     core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats)
@@ -101,18 +101,18 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
     # MLP block
     fwd += norm_fwd
-    ups = ("mlp_gate", "mlp_up") if spec.mlp == "swiglu" else ("mlp_up",)
+    ups = ("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)
     for name in ups:
         fwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=False)
         bwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=True)
     hidden = n * f / tp * a
-    if spec.mlp == "swiglu":   # silu(gate) then silu·up; backward: the product's two grads, silu's
+    if spec.gated_mlp:   # silu(gate) then silu·up; backward: the product's two grads, silu's
         fwd.append(ew("silu_mul", 2 * hidden + 3 * hidden, count=2))
         bwd.append(ew("silu_mul_backward", 5 * hidden + 3 * hidden, count=3))
     else:
         fwd.append(ew("gelu", 2 * hidden))
         bwd.append(ew("gelu_backward", 3 * hidden))
-    if spec.mlp == "swiglu":
+    if spec.gated_mlp:
         bwd.append(ew("mlp_input_grad_sum", n * d * FP32 * 3))
     fwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=False)
     bwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=True)

@@ -76,10 +76,15 @@ def adafactor_elements_per_param_of(spec) -> float:
         mats = [(spec.dim, spec.dim, spec.n_layers), (spec.dim, 1, 1)]
     else:
         d, L, q, kv = spec.d_model, spec.n_layers, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
-        n_mlp = 3 if spec.mlp == "swiglu" else 2
-        mats = [(d, q, 2 * L), (d, kv, 2 * L), (d, spec.d_ff, n_mlp * L * spec.n_experts), (spec.vocab_size, d, 1)]
+        n_mlp, moe = (3 if spec.gated_mlp else 2), spec.n_moe_layers
+        mats = [(d, q, 2 * L), (d, kv, 2 * L), (d, spec.d_ff, n_mlp * moe * spec.n_experts), (spec.vocab_size, d, 1),
+                (d, spec.d_ff if not spec.is_moe else (spec.dense_d_ff or 0), n_mlp * (L - moe))]
         if spec.is_moe:
-            mats.append((d, spec.n_experts, L))
+            mats.append((d, spec.n_experts, moe))
+            if spec.shared_expert_d_ff:
+                mats.append((d, spec.shared_expert_d_ff, n_mlp * moe))
+            if spec.shared_expert_gate:
+                mats.append((d, 1, moe))
         if spec.position == "learned":
             mats.append((spec.max_seq_len, d, 1))
         if not spec.tied_embeddings:
@@ -99,9 +104,11 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
         return {"n_params_per_gpu": counts["n_params"], "stage": "all", "layers_per_stage": spec.n_layers,
                 "sharded": 0, "replicated": counts["n_params"]}
     c, L, d = counts["components"], spec.n_layers, spec.d_model
-    row_biases = (d if spec.attn_out_bias else 0) + (d * spec.n_experts if spec.mlp_bias else 0)
-    replicated_per_layer = 2 * norm_params(spec) + row_biases + c["router"] // L
-    sharded_per_layer = (c["attention"] + c["mlp"]) // L - row_biases
+    # biases of row-parallel matrices (o_proj, every MLP `down`: each expert's, the shared expert's) stay whole
+    downs = sum(spec.n_experts + (1 if spec.shared_expert_d_ff else 0) if spec.is_moe_layer(i) else 1 for i in range(L))
+    row_biases = L * (d if spec.attn_out_bias else 0) + (downs * d if spec.mlp_bias else 0)
+    replicated_per_layer = (c["norms"] - norm_params(spec) + row_biases + c["router"]) / L
+    sharded_per_layer = (c["attention"] + c["mlp"] - row_biases) / L
     per_stage = -(-L // pp)
     embedding = c["token_embedding"]
     head = embedding if spec.tied_embeddings else c["lm_head"]

@@ -26,7 +26,8 @@ def attention_params_per_layer(spec: TransformerSpec) -> int:
 
     q: d_model -> n_heads·d_head; k, v: d_model -> n_kv_heads·d_head (grouped-query attention,
     Ainslie et al. 2023, arXiv:2305.13245); o: n_heads·d_head -> d_model. Biases on q/k/v when
-    `qkv_bias` (GPT-2, Qwen2), on o when `attn_out_bias` (GPT-2).
+    `qkv_bias` (GPT-2, Qwen2), on o when `attn_out_bias` (GPT-2). Fused projections (GPT-NeoX
+    query_key_value, Phi-3 qkv_proj, MPT Wqkv) hold the same weights. QK-norm weights count as norms.
     """
     d, q_dim, kv_dim = spec.d_model, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
     weights = d * q_dim + 2 * d * kv_dim + q_dim * d
@@ -34,27 +35,48 @@ def attention_params_per_layer(spec: TransformerSpec) -> int:
     return weights + biases
 
 
-def mlp_params_per_expert(spec: TransformerSpec) -> int:
-    """Parameters of one MLP (one expert of an MoE layer).
+def mlp_params(spec: TransformerSpec, d_ff: int | None = None) -> int:
+    """Parameters of one MLP of width `d_ff` (default: spec.d_ff, one expert of an MoE layer).
 
     GELU MLP (GPT-2): d_model -> d_ff -> d_model, 2 matrices, biases d_ff + d_model when `mlp_bias`.
-    SwiGLU (Shazeer 2020, arXiv:2002.05202; Llama): down(silu(gate(x)) * up(x)), 3 matrices,
-    biases 2·d_ff + d_model when `mlp_bias`.
+    Gated (SwiGLU: Shazeer 2020, arXiv:2002.05202, Llama; GeGLU: Gemma): down(act(gate(x)) * up(x)),
+    3 matrices, biases 2·d_ff + d_model when `mlp_bias`.
     """
-    d, f = spec.d_model, spec.d_ff
-    if spec.mlp == "swiglu":
+    d, f = spec.d_model, spec.d_ff if d_ff is None else d_ff
+    if spec.gated_mlp:
         return 3 * d * f + ((2 * f + d) if spec.mlp_bias else 0)
     return 2 * d * f + ((f + d) if spec.mlp_bias else 0)
 
 
+mlp_params_per_expert = mlp_params   # its earlier name, kept for callers
+
+
 def router_params_per_layer(spec: TransformerSpec) -> int:
-    """Parameters of one MoE router: a bias-free d_model -> n_experts linear (Mixtral's `gate`); 0 if dense."""
-    return spec.d_model * spec.n_experts if spec.is_moe else 0
+    """Parameters of one MoE layer's gates: the bias-free router d_model -> n_experts (Mixtral's `gate`), plus the
+    shared expert's d_model -> 1 gate when `shared_expert_gate` (Qwen2-MoE); 0 for a dense model."""
+    if not spec.is_moe:
+        return 0
+    return spec.d_model * spec.n_experts + (spec.d_model if spec.shared_expert_gate else 0)
 
 
-def norm_params(spec: TransformerSpec) -> int:
-    """Parameters of one norm: weight d_model, plus bias d_model for LayerNorm with `norm_bias` (GPT-2)."""
-    return spec.d_model * (2 if spec.norm == "layernorm" and spec.norm_bias else 1)
+def norm_params(spec: TransformerSpec, dim: int | None = None) -> int:
+    """Parameters of one norm over `dim` (default d_model): weight, plus a bias for LayerNorm with `norm_bias` (GPT-2)."""
+    dim = spec.d_model if dim is None else dim
+    return dim * (2 if spec.norm == "layernorm" and spec.norm_bias else 1)
+
+
+def norm_params_per_layer(spec: TransformerSpec) -> int:
+    """Norm parameters of one layer: 2 norms (4 with Gemma's sandwich norms) of d_model, plus QK-norm's two of d_head."""
+    return (4 if spec.sandwich_norm else 2) * norm_params(spec) + (2 * norm_params(spec, spec.head_dim) if spec.qk_norm else 0)
+
+
+def mlp_params_per_layer(spec: TransformerSpec, layer: int) -> int:
+    """MLP parameters of layer `layer`: all n_experts experts and the shared expert (MoE layer), or one dense MLP
+    (of `dense_d_ff` in an MoE model's `dense_layers`)."""
+    if spec.is_moe_layer(layer):
+        shared = mlp_params(spec, spec.shared_expert_d_ff) if spec.shared_expert_d_ff else 0
+        return spec.n_experts * mlp_params(spec) + shared
+    return mlp_params(spec, spec.dense_d_ff if spec.is_moe else spec.d_ff)
 
 
 def param_counts(spec: ModelSpec) -> dict:
@@ -62,8 +84,11 @@ def param_counts(spec: ModelSpec) -> dict:
 
     Returns {"n_params", "n_params_non_embedding", "n_params_active", "n_params_per_layer",
     "components": {token_embedding, position_embedding, attention, mlp, router, norms, lm_head}}.
-    Components sum to n_params. `attention`, `mlp` (all experts), `router` and `norms` are totals over
-    all layers; `norms` includes the final norm; `lm_head` is 0 when tied to the token embedding.
+    Components sum to n_params. `attention`, `mlp` (all experts, shared experts, dense layers), `router`
+    (router + shared-expert gate) and `norms` (incl. QK-norms and the final norm) are totals over all layers;
+    `lm_head` is 0 when tied to the token embedding. `n_params_per_layer` is the largest layer (an MoE layer
+    when some layers are dense). n_params_active counts a token's `experts_per_token` routed experts and
+    everything else (the shared expert included).
     CruncherSpec (CS336 Lecture 2): n_layers × Linear(dim, dim) + Linear(dim, 1), no biases,
     dim²·n_layers + dim parameters, reported under component `linear`.
     """
@@ -73,30 +98,30 @@ def param_counts(spec: ModelSpec) -> dict:
                 "n_params_per_layer": spec.dim * spec.dim, "components": {"linear": n}}
     if not isinstance(spec, TransformerSpec):
         raise TypeError(f"param_counts needs a TransformerSpec or CruncherSpec, got {type(spec).__name__}")
-    L = spec.n_layers
+    L, moe_layers = spec.n_layers, spec.n_moe_layers
     token = spec.vocab_size * spec.d_model
     position = spec.max_seq_len * spec.d_model if spec.position == "learned" else 0
     attention = attention_params_per_layer(spec)
-    expert = mlp_params_per_expert(spec)
-    router = router_params_per_layer(spec)
-    norms_per_layer = 2 * norm_params(spec)
+    norms_per_layer = norm_params_per_layer(spec)
     head = 0 if spec.tied_embeddings else spec.vocab_size * spec.d_model
+    mlp_per_layer = [mlp_params_per_layer(spec, i) for i in range(L)]
     components = {
         "token_embedding": token,
         "position_embedding": position,
         "attention": L * attention,
-        "mlp": L * spec.n_experts * expert,
-        "router": L * router,
+        "mlp": sum(mlp_per_layer),
+        "router": moe_layers * router_params_per_layer(spec),
         "norms": L * norms_per_layer + norm_params(spec),
         "lm_head": head,
     }
     n_params = sum(components.values())
-    inactive = L * (spec.n_experts - spec.experts_per_token) * expert
+    inactive = moe_layers * (spec.n_experts - spec.experts_per_token) * mlp_params(spec)
     return {
         "n_params": n_params,
         "n_params_non_embedding": n_params - token - position - head,
         "n_params_active": n_params - inactive,
-        "n_params_per_layer": attention + spec.n_experts * expert + router + norms_per_layer,
+        "n_params_per_layer": attention + max(mlp_per_layer) + (router_params_per_layer(spec) if moe_layers else 0)
+                              + norms_per_layer,
         "components": components,
     }
 

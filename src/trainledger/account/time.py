@@ -301,8 +301,8 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
 
 def _parameter_tensors(spec) -> int:
     """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over."""
-    per_layer = 4 + (3 if spec.mlp == "swiglu" else 2) * spec.n_experts + (1 if spec.is_moe else 0)
-    per_layer += 3 * spec.qkv_bias + spec.attn_out_bias + (3 if spec.mlp == "swiglu" else 2) * spec.mlp_bias * spec.n_experts
+    per_layer = 4 + (3 if spec.gated_mlp else 2) * spec.n_experts + (1 if spec.is_moe else 0)
+    per_layer += 3 * spec.qkv_bias + spec.attn_out_bias + (3 if spec.gated_mlp else 2) * spec.mlp_bias * spec.n_experts
     per_layer += 2 * (2 if spec.norm_bias else 1)
     return spec.n_layers * per_layer + 2 + (spec.position == "learned") + (not spec.tied_embeddings)
 

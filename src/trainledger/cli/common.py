@@ -227,3 +227,9 @@ def apply_hardware_flags(gpu, args):
                              f"given by --{flag.replace('_', '-')} (achieved bus bandwidth); latencies of "
                              f"{old.name if old else 'none known'}")
     return replace(gpu, **changes) if changes else gpu
+
+
+def approximation_notes(spec) -> list[str]:
+    """One assumption line per part of a config.json that trainledger's Transformer does not reproduce
+    (`spec.approximations`, filled by specs/hf_config.py: RoPE scaling, MPT's qk_ln, ...); [] for presets."""
+    return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]

@@ -62,6 +62,11 @@ def compute(args) -> dict:
         "elementwise ops and embedding lookups excluded",
         f"hardware FLOPs = model FLOPs + recompute '{args.recompute}'",
     ]
+    if getattr(spec, "sliding_window", None) and seq_len > spec.sliding_window:
+        windowed = sum(spec.is_sliding(i) for i in range(spec.n_layers))
+        result["assumptions"].append(f"sliding window of {spec.sliding_window} tokens in {windowed} of {spec.n_layers} "
+                                     "layers: counted over the full T×T, as our kernels compute it before masking")
+    result["assumptions"] += common.approximation_notes(spec)
     if seq_len_warnings(spec, seq_len):
         result["warnings"] = seq_len_warnings(spec, seq_len)
     if getattr(spec, "kind", None) == "cruncher":  # the lecture's deep linear model: a "token" is one input vector

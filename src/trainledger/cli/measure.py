@@ -74,8 +74,10 @@ def compute(args) -> dict:
                                   optimizer=args.optimizer, device=args.device)
     if getattr(spec, "kind", None) == "transformer" and seq_len > spec.max_seq_len and spec.position == "learned":
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {spec.max_seq_len} learned positions of '{spec.name}'")
-    return compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
-                                 recompute=args.recompute, device=args.device)
+    result = compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
+                                   recompute=args.recompute, device=args.device)
+    result["notes"] = result.get("notes", []) + common.approximation_notes(spec)
+    return result
 
 
 def _fmt(value, kind: str) -> str:

@@ -96,6 +96,8 @@ def compute(args) -> dict:
         activations,
         "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
     ]
+    if args.model is not None:
+        result["assumptions"] += common.approximation_notes(spec)
     if args.zero is not None and args.zero > 0 and args.dp == 1:
         result["assumptions"].append(f"--zero {args.zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
     if args.sp and args.tp == 1:

@@ -12,6 +12,12 @@ def add_arguments(parser) -> None:
     common.add_json_flag(parser)
 
 
+_FEATURES = ("gelu_approximate", "partial_rotary_factor", "rope_local_theta", "parallel_residual", "sandwich_norm",
+             "qk_norm", "scale_embeddings", "attn_scale", "attn_softcap", "final_softcap", "clip_qkv", "alibi_bias_max",
+             "sliding_window", "sliding_layers", "renormalize_topk", "shared_expert_d_ff", "shared_expert_gate",
+             "dense_layers", "dense_d_ff", "approximations")
+
+
 def _record(spec) -> dict:
     from trainledger.account.params import param_counts
     from trainledger.specs import PRESET_ALIASES
@@ -32,6 +38,8 @@ def _record(spec) -> dict:
                    "norm": spec.norm, "mlp": spec.mlp, "tied_embeddings": spec.tied_embeddings,
                    "n_experts": spec.n_experts, "experts_per_token": spec.experts_per_token,
                    "rope_theta": spec.rope_theta if spec.position == "rope" else None, "norm_eps": spec.norm_eps}
+        # the architecture fields of the newer families (defaults: GPT-2 / Llama behaviour)
+        record |= {key: getattr(spec, key) for key in _FEATURES}
     return record | {"source": spec.source}
 
 
@@ -49,6 +57,8 @@ def _k(tokens: int) -> str:
 def render(result: list, args) -> None:
     from rich import box
 
+    from trainledger.specs.hf_config import SUPPORTED
+
     rows, notes = [], []
     for r in result:
         if r["kind"] == "cruncher":
@@ -57,8 +67,9 @@ def render(result: list, args) -> None:
         rows.append([r["name"], format_count(r["n_params"]), r["d_model"], r["n_layers"],
                      f"{r['n_heads']}/{r['n_kv_heads']}", r["d_ff"], r["vocab_size"], f"{_k(r['default_seq_len'])}/{_k(r['max_seq_len'])}"])
         if r["n_experts"] > 1:
-            notes.append(f"{r['name']}: {r['n_experts']} experts, {r['experts_per_token']} per token, "
-                         f"{format_count(r['n_params_active'])} active parameters")
+            shared = f" + a shared expert of {r['shared_expert_d_ff']}" if r["shared_expert_d_ff"] else ""
+            notes.append(f"{r['name']}: {r['n_experts']} experts of {r['d_ff']}, {r['experts_per_token']} per token"
+                         f"{shared}, {format_count(r['n_params_active'])} active parameters")
     tied = ", ".join(r["name"] for r in result if r.get("tied_embeddings"))
     table = common.table(
         "Model presets (unique parameters, SI counts: 124M = 1.24e8)",
@@ -66,7 +77,7 @@ def render(result: list, args) -> None:
         "\n".join(notes + [f"LM head tied to the token embedding: {tied}",
                             "context: pre-trained at (the default --seq-len) / position range; K = 1024 tokens.",
                             "Sources (config.json or paper table) and all fields: `trainledger models --json`.",
-                            "--model also takes a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral)."]))
+                            f"--model also takes a Hugging Face config.json ({', '.join(SUPPORTED)})."]))
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     for column in table.columns:
         column.no_wrap = True

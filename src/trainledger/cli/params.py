@@ -33,6 +33,7 @@ def compute(args) -> dict:
               "published_n_params": spec.published_n_params, "source": spec.source}
     if spec.kind == "transformer":
         result["kaplan_non_embedding_params"] = kaplan_non_embedding_params(spec)
+    result["assumptions"] = common.approximation_notes(spec)
     return result
 
 
@@ -48,8 +49,9 @@ def render(result: dict, args) -> None:
         value = result.get(key)
         if value is not None:
             rows.append([key, f"{value:,}", format_count(value), f"{100 * value / total:.1f}%"])
-    caption = (f"source: {result['source']}\n"
-               "non-embedding excludes token/position embeddings and an untied LM head; kaplan = 12·L·d_model²")
+    caption = "\n".join([f"source: {result['source']}",
+                         "non-embedding excludes token/position embeddings and an untied LM head; kaplan = 12·L·d_model²"]
+                        + result.get("assumptions", []))
     from rich import box
 
     table = common.table(f"Parameters of {result['model']} (counts)", ["component", "parameters", "SI", "share"],

@@ -1,4 +1,4 @@
-"""Causal self-attention with q/k/v/o projections, optional RoPE and grouped-query attention, via PyTorch SDPA."""
+"""Causal self-attention with q/k/v/o projections, optional RoPE, QK-norm, grouped-query attention, masks and soft-capping."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
+from trainledger.models.norms import make_norm
 from trainledger.models.rope import apply_rope
 
 
@@ -18,10 +19,16 @@ class Attention(nn.Module):
     Matmuls (the only FLOPs counted), for x of shape (B, T, d_model), H = n_heads, K = n_kv_heads, D = head_dim:
         q = x Wq (+bq)   2·B·T·d_model·H·D        k = x Wk (+bk)   2·B·T·d_model·K·D
         v = x Wv (+bv)   2·B·T·d_model·K·D        o = a Wo (+bo)   2·B·T·H·D·d_model
-        inside SDPA: QKᵀ and A·V over the full T×T, 2·B·H·T·T·D each (the causal kernel skips about half).
+        the core: QKᵀ and A·V over the full T×T, 2·B·H·T·T·D each (masks, windows and the causal kernel skip
+        work without changing what is counted).
     Grouped-query attention (Ainslie et al. 2023, arXiv:2305.13245) is passed to SDPA as `enable_gqa=True`,
     so keys and values are never copied per query head.
-    `selective` recompute (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5) checkpoints the SDPA call only.
+    Optional, per spec: q, k, v clamped to ±clip_qkv (MPT); QK-norm, a norm over each head's D dims of q and k
+    before RoPE (Qwen3, Gemma 3; Dehghani et al. 2023, arXiv:2302.05442); RoPE on the first rotary_dim dims
+    (GPT-NeoX, Phi); softmax scale attn_scale; an additive mask (sliding window, ALiBi) passed in by the model;
+    logit soft-capping s -> c·tanh(s/c) (Gemma 2), which SDPA cannot do: then the core is written out
+    (`softcapped_core`).
+    `selective` recompute (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5) checkpoints the core only.
     """
 
     def __init__(self, spec, *, device=None, dtype=None):
@@ -30,6 +37,9 @@ class Attention(nn.Module):
         self.n_kv_heads = spec.kv_heads
         self.head_dim = spec.head_dim
         self.use_rope = spec.position == "rope"
+        self.scale = spec.attn_scale
+        self.softcap = spec.attn_softcap
+        self.clip = spec.clip_qkv
         self.selective = False
         factory = {"device": device, "dtype": dtype}
         d, q_dim, kv_dim = spec.d_model, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
@@ -37,23 +47,51 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, kv_dim, bias=spec.qkv_bias, **factory)
         self.v_proj = nn.Linear(d, kv_dim, bias=spec.qkv_bias, **factory)
         self.o_proj = nn.Linear(q_dim, d, bias=spec.attn_out_bias, **factory)
+        self.q_norm = make_norm(spec, spec.head_dim, **factory) if spec.qk_norm else None
+        self.k_norm = make_norm(spec, spec.head_dim, **factory) if spec.qk_norm else None
 
-    def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None,
-                sin: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
-        q = rearrange(self.q_proj(x), "b t (h d) -> b h t d", h=self.n_heads)
-        k = rearrange(self.k_proj(x), "b t (h d) -> b h t d", h=self.n_kv_heads)
-        v = rearrange(self.v_proj(x), "b t (h d) -> b h t d", h=self.n_kv_heads)
+    def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None, sin: Tensor | None = None,
+                mask: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.clip is not None:
+            q, k, v = (t.clamp(-self.clip, self.clip) for t in (q, k, v))
+        q = rearrange(q, "b t (h d) -> b h t d", h=self.n_heads)
+        k = rearrange(k, "b t (h d) -> b h t d", h=self.n_kv_heads)
+        v = rearrange(v, "b t (h d) -> b h t d", h=self.n_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        core = self.softcapped_core if self.softcap is not None else self.core
         if self.selective and torch.is_grad_enabled() and x.requires_grad:
             with set_checkpoint_early_stop(False):   # recompute the whole core (matters for the math backend)
-                out = checkpoint(self.core, q, k, v, use_reentrant=False)
+                out = checkpoint(core, q, k, v, mask, use_reentrant=False)
         else:
-            out = self.core(q, k, v)
+            out = core(q, k, v, mask)
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
 
     def core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads seq head_dim"],
-             v: Float[Tensor, "batch kv_heads seq head_dim"]) -> Float[Tensor, "batch heads seq head_dim"]:
-        """softmax(QKᵀ/√head_dim + causal mask)·V: the attention core, one SDPA call (flash kernel where available)."""
+             v: Float[Tensor, "batch kv_heads seq head_dim"], mask: Tensor | None = None
+             ) -> Float[Tensor, "batch heads seq head_dim"]:
+        """softmax(QKᵀ·scale + mask)·V: one SDPA call (flash kernel where available); causal when no mask is given."""
         gqa = self.n_kv_heads != self.n_heads
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
+                                              enable_gqa=gqa)
+
+    def softcapped_core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads seq head_dim"],
+                        v: Float[Tensor, "batch kv_heads seq head_dim"], mask: Tensor) -> Float[Tensor, "batch heads seq head_dim"]:
+        """softmax(c·tanh(QKᵀ·scale / c) + mask) in fp32, cast back, times V (Gemma 2's soft-capped attention).
+
+        The g = H/K query heads that share a key/value head are stacked along the sequence axis, so QKᵀ and A·V
+        are two batched matmuls over (B, K) without copying k or v per head (2·B·H·T·T·D FLOPs each). Saved for
+        backward: q (that stacked copy), k, tanh's output and the fp32 softmax (B·H·T·T each), the probabilities
+        cast to the activation dtype when it is not fp32, and v.
+        """
+        b, h, t, d = q.shape
+        g = h // self.n_kv_heads
+        scale = self.scale if self.scale is not None else d ** -0.5
+        scores = q.reshape(b, self.n_kv_heads, g * t, d) @ k.transpose(-1, -2) * scale
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        scores = scores.view(b, self.n_kv_heads, g, t, t) + mask
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return (probs.view(b, self.n_kv_heads, g * t, t) @ v).view(b, h, t, d)

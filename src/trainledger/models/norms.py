@@ -1,4 +1,4 @@
-"""Normalisation layers: LayerNorm (GPT-2) and RMSNorm (Llama), chosen by `spec.norm`."""
+"""Normalisation layers: LayerNorm (GPT-2, GPT-NeoX, MPT), RMSNorm (Llama) and Gemma's (1 + w) RMSNorm, chosen by `spec.norm`."""
 
 from __future__ import annotations
 
@@ -60,8 +60,38 @@ class LayerNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}"
 
 
-def make_norm(spec, *, device=None, dtype=None) -> nn.Module:
-    """The norm layer `spec.norm` names, of size d_model, with `spec.norm_eps` (and `spec.norm_bias` for LayerNorm)."""
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm: y = cast(x₃₂ · rsqrt(mean(x₃₂²) + eps) · (1 + w₃₂)), weight initialised to 0 (so 1 + w = 1).
+
+    Unlike Llama's, the weight multiplies in fp32 before the cast back (transformers' Gemma2RMSNorm /
+    Gemma3RMSNorm; Gemma Team 2024, arXiv:2408.00118). Autograd saves x₃₂, rsqrt, the fp32 normalised x and
+    the (1 + w) vector of this call (d fp32 values) for the last product.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, *, device=None, dtype=None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def make_norm(spec, dim: int | None = None, *, device=None, dtype=None) -> nn.Module:
+    """The norm layer `spec.norm` names, of size `dim` (default d_model; d_head for QK-norm), with `spec.norm_eps`
+    (and `spec.norm_bias` for LayerNorm)."""
+    dim = spec.d_model if dim is None else dim
     if spec.norm == "rmsnorm":
-        return RMSNorm(spec.d_model, spec.norm_eps, device=device, dtype=dtype)
-    return LayerNorm(spec.d_model, spec.norm_eps, bias=spec.norm_bias, device=device, dtype=dtype)
+        return RMSNorm(dim, spec.norm_eps, device=device, dtype=dtype)
+    if spec.norm == "gemma_rmsnorm":
+        return GemmaRMSNorm(dim, spec.norm_eps, device=device, dtype=dtype)
+    return LayerNorm(dim, spec.norm_eps, bias=spec.norm_bias, device=device, dtype=dtype)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 def rope_cos_sin(seq_len: int, head_dim: int, theta: float, *, device=None,
                  dtype=torch.float32) -> tuple[Float[Tensor, "seq head_dim"], Float[Tensor, "seq head_dim"]]:
-    """cos and sin tables of shape (seq_len, head_dim), computed in fp32 and cast to `dtype`.
+    """cos and sin tables of shape (seq_len, head_dim), computed in fp32 and cast to `dtype` (head_dim: the rotated dims).
 
     Frequencies θ^(-2i/head_dim) for i < head_dim/2; position t rotates pair i by angle t·θ^(-2i/head_dim).
     The table is duplicated along the last dimension ("rotate half" layout: pairs are (i, i + head_dim/2),
@@ -30,7 +30,15 @@ def rotate_half(x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rope(x: Float[Tensor, "batch heads seq head_dim"], cos: Float[Tensor, "seq head_dim"],
-               sin: Float[Tensor, "seq head_dim"]) -> Float[Tensor, "batch heads seq head_dim"]:
-    """x rotated by position: x·cos + rotate_half(x)·sin (elementwise; saves only cos and sin for backward)."""
-    return x * cos + rotate_half(x) * sin
+def apply_rope(x: Float[Tensor, "batch heads seq head_dim"], cos: Float[Tensor, "seq rotary_dim"],
+               sin: Float[Tensor, "seq rotary_dim"]) -> Float[Tensor, "batch heads seq head_dim"]:
+    """x rotated by position: x·cos + rotate_half(x)·sin (elementwise; saves only cos and sin for backward).
+
+    Partial rotary (GPT-NeoX rotary_pct, Phi partial_rotary_factor): when the tables are narrower than the head,
+    only the first rotary_dim dims rotate and the rest pass through (concatenated back; cat saves nothing).
+    """
+    rotary_dim = cos.shape[-1]
+    if rotary_dim == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)

@@ -1,4 +1,5 @@
-"""A decoder-only, pre-norm transformer built from a `TransformerSpec`: GPT-2, Llama, Mistral, Qwen2, Mixtral."""
+"""A decoder-only, pre-norm transformer built from a `TransformerSpec`: GPT-2/3, Llama, Mistral, Qwen2/3, Mixtral,
+Qwen-MoE, GPT-NeoX, Phi-3, Gemma 2/3, MPT."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainledger.errors import TrainledgerError
 from trainledger.models.attention import Attention
+from trainledger.models.masks import alibi_slopes, attention_mask
 from trainledger.models.mlp import MoE, make_expert
 from trainledger.models.norms import make_norm
 from trainledger.models.rope import rope_cos_sin
@@ -22,19 +24,40 @@ INIT_STD = 0.02  # GPT-2 / nanoGPT: every weight N(0, 0.02²)
 
 
 class Block(nn.Module):
-    """One pre-norm layer: x + attn(norm1(x)), then x + mlp(norm2(x)) (GPT-2 / Llama ordering)."""
+    """One layer: x + attn(norm1(x)), then x + mlp(norm2(x)) (GPT-2 / Llama ordering).
 
-    def __init__(self, spec, *, device=None, dtype=None):
+    `parallel_residual` (GPT-NeoX): x + attn(norm1(x)) + mlp(norm2(x)), both branches reading the block input.
+    `sandwich_norm` (Gemma 2/3): x + attn_out_norm(attn(norm1(x))), then x + mlp_out_norm(mlp(norm2(x))).
+    The MLP of layer `layer` is a mixture of experts when spec.is_moe_layer(layer), else dense (of
+    `dense_d_ff` in an MoE model's dense layers).
+    """
+
+    def __init__(self, spec, layer: int = 0, *, device=None, dtype=None):
         super().__init__()
-        self.norm1 = make_norm(spec, device=device, dtype=dtype)
-        self.attn = Attention(spec, device=device, dtype=dtype)
-        self.norm2 = make_norm(spec, device=device, dtype=dtype)
-        self.mlp = MoE(spec, device=device, dtype=dtype) if spec.is_moe else make_expert(spec, device=device, dtype=dtype)
+        factory = {"device": device, "dtype": dtype}
+        self.parallel = spec.parallel_residual
+        self.norm1 = make_norm(spec, **factory)
+        self.attn = Attention(spec, **factory)
+        self.attn_out_norm = make_norm(spec, **factory) if spec.sandwich_norm else None
+        self.norm2 = make_norm(spec, **factory)
+        if spec.is_moe_layer(layer):
+            self.mlp = MoE(spec, **factory)
+        else:
+            self.mlp = make_expert(spec, spec.dense_d_ff if spec.is_moe else None, **factory)
+        self.mlp_out_norm = make_norm(spec, **factory) if spec.sandwich_norm else None
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None,
-                sin: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
-        x = x + self.attn(self.norm1(x), cos, sin)
-        return x + self.mlp(self.norm2(x))
+                sin: Tensor | None = None, mask: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
+        a = self.attn(self.norm1(x), cos, sin, mask)
+        if self.parallel:
+            return x + a + self.mlp(self.norm2(x))
+        if self.attn_out_norm is not None:
+            a = self.attn_out_norm(a)
+        x = x + a
+        m = self.mlp(self.norm2(x))
+        if self.mlp_out_norm is not None:
+            m = self.mlp_out_norm(m)
+        return x + m
 
 
 class Transformer(nn.Module):
@@ -43,11 +66,15 @@ class Transformer(nn.Module):
     forward(idx) returns logits (batch, seq, vocab) in the model's dtype; forward(idx, targets) returns
     (logits, loss) with the mean cross-entropy over all batch×seq positions computed in fp32.
 
-    Every spec field is honoured: positions learned (a (max_seq_len, d_model) table, GPT-2) or RoPE
-    (rope_theta, head_dim); LayerNorm (norm_bias) or RMSNorm, both with norm_eps; GELU (tanh) or SwiGLU MLPs
+    Every spec field is honoured: positions learned (a (max_seq_len, d_model) table, GPT-2), RoPE (rope_theta,
+    partial_rotary_factor, rope_local_theta in sliding layers) or ALiBi (alibi_bias_max); LayerNorm
+    (norm_bias), RMSNorm or Gemma's (1 + w) RMSNorm, with norm_eps; GELU (tanh or erf), SwiGLU or GeGLU MLPs
     with mlp_bias; q/k/v biases (qkv_bias) and output bias (attn_out_bias); grouped-query attention
-    (n_kv_heads); head size d_head; mixture of experts (n_experts, experts_per_token); the LM head is the
-    token-embedding matrix when tied_embeddings, else a bias-free nn.Linear.
+    (n_kv_heads); head size d_head; QK-norm; parallel residual; sandwich norms; embeddings × √d_model
+    (scale_embeddings); attn_scale, attn_softcap, final_softcap, clip_qkv; sliding windows (sliding_window,
+    sliding_layers); mixture of experts (n_experts, experts_per_token, renormalize_topk, shared expert,
+    dense_layers); the LM head is the token-embedding matrix when tied_embeddings, else a bias-free nn.Linear.
+    See docs/models.md for each against the transformers implementation it reproduces.
 
     `recompute`: "none", "selective" (checkpoint the SDPA call of each layer) or "full" (checkpoint each
     block; only its input is kept, and backward re-runs the whole block: early stop is off), with
@@ -67,7 +94,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.d_model, **factory)
         self.pos_embeddings = (nn.Embedding(spec.max_seq_len, spec.d_model, **factory)
                                if spec.position == "learned" else None)
-        self.blocks = nn.ModuleList([Block(spec, **factory) for _ in range(spec.n_layers)])
+        self.blocks = nn.ModuleList([Block(spec, i, **factory) for i in range(spec.n_layers)])
         self.norm = make_norm(spec, **factory)
         if spec.tied_embeddings:
             self.lm_head = None
@@ -134,29 +161,57 @@ class Transformer(nn.Module):
     # ----- forward -----------------------------------------------------------------------------------
     def forward(self, idx: Int[Tensor, "batch seq"], targets: Int[Tensor, "batch seq"] | None = None):
         """Logits (batch, seq, vocab); with `targets`, (logits, loss) where loss is the fp32 mean cross-entropy."""
-        seq_len = idx.shape[1]
-        if seq_len > self.spec.max_seq_len and self.pos_embeddings is not None:
-            raise TrainledgerError(f"sequence length {seq_len} exceeds max_seq_len {self.spec.max_seq_len} "
-                                   f"of model '{self.spec.name}' (--seq-len)")
+        spec, seq_len = self.spec, idx.shape[1]
+        if seq_len > spec.max_seq_len and self.pos_embeddings is not None:
+            raise TrainledgerError(f"sequence length {seq_len} exceeds max_seq_len {spec.max_seq_len} "
+                                   f"of model '{spec.name}' (--seq-len)")
         x = self.tok_embeddings(idx)
-        cos = sin = None
+        if spec.scale_embeddings:   # Gemma: × √d_model rounded to the activation dtype (a Python scalar: saves nothing)
+            x = x * torch.tensor(spec.d_model ** 0.5, dtype=x.dtype, device="cpu").item()
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(torch.arange(seq_len, device=idx.device))
-        else:
-            cos, sin = rope_cos_sin(seq_len, self.spec.head_dim, self.spec.rope_theta, device=idx.device, dtype=x.dtype)
+        rope, masks = self._layer_inputs(seq_len, idx.device, x.dtype)
         full = self._recompute == "full" and torch.is_grad_enabled()
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            cos, sin = rope.get(spec.layer_rope_theta(i), (None, None))
+            mask = masks.get(spec.is_sliding(i) and seq_len > spec.sliding_window)
             if full:
                 # Early stop off: the backward re-runs the whole block forward (every matmul, as Megatron-LM's
                 # full recompute counts it) rather than stopping after the last saved tensor (before MLP `down`).
                 with set_checkpoint_early_stop(False):
-                    x = checkpoint(block, x, cos, sin, use_reentrant=False)
+                    x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
             else:
-                x = block(x, cos, sin)
+                x = block(x, cos, sin, mask)
         logits = F.linear(self.norm(x), self.output_weight())
+        if spec.final_softcap is not None:   # Gemma 2: logits -> c·tanh(logits / c)
+            logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         if targets is None:
             return logits
         return logits, self.loss(logits, targets)
+
+    def _layer_inputs(self, seq_len: int, device, dtype) -> tuple[dict, dict]:
+        """RoPE tables per θ ({θ: (cos, sin)}) and additive masks per window state ({sliding: mask}) for this forward.
+
+        Each distinct table and mask is built once and shared by the layers that use it. A layer gets no mask
+        (SDPA's is_causal) unless it needs one: a window shorter than the sequence, ALiBi, or soft-capping
+        (written-out attention). Masks are made in the dtype the attention kernel sees (the autocast dtype under
+        AMP), so the kernel never makes a per-layer copy.
+        """
+        spec = self.spec
+        rope = {}
+        if spec.position == "rope":
+            for theta in sorted({spec.layer_rope_theta(i) for i in range(spec.n_layers)}):
+                rope[theta] = rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype)
+        if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):   # (meta has no autocast)
+            dtype = torch.get_autocast_dtype(device.type)
+        alibi = alibi_slopes(spec.n_heads, spec.alibi_bias_max) if spec.position == "alibi" else None
+        masks = {}
+        for i in range(spec.n_layers):
+            sliding = spec.is_sliding(i) and seq_len > spec.sliding_window
+            if sliding not in masks and (sliding or alibi is not None or spec.attn_softcap is not None):
+                masks[sliding] = attention_mask(seq_len, window=spec.sliding_window if sliding else None, alibi=alibi,
+                                                device=device, dtype=dtype)
+        return rope, masks
 
     @staticmethod
     def loss(logits: Float[Tensor, "batch seq vocab"], targets: Int[Tensor, "batch seq"]) -> Float[Tensor, ""]:

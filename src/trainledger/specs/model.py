@@ -1,19 +1,22 @@
-"""Model architecture as data: one `TransformerSpec` for GPT-2, GPT-3, Llama, Mistral, Qwen2 and Mixtral; `CruncherSpec` for the lecture's deep linear model.
+"""Model architecture as data: one `TransformerSpec` for every decoder family trainledger builds; `CruncherSpec` for the lecture's deep linear model.
 
+Families: GPT-2/GPT-3, Llama, Mistral, Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, GPT-NeoX (Pythia), Phi-3,
+Gemma 2/Gemma 3 and MPT (specs/hf_config.py reads their config.json files).
 This module is the contract between `account/` (formulas), `models/` (torch modules) and `measure/`:
-every field below changes a parameter count, a FLOP count or a saved activation, and all three layers
-read the same fields. Pure data — no torch.
+every field below changes a parameter count, a FLOP count, a saved activation or the forward pass, and all
+three layers read the same fields. Pure data — no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from trainledger.errors import TrainledgerError
 
-POSITIONS = ("learned", "rope")   # GPT-2 learned absolute positions | rotary (no parameters)
-NORMS = ("layernorm", "rmsnorm")  # LayerNorm (weight, optional bias) | RMSNorm (weight only)
-MLPS = ("gelu", "swiglu")         # 2 matrices d->d_ff->d with GELU | 3 matrices: down(silu(gate(x)) * up(x))
+POSITIONS = ("learned", "rope", "alibi")   # GPT-2 learned absolute positions | rotary (no parameters) | ALiBi bias (MPT)
+NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm")  # LayerNorm | RMSNorm w·x̂ (Llama) | RMSNorm (1 + w)·x̂ in fp32 (Gemma)
+MLPS = ("gelu", "swiglu", "geglu")   # 2 matrices d->d_ff->d with GELU | 3: down(act(gate(x)) * up(x)), act silu | gelu
+GELU_APPROXIMATIONS = ("tanh", "none")  # torch's F.gelu(approximate=...): tanh (GPT-2 gelu_new, Gemma) | none (erf)
 # Default --seq-len of a config.json (which does not record its pre-training context): the bulk pre-training
 # context of Llama 3 (arXiv:2407.21783, Sec. 3.4.1: 8K tokens before the long-context stage) and Mistral 7B
 # (arXiv:2310.06825, Table 1: context_len 8192). Presets name their own (specs/presets.py).
@@ -22,13 +25,16 @@ DEFAULT_CONTEXT_CAP = 8192
 
 @dataclass(frozen=True)
 class TransformerSpec:
-    """A decoder-only transformer, pre-norm, as the models the presets come from are built.
+    """A decoder-only transformer, as the models the presets come from are built.
 
-    Layer l: x + attn(norm1(x)), then x + mlp(norm2(x)); a final norm; an LM head d_model -> vocab_size
-    (tied to the token embedding when `tied_embeddings`). Attention has n_heads query heads of size d_head
-    and n_kv_heads key/value heads (grouped-query attention when n_kv_heads < n_heads).
-    MoE (n_experts > 1): each layer's MLP is n_experts copies of the MLP plus a bias-free router
-    d_model -> n_experts; each token runs through `experts_per_token` of them (Mixtral).
+    Layer l (pre-norm): x + attn(norm1(x)), then x + mlp(norm2(x)); with `parallel_residual` (GPT-NeoX)
+    x + attn(norm1(x)) + mlp(norm2(x)); with `sandwich_norm` (Gemma 2/3) the attention and MLP outputs pass
+    through one more norm each before they are added. A final norm; an LM head d_model -> vocab_size (tied to
+    the token embedding when `tied_embeddings`). Attention has n_heads query heads of size d_head and
+    n_kv_heads key/value heads (grouped-query attention when n_kv_heads < n_heads).
+    MoE (n_experts > 1): each layer's MLP (except `dense_layers`) is n_experts copies of the MLP plus a
+    bias-free router d_model -> n_experts; each token runs through `experts_per_token` of them (Mixtral),
+    plus an always-on shared expert of `shared_expert_d_ff` when set (Qwen2-MoE).
     """
 
     name: str
@@ -36,7 +42,7 @@ class TransformerSpec:
     d_model: int
     n_layers: int
     n_heads: int
-    d_ff: int
+    d_ff: int                           # MLP width; for MoE the width of one routed expert
     n_kv_heads: int | None = None       # None: = n_heads (multi-head attention)
     d_head: int | None = None           # None: = d_model // n_heads (GPT-3 13B has 40 × 128 = 5120 != 5140)
     max_seq_len: int = 2048             # context length; learned position table size
@@ -46,6 +52,7 @@ class TransformerSpec:
     norm_bias: bool = False             # LayerNorm bias (GPT-2: True)
     norm_eps: float = 1e-5
     mlp: str = "swiglu"
+    gelu_approximate: str = "tanh"      # GELU of the gelu/geglu MLPs: "tanh" (GPT-2, Gemma) or "none" (erf: NeoX, MPT)
     qkv_bias: bool = False              # biases on q, k, v projections (GPT-2, Qwen2: True)
     attn_out_bias: bool = False         # bias on the attention output projection (GPT-2: True)
     mlp_bias: bool = False              # biases on the MLP matrices (GPT-2: True)
@@ -53,6 +60,26 @@ class TransformerSpec:
     n_experts: int = 1                  # > 1: mixture of experts
     experts_per_token: int = 1          # top-k routing
     rope_theta: float = 10000.0
+    # --- features of the newer families (defaults: the GPT-2/Llama behaviour) ---------------------------
+    partial_rotary_factor: float = 1.0  # RoPE rotates the first int(d_head · factor) dims of each head (NeoX: 0.25)
+    rope_local_theta: float | None = None  # RoPE θ of the sliding-window layers (Gemma 3: 10000; global 1e6)
+    parallel_residual: bool = False     # x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX use_parallel_residual)
+    sandwich_norm: bool = False         # norms on the attention and MLP outputs too: 4 per layer (Gemma 2/3)
+    qk_norm: bool = False               # a `norm` over d_head on every query and key head, before RoPE (Qwen3, Gemma 3)
+    scale_embeddings: bool = False      # token embeddings × √d_model, rounded to the activation dtype (Gemma)
+    attn_scale: float | None = None     # softmax scale of QKᵀ; None: 1/√d_head (Gemma 2 27B: 144^-0.5; MPT softmax_scale)
+    attn_softcap: float | None = None   # attention logits s -> c·tanh(s/c) before the mask (Gemma 2: 50)
+    final_softcap: float | None = None  # output logits z -> c·tanh(z/c) (Gemma 2: 30)
+    clip_qkv: float | None = None       # q, k, v clamped to ±clip_qkv (MPT-30B: 6)
+    alibi_bias_max: float = 8.0         # ALiBi slopes 2^(-bias_max·i/H'), H' = heads rounded up to a power of 2 (MPT)
+    sliding_window: int | None = None   # a query sees the last `sliding_window` keys (itself included) ...
+    sliding_layers: tuple[int, ...] | None = None  # ... in these layers (None: every layer; Gemma 2: 0, 2, 4, ...)
+    renormalize_topk: bool = True       # MoE: the top-k router probabilities are rescaled to sum to 1 (Mixtral)
+    shared_expert_d_ff: int | None = None  # MoE: an always-on expert of this width in every MoE layer (Qwen2-MoE)
+    shared_expert_gate: bool = False    # ... scaled by sigmoid(x·w), w a bias-free d_model -> 1 linear (Qwen2-MoE)
+    dense_layers: tuple[int, ...] = ()  # MoE: layers with a dense MLP of `dense_d_ff` instead (mlp_only_layers)
+    dense_d_ff: int | None = None
+    approximations: tuple[str, ...] = ()  # parts of the source config our Transformer does not reproduce
     source: str = ""                    # where the numbers come from (config.json, paper table)
     published_n_params: int | None = None  # the published / Hugging Face count, for tests
 
@@ -63,19 +90,32 @@ class TransformerSpec:
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
         if self.pretrain_seq_len is not None and not (isinstance(self.pretrain_seq_len, int) and self.pretrain_seq_len > 0):
             raise TrainledgerError(f"model '{self.name}': pretrain_seq_len must be a positive integer, got {self.pretrain_seq_len!r}")
+        for name in ("shared_expert_d_ff", "dense_d_ff", "sliding_window"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise TrainledgerError(f"model '{self.name}': {name} must be a positive integer or None, got {value!r}")
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
             raise TrainledgerError(f"model '{self.name}': n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise TrainledgerError(f"model '{self.name}': n_heads={self.n_heads} must divide d_model={self.d_model} (or give d_head)")
-        if self.position not in POSITIONS:
-            raise TrainledgerError(f"model '{self.name}': position must be one of {POSITIONS}, got {self.position!r}")
-        if self.norm not in NORMS:
-            raise TrainledgerError(f"model '{self.name}': norm must be one of {NORMS}, got {self.norm!r}")
-        if self.mlp not in MLPS:
-            raise TrainledgerError(f"model '{self.name}': mlp must be one of {MLPS}, got {self.mlp!r}")
+        for name, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
+                              ("gelu_approximate", GELU_APPROXIMATIONS)):
+            if getattr(self, name) not in allowed:
+                raise TrainledgerError(f"model '{self.name}': {name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_experts < 1 or not 1 <= self.experts_per_token <= self.n_experts:
             raise TrainledgerError(f"model '{self.name}': need 1 <= experts_per_token <= n_experts, got "
                                    f"{self.experts_per_token} of {self.n_experts}")
+        if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim % 2:
+            raise TrainledgerError(f"model '{self.name}': partial_rotary_factor={self.partial_rotary_factor} must give an "
+                                   f"even number of rotated dims in (0, d_head={self.head_dim}], got {self.rotary_dim}")
+        for name in ("attn_scale", "attn_softcap", "final_softcap", "clip_qkv"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise TrainledgerError(f"model '{self.name}': {name} must be a positive number or None, got {value!r}")
+        if self.dense_layers and self.dense_d_ff is None:
+            raise TrainledgerError(f"model '{self.name}': dense_layers {self.dense_layers} need dense_d_ff")
+        if self.shared_expert_gate and self.shared_expert_d_ff is None:
+            raise TrainledgerError(f"model '{self.name}': shared_expert_gate needs shared_expert_d_ff")
 
     kind = "transformer"
 
@@ -90,6 +130,11 @@ class TransformerSpec:
         return self.d_head or self.d_model // self.n_heads
 
     @property
+    def rotary_dim(self) -> int:
+        """Dims of each head that RoPE rotates: int(d_head · partial_rotary_factor), as transformers computes it."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
     def is_moe(self) -> bool:
         return self.n_experts > 1
 
@@ -102,6 +147,28 @@ class TransformerSpec:
         Never more than max_seq_len (a shrunken copy of a preset, `with_(max_seq_len=64)`, gets 64).
         """
         return min(self.pretrain_seq_len or DEFAULT_CONTEXT_CAP, self.max_seq_len)
+
+    @property
+    def gated_mlp(self) -> bool:
+        """True for the 3-matrix MLPs (SwiGLU, GeGLU): down(act(gate(x)) · up(x))."""
+        return self.mlp in ("swiglu", "geglu")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer `layer` (0-based) has a mixture of experts (False for a dense model or a `dense_layers` entry)."""
+        return self.is_moe and layer not in self.dense_layers
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Number of layers with a mixture of experts."""
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether layer `layer` attends only within `sliding_window`."""
+        return self.sliding_window is not None and (self.sliding_layers is None or layer in self.sliding_layers)
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """RoPE θ of layer `layer`: `rope_local_theta` in sliding-window layers when set, else `rope_theta`."""
+        return self.rope_local_theta if self.rope_local_theta is not None and self.is_sliding(layer) else self.rope_theta
 
     def with_(self, **changes) -> "TransformerSpec":
         """A copy with some fields changed (e.g. `spec.with_(n_layers=2)` for a tiny test config)."""

@@ -57,14 +57,18 @@ GPT2_XL = _gpt2("gpt2-xl", 1600, 48, 25, "config.json of openai-community/gpt2-x
 # GPT-3 (Brown et al. 2020, arXiv:2005.14165) Table 2.1: n_layers, d_model, n_heads, d_head; context 2048,
 # d_ff = 4·d_model, GPT-2 architecture and tokenizer (vocab 50257). The paper's sizes (125M, ...) are rounded,
 # so published_n_params stays None; the alternating sparse attention layers have no parameters of their own.
-# XL and 13B have n_heads·d_head != d_model (24 × 128 = 3072 for 2048; 40 × 128 = 5120 for 5140). Taken
-# literally, XL's row gives 1.52B parameters, not the 1.3B in its name (24 heads cannot split 2048 evenly,
-# so the table is inconsistent there); every other row lands within 2% of its name.
+# Every row lands within 2% of its name (tests/specs/test_presets.py). 13B keeps the table's 40 × 128 = 5120
+# attention width for d_model 5140 (d_head is a free choice there).
 _GPT3 = "GPT-3 paper (arXiv:2005.14165) Table 2.1"
 GPT3_SMALL = _gpt2("gpt3-125m", 768, 12, 12, _GPT3 + ", GPT-3 Small", d_head=64, max_seq_len=2048)
 GPT3_MEDIUM = _gpt2("gpt3-350m", 1024, 24, 16, _GPT3 + ", GPT-3 Medium", d_head=64, max_seq_len=2048)
 GPT3_LARGE = _gpt2("gpt3-760m", 1536, 24, 16, _GPT3 + ", GPT-3 Large", d_head=96, max_seq_len=2048)
-GPT3_XL = _gpt2("gpt3-1.3b", 2048, 24, 24, _GPT3 + ", GPT-3 XL", d_head=128, max_seq_len=2048)
+# GPT-3 XL: Table 2.1 prints 24 heads × d_head 128 = 3072 for d_model 2048, which cannot both hold (2048/24 is no
+# integer). Taken literally that is 1.52B parameters, not the 1.3B of the paper's name and of its Table 2.1 size
+# column. We keep d_model 2048 and d_head 128 and take 2048/128 = 16 heads: 1.32B, the paper's 1.3B (the head
+# split changes no count as long as heads × d_head = d_model). GPT-Neo 1.3B and Pythia-1.4B (arXiv:2304.01373,
+# Table 1: 24 layers, d_model 2048, 16 heads), built to GPT-3 XL's size, use 16 heads too.
+GPT3_XL = _gpt2("gpt3-1.3b", 2048, 24, 16, _GPT3 + ", GPT-3 XL (16 heads of 128)", d_head=128, max_seq_len=2048)
 GPT3_2_7B = _gpt2("gpt3-2.7b", 2560, 32, 32, _GPT3 + ", GPT-3 2.7B", d_head=80, max_seq_len=2048)
 GPT3_6_7B = _gpt2("gpt3-6.7b", 4096, 32, 32, _GPT3 + ", GPT-3 6.7B", d_head=128, max_seq_len=2048)
 GPT3_13B = _gpt2("gpt3-13b", 5140, 40, 40, _GPT3 + ", GPT-3 13B", d_head=128, max_seq_len=2048)
@@ -110,10 +114,11 @@ LLAMA_3_1_405B = TransformerSpec(
     pretrain_seq_len=8192,  # arXiv:2407.21783 Sec. 3.4.1: 8K-token sequences; 128K only in the ~800B-token final stage
 )
 
-# config.json of mistralai/Mistral-7B-v0.1 (sliding window 4096 changes no parameter); 7,241,732,096 parameters
+# config.json of mistralai/Mistral-7B-v0.1 (sliding window 4096 on every layer); 7,241,732,096 parameters
 MISTRAL_7B = TransformerSpec(
     name="mistral-7b", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
-    max_seq_len=32768, norm_eps=1e-5, rope_theta=10000.0, source="config.json of mistralai/Mistral-7B-v0.1",
+    max_seq_len=32768, norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,
+    source="config.json of mistralai/Mistral-7B-v0.1",
     pretrain_seq_len=8192,  # Mistral 7B paper (arXiv:2310.06825), Table 1: context_len 8192
     published_n_params=7_241_732_096,
 )
@@ -134,16 +139,94 @@ MIXTRAL_8X7B = TransformerSpec(
     pretrain_seq_len=32768,  # Mixtral paper (arXiv:2401.04088), Sec. 2: trained with a context size of 32k tokens
 )
 
+# config.json of EleutherAI/pythia-1.4b (gpt_neox: parallel residual, RoPE on 25% of each head, biases, untied);
+# 1,414,647,808 parameters (the Pythia model card's exact count)
+PYTHIA_1_4B = TransformerSpec(
+    name="pythia-1.4b", vocab_size=50304, d_model=2048, n_layers=24, n_heads=16, d_ff=8192, max_seq_len=2048,
+    position="rope", rope_theta=10000.0, partial_rotary_factor=0.25, norm="layernorm", norm_bias=True,
+    norm_eps=1e-5, mlp="gelu", gelu_approximate="none", qkv_bias=True, attn_out_bias=True, mlp_bias=True,
+    parallel_residual=True, source="config.json of EleutherAI/pythia-1.4b", published_n_params=1_414_647_808,
+    pretrain_seq_len=2048,  # Pythia paper (arXiv:2304.01373), Sec. 2: every model trained on sequences of 2048 tokens
+)
+
+# config.json of microsoft/Phi-3-mini-4k-instruct (phi3: fused qkv and gate_up, sliding window 2047 on every
+# layer); 3,821,079,552 parameters
+PHI_3_MINI_4K = TransformerSpec(
+    name="phi-3-mini-4k", vocab_size=32064, d_model=3072, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=8192,
+    max_seq_len=4096, norm_eps=1e-5, rope_theta=10000.0, sliding_window=2047,
+    source="config.json of microsoft/Phi-3-mini-4k-instruct", published_n_params=3_821_079_552,
+    pretrain_seq_len=4096,  # Phi-3 report (arXiv:2404.14219), Sec. 2: phi-3-mini's default context length is 4K
+)
+
+# config.json of google/gemma-2-2b (gemma2: GeGLU, (1+w) RMSNorm, sandwich norms, embeddings × √d, soft-capping
+# 50/30, sliding window 4096 on even layers); 2,614,341,888 parameters
+GEMMA_2_2B = TransformerSpec(
+    name="gemma-2-2b", vocab_size=256000, d_model=2304, n_layers=26, n_heads=8, n_kv_heads=4, d_head=256,
+    d_ff=9216, max_seq_len=8192, norm="gemma_rmsnorm", norm_eps=1e-6, mlp="geglu", rope_theta=10000.0,
+    tied_embeddings=True, sandwich_norm=True, scale_embeddings=True, attn_softcap=50.0, final_softcap=30.0,
+    sliding_window=4096, sliding_layers=tuple(range(0, 26, 2)),
+    source="config.json of google/gemma-2-2b", published_n_params=2_614_341_888,
+    pretrain_seq_len=8192,  # Gemma 2 report (arXiv:2408.00118), Table 1: context length 8192
+)
+
+# config.json of google/gemma-3-1b-pt (gemma3_text: as Gemma 2 plus QK-norm, no soft-capping, window 512 on 5 of
+# every 6 layers with RoPE θ 10000, θ 1e6 on the others); 999,885,952 parameters
+GEMMA_3_1B = TransformerSpec(
+    name="gemma-3-1b", vocab_size=262144, d_model=1152, n_layers=26, n_heads=4, n_kv_heads=1, d_head=256,
+    d_ff=6912, max_seq_len=32768, norm="gemma_rmsnorm", norm_eps=1e-6, mlp="geglu", rope_theta=1000000.0,
+    rope_local_theta=10000.0, tied_embeddings=True, sandwich_norm=True, scale_embeddings=True, qk_norm=True,
+    sliding_window=512, sliding_layers=tuple(i for i in range(26) if (i + 1) % 6),
+    source="config.json of google/gemma-3-1b-pt", published_n_params=999_885_952,
+    pretrain_seq_len=32768,  # Gemma 3 report (arXiv:2503.19786), Sec. 2: pre-trained with 32K sequences (1B is not extended)
+)
+
+# config.json of Qwen/Qwen3-8B (qwen3: QK-norm, d_head 128, no biases, untied); 8,190,735,360 parameters
+QWEN3_8B = TransformerSpec(
+    name="qwen3-8b", vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8, d_ff=12288,
+    max_seq_len=40960, norm_eps=1e-6, rope_theta=1000000.0, qk_norm=True,
+    source="config.json of Qwen/Qwen3-8B", published_n_params=8_190_735_360,
+    pretrain_seq_len=4096,  # Qwen3 report (arXiv:2505.09388), Sec. 3.2: stages S1 and S2 use 4,096 tokens; 32,768 only in S3
+)
+
+# config.json of mosaicml/mpt-7b (mpt: ALiBi, no biases, LayerNorm without bias, exact GELU, tied head);
+# 6,649,286,656 parameters
+MPT_7B = TransformerSpec(
+    name="mpt-7b", vocab_size=50432, d_model=4096, n_layers=32, n_heads=32, d_ff=16384, max_seq_len=2048,
+    position="alibi", alibi_bias_max=8.0, norm="layernorm", norm_eps=1e-5, mlp="gelu", gelu_approximate="none",
+    tied_embeddings=True, source="config.json of mosaicml/mpt-7b", published_n_params=6_649_286_656,
+    pretrain_seq_len=2048,  # MosaicML MPT-7B model card: trained with a context length of 2048 tokens
+)
+
+# config.json of Qwen/Qwen1.5-MoE-A2.7B (qwen2_moe: 60 experts of 1408, top-4 not renormalised, a shared expert of
+# 5632 behind a sigmoid gate, q/k/v biases); 14,315,784,192 parameters, 2,689,173,504 active
+QWEN1_5_MOE_A2_7B = TransformerSpec(
+    name="qwen1.5-moe-a2.7b", vocab_size=151936, d_model=2048, n_layers=24, n_heads=16, n_kv_heads=16, d_ff=1408,
+    max_seq_len=8192, norm_eps=1e-6, rope_theta=1000000.0, qkv_bias=True, n_experts=60, experts_per_token=4,
+    renormalize_topk=False, shared_expert_d_ff=5632, shared_expert_gate=True,
+    source="config.json of Qwen/Qwen1.5-MoE-A2.7B", published_n_params=14_315_784_192,
+    pretrain_seq_len=8192,  # no published pre-training context: the config's position range (max_position_embeddings)
+)
+
+# config.json of Qwen/Qwen3-30B-A3B (qwen3_moe: 128 experts of 768, top-8 renormalised, QK-norm, d_head 128);
+# 30,532,122,624 parameters, 3,353,032,704 active
+QWEN3_30B_A3B = TransformerSpec(
+    name="qwen3-30b-a3b", vocab_size=151936, d_model=2048, n_layers=48, n_heads=32, n_kv_heads=4, d_head=128,
+    d_ff=768, max_seq_len=40960, norm_eps=1e-6, rope_theta=1000000.0, qk_norm=True, n_experts=128,
+    experts_per_token=8, source="config.json of Qwen/Qwen3-30B-A3B", published_n_params=30_532_122_624,
+    pretrain_seq_len=4096,  # Qwen3 report (arXiv:2505.09388), Sec. 3.2: stages S1 and S2 use 4,096 tokens; 32,768 only in S3
+)
+
 PRESETS = {spec.name: spec for spec in [
     TINY, CRUNCHER, GPT2, GPT2_MEDIUM, GPT2_LARGE, GPT2_XL,
     GPT3_SMALL, GPT3_MEDIUM, GPT3_LARGE, GPT3_XL, GPT3_2_7B, GPT3_6_7B, GPT3_13B, GPT3_175B,
     LLAMA_2_7B, LLAMA_2_13B, LLAMA_2_70B, LLAMA_3_8B, LLAMA_3_70B, LLAMA_3_1_405B,
-    MISTRAL_7B, QWEN2_5_7B, MIXTRAL_8X7B,
+    MISTRAL_7B, QWEN2_5_7B, MIXTRAL_8X7B, PYTHIA_1_4B, PHI_3_MINI_4K, GEMMA_2_2B, GEMMA_3_1B, QWEN3_8B, MPT_7B,
+    QWEN1_5_MOE_A2_7B, QWEN3_30B_A3B,
 ]}
 
 # Other names for presets (the GPT-3 paper's size names).
 ALIASES = {
     "gpt3-small": "gpt3-125m", "gpt3-medium": "gpt3-350m", "gpt3-large": "gpt3-760m", "gpt3-xl": "gpt3-1.3b",
     "gpt3": "gpt3-175b", "mistral-7b-v0.1": "mistral-7b",
-    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b", "phi-3-mini": "phi-3-mini-4k",
 }
