@@ -258,3 +258,15 @@ def test_errors_of_the_newer_families():
     one_line_error(lambda: spec_from_config_dict(PYTHIA_CONFIG | {"hidden_act": "relu"}), "'hidden_act'", "gelu")
     one_line_error(lambda: spec_from_config_dict(GEMMA2_CONFIG | {"layer_types": ["full_attention"]}), "'layer_types'")
     one_line_error(lambda: spec_from_config_dict(GEMMA2_CONFIG | {"hidden_activation": 3}), "'hidden_activation'")
+
+
+def test_planted_layer_lists_are_one_line_errors():
+    """A config.json that names its layers is read layer by layer: a billion layers, a zero sparse step or a
+    non-list mlp_only_layers is refused in one line, never a hang or a ZeroDivisionError."""
+    base = {"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "intermediate_size": 128, "moe_intermediate_size": 32, "vocab_size": 100, "num_experts": 4,
+            "num_experts_per_tok": 2}
+    for change, words in (({"num_hidden_layers": 10**9}, "num_hidden_layers"), ({"decoder_sparse_step": 0}, "decoder_sparse_step"),
+                          ({"mlp_only_layers": "all"}, "mlp_only_layers")):
+        with pytest.raises(TrainledgerError, match=words):
+            spec_from_config_dict({**base, **change})

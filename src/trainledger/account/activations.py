@@ -83,15 +83,15 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
         return x / tp
 
     layer = _Layer(spec, batch_size, seq_len, precision, recompute, flash)
-    per_layer_list = [layer.bytes(i, shard) for i in range(spec.n_layers)]
-    per_layer = max(per_layer_list)
+    per_group = [(layer.bytes(i, shard), count) for i, count in spec.layer_groups()]
+    per_layer = max(b for b, _ in per_group)
     layers_per_stage = -(-spec.n_layers // pp)                # ceil(L / pp)
     # 1F1B: stage 0 holds pp micro-batches of its layers; with pp = 1 that is every layer, each as it is
-    layers = sum(per_layer_list) if pp == 1 else per_layer * layers_per_stage * pp
+    layers = sum(b * count for b, count in per_group) if pp == 1 else per_layer * layers_per_stage * pp
 
     # --- outside the layers ----------------------------------------------------------------------
     embeddings = T * _INDEX if spec.position == "learned" else 0            # position ids arange(T)
-    thetas = {spec.layer_rope_theta(i) for i in range(spec.n_layers)} if spec.position == "rope" else set()
+    thetas = {spec.layer_rope_theta(i) for i, _ in spec.layer_groups()} if spec.position == "rope" else set()
     rope = len(thetas) * 2 * T * spec.rotary_dim * r                         # cos, sin tables (T, rotary_dim) per θ
     masks = layer.mask_bytes()
     final_norm = shard(layer.norm(r, n, d), replicated_without_sp=True)      # its output is the head's input:
@@ -223,7 +223,7 @@ class _Layer:
         soft-capped core adds it (keeps nothing) unless a checkpoint holds it as an input (any recompute)."""
         spec, T = self.spec, self.T
         kinds = set()
-        for i in range(spec.n_layers):
+        for i, _ in spec.layer_groups():
             sliding = spec.is_sliding(i) and T > spec.sliding_window
             if sliding or spec.position == "alibi" or self.eager:
                 kinds.add(sliding)

@@ -63,7 +63,7 @@ def compute(args) -> dict:
         f"hardware FLOPs = model FLOPs + recompute '{args.recompute}'",
     ]
     if getattr(spec, "sliding_window", None) and seq_len > spec.sliding_window:
-        windowed = sum(spec.is_sliding(i) for i in range(spec.n_layers))
+        windowed = sum(count for i, count in spec.layer_groups() if spec.is_sliding(i))
         result["assumptions"].append(f"sliding window of {spec.sliding_window} tokens in {windowed} of {spec.n_layers} "
                                      "layers: counted over the full T×T, as our kernels compute it before masking")
     result["assumptions"] += common.approximation_notes(spec)

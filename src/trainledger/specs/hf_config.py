@@ -145,8 +145,21 @@ def _rope(config: dict, get, flag: str, model_type: str, default_theta: float, l
     return theta, factor, notes
 
 
+# Configs that name layers one by one (sliding windows, dense MoE layers) are read layer by layer; the deepest
+# published models have ~128 layers, so more than this is a planted or broken file, not a model.
+MAX_LISTED_LAYERS = 100_000
+
+
+def _listable(n_layers, flag: str) -> int:
+    if not isinstance(n_layers, int) or not 0 < n_layers <= MAX_LISTED_LAYERS:
+        raise TrainledgerError(f"config key 'num_hidden_layers' must be an integer in 1..{MAX_LISTED_LAYERS} for a model "
+                               f"that names its layers ({flag}), got {n_layers!r}")
+    return n_layers
+
+
 def _layer_types(config: dict, n_layers: int, flag: str, default) -> tuple[int, ...] | None:
     """Sliding-window layer indices from `layer_types` (transformers 5) or the model's default rule; None = all."""
+    n_layers = _listable(n_layers, flag)
     types = config.get("layer_types")
     if types is None:
         types = ["sliding_attention" if default(i) else "full_attention" for i in range(n_layers)]
@@ -257,6 +270,12 @@ def _n_experts(get, key: str, alias: str) -> int:
 def _qwen_moe(config: dict, get, model_type: str, n_layers: int, dense_d_ff: int) -> dict:
     """Qwen2-MoE / Qwen3-MoE experts: a layer is MoE unless in mlp_only_layers or off the decoder_sparse_step grid."""
     step, only = get("decoder_sparse_step", 1), get("mlp_only_layers", [], None)
+    n_layers = _listable(n_layers, "--model")
+    if step < 1:
+        raise TrainledgerError(f"config key 'decoder_sparse_step' must be a positive integer, got {step!r} (--model)")
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise TrainledgerError(f"config key 'mlp_only_layers' must be a list of layer indices, got {str(only)[:60]} (--model)")
+    only = set(only)
     dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step)
     fields = {"n_experts": _n_experts(get, "num_experts", "num_local_experts"), "experts_per_token": get("num_experts_per_tok"),
               "renormalize_topk": get("norm_topk_prob", False, bool), "dense_layers": dense,

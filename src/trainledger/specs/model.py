@@ -160,7 +160,21 @@ class TransformerSpec:
     @property
     def n_moe_layers(self) -> int:
         """Number of layers with a mixture of experts."""
-        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+        return sum(count for layer, count in self.layer_groups() if self.is_moe_layer(layer))
+
+    def layer_groups(self) -> list[tuple[int, int]]:
+        """(a representative layer, how many layers are like it) for each kind of layer (MoE or dense, sliding or
+        not, hence its RoPE θ). Only `dense_layers` and `sliding_layers` name layers; every other layer is alike,
+        so per-layer sums cost O(named layers), never O(n_layers): a request may name 10^400 layers."""
+        named = sorted({i for i in (*self.dense_layers, *(self.sliding_layers or ())) if 0 <= i < self.n_layers})
+        groups: dict[tuple[bool, bool], list[int]] = {}
+        for i in named:
+            groups.setdefault((self.is_moe_layer(i), self.is_sliding(i)), [i, 0])[1] += 1
+        if self.n_layers > len(named):
+            taken = set(named)
+            first = next(i for i in range(len(named) + 1) if i not in taken)
+            groups.setdefault((self.is_moe_layer(first), self.is_sliding(first)), [first, 0])[1] += self.n_layers - len(named)
+        return [(layer, count) for layer, count in groups.values()]
 
     def is_sliding(self, layer: int) -> bool:
         """Whether layer `layer` attends only within `sliding_window`."""
