@@ -10,8 +10,8 @@ Categories: matmul, attention, memory_bound, optimizer, communication, data_load
 A step runs in three labelled regions (record_function): `trainledger.data` (drawing the batch),
 `trainledger.forward_backward` and `trainledger.optimizer` (step + zero_grad). Each profiler event's *own* time
 (self time; on CUDA the device time of the kernels it launched) goes to:
-- data_loading: everything inside the data region (its whole wall time);
-- optimizer: the ops inside the optimizer region;
+- data_loading and optimizer: the whole wall time of their regions (the Python of a per-tensor optimizer loop
+  is the optimizer's cost; the prediction's optimizer part includes its ops' dispatch overhead to match);
 - matmul: mm, addmm, bmm, baddbmm, matmul, linear (and ops they call that have no category of their own);
 - attention: scaled_dot_product_attention and its kernels (flash, efficient, cuDNN or the math path's softmax and
   bmm, which inherit from the SDPA call);
@@ -102,8 +102,8 @@ def event_category(event) -> str:
 def measured_categories(events, wall_seconds: float, n_steps: int, device: str = "cpu") -> dict:
     """Seconds per step by category from profiler `events` of `n_steps` steps that took `wall_seconds` in all.
 
-    Each op's own time (self CPU time; on CUDA self device time) goes to `event_category`; the data region counts
-    whole; what remains of the wall time is overhead. Events are torch FunctionEvents or anything with `name`,
+    Each op's own time (self CPU time; on CUDA self device time) goes to `event_category`; the data and optimizer
+    regions count whole; what remains of the wall time is overhead. Events are torch FunctionEvents or anything with `name`,
     `cpu_parent`, `self_cpu_time_total` (µs) and, for CUDA, `self_device_time_total` (µs).
     """
     seconds = dict.fromkeys(CATEGORIES, 0.0)
@@ -112,10 +112,10 @@ def measured_categories(events, wall_seconds: float, n_steps: int, device: str =
                 and event.cpu_parent is None and device == "cuda":
             continue                                    # kernels themselves: counted through the ops that launched them
         if event.name in REGIONS:
-            if event.name == "trainledger.data":        # the data region whole (its Python included)
-                seconds["data_loading"] += _span_seconds(event)
+            if REGIONS[event.name] is not None:         # data and optimizer regions whole (their Python included)
+                seconds[REGIONS[event.name]] += _span_seconds(event)
             continue
-        if _region(event) == "trainledger.data":
+        if REGIONS.get(_region(event)) is not None:
             continue
         own_us = event.self_device_time_total if device == "cuda" else event.self_cpu_time_total
         seconds[event_category(event)] += own_us * 1e-6
@@ -143,12 +143,29 @@ def _span_seconds(event) -> float:
     return (event.time_range.end - event.time_range.start) * 1e-6
 
 
-def predicted_categories(breakdown: dict) -> dict:
-    """account.time's breakdown (seconds by part) summed into CATEGORIES (data loading: not modelled, 0)."""
+def predicted_categories(breakdown: dict, optimizer_overhead_seconds: float = 0.0) -> dict:
+    """account.time's breakdown (seconds by part) summed into CATEGORIES (data loading: not modelled, 0).
+
+    `optimizer_overhead_seconds`, the dispatch overhead of the optimizer's ops (inside the breakdown's
+    "overhead"), moves to "optimizer", as the measured optimizer region includes it."""
     out = dict.fromkeys(CATEGORIES, 0.0)
     for part, value in breakdown.items():
         out[PART_CATEGORY[part]] += value
+    moved = min(optimizer_overhead_seconds, out["overhead"])
+    out["overhead"] -= moved
+    out["optimizer"] += moved
     return out
+
+
+def optimizer_overhead_seconds(spec, gpu, precision: str, optimizer: str) -> float:
+    """Dispatch overhead of one optimizer step on one device: its ops (account.kernels.optimizer_kernels, one
+    per parameter tensor and update) × the device's per-op overhead, as account.time counts it."""
+    from trainledger.account.kernels import optimizer_kernels
+    from trainledger.account.time import _parameter_tensors
+    from trainledger.specs.recipes import get_optimizer
+    n_states = get_optimizer(optimizer).n_states
+    kernels = optimizer_kernels(1.0, _parameter_tensors(spec), precision, n_states)
+    return sum(k.count for k in kernels) * gpu.op_overhead_seconds
 
 
 # --- the diagnosis ------------------------------------------------------------------------------------------
@@ -212,7 +229,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
                   steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0) -> dict:
     """Runs `warmup` + `steps` timed steps, then `steps` steps under torch.profiler (after one profiler warm-up step).
 
-    Returns {step_seconds (median of the timed steps), step_times_s, profiled_step_seconds, categories (seconds
+    Returns {step_seconds (median of the timed steps), step_times_s, step_cpu_seconds (the process's CPU time per
+    step, median: on one thread, the step's time without what other processes took), profiled_step_seconds, categories (seconds
     per profiled step), categories_sum_seconds, flash_used, n_ops_per_step, trace}. Data: random tokens drawn
     with trainledger.data.get_batch from an in-memory token array, as the training loop draws them.
     """
@@ -251,13 +269,14 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     from trainledger.measure.timing import synchronize
     for _ in range(warmup):
         step()
-    times = []
+    times, cpu_times = [], []
     for _ in range(steps):
         synchronize(dev)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         synchronize(dev)
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     walls = []
@@ -277,6 +296,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     flash_used = any("flash" in n or "efficient_attention" in n or "cudnn_attention" in n for n in names) \
         if any("scaled_dot_product" in n for n in names) else None
     result = {"step_seconds": statistics.median(times), "step_times_s": times,
+              "step_cpu_seconds": statistics.median(cpu_times),
               "profiled_step_seconds": statistics.median(walls), "categories": categories,
               "categories_sum_seconds": sum(categories.values()), "flash_used": flash_used,
               "n_ops_per_step": sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is not None
@@ -311,12 +331,15 @@ def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimiz
                            optimizer=optimizer, zero=0, flash=True, with_memory=False)
     measured = profile_steps(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                              steps=steps, warmup=warmup, device=device, trace_path=trace_path)
-    predicted = {"step_seconds": prediction["step_seconds"], "categories": predicted_categories(prediction["breakdown"])}
+    predicted = {"step_seconds": prediction["step_seconds"],
+                 "categories": predicted_categories(prediction["breakdown"],
+                                                    optimizer_overhead_seconds(spec, gpu, precision, optimizer))}
     errors = {k: ((predicted["categories"][k] - v) / v if v > 0 else None) for k, v in measured["categories"].items()}
     return {
         "model": spec.name, "device": device, "gpu": gpu.name, "batch_size": batch_size, "seq_len": seq_len,
         "precision": precision, "optimizer": optimizer, "steps": steps, "predicted": predicted,
-        "measured": {k: measured[k] for k in ("step_seconds", "categories", "step_times_s", "profiled_step_seconds",
+        "measured": {k: measured[k] for k in ("step_seconds", "categories", "step_times_s", "step_cpu_seconds",
+                                              "profiled_step_seconds",
                                               "categories_sum_seconds", "flash_used", "n_ops_per_step", "top_ops")},
         "relative_error": {"step_seconds": (predicted["step_seconds"] - measured["step_seconds"]) / measured["step_seconds"],
                            "categories": errors},
