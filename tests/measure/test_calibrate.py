@@ -161,3 +161,9 @@ def test_cuda_calibration(monkeypatch, tmp_path):
     gpu = cal.calibrated_device("cuda", log=lambda line: None)
     assert gpu.gemm_table("bf16") is not None and gpu.attention_table("sdpa") is not None
     assert cal.load_profile(cal.profile_path("cuda"))["device"] == "cuda"
+
+
+def test_a_busy_machine_is_named():
+    assert cal.busy_warning(synthetic_profile(load_average=0.5, cpu_count=2)) is None
+    assert "load average 3.0 on 2 CPUs" in cal.busy_warning(synthetic_profile(load_average=3.0, cpu_count=2))
+    assert cal.busy_warning(synthetic_profile()) is None                 # not recorded: no claim

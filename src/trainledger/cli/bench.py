@@ -63,7 +63,11 @@ def calibrate(args) -> dict:
                "matmul_flops_per_s": {d: {"min": min(r), "median": sorted(r)[len(r) // 2], "max": max(r)} for d, r in rates.items()},
                "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
                "op_overhead_seconds": profile["op_overhead_seconds"]}
-    return {"calibration": summary, "profile": profile}
+    from trainledger.measure.calibrate import busy_warning
+    result = {"calibration": summary, "profile": profile}
+    if busy_warning(profile):
+        result["warnings"] = [busy_warning(profile)]
+    return result
 
 
 def render(result: dict, args) -> None:
@@ -95,6 +99,8 @@ def render_calibration(result: dict) -> None:
     for seq, fwd, bwd in profile["attention"]["points"]:
         rows.append((f"SDPA causal, seq {seq}", f"forward {units.format_rate(fwd)}, backward {units.format_rate(bwd)}"))
     rows.append(("per-op overhead", units.format_seconds(c["op_overhead_seconds"])))
-    rows.append(("took", units.format_seconds(c["calibration_seconds"])))
+    rows.append(("took", units.format_seconds(c["calibration_seconds"])
+                 + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
+                    if profile.get("load_average") is not None else "")))
     common.console().print(common.table("calibration of this machine", ["", "measured"], [list(r) for r in rows],
                                         caption=f"saved to {c['path']}\npeak: {profile['peak_source']}"))

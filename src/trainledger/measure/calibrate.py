@@ -43,7 +43,7 @@ from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check
 
 MIN_SAMPLE_SECONDS = 0.002
 GRIDS = {   # (token rows m, output/reduction sizes n and k, largest FLOPs of one shape, dtypes)
-    "cpu": ((128, 512, 2048, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 32, ("fp32",)),
+    "cpu": ((128, 1024, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 31, ("fp32",)),
     "cuda": ((512, 2048, 8192, 16384), (128, 512, 2048, 8192, 16384), 2.0 ** 41, ("bf16", "fp32")),
 }
 MEMORY_OP_BYTES = {"cpu": [2 ** e for e in range(16, 29, 2)], "cuda": [2 ** e for e in range(20, 31, 2)]}
@@ -117,6 +117,8 @@ def calibrated_device(device: str = "cpu", *, log=None):
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
         save_profile(profile, path)
+        if busy_warning(profile):
+            say(f"warning: {busy_warning(profile)}")
     return gpu_from_profile(profile)
 
 
@@ -260,4 +262,16 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "op_overhead_seconds": op_overhead_seconds(device), "memory_bytes": _memory_bytes(device),
     }
     profile["calibration_seconds"] = time.perf_counter() - started
+    profile["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    profile["cpu_count"] = os.cpu_count()
     return check_profile(profile)
+
+
+def busy_warning(profile: dict) -> str | None:
+    """A warning when other processes kept the machine busy during calibration (1-minute load average above half
+    the CPUs): the rates then understate it, and a thread descheduled inside a parallel op stalls the others."""
+    load, cpus = profile.get("load_average"), profile.get("cpu_count") or 1
+    if load is None or load <= cpus / 2:
+        return None
+    return (f"the machine was busy while calibrating (load average {load:.1f} on {cpus} CPUs): the measured rates "
+            "understate it; re-run `trainledger bench --calibrate` when it is quiet")
