@@ -50,6 +50,7 @@ def test_op_names_map_to_categories():
     assert op_category("aten::_efficient_attention_forward") == "attention"
     assert op_category("aten::transpose") == "overhead" and op_category("NativeLayerNormBackward0") == "overhead"
     assert op_category("nccl:all_reduce") == "communication"
+    assert op_category("ProfilerStep#3") == "overhead"                  # the profiler's own step marker
     assert op_category("aten::gelu") is None
 
 

@@ -32,12 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     parser.add_argument("--repeats", type=common.positive_int, default=5, help="timed runs; the median is reported (default 5)")
     parser.add_argument("--warmup", type=common.nonnegative_int, default=2, help="untimed runs first (default 2)")
+    parser.add_argument("--threads", type=common.positive_int, default=None,
+                        help="torch intra-op threads on CPU (default: torch's); a calibration is kept per thread count")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure this machine for the time model and save the profile (see above)")
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
+    if args.threads is not None and args.device == "cpu":
+        import torch
+        torch.set_num_threads(args.threads)
     if args.calibrate:
         return calibrate(args)
     from trainledger.measure.timing import bench_matmul

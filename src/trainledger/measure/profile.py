@@ -66,7 +66,7 @@ def op_category(name: str) -> str | None:
     if "c10d" in lowered or "nccl" in lowered or "gloo" in lowered or name.startswith("record_param_comms"):
         return "communication"
     if name in METADATA_OPS or name.startswith("autograd::") or name.endswith(("Backward0", "Backward1")) \
-            or name == "torch::autograd::AccumulateGrad":
+            or name == "torch::autograd::AccumulateGrad" or name.startswith("ProfilerStep"):
         return "overhead"
     return None
 
