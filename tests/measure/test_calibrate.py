@@ -167,3 +167,11 @@ def test_a_busy_machine_is_named():
     assert cal.busy_warning(synthetic_profile(load_average=0.5, cpu_count=2)) is None
     assert "load average 3.0 on 2 CPUs" in cal.busy_warning(synthetic_profile(load_average=3.0, cpu_count=2))
     assert cal.busy_warning(synthetic_profile()) is None                 # not recorded: no claim
+
+
+def test_attention_rates_never_set_the_peak():
+    """The matmul table sets the ceiling; an attention rate above it is capped at 1, never raising the peak."""
+    profile = synthetic_profile(attention={"dtype": "fp32", "head_dim": 64, "heads": 8,
+                                           "points": [[128, 500e9, 5e9]]})
+    gpu = calibrated_gpu(profile)
+    assert gpu.peak("fp32") == 100e9 and gpu.attention_table().points[0] == pytest.approx((128, 1.0, 0.05))

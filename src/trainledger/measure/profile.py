@@ -189,7 +189,7 @@ def diagnose(predicted: dict, measured: dict, *, flash_used: bool | None = None,
         how = f"{ratio:.1f}× its prediction" if ratio is not None else "time that the model does not predict"
         if ratio is not None and ratio < 1:
             how = f"{100 * ratio:.0f} % of its prediction"
-        line = (f"{WORDS[k]} take {how} ({cat_m[k] * 1e3:.1f} vs {cat_p[k] * 1e3:.1f} ms, "
+        line = (f"{WORDS[k]}: {how} ({cat_m[k] * 1e3:.1f} vs {cat_p[k] * 1e3:.1f} ms, "
                 f"{100 * share[k]:.0f} % of the step)")
         hint = _hint(k, gap > 0, flash_used, batch_size, optimizer)
         lines.append(f"{line}: {hint}" if hint else line)

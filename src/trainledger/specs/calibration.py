@@ -84,17 +84,15 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
     """The GPUSpec of a calibrated machine: `base` (the datasheet entry of a CUDA GPU, None for a CPU) with the
     measured GEMM table, memory bandwidth by op size, SDPA rates and per-op overhead of `profile`.
 
-    Fractions are of the larger of the stated peak and the best measured rate, so each is in (0, 1]; a CPU's
-    stated peak is derived from /proc/cpuinfo (`peak_source`), a GPU's is its datasheet.
+    Fractions are of the larger of the stated peak and the best measured matmul rate, so each is in (0, 1]
+    (attention rates above it are capped at it); a CPU's stated peak is derived from /proc/cpuinfo
+    (`peak_source`), a GPU's is its datasheet.
     """
     check_profile(profile)
     where = f"measured by `trainledger bench --calibrate` on {profile['device_name']} ({profile.get('created_utc', '?')})"
     peaks = {}
     for dtype, rows in profile["gemm"].items():
-        best = max(row[3] for row in rows)
-        if profile.get("attention") and profile["attention"]["dtype"] == dtype:
-            best = max([best] + [max(p[1], p[2]) for p in profile["attention"]["points"]])
-        peaks[dtype] = max(profile["peak_flops_per_s"][dtype], best)
+        peaks[dtype] = max(profile["peak_flops_per_s"][dtype], max(row[3] for row in rows))
     gemm = {dtype: GemmEfficiency(tuple((int(m), int(n), int(k), rate / peaks[dtype]) for m, n, k, rate in rows),
                                   full_waves=False, source=f"{len(rows)} matmul shapes {where}")
             for dtype, rows in profile["gemm"].items()}
@@ -103,7 +101,7 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
         a = profile["attention"]
         peak = peaks[a["dtype"]]
         attention["sdpa"] = AttentionEfficiency(
-            "sdpa", tuple((int(s), f / peak, b / peak) for s, f, b in a["points"]), (),
+            "sdpa", tuple((int(s), min(f / peak, 1.0), min(b / peak, 1.0)) for s, f, b in a["points"]), (),
             f"causal scaled_dot_product_attention, head dim {a.get('head_dim', '?')}, {a['dtype']}, {where}")
     curve = tuple(sorted((float(b), float(r)) for b, r in profile["memory"]))
     fields = dict(gemm_efficiency=gemm, attention_efficiency=attention, memory_bandwidth_bytes_per_s=curve[-1][1],
