@@ -67,6 +67,18 @@ def test_memory_seconds_interpolates_the_curve_by_op_size():
     assert kernel_seconds(gpu, many) == pytest.approx(1e4 / 10e9)
 
 
+def test_an_op_with_its_own_curve_streams_at_its_rate():
+    """tanh-GELU is measured apart (compute-bound on CPUs); other elementwise kernels use the add curve."""
+    gpu = calibrated_gpu(synthetic_profile(elementwise={"gelu": [[1e3, 2e9], [1e6, 20e9]]}))
+    gelu = Kernel("gelu", "memory_bound", "elementwise", 0.0, 1e6, (), "fp32", 1)
+    add = Kernel("residual_mlp", "memory_bound", "elementwise", 0.0, 1e6, (), "fp32", 1)
+    assert kernel_seconds(gpu, gelu) == pytest.approx(1e6 / 20e9)
+    assert kernel_seconds(gpu, add) == pytest.approx(1e6 / 100e9)
+    assert calibrated_gpu(synthetic_profile()).elementwise_curves == {}          # optional in a profile
+    with pytest.raises(TrainledgerError, match="elementwise"):
+        check_profile(synthetic_profile(elementwise={"gelu": [[1e3]]}))
+
+
 def test_step_time_on_a_calibrated_cpu_adds_up():
     gpu = calibrated_gpu(synthetic_profile())
     result = step_time(PRESETS["tiny"], gpu, batch_size=4, seq_len=64, precision="fp32", zero=0, with_memory=False)
@@ -141,6 +153,8 @@ def test_calibrate_measures_the_whole_format(monkeypatch, one_torch_thread):
                                                              for k in (32, 128)]
     assert [row[0] for row in profile["memory"]] == [12 * (2 ** 14 // 12), 12 * (2 ** 18 // 12)]
     assert [p[0] for p in profile["attention"]["points"]] == [32, 64]
+    assert [row[0] for row in profile["elementwise"]["gelu"]] == [8 * (2 ** 18 // 12)]
+    assert [row[0] for row in profile["elementwise"]["gelu_backward"]] == [12 * (2 ** 18 // 12)]
     assert profile["threads"] == 1 and profile["device"] == "cpu"
     assert 0 < profile["op_overhead_seconds"] < 1
     calibrated_gpu(profile)                                          # usable by account/

@@ -13,6 +13,8 @@ clock's resolution does not matter:
   interpolates (GPUs: the same idea as the published "maximum achievable matmul FLOPS", at many shapes);
 - out-of-place adds c = a + b of 64 KiB ... 256 MiB per op (3·n·element bytes moved), because a CPU's caches
   serve small ops several times faster than DRAM;
+- tanh-GELU forward and backward at 3 of those sizes: transcendental arithmetic makes them slower than a stream
+  on a CPU (about 3× an add per element, measured here), and GPT models run them on the 4·d_model hidden;
 - causal scaled_dot_product_attention forward and forward + backward (FLOPs as a flash kernel executes them:
   half the T×T square, backward 2.5 × the forward);
 - the per-op overhead: a chain of multiplications of 8-element tensors under autograd, forward and backward,
@@ -187,6 +189,24 @@ def memory_rates(device: str) -> list[list[float]]:
     return out
 
 
+def elementwise_rates(device: str) -> dict:
+    """{kernel name: [[bytes per op, bytes/s], ...]} of fp32 elementwise ops that are not plain streams on this
+    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element)
+    and its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element)."""
+    out = {"gelu": [], "gelu_backward": []}
+    for op_bytes in MEMORY_OP_BYTES[device][1::2] or MEMORY_OP_BYTES[device]:
+        n = op_bytes // 12
+        x = torch.randn(n, device=device, requires_grad=True)
+        grad = torch.randn(n, device=device)
+        with torch.no_grad():
+            fwd = seconds_per_call(lambda: torch.nn.functional.gelu(x, approximate="tanh"), device)
+        y = torch.nn.functional.gelu(x, approximate="tanh")
+        bwd = seconds_per_call(lambda: torch.autograd.grad(y, x, grad, retain_graph=True), device)
+        out["gelu"].append([8 * n, 8 * n / fwd])
+        out["gelu_backward"].append([12 * n, 12 * n / bwd])
+    return out
+
+
 def attention_rates(device: str) -> dict:
     """Causal SDPA rates by sequence length: forward and backward FLOP/s, FLOPs as a flash kernel executes them."""
     dtype, heads, head_dim, lengths = ATTENTION[device]
@@ -258,7 +278,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "threads": torch.get_num_threads() if device == "cpu" else None,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "peak_flops_per_s": peaks, "peak_source": "; ".join(sources), "gemm": gemm,
-        "memory": memory_rates(device), "attention": attention_rates(device),
+        "memory": memory_rates(device), "elementwise": elementwise_rates(device), "attention": attention_rates(device),
         "op_overhead_seconds": op_overhead_seconds(device), "memory_bytes": _memory_bytes(device),
     }
     profile["calibration_seconds"] = time.perf_counter() - started

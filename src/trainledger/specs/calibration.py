@@ -7,6 +7,9 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
     peak_flops_per_s {dtype: FLOP/s}, peak_source         the ceiling the fractions below are taken of
     gemm {dtype: [[m, n, k, flops_per_s], ...]}           C[m,n] = A[m,k]·B[k,n], median of timed runs
     memory [[bytes_per_op, bytes_per_s], ...]             out-of-place adds: 3 · n · 4 bytes per op, by size
+    elementwise {kernel name: [[bytes_per_op, bytes_per_s], ...]}   (optional) ops that are not plain streams,
+                                                          named as account/kernels.py names them, bytes counted
+                                                          as it does (tanh-GELU: 8, its backward 12 per fp32 element)
     attention {dtype, head_dim, points [[seq_len, fwd_flops_per_s, bwd_flops_per_s], ...]}
                                                           causal SDPA, FLOPs as executed (half the T×T square)
     op_overhead_seconds                                   per dispatched op under autograd (tiny tensors)
@@ -70,6 +73,11 @@ def check_profile(profile) -> dict:
         _number(peaks.get(dtype), f"peak_flops_per_s[{dtype!r}]")
         _rows(rows, 4, f"gemm[{dtype!r}]")
     _rows(profile.get("memory"), 2, "memory")
+    elementwise = profile.get("elementwise", {})
+    if not isinstance(elementwise, dict):
+        raise TrainledgerError("calibration profile: elementwise must be an object keyed by kernel name")
+    for name, rows in elementwise.items():
+        _rows(rows, 2, f"elementwise[{name!r}]")
     attention = profile.get("attention")
     if attention is not None:
         if not isinstance(attention, dict) or attention.get("dtype") not in peaks:
@@ -106,6 +114,8 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
     curve = tuple(sorted((float(b), float(r)) for b, r in profile["memory"]))
     fields = dict(gemm_efficiency=gemm, attention_efficiency=attention, memory_bandwidth_bytes_per_s=curve[-1][1],
                   memory_bandwidth_curve=curve, memory_bandwidth_fraction=1.0,
+                  elementwise_curves={name: tuple(sorted((float(b), float(r)) for b, r in rows))
+                                      for name, rows in profile.get("elementwise", {}).items()},
                   op_overhead_seconds=float(profile["op_overhead_seconds"]),
                   performance_source=f"{where}; peak: {profile['peak_source']}")
     if base is not None:
