@@ -205,3 +205,19 @@ def test_cuda_profile(capsys, tmp_path, monkeypatch):
     assert status == 0, err
     result = json.loads(out)
     assert result["measured"]["categories"]["matmul"] > 0 and result["measured"]["categories"]["attention"] > 0
+
+
+def test_cuda_grouping_counts_device_time():
+    """On CUDA an op's time is the device time of its kernels; kernel events are not counted twice; the optimizer
+    is its ops' device time (its CPU span is only the launches); the rest of the wall time is GPU idle."""
+    fb = event("trainledger.forward_backward")
+    opt = event("trainledger.optimizer", start=0, end=5000)
+    mm = event("aten::mm", fb, self_us=30)
+    mm.self_device_time_total = 400
+    kernel = event("ampere_sgemm_128x64_nn", mm)
+    kernel.device_type, kernel.self_device_time_total = "DeviceType.CUDA", 400
+    foreach = event("aten::_foreach_add_", opt, self_us=50)
+    foreach.self_device_time_total = 100
+    got = measured_categories([fb, opt, mm, kernel, foreach], 1000e-6, n_steps=1, device="cuda")
+    assert got["matmul"] == pytest.approx(400e-6) and got["optimizer"] == pytest.approx(100e-6)
+    assert got["overhead"] == pytest.approx(500e-6) and sum(got.values()) == pytest.approx(1000e-6)

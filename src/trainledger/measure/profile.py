@@ -102,20 +102,20 @@ def event_category(event) -> str:
 def measured_categories(events, wall_seconds: float, n_steps: int, device: str = "cpu") -> dict:
     """Seconds per step by category from profiler `events` of `n_steps` steps that took `wall_seconds` in all.
 
-    Each op's own time (self CPU time; on CUDA self device time) goes to `event_category`; the data and optimizer
-    regions count whole; what remains of the wall time is overhead. Events are torch FunctionEvents or anything with `name`,
+    Each op's own time (self CPU time; on CUDA self device time) goes to `event_category`; the data region (and on
+    CPU the optimizer region) counts whole; what remains of the wall time is overhead (on CUDA: GPU idle). Events are torch FunctionEvents or anything with `name`,
     `cpu_parent`, `self_cpu_time_total` (µs) and, for CUDA, `self_device_time_total` (µs).
     """
     seconds = dict.fromkeys(CATEGORIES, 0.0)
+    whole = ("trainledger.data",) if device == "cuda" else ("trainledger.data", "trainledger.optimizer")
     for event in events:
-        if getattr(event, "device_type", None) is not None and "CUDA" in str(event.device_type) \
-                and event.cpu_parent is None and device == "cuda":
+        if device == "cuda" and "CUDA" in str(getattr(event, "device_type", "")):
             continue                                    # kernels themselves: counted through the ops that launched them
         if event.name in REGIONS:
-            if REGIONS[event.name] is not None:         # data and optimizer regions whole (their Python included)
+            if event.name in whole:                     # data (and on CPU optimizer) regions whole, their Python included
                 seconds[REGIONS[event.name]] += _span_seconds(event)
             continue
-        if REGIONS.get(_region(event)) is not None:
+        if _region(event) in whole:
             continue
         own_us = event.self_device_time_total if device == "cuda" else event.self_cpu_time_total
         seconds[event_category(event)] += own_us * 1e-6
