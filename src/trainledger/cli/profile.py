@@ -49,7 +49,6 @@ def compute(args) -> dict:
     from trainledger.cli.plan import load_transformer
     from trainledger.measure.calibrate import calibrated_device
     from trainledger.measure.profile import compare
-    from trainledger.specs.recipes import get_recipe
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -63,18 +62,24 @@ def compute(args) -> dict:
     if args.trace is not None and not args.trace.strip():
         raise TrainledgerError("--trace needs a file name, got ''")
     gpu = calibrated_device(device)
-    dtype = gpu.peak_key(get_recipe(precision).compute_dtype) if get_recipe(precision).compute_dtype in gpu.peak_flops_per_s else None
-    if dtype is None or gpu.gemm_table(dtype) is None:
-        measured = ", ".join(gpu.gemm_efficiency)
-        allowed = " or ".join(r for r in ("fp32", "amp-bf16", "amp-fp16", "bf16")
-                              if get_recipe(r).compute_dtype in gpu.gemm_efficiency) or "fp32"
-        raise TrainledgerError(f"--precision {precision}: this machine's {device} calibration measured {measured} "
-                               f"matmuls only; use --precision {allowed}")
+    if not _calibrated_for(gpu, precision):
+        allowed = " or ".join(r for r in ("fp32", "amp-bf16", "amp-fp16", "bf16") if _calibrated_for(gpu, r))
+        raise TrainledgerError(f"--precision {precision}: this machine's {device} calibration measured "
+                               f"{', '.join(gpu.gemm_efficiency)} matmuls only; use --precision {allowed}")
     result = compare(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, precision=precision,
                      optimizer=args.optimizer, steps=args.steps, warmup=args.warmup, device=device,
                      trace_path=args.trace)
     result["threads"] = torch.get_num_threads() if device == "cpu" else None
     return result
+
+
+def _calibrated_for(gpu, precision: str) -> bool:
+    """Whether the calibration of `gpu` measured the matmuls `precision` runs."""
+    from trainledger.specs.recipes import get_recipe
+    try:
+        return gpu.gemm_table(get_recipe(precision).compute_dtype) is not None
+    except TrainledgerError:
+        return False
 
 
 def render(result: dict, args) -> None:
