@@ -229,7 +229,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
                   steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0) -> dict:
     """Runs `warmup` + `steps` timed steps, then `steps` steps under torch.profiler (after one profiler warm-up step).
 
-    Returns {step_seconds (median of the timed steps), step_times_s, step_cpu_seconds (the process's CPU time per
+    Returns {step_seconds (median of the timed steps), step_times_s, step_min_seconds (the fastest: the least
+    disturbed by other processes, as the calibration's samples are), step_cpu_seconds (the process's CPU time per
     step, median: on one thread, the step's time without what other processes took), profiled_step_seconds, categories (seconds
     per profiled step), categories_sum_seconds, flash_used, n_ops_per_step, trace}. Data: random tokens drawn
     with trainledger.data.get_batch from an in-memory token array, as the training loop draws them.
@@ -296,7 +297,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     flash_used = any("flash" in n or "efficient_attention" in n or "cudnn_attention" in n for n in names) \
         if any("scaled_dot_product" in n for n in names) else None
     result = {"step_seconds": statistics.median(times), "step_times_s": times,
-              "step_cpu_seconds": statistics.median(cpu_times),
+              "step_cpu_seconds": statistics.median(cpu_times), "step_min_seconds": min(times),
               "profiled_step_seconds": statistics.median(walls), "categories": categories,
               "categories_sum_seconds": sum(categories.values()), "flash_used": flash_used,
               "n_ops_per_step": sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is not None
@@ -338,7 +339,7 @@ def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimiz
     return {
         "model": spec.name, "device": device, "gpu": gpu.name, "batch_size": batch_size, "seq_len": seq_len,
         "precision": precision, "optimizer": optimizer, "steps": steps, "predicted": predicted,
-        "measured": {k: measured[k] for k in ("step_seconds", "categories", "step_times_s", "step_cpu_seconds",
+        "measured": {k: measured[k] for k in ("step_seconds", "categories", "step_times_s", "step_cpu_seconds", "step_min_seconds",
                                               "profiled_step_seconds",
                                               "categories_sum_seconds", "flash_used", "n_ops_per_step", "top_ops")},
         "relative_error": {"step_seconds": (predicted["step_seconds"] - measured["step_seconds"]) / measured["step_seconds"],
