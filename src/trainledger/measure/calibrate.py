@@ -45,11 +45,11 @@ from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check
 
 MIN_SAMPLE_SECONDS = 0.002
 GRIDS = {   # (token rows m, output/reduction sizes n and k, largest FLOPs of one shape, dtypes)
-    "cpu": ((128, 1024, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 31, ("fp32",)),
+    "cpu": ((32, 256, 2048, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 31, ("fp32",)),
     "cuda": ((512, 2048, 8192, 16384), (128, 512, 2048, 8192, 16384), 2.0 ** 41, ("bf16", "fp32")),
 }
 MEMORY_OP_BYTES = {"cpu": [2 ** e for e in range(16, 29, 2)], "cuda": [2 ** e for e in range(20, 31, 2)]}
-ATTENTION = {"cpu": ("fp32", 8, 64, (64, 128, 256, 512, 1024, 2048)),       # dtype, heads, head dim, lengths
+ATTENTION = {"cpu": ("fp32", 8, 64, (16, 32, 64, 128, 256, 512, 1024, 2048)),       # dtype, heads, head dim, lengths
              "cuda": ("bf16", 16, 128, (512, 1024, 2048, 4096, 8192))}
 
 
