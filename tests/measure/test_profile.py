@@ -16,7 +16,7 @@ from trainledger.measure.profile import (CATEGORIES, diagnose, event_category, m
                                          predicted_categories, profile_steps)
 from trainledger.specs import PRESETS
 from trainledger.specs.calibration import calibrated_gpu
-from tests.measure.test_calibrate import synthetic_profile
+from profile_helpers import synthetic_profile
 
 
 def event(name, parent=None, self_us=0.0, start=0.0, end=0.0):

@@ -9,7 +9,7 @@ from trainledger.cli.main import main
 from trainledger.measure import calibrate as cal
 from trainledger.specs import PRESETS
 from trainledger.train.metrics import predicted_step, read_metrics, step_time_gap
-from tests.measure.test_calibrate import synthetic_profile
+from profile_helpers import synthetic_profile
 
 ARGS = dict(micro_batch=4, global_batch=4, seq_len=16, precision="fp32", optimizer="adamw", device="cpu")
 
