@@ -31,6 +31,38 @@ def test_exposed_part_of_a_collective():
     assert T.exposed_seconds(3.0, 1.0) == 2.0 and T.exposed_seconds(1.0, 3.0) == 0.0
 
 
+def test_collective_overlapping_gemms_that_lose_sms_by_hand():
+    """A collective of 1 ms over GEMMs of 3 ms that take 4 ms on the SMs NCCL leaves: during the 1 ms they do a
+    quarter of their work, the other three quarters take 2.25 ms at full rate: 3.25 ms, 0.25 ms more."""
+    assert T.overlapped_exposed(1.0, 3.0, 4.0) == pytest.approx(0.25)
+    assert T.overlapped_exposed(5.0, 3.0, 4.0) == pytest.approx(2.0)      # outlasts even the slowed GEMMs
+    assert T.overlapped_exposed(1.0, 3.0, 3.0) == T.exposed_seconds(1.0, 3.0) == 0.0   # no SMs taken
+    assert T.overlapped_exposed(0.0, 3.0, 4.0) == 0.0
+
+
+def test_gemm_on_fewer_sms():
+    """A100 (108 SMs) with NCCL's 24 channels (NVIDIA/nccl-tests#100) on 84: a full-wave 8192×8192 GEMM runs at the
+    ceiling × its wave utilisation on 84 SMs × 84/108."""
+    a100 = get_gpu("a100-80gb")
+    assert a100.intra_node_link.sm_channels == 24
+    full = roofline.gemm_efficiency(a100, 8192, 8192, 8192, "bf16")
+    narrow = roofline.gemm_efficiency(a100, 8192, 8192, 8192, "bf16", sms=84)
+    util84 = wave_utilization(8192, 8192, 8192, 84)[0]
+    assert narrow["efficiency"] == pytest.approx(full["measured"] * util84 * 84 / 108)
+    assert narrow["efficiency"] < full["efficiency"]
+
+
+def test_megatron_optimizer_bytes_per_parameter():
+    """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
+    main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""
+    from trainledger.account.kernels import optimizer_kernels
+    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", 2, 4, framework="megatron")
+    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", 2, 4, framework="megatron")
+    assert sum(k.bytes for k in fp16) == pytest.approx(50e9)
+    assert sum(k.bytes for k in bf16) == pytest.approx(42e9)
+    assert {k.name for k in fp16} - {k.name for k in bf16} == {"optimizer_unscale_check_inf"}
+
+
 def test_gemm_on_the_roofline_by_hand():
     # 4096³ in bf16: 2·4096³ = 1.374e11 FLOPs at 100 TFLOP/s = 1.374 ms; bytes 3·4096²·2 = 100.7 MB = 0.1 ms
     big = Kernel("big", "compute", "gemm", 2 * 4096**3, 3 * 4096**2 * 2, (4096, 4096, 4096, 1))
@@ -141,15 +173,16 @@ def test_missing_network_names_the_flag():
 def test_korthikanti_table5():
     """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheet and published measurements.
 
-    The honest model predicts every cell faster than measured: mean |error| 15.2 %, worst 21.3 % (22B seq+sel);
+    The honest model predicts every cell faster than measured: mean |error| 13.6 %, worst 16.9 % (22B seq+sel);
     the issue's target (mean ≤ 5 %, each ≤ 10 %) is NOT met — see docs/time.md for what drives the gap (matmul rate
     at mid-sized shapes below the best-shape measurement). These bounds guard the current result.
     """
     cases = korthikanti_cases()
     assert len(cases) == 8
     errors = [abs(c["error"]) for c in cases]
-    assert sum(errors) / 8 == pytest.approx(0.152, abs=0.01)
-    assert max(errors) < 0.22
+    assert sum(errors) / 8 == pytest.approx(0.136, abs=0.01)
+    assert max(errors) < 0.18
+    assert all(c["error"] < 0 for c in cases)           # every cell predicted too fast: the gap is one-sided
     by = {(c["model"], c["setting"]): c["predicted_seconds"] for c in cases}
     for name in ("22B", "175B", "530B", "1T"):          # the published ordering: seq+sel is faster than full
         assert by[(name, "seq+sel")] < by[(name, "full")]

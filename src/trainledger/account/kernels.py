@@ -238,7 +238,7 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
 
 
 def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
-                      state_bytes: float = 4, clip: bool = True) -> list[Kernel]:
+                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger") -> list[Kernel]:
     """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
 
     Per parameter: read the gradient and the fp32 weight (master copy when there is one), read and write each
@@ -246,6 +246,8 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
     reads the gradients once more. ~10 elementwise ops per tensor (a foreach AdamW's updates).
     """
     recipe = get_recipe(precision)
+    if framework == "megatron" and recipe.master_params_bytes_per_param:
+        return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
     grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
     weight = master if master else recipe.params_bytes_per_param
     per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
@@ -253,3 +255,34 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
         per_param += grad
     return [Kernel("optimizer_step", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16",
                    max(1, int(n_tensors)) * (10 + n_states), "forward")]
+
+
+def megatron_optimizer_kernels(n_params: float, n_tensors: int, recipe, n_states: int = 2,
+                               state_bytes: float = 4) -> list[Kernel]:
+    """Megatron-LM's mixed-precision optimizer step (Float16OptimizerWithFloat16Params, contiguous fp32 main_grad
+    buffers, apex multi-tensor kernels), pass by pass, as memory traffic per parameter of this GPU's shard:
+
+    - fp16 only: unscale the fp32 gradients by 1/loss-scale and check them for inf/NaN
+      (torch._amp_foreach_non_finite_check_and_unscale_): read 4 + write 4 B; bf16 runs without a loss scaler;
+    - gradient norm for clipping (multi_tensor_l2norm): read 4 B (the rescale runs only when the norm exceeds
+      the clip value: not counted);
+    - Adam (apex FusedAdam, multi_tensor_adam): read gradient, fp32 weight and the states, write weight and
+      states: 4 + 2·4 + 2·n_states·state_bytes = 28 B for two fp32 states;
+    - copy the fp32 main weights into the 16-bit model weights (_copy_main_params_to_model_params): 4 + 2 B;
+    - zero the fp32 main_grad buffer for the next step: write 4 B.
+    fp16: 8 + 4 + 28 + 6 + 4 = 50 B per parameter; bf16: 42 B. The main_grad → main_param.grad "copy" is an
+    alias in fp32 (no traffic). Launches: a handful of multi-tensor kernels per ~chunk of tensors: counted as
+    n_tensors/110 (apex's default of 110 tensors per launch list) per pass, at least 1.
+    """
+    master, model = recipe.master_params_bytes_per_param, recipe.params_bytes_per_param
+    main_grad = FP32            # gradient_accumulation_fusion accumulates into an fp32 buffer
+    launches = max(1, -(-int(n_tensors) // 110))
+    passes = []
+    if recipe.name == "mixed-fp16":
+        passes.append(("unscale_check_inf", 2 * main_grad))
+    passes += [("grad_norm", main_grad),
+               ("adam", main_grad + 2 * master + 2 * n_states * state_bytes),
+               ("copy_main_to_model", master + model),
+               ("zero_main_grad", main_grad)]
+    return [Kernel(f"optimizer_{name}", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16", launches,
+                   "forward") for name, per_param in passes]

@@ -85,6 +85,7 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
     return num_gpus, dp, global_batch_size, global_batch_size // per_step
 
 
+COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
 DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
 
 
@@ -119,15 +120,41 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     return copies + seconds
 
 
-def _time(gpu, kernels, attention_kernel: str | None = None) -> dict:
-    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and GEMM time by role."""
+def overlapped_exposed(comm_seconds: float, gemm_seconds: float, narrow_gemm_seconds: float) -> float:
+    """Seconds a collective adds to the GEMMs it overlaps when its NCCL kernel holds some of their SMs.
+
+    The GEMMs take `gemm_seconds` on all SMs and `narrow_gemm_seconds` on the SMs the collective leaves free.
+    While the collective runs (comm_seconds) they progress at the narrow rate; the rest of their work then runs
+    at the full rate. If the collective outlasts even the slowed GEMMs, it sets the time:
+        comm ≥ narrow: comm − gemm;   else: comm · (1 − gemm / narrow)
+    With narrow = gemm (no SMs taken) this is max(0, comm − gemm), the plain exposed part.
+    """
+    if comm_seconds <= 0:
+        return 0.0
+    if comm_seconds >= narrow_gemm_seconds:
+        return comm_seconds - gemm_seconds
+    return comm_seconds * (1.0 - gemm_seconds / narrow_gemm_seconds) if narrow_gemm_seconds > 0 else comm_seconds
+
+
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
+    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
+    ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
+    on only that many SMs)."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
-           "dgrad": 0.0, "wgrad": 0.0, "kernels": 0}
+           "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
     for k in kernels:
         seconds = kernel_seconds(gpu, k, attention_kernel)
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds
+            narrow = seconds
+            if narrow_sms and k.kind == "gemm":
+                narrow = kernel_seconds(gpu, k, attention_kernel, narrow_sms)
+            out[k.role + "_narrow"] += narrow
+            if k.kind == "gemm":
+                full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
+                full_narrow[0] += seconds
+                full_narrow[1] += narrow
         out["overhead"] += k.count * gpu.op_overhead_seconds
         out["kernels"] += k.count
     return out
@@ -179,32 +206,43 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     # 1. kernels of one layer and of the edges, for one micro-batch
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    gpn = gpu.gpus_per_node
+    tp_link = _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpn)["tp"]) if tp > 1 else None
+    narrow_sms = gpu.sm_count - tp_link.sm_channels if (tp_link and tp_link.sm_channels and gpu.sm_count) else None
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute)
+           recompute, narrow_sms)
     if cache is not None and key in cache:
         fwd, bwd, rec, edges = cache[key]
     else:
         fwd, bwd, rec, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                            recompute)
+                                            recompute, narrow_sms)
         if cache is not None:
             cache[key] = (fwd, bwd, rec, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    gpn = gpu.gpus_per_node
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
     layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
     per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
-    hide = {"wgrad": [0.0, bwd["wgrad"]], "dgrad": [0.0, bwd["dgrad"]]}
+    hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
+    column = COLUMN_PARALLEL.get(framework, ())
     records = []
     for c in layer_comm:
         seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
         records.append((c, seconds))
-        if c.hides_behind in hide:
+        if c.hides_behind in hide and framework == "megatron" and c.count == len(column):
+            # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
+            # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
+            # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
+            per_call = seconds / c.count
+            for name in COLUMN_PARALLEL[framework]:
+                full, narrow = bwd["gemms"][f"{name}_{c.hides_behind}"]
+                per_layer[c.part] += overlapped_exposed(per_call, full, narrow)
+        elif c.hides_behind in hide:
             hide[c.hides_behind][0] += seconds
         else:
             per_layer[c.part] += seconds
-    per_layer["tp_comm"] += sum(exposed_seconds(comm, gemms) for comm, gemms in hide.values())
+    per_layer["tp_comm"] += sum(overlapped_exposed(comm, gemms, narrow) for comm, gemms, narrow in hide.values())
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -249,7 +287,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
     n_tensors = _parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
-    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes))
+    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                           framework=framework))
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():
@@ -289,10 +328,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     return result
 
 
-def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str):
-    """Seconds by part of one layer's forward, backward and recomputation, and of the embedding and head kernels."""
+def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
+                 narrow_sms: int | None = None):
+    """Seconds by part of one layer's forward, backward and recomputation, and of the embedding and head kernels
+    (the backward also on `narrow_sms` SMs: what its GEMMs take while a TP collective holds the others)."""
     lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
-    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak)
+    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
     rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
            "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
     edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
