@@ -222,27 +222,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
-    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
-    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
-    hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
-    column = COLUMN_PARALLEL.get(framework, ())
-    records = []
-    for c in layer_comm:
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
-        records.append((c, seconds))
-        if c.hides_behind in hide and framework == "megatron" and c.count == len(column):
-            # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
-            # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
-            # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
-            per_call = seconds / c.count
-            for name in COLUMN_PARALLEL[framework]:
-                full, narrow = bwd["gemms"][f"{name}_{c.hides_behind}"]
-                per_layer[c.part] += overlapped_exposed(per_call, full, narrow)
-        elif c.hides_behind in hide:
-            hide[c.hides_behind][0] += seconds
-        else:
-            per_layer[c.part] += seconds
-    per_layer["tp_comm"] += sum(overlapped_exposed(comm, gemms, narrow) for comm, gemms, narrow in hide.values())
+    per_layer, records = _layer_comm(spec, gpu, common, bwd, framework)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -326,6 +306,56 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     result["assumptions"] = assumptions(gpu, result, records)
     return result
+
+
+def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dict, list]:
+    """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
+    records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
+    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
+    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
+    hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
+    column = COLUMN_PARALLEL.get(framework, ())
+    records = []
+    for c in layer_comm:
+        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        records.append((c, seconds))
+        if c.hides_behind in hide and column and c.count == len(column):
+            # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
+            # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
+            # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
+            per_call = seconds / c.count
+            for name in column:
+                full, narrow = bwd["gemms"][f"{name}_{c.hides_behind}"]
+                per_layer[c.part] += overlapped_exposed(per_call, full, narrow)
+        elif c.hides_behind in hide:
+            hide[c.hides_behind][0] += seconds
+        else:
+            per_layer[c.part] += seconds
+    per_layer["tp_comm"] += sum(overlapped_exposed(comm, gemms, narrow) for comm, gemms, narrow in hide.values())
+    return per_layer, records
+
+
+def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
+                       sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
+                       framework: str = "megatron", dropout: bool | None = None) -> dict:
+    """{"forward", "backward"} seconds of ONE layer for one micro-batch on one GPU, with its exposed TP comm: what
+    Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the recomputation (and
+    a full recompute's forward collectives)."""
+    recipe = get_recipe(precision)
+    sp = sp and tp > 1
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
+    tp_link = _link(gpu, comm_mod.group_links(tp, 1, 1, 1, gpu.gpus_per_node)["tp"]) if tp > 1 else None
+    narrow_sms = gpu.sm_count - tp_link.sm_channels if (tp_link and tp_link.sm_channels and gpu.sm_count) else None
+    fwd, bwd, rec, _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute, narrow_sms)
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
+                  style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
+    total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
+    _, records = _layer_comm(spec, gpu, dict(common, recompute="none"), bwd, framework)
+    forward_comm = sum(seconds for c, seconds in records if c.name.endswith("_forward"))
+    kernels = ("compute", "attention", "memory_bound", "overhead")
+    forward = sum(fwd[k] for k in kernels) + forward_comm
+    backward = sum(bwd[k] + rec[k] for k in kernels) + sum(total.values()) - forward_comm
+    return {"forward": forward, "backward": backward}
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
