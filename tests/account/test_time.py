@@ -138,6 +138,83 @@ def test_layer_gemm_flops_equal_account_flops():
     assert layer_bwd == pytest.approx(2 * layer_fwd)
 
 
+@pytest.mark.parametrize("name, changes", [
+    ("qwen1.5-moe-a2.7b", {}),                                  # 60 experts, top 4, a gated shared expert
+    ("mixtral-8x7b", {}),                                       # 8 experts, top 2
+    ("mixtral-8x7b", {"dense_layers": (0, 5), "dense_d_ff": 8192}),   # MoE model with dense layers
+    ("gemma-2-2b", {}),                                         # sliding-window layers, soft-capping
+])
+@pytest.mark.parametrize("framework", ["trainledger", "megatron"])
+def test_layer_gemm_flops_equal_account_flops_for_every_kind_of_layer(name, changes, framework):
+    """Summed over spec.layer_groups() (each kind of layer × how many), the kernels carry exactly account.flops's
+    matmul FLOPs: MoE router + k routed experts + shared expert, dense layers of an MoE model, sliding layers
+    (the math path multiplies the whole square, as account.flops counts). tp = 1: the router is replicated."""
+    from trainledger.account.flops import flops_per_step
+    spec = get_model(name).with_(**changes)
+    b, s, tp = 1, 1024, 1
+    total = 0.0
+    for layer, count in spec.layer_groups():
+        lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False, tp=tp, framework=framework,
+                           layer=layer)
+        forward = sum(k.flops for k in lk["forward"])
+        assert sum(k.flops for k in lk["backward"]) == pytest.approx(2 * forward)
+        total += count * forward * tp
+    head = 2 * b * s * spec.d_model * spec.vocab_size
+    assert total == pytest.approx(flops_per_step(spec, b, s)["forward_flops_per_step"] - head)
+
+
+def test_sliding_window_flash_flops_by_hand():
+    """A window of W = T/2 keys in a fused windowed kernel executes W/T − W²/(2T²) = 3/8 of the T×T square (each
+    query sees min(i + 1, W) keys); causal without a window 1/2. Our torch model passes the window as a mask:
+    SDPA runs the whole square."""
+    spec = get_model("mistral-7b").with_(sliding_window=2048)        # Mistral 7B's window is 4096
+    s = 4096
+    square = 2 * 2 * spec.n_heads * s * s * spec.head_dim
+    flash = {fw: [k for k in layer_kernels(spec, batch_size=1, seq_len=s, framework=fw)["forward"]
+                  if k.kind == "flash_attention"][0].flops for fw in ("megatron", "trainledger")}
+    assert flash["megatron"] == pytest.approx(square * 3 / 8)
+    assert flash["trainledger"] == pytest.approx(square)
+    no_window = [k for k in layer_kernels(spec.with_(sliding_window=None), batch_size=1, seq_len=s,
+                                          framework="megatron")["forward"] if k.kind == "flash_attention"][0]
+    assert no_window.flops == pytest.approx(square / 2)
+
+
+def test_soft_capping_is_memory_traffic():
+    """Gemma 2's soft-capped logits: our torch model takes the math path (three passes over the T×T scores) and
+    caps the vocabulary logits (three passes over tokens × vocab); a fused kernel (Megatron) caps for free."""
+    from trainledger.account.kernels import edge_kernels
+    spec = get_model("gemma-2-2b")
+    plain = spec.with_(attn_softcap=None, final_softcap=None)
+    names = {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024)["forward"]}
+    assert "attention_softcap" in names and "flash_attention" not in names
+    assert "flash_attention" in {k.name for k in layer_kernels(plain, batch_size=1, seq_len=1024)["forward"]}
+    capped = sum(k.bytes for k in edge_kernels(spec, batch_size=1, seq_len=1024)["head_forward"])
+    uncapped = sum(k.bytes for k in edge_kernels(plain, batch_size=1, seq_len=1024)["head_forward"])
+    assert capped - uncapped == pytest.approx(3 * 2 * 1024 * spec.vocab_size * 2)      # bf16 logits
+    assert "attention_softcap" not in {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024,
+                                                                     framework="megatron")["forward"]}
+
+
+def test_step_time_costs_one_layer_per_kind_of_layer(monkeypatch):
+    """Per-layer work iterates spec.layer_groups(): O(kinds of layers), never O(n_layers)."""
+    from trainledger.account import kernels
+    calls = []
+    real = kernels.layer_kernels
+    monkeypatch.setattr(T, "layer_kernels", lambda *a, **k: calls.append(k["layer"]) or real(*a, **k))
+    spec = get_model("gemma-2-2b").with_(n_layers=10**6)
+    T.step_time(spec, get_gpu("h100"), batch_size=1, seq_len=1024, num_gpus=8, with_memory=False)
+    assert len(calls) == len(spec.layer_groups()) == 2
+
+
+def test_moe_layer_costs_more_than_one_expert():
+    """A top-2 MoE layer's MLP GEMMs take about twice one dense MLP's (Mixtral: 8 experts, 2 per token)."""
+    spec, gpu = get_model("mixtral-8x7b"), get_gpu("h100")
+    moe = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, zero=3, with_memory=False)
+    dense = T.step_time(spec.with_(n_experts=1, experts_per_token=1), gpu, batch_size=1, seq_len=4096, num_gpus=8,
+                        zero=3, with_memory=False)
+    assert 1.5 < moe["breakdown"]["compute"] / dense["breakdown"]["compute"] < 2.2
+
+
 def test_step_parts_sum_and_mfu_definition():
     spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
     r = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3)

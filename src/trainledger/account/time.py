@@ -212,17 +212,17 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
            recompute, narrow_sms)
     if cache is not None and key in cache:
-        fwd, bwd, rec, edges = cache[key]
+        groups, edges = cache[key]
     else:
-        fwd, bwd, rec, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                            recompute, narrow_sms)
+        groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
+                                     recompute, narrow_sms, spec.layer_groups())
         if cache is not None:
-            cache[key] = (fwd, bwd, rec, edges)
+            cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
-    per_layer, records = _layer_comm(spec, gpu, common, bwd, framework)
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -294,7 +294,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
         "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
-        "kernels_per_layer": fwd["kernels"] + bwd["kernels"] + rec["kernels"],
+        "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
     }
     if with_memory:
@@ -308,6 +308,22 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     return result
 
 
+def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
+    """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
+    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
+    how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
+    pipeline stage is assumed to hold the same mix (its layers × this mean)."""
+    total = sum(count for count, *_ in groups)
+    fwd, bwd, rec, comm = {}, {}, {}, {}
+    records = None
+    for count, f, b, r in groups:
+        per_layer, recs = _layer_comm(spec, gpu, common, b, framework)
+        records = records if records is not None else recs
+        for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
+            _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
+    return fwd, bwd, rec, comm, records
+
+
 def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dict, list]:
     """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
     records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
@@ -319,14 +335,13 @@ def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dic
     for c in layer_comm:
         seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
         records.append((c, seconds))
-        if c.hides_behind in hide and column and c.count == len(column):
+        own = [bwd.get("gemms", {}).get(f"{name}_{c.hides_behind}") for name in column]
+        if c.hides_behind in hide and column and c.count == len(column) and all(own):
             # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
             # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
             # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
-            per_call = seconds / c.count
-            for name in column:
-                full, narrow = bwd["gemms"][f"{name}_{c.hides_behind}"]
-                per_layer[c.part] += overlapped_exposed(per_call, full, narrow)
+            for full, narrow in own:
+                per_layer[c.part] += overlapped_exposed(seconds / c.count, full, narrow)
         elif c.hides_behind in hide:
             hide[c.hides_behind][0] += seconds
         else:
@@ -337,16 +352,17 @@ def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dic
 
 def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
                        sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
-                       framework: str = "megatron", dropout: bool | None = None) -> dict:
-    """{"forward", "backward"} seconds of ONE layer for one micro-batch on one GPU, with its exposed TP comm: what
-    Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the recomputation (and
-    a full recompute's forward collectives)."""
+                       framework: str = "megatron", dropout: bool | None = None, layer: int = 0) -> dict:
+    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch on one GPU, with its
+    exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the
+    recomputation (and a full recompute's forward collectives)."""
     recipe = get_recipe(precision)
     sp = sp and tp > 1
     shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
     tp_link = _link(gpu, comm_mod.group_links(tp, 1, 1, 1, gpu.gpus_per_node)["tp"]) if tp > 1 else None
     narrow_sms = gpu.sm_count - tp_link.sm_channels if (tp_link and tp_link.sm_channels and gpu.sm_count) else None
-    fwd, bwd, rec, _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute, narrow_sms)
+    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
+                                           narrow_sms, [(layer, 1)])
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
                   style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
     total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
@@ -359,15 +375,19 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None = None):
-    """Seconds by part of one layer's forward, backward and recomputation, and of the embedding and head kernels
-    (the backward also on `narrow_sms` SMs: what its GEMMs take while a TP collective holds the others)."""
-    lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
-    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
-    rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-           "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+                 narrow_sms: int | None, layers: list[tuple[int, int]]):
+    """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
+    `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
+    its GEMMs take while a TP collective holds the others."""
+    groups = []
+    for layer, count in layers:
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
+        fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
+        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
+               "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+        groups.append((count, fwd, bwd, rec))
     edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
-    return fwd, bwd, rec, edges
+    return groups, edges
 
 
 def _parameter_tensors(spec) -> int:
