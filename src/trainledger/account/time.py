@@ -9,20 +9,23 @@ they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (accoun
 global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
 
 How a step is built (each piece is a small function a test checks by hand):
-1. The kernels of one layer, forward and backward, and of the embedding and head (account.kernels: the same
-   matrices as account.flops, the same tensors as account.activations), each timed on the roofline of
-   account.roofline; recomputation re-runs the attention core (selective) or the whole layer forward (full).
+1. The kernels of one layer of each kind (spec.layer_groups(): MoE or dense, sliding or global; weighted by how
+   many layers it has, O(kinds of layers)), forward and backward, and of the embedding and head
+   (account.kernels: the same matrices as account.flops, the same tensors as account.activations), each timed
+   on the roofline of account.roofline; recomputation re-runs the attention core (selective) or the whole
+   layer forward (full).
 2. Communication (account.comm), α–β ring costs on the link each group crosses. Only the exposed part is added:
    max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
-   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMMs, SP input re-gather behind the input-
-   gradient GEMMs; DDP gradient buckets behind the last micro-batch's backward when pp = 1; FSDP prefetch behind
-   the neighbouring layer). Everything else is exposed.
+   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
+   input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
+   when pp = 1; FSDP prefetch behind the neighbouring layer). Everything else is exposed. A TP collective holds
+   its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
 3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
-Not modelled: data loading, evaluation, stragglers and jitter, kernel-level interference of communication with
-compute, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
+Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by DP collectives and on links without a
+published channel count, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
 beyond embedding/head, the interleaved schedule's extra activation memory.
 """
 
