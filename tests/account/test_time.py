@@ -52,6 +52,19 @@ def test_gemm_on_fewer_sms():
     assert narrow["efficiency"] < full["efficiency"]
 
 
+def test_dp_collective_hidden_behind_backward_slows_it():
+    """DDP's gradient all-reduce over the network hides behind the last backward, but holds 16 of the A100's 108
+    SMs (NVIDIA/nccl#689): the step is longer than with a (hypothetical) NCCL that takes no SMs."""
+    import dataclasses
+    a100 = get_gpu("a100-80gb")
+    free = dataclasses.replace(a100, inter_node_link=dataclasses.replace(a100.inter_node_link, sm_channels=0))
+    kw = dict(batch_size=32, seq_len=1024, num_gpus=16, global_batch_size=512, zero=0, with_memory=False)
+    spec = get_model("gpt2")                  # 0.5 GB of fp32 gradients: ~40 ms on HDR, within the backward
+    taken, untaken = T.step_time(spec, a100, **kw), T.step_time(spec, free, **kw)
+    assert a100.inter_node_link.sm_channels == 16
+    assert taken["breakdown"]["dp_comm"] > untaken["breakdown"]["dp_comm"]
+
+
 def test_megatron_optimizer_bytes_per_parameter():
     """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
     main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""

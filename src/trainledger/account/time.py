@@ -24,7 +24,7 @@ How a step is built (each piece is a small function a test checks by hand):
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
-Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by DP collectives and on links without a
+Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
 published channel count, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
 beyond embedding/head, the interleaved schedule's extra activation memory.
 """
@@ -103,10 +103,17 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
     gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
     of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
-    buffers and copies nothing).
+    buffers and copies nothing). While a hidden collective runs, its NCCL kernel holds `link.sm_channels` SMs:
+    the compute it hides behind runs SMs/(SMs − channels) slower meanwhile (overlapped_exposed; all of that
+    compute is treated as SM-bound, an upper bound for its memory-bound part).
     """
     from trainledger.account.roofline import memory_seconds
     link = _link(gpu, c.link)
+    slow = gpu.sm_count / (gpu.sm_count - link.sm_channels) if (gpu.sm_count and link.sm_channels) else 1.0
+
+    def exposed(comm: float, hidden: float) -> float:
+        return overlapped_exposed(comm, hidden, hidden * slow)
+
     per_call = seconds / c.count if c.count else 0.0
     copies = 0.0
     if style == "torch":
@@ -114,12 +121,12 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     if c.hides_behind == "backward_last":
         bucket = comm_mod.collective_seconds(c.kind, min(DDP_BUCKET_BYTES, c.payload_bytes), c.group_size, link)
         hidden = stage_bwd if pp == 1 else 0.0
-        return copies + (seconds if pp > 1 else bucket + exposed_seconds(seconds - bucket, hidden))
+        return copies + (seconds if pp > 1 else bucket + exposed(seconds - bucket, hidden))
     if c.hides_behind in ("forward", "backward"):
         unit = comm_mod.collective_seconds(c.kind, c.payload_bytes / n_layers, c.group_size, link)
         edge = unit if (c.kind == "all_gather" and c.hides_behind == "forward") or c.kind == "reduce_scatter" else 0.0
         hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
-        return copies + micro_batches * (edge + exposed_seconds(per_call - edge, hidden))
+        return copies + micro_batches * (edge + exposed(per_call - edge, hidden))
     return copies + seconds
 
 
