@@ -217,8 +217,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
-    tp_link = _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpn)["tp"]) if tp > 1 else None
-    narrow_sms = gpu.sm_count - tp_link.sm_channels if (tp_link and tp_link.sm_channels and gpu.sm_count) else None
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
            recompute, narrow_sms)
     if cache is not None and key in cache:
@@ -318,6 +317,14 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     return result
 
 
+def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
+    """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
+    if tp == 1:
+        return None
+    link = _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"])
+    return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
+
+
 def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
     """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
     forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
@@ -369,8 +376,7 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     recipe = get_recipe(precision)
     sp = sp and tp > 1
     shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
-    tp_link = _link(gpu, comm_mod.group_links(tp, 1, 1, 1, gpu.gpus_per_node)["tp"]) if tp > 1 else None
-    narrow_sms = gpu.sm_count - tp_link.sm_channels if (tp_link and tp_link.sm_channels and gpu.sm_count) else None
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, 1, 1)
     [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
                                            narrow_sms, [(layer, 1)])
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
