@@ -448,6 +448,10 @@ def assumptions(gpu, result: dict, records) -> list[str]:
         table = gpu.attention_table(result.get("attention_kernel"))
         lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
                      "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
+    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
+    if narrow:
+        lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
+                     "the GEMMs it overlaps run on the rest")
     seen = set()
     for c, _ in records:
         if c.name in seen:
