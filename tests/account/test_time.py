@@ -190,6 +190,9 @@ def test_sliding_window_flash_flops_by_hand():
     no_window = [k for k in layer_kernels(spec.with_(sliding_window=None), batch_size=1, seq_len=s,
                                           framework="megatron")["forward"] if k.kind == "flash_attention"][0]
     assert no_window.flops == pytest.approx(square / 2)
+    mpt = get_model("mpt-7b")                                          # ALiBi: an additive mask too
+    alibi = [k for k in layer_kernels(mpt, batch_size=1, seq_len=2048)["forward"] if k.kind == "flash_attention"][0]
+    assert alibi.flops == pytest.approx(2 * 2 * mpt.n_heads * 2048 * 2048 * mpt.head_dim)
 
 
 def test_soft_capping_is_memory_traffic():

@@ -211,9 +211,10 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     Sec. 3.3.2). Executed FLOPs: 2 matmuls of 2·b·h·(s/cp)·s·dh forward; causal flash kernels skip half.
     A sliding window W < s: a fused kernel with a window (FlashAttention-2's window_size, Megatron) skips the
     blocks outside it, executing the fraction W/s − W²/(2s²) of the square; our torch model passes the window
-    as an additive mask, which SDPA runs over the whole square (no causal skipping). Soft-capped logits
-    (Gemma 2): our torch model takes the math path (three elementwise passes over the T×T scores, softmax in
-    fp32) even with --flash; Megatron-style fused kernels cap inside the kernel (FlashAttention-2 ≥ 2.6), free.
+    as an additive mask (as it does ALiBi's biases), which SDPA runs over the whole square (no causal skipping).
+    Soft-capped logits (Gemma 2): our torch model takes the math path (three elementwise passes over the T×T
+    scores, softmax in fp32) even with --flash; Megatron-style fused kernels cap inside the kernel
+    (FlashAttention-2 ≥ 2.6), free.
     """
     h, kv, dh = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim
     q = s / cp
@@ -222,8 +223,8 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     softcap = spec.attn_softcap is not None and framework == "trainledger"
     flash = flash and not softcap
     if flash:
-        if windowed and framework == "trainledger":
-            executed = full_flops                                   # additive mask: the whole square
+        if framework == "trainledger" and (windowed or spec.position == "alibi"):
+            executed = full_flops                  # an additive mask (window, ALiBi): SDPA runs the whole square
         elif windowed:
             executed = full_flops * (window / s - window**2 / (2 * s**2))
         else:
