@@ -7,7 +7,8 @@ Cases (figures from ../shared/reference/facts.md, each with its citation):
   selective recomputation. Model shapes and layouts from the paper's Table 3.
 - Korthikanti et al. 2022, Table 4: forward and backward milliseconds of ONE layer of the 22B model (micro-batch
   4, seq 2048, TP 8) under five settings, and the recomputation overhead of each against the baseline: a check
-  of the per-layer time the steps above are built from, separate from pipeline, optimizer and edges.
+  of the per-layer time the steps above are built from, separate from pipeline, optimizer and edges. These
+  figures are quoted from the paper itself (they are not in facts.md).
 - Llama 3 (arXiv:2407.21783), Table 4: BF16 MFU of Llama 3 405B on H100 with 16M tokens per batch. Not
   published, so assumed here: micro-batch 1, the interleaved schedule with 2 virtual stages per GPU (the paper's
   Fig. 6 draws v = 2), sequence parallelism, bf16 mixed precision with the optimizer sharded over DP (Meta's FSDP
