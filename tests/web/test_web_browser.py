@@ -44,7 +44,7 @@ def base_url():
     from trainledger.web.app import create_app
 
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(port=sock.getsockname()[1]), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
