@@ -230,7 +230,7 @@ def test_dtype_round_reproduces_the_lecture_and_torch(client):
 def test_page_is_served_and_offline(client):
     page = client.get("/")
     assert page.status_code == 200
-    for calc in ("plan", "tensor", "dtypes", "matmul", "params", "memory", "optimal"):
+    for calc in ("plan", "tensor", "dtypes", "matmul", "params", "memory", "optimal", "step"):
         assert f'id="calc-{calc}"' in page.text
     for name in ("index.html", "app.js", "charts.js", "calculators.js", "style.css"):
         text = (STATIC_DIR / name).read_text().replace('"http://www.w3.org/2000/svg"', "")  # a namespace name, not a fetch
