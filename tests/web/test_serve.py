@@ -76,3 +76,8 @@ def test_serve_is_a_run_command_not_an_api_endpoint():
     assert hasattr(serve, "run") and not hasattr(serve, "compute")
     with pytest.raises(cli.UsageError):
         cli.compute(["serve"])
+
+
+def test_config_dir_must_exist(capsys, tmp_path):
+    assert cli.main(["serve", "--config-dir", str(tmp_path / "missing")]) == 2
+    assert "argument --config-dir: must be an existing directory" in capsys.readouterr().err

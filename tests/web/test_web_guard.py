@@ -265,3 +265,24 @@ def test_no_api_docs_page_that_loads_a_cdn(client):
     assert docs.status_code == 404 and "cdn" not in docs.text.lower() and "<script" not in docs.text
     assert client.get("/api/openapi.json").status_code == 200
     assert "plan" in client.get("/api/schema").json()
+
+
+@pytest.mark.parametrize("config,status", [
+    ({**LLAMA_TINY, "num_hidden_layers": 10_001}, 422),
+    ({**LLAMA_TINY, "num_hidden_layers": 10**400}, 422),
+    ({**LLAMA_TINY, "vocab_size": 1 << 30}, 422),
+    ({**LLAMA_TINY, "num_hidden_layers": 10_000}, 200),
+    ({"model_type": "no-such-family"}, 422),
+    ([], 422),
+])
+def test_posted_configs_are_capped_like_arch_fields(client, config, status):
+    response = client.post("/api/params", content=json.dumps(config).encode())
+    assert response.status_code == status, response.text[:300]
+    if status == 422:
+        assert response.json()["error"] and "\n" not in response.json()["error"]
+
+
+def test_odd_bodies_are_422_not_500(client):
+    for body in (b"[" * 60_000, b"\xff\xfe", b"", b"1e400", b'{"config": 3}'):
+        response = client.post("/api/params", content=body)
+        assert response.status_code == 422, (body[:10], response.text[:200])

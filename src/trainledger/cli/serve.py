@@ -22,6 +22,7 @@ localhost, 127.0.0.1, [::1], or an --allow-host name). Needs the optional extra:
 examples:
   trainledger serve                      # http://127.0.0.1:8000/
   trainledger serve --port 8080 --open   # and open it in the default browser
+  trainledger serve --host 0.0.0.0 --allow-host box.lan --config-dir ~/configs   # others may use box.lan:8000
 """
 
 
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="also answer requests whose Host header names NAME (e.g. this machine's DNS name); "
                              "repeatable. Other names are refused (421), against DNS rebinding")
-    parser.add_argument("--config-dir", type=config_dir,
+    parser.add_argument("--config-dir", type=config_dir, metavar="DIR",
                         help="directory of Hugging Face config.json files the API may read by file name "
                              "(model=NAME.json); no other file of the server is ever read")
 

@@ -145,7 +145,9 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
     if arch:
         argv.append(f"--model={custom_config_path(arch)}")
     if body_config is not None:
-        argv.append(f"--model={guard.STORE.path_for(body_config, 'posted')}")
+        path = guard.STORE.path_for(body_config, "posted")
+        guard.check_posted_spec(path)
+        argv.append(f"--model={path}")
     tail = [value for action in _positionals(parser) for value in positional_values.get(action.dest, [])]
     if tail:
         argv += ["--", *tail]

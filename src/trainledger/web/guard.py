@@ -221,11 +221,29 @@ def resolve_model(value: str, config_dir: Path | None) -> str:
                      f"never a path on the server", "--model")
 
 
+SPEC_MAX = {**ARCH_MAX, "d_head": 1 << 16, "n_experts": 1 << 16, "experts_per_token": 1 << 16}
+
+
+def check_posted_spec(path: str) -> None:
+    """GuardError when the model of a POSTed config is larger than the arch.* caps allow (10,000 layers, ...),
+    whatever names its config.json uses; a config the loader refuses is left for compute() to report."""
+    from trainledger.specs import get_model
+    try:
+        spec = get_model(path)
+    except (TrainledgerError, ArithmeticError, RecursionError):
+        return
+    for name, largest in SPEC_MAX.items():
+        value = getattr(spec, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > largest:
+            raise GuardError(f"config: {name} must be at most {largest:,} on the web server, got {value:,} "
+                             f"(the command line takes any size)", "config")
+
+
 def config_from_body(data: bytes) -> dict:
     """The config.json object of a POST body: {"config": {...}} or the config itself."""
     try:
         body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: [[[[... nested deep
         raise GuardError(f"the request body must be a JSON object (a Hugging Face config.json), got invalid JSON "
                          f"({str(error)[:80]})", "config") from None
     if isinstance(body, dict) and isinstance(body.get("config"), dict):
