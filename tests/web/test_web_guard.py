@@ -286,3 +286,13 @@ def test_odd_bodies_are_422_not_500(client):
     for body in (b"[" * 60_000, b"\xff\xfe", b"", b"1e400", b'{"config": 3}'):
         response = client.post("/api/params", content=body)
         assert response.status_code == 422, (body[:10], response.text[:200])
+
+
+@pytest.mark.parametrize("query", ["step?model=gpt2&gpu=cpu", "layout?model=gpt2&gpu=CUDA:0", "matmul?gpu=h100,cpu",
+                                   "plan?gpu=mps", "memory?model=gpt2&gpu=cuda"])
+def test_this_machines_device_is_command_line_only(client, query):
+    """`--gpu cpu/cuda` describe this machine by measuring it (bench --calibrate): not something a web request
+    should start on the server."""
+    response = client.get(f"/api/{query}")
+    assert response.status_code == 422 and response.json()["flag"] == "--gpu"
+    assert "command-line only" in response.json()["error"]

@@ -127,6 +127,8 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
             argv.append(f"{flag}={value}")  # argparse rejects it with the CLI's own message
         elif action.dest == "model":
             argv.append(f"{flag}={guard.resolve_model(value, config_dir)}")
+        elif action.dest == "gpu":
+            argv.append(f"{flag}={guard.check_gpu(value)}")
         elif _is_boolean(action):
             on = _truth(value, flag)
             if isinstance(action, argparse.BooleanOptionalAction):

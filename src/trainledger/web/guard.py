@@ -239,6 +239,16 @@ def check_posted_spec(path: str) -> None:
                              f"(the command line takes any size)", "config")
 
 
+def check_gpu(value: str) -> str:
+    """`value` unchanged unless it names this machine's own device (`--gpu cpu`, `cuda[:N]`, `mps`), which the CLI
+    describes by measuring the machine (`bench --calibrate`): work on the host, so command-line only."""
+    keys = [part.strip().lower() for part in value.split(",")]  # matmul takes --gpu h100,a100
+    if any(key in ("cpu", "mps", "cuda", "auto") or key.startswith("cuda:") for key in keys):
+        raise GuardError(f"--gpu {value!r} means this machine's device, measured by `trainledger bench --calibrate`: "
+                         f"command-line only; the web server answers for the GPUs of `trainledger hardware`", "--gpu")
+    return value
+
+
 def config_from_body(data: bytes) -> dict:
     """The config.json object of a POST body: {"config": {...}} or the config itself."""
     try:
