@@ -134,6 +134,8 @@ class HostGuard:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if not host_allowed(headers.get("host"), self.settings):
+            if scope["type"] == "websocket":  # none are served today; refuse before any handshake all the same
+                return await send({"type": "websocket.close", "code": 1008})
             host = (headers.get("host") or "")[:80]
             message = (f"this server answers requests addressed to it (its own host and port, localhost, 127.0.0.1 "
                        f"or [::1]), not to Host {host!r}; start it with `trainledger serve --allow-host NAME` to "
