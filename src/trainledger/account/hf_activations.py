@@ -34,6 +34,11 @@ and applies, per model_type, the differences of transformers' code, each rule na
   attention and MLP outputs, attn_pdrop on the probabilities; Llama-style models: attention_dropout;
   GPT-NeoX: hidden_dropout (after attention and MLP) and attention_dropout; Phi-3: embd_pdrop, resid_pdrop,
   attention_dropout; MPT: emb_pdrop, resid_pdrop, attn_config.attn_pdrop.
+- Autocast (amp-*): a fused projection (GPT-2's c_attn, NeoX's query_key_value, Phi-3's qkv_proj and
+  gate_up_proj, MPT's Wqkv) saves one 16-bit copy of its input where our separate q, k, v (gate, up) Linears
+  save one each.
+- MPT (models/mpt/modeling_mpt.py): MptModel builds a (B, 1, T, T) bool causal mask that MptAttention's
+  `masked_fill` keeps; the ALiBi bias is added (not kept), where our SDPA keeps an additive (H, T, T) mask.
 - Mixture of experts (integrations/moe.py, the grouped_mm experts path transformers uses by default): as ours,
   plus one more int64 per routed token (the inverse permutation) and the int32 offsets of the E groups.
 
@@ -103,12 +108,18 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
 
     attention = _attention_delta(spec, impl, B, T, a, amp)
     mlp = n * spec.d_ff * a * PYTHON_GELU_EXTRA.get(impl.activation, 0) if mt in ("gpt2", "gpt_neox") else 0
-    if mt == "mpt":      # ALiBi: our SDPA keeps its additive (H, T, T) mask; MptAttention only adds it (nothing kept)
-        attention_masks = -ours["masks"]
+    if mt == "mpt":      # ALiBi: our SDPA keeps its additive (H, T, T) mask; MptAttention only adds the bias and
+        # masked_fill's the (B, 1, T, T) bool causal mask of MptModel.forward, which it keeps
+        attention_masks = -ours["masks"] + B * T * T
     else:
         attention_masks = -ours["masks"] if impl.math_attention and not spec.attn_softcap else 0
     # dropout noise: the embeddings' (residual dtype), two residual branches' (activation dtype) per layer
     dropout = (n * d * r if impl.embd_dropout > 0 else 0) + (L * 2 * n * d * a if impl.resid_dropout > 0 else 0)
+    if amp and mt in FUSED_QKV:
+        # one autocast copy of the norm output feeds the fused projection, where ours makes one per q, k, v
+        # nn.Linear (Phi-3's fused gate_up_proj likewise saves one copy where ours makes two)
+        attention -= 2 * n * d * a
+        mlp -= n * d * a if mt == "phi3" else 0
     moe = spec.n_moe_layers * (n * spec.experts_per_token * _INDEX + spec.n_experts * 4) if spec.is_moe else 0
     labels = n * _INDEX
     parts = {"trainledger": ours["total"], "labels": labels, "per_layer_attention": attention, "per_layer_mlp": mlp,
@@ -159,3 +170,29 @@ def hf_impl_note(impl: HfImpl) -> str:
     return (f"--impl hf: transformers' {impl.model_type} with {impl.attn_impl} attention, KV cache "
             f"{'on' if impl.use_cache else 'off'} (config use_cache), dropout {', '.join(drops) if drops else 'none'} "
             "(train mode; CPU kernels: dropout noise in the input dtype, CUDA keeps a 1-byte mask)")
+
+
+def hf_impl_from_config(config: dict, attn_impl: str | None = None, flag: str = "--model") -> HfImpl:
+    """The HfImpl of a config.json's dict; attn_impl None = what transformers picks for its model_type."""
+    from trainledger.specs.hf_config import hf_run_fields
+    fields = hf_run_fields(config, flag)
+    return HfImpl(attn_impl=attn_impl or default_attn_impl(fields["model_type"]), **fields)
+
+
+def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, precision: str, **settings) -> dict:
+    """account.memory.memory_per_gpu with the activations of transformers' model (one GPU: no tp, pp, recompute)."""
+    from trainledger.account.memory import memory_per_gpu
+    for flag, value, plain in (("--tp", settings.get("tp", 1), 1), ("--pp", settings.get("pp", 1), 1),
+                               ("--recompute", settings.get("recompute", "none"), "none")):
+        if value != plain:
+            raise TrainledgerError(f"{flag} {value} applies to trainledger's Transformer; --impl hf predicts transformers' "
+                                   f"model on one device without it (drop {flag} or --impl hf)")
+    result = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, **settings)
+    parts = hf_activations_bytes(spec, impl, batch_size, seq_len, precision=precision)
+    result["total_bytes"] += parts["total"] - result["activations_bytes"]
+    result["activations_bytes"] = parts["total"]
+    result["activations_parts_hf"] = parts
+    if "headroom_bytes" in result and "memory_per_gpu_bytes" in result:
+        result["headroom_bytes"] = result["memory_per_gpu_bytes"] - result["total_bytes"] - result.get("reserve_bytes", 0)
+        result["fits"] = result["headroom_bytes"] >= 0
+    return result

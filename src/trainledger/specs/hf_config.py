@@ -366,3 +366,12 @@ def hf_run_fields(config: dict, flag: str = "--model") -> dict:
     return {"model_type": model_type, "use_cache": get("use_cache", True, bool),
             "activation": activation if isinstance(activation, str) else "",
             "embd_dropout": prob(keys[0]), "resid_dropout": prob(keys[1]), "attn_dropout": prob(keys[2])}
+
+
+def read_config_file(path: str | Path, flag: str = "--model") -> dict:
+    """The JSON object of a config.json (a directory means `path/config.json`), errors as spec_from_config_file's."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    spec_from_config_file(path, flag)                  # the same checks and one-line errors
+    return json.loads(path.read_text(encoding="utf-8"))
