@@ -69,6 +69,29 @@ def add_attn_impl_flag(parser: argparse.ArgumentParser) -> None:
                         help="with --impl hf: transformers' attention implementation (default: what transformers picks for the model)")
 
 
+def add_impl_flags(parser: argparse.ArgumentParser) -> None:
+    """--impl trainledger|hf and --attn-impl, for `memory` and `flops`."""
+    parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
+                        help="whose model of a config.json to predict: trainledger's Transformer (default) or transformers' own")
+    add_attn_impl_flag(parser)
+
+
+def hf_impl_of(args):
+    """The account.hf_activations.HfImpl that --impl hf and --attn-impl name for --model (None without --impl hf)."""
+    if getattr(args, "impl", "trainledger") != "hf":
+        if getattr(args, "attn_impl", None) is not None:
+            raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
+        return None
+    from pathlib import Path
+
+    from trainledger.account.hf_activations import hf_impl_from_config
+    from trainledger.specs.hf_config import read_config_file
+    model = getattr(args, "model", None)
+    if model is None or not (model.endswith(".json") or Path(model).exists()):
+        raise TrainledgerError(f"--impl hf needs --model to be a Hugging Face config.json path, got {model!r}")
+    return hf_impl_from_config(read_config_file(model), args.attn_impl)
+
+
 def compute(args) -> dict:
     from trainledger.measure import compare
     if ":" in args.model and not args.model.endswith(".json"):
