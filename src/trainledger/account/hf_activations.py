@@ -40,7 +40,9 @@ and applies, per model_type, the differences of transformers' code, each rule na
 - MPT (models/mpt/modeling_mpt.py): MptModel builds a (B, 1, T, T) bool causal mask that MptAttention's
   `masked_fill` keeps; the ALiBi bias is added (not kept), where our SDPA keeps an additive (H, T, T) mask.
 - Mixture of experts (integrations/moe.py, the grouped_mm experts path transformers uses by default): as ours,
-  plus one more int64 per routed token (the inverse permutation) and the int32 offsets of the E groups.
+  plus one more int64 per routed token (the inverse permutation) and the int32 offsets of the E groups. Under
+  autocast `aten._grouped_mm` is not cast: the routed tokens and the experts' tensors stay fp32 and the expert
+  weights are not copied to 16 bit.
 
 Notation as in account/activations.py: N = B·T tokens, a = activation bytes, r = residual/norm bytes.
 """
@@ -121,6 +123,13 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
         attention -= 2 * n * d * a
         mlp -= n * d * a if mt == "phi3" else 0
     moe = spec.n_moe_layers * (n * spec.experts_per_token * _INDEX + spec.n_experts * 4) if spec.is_moe else 0
+    if spec.is_moe and amp:
+        # aten._grouped_mm is not on autocast's list: the experts run in the residual's fp32 on fp32 weights (no
+        # 16-bit copies of the tokens or of the expert weights); ours casts both
+        d_ff, k, m = spec.d_ff, spec.experts_per_token, (3 if spec.gated_mlp else 2)
+        ours_routed = d * a * (2 if spec.gated_mlp else 1) + (4 if spec.gated_mlp else 2) * d_ff * a + d * a
+        hf_routed = 2 * d * r + (4 if spec.gated_mlp else 2) * d_ff * r
+        moe += spec.n_moe_layers * (n * k * (hf_routed - ours_routed) - w * spec.n_experts * m * d * d_ff)
     labels = n * _INDEX
     parts = {"trainledger": ours["total"], "labels": labels, "per_layer_attention": attention, "per_layer_mlp": mlp,
              "masks": attention_masks, "dropout": dropout, "moe": moe}
