@@ -32,13 +32,16 @@ and applies, per model_type, the differences of transformers' code, each rule na
   bool mask instead (not modelled: the prediction describes the CPU and fake-tensor kernels, as
   account/activations.py does for LayerNorm). GPT-2: embd_pdrop after the embeddings, resid_pdrop after the
   attention and MLP outputs, attn_pdrop on the probabilities; Llama-style models: attention_dropout;
-  GPT-NeoX: hidden_dropout (after attention and MLP) and attention_dropout; Phi-3: embd_pdrop, resid_pdrop,
+  GPT-NeoX: hidden_dropout (after the embeddings, attention and MLP) and attention_dropout; Phi-3: embd_pdrop, resid_pdrop,
   attention_dropout; MPT: emb_pdrop, resid_pdrop, attn_config.attn_pdrop.
 - Autocast (amp-*): a fused projection (GPT-2's c_attn, NeoX's query_key_value, Phi-3's qkv_proj and
   gate_up_proj, MPT's Wqkv) saves one 16-bit copy of its input where our separate q, k, v (gate, up) Linears
   save one each.
 - MPT (models/mpt/modeling_mpt.py): MptModel builds a (B, 1, T, T) bool causal mask that MptAttention's
   `masked_fill` keeps; the ALiBi bias is added (not kept), where our SDPA keeps an additive (H, T, T) mask.
+- SDPA with a sliding window shorter than the sequence (masking_utils.py builds a (B, 1, T, T) bool mask;
+  integrations/sdpa_attention.py, use_gqa_in_sdpa is False with a mask, so repeat_kv copies k and v to H heads):
+  per such layer +2·N·(H − Hkv)·dh and the mask converted to the query's dtype by SDPA, B·T·T.
 - Mixture of experts (integrations/moe.py, the grouped_mm experts path transformers uses by default): as ours,
   plus one more int64 per routed token (the inverse permutation) and the int32 offsets of the E groups. Under
   autocast `aten._grouped_mm` is not cast: the routed tokens and the experts' tensors stay fp32 and the expert
@@ -108,13 +111,14 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
     L = spec.n_layers
     mt = impl.model_type
 
-    attention = _attention_delta(spec, impl, B, T, a, amp)
+    attention = sum(count * _attention_delta(spec, impl, B, T, a, amp, _sdpa_mask(spec, impl, i, T))
+                    for i, count in spec.layer_groups()) / L
     mlp = n * spec.d_ff * a * PYTHON_GELU_EXTRA.get(impl.activation, 0) if mt in ("gpt2", "gpt_neox") else 0
     if mt == "mpt":      # ALiBi: our SDPA keeps its additive (H, T, T) mask; MptAttention only adds the bias and
         # masked_fill's the (B, 1, T, T) bool causal mask of MptModel.forward, which it keeps
         attention_masks = -ours["masks"] + B * T * T
-    else:
-        attention_masks = -ours["masks"] if impl.math_attention and not spec.attn_softcap else 0
+    else:                # ours keeps one (T, T) mask per kind; transformers keeps its masks per layer (below) or none
+        attention_masks = -ours["masks"]
     # dropout noise: the embeddings' (residual dtype), two residual branches' (activation dtype) per layer
     dropout = (n * d * r if impl.embd_dropout > 0 else 0) + (L * 2 * n * d * a if impl.resid_dropout > 0 else 0)
     if amp and mt in FUSED_QKV:
@@ -137,7 +141,13 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
     return parts
 
 
-def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool) -> float:
+def _sdpa_mask(spec, impl: HfImpl, layer: int, T: int) -> bool:
+    """Whether SDPA gets a materialised mask in `layer`: a sliding window shorter than the sequence (masking_utils
+    cannot hand SDPA `is_causal` then). Eager attention adds its mask and keeps nothing."""
+    return not impl.math_attention and spec.is_sliding(layer) and T > spec.sliding_window
+
+
+def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool, masked: bool = False) -> float:
     """Bytes one layer of transformers' attention keeps minus what our SDPA layer keeps (account/activations.py)."""
     n, h, hkv, dh = B * T, spec.n_heads, spec.kv_heads, spec.head_dim
     rope = spec.position == "rope"
@@ -152,11 +162,15 @@ def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool) -> f
         scores = B * h * T * T
         if impl.model_type == "gpt2":
             softmax = _FP32 if (a == _FP32 or amp) else a         # nn.functional.softmax in the scores' dtype (fp32 under autocast)
+            dropped = a                                            # .type(value.dtype)
         else:
             softmax = _FP32                                        # softmax(dtype=torch.float32)
-        probs = softmax + (a if softmax != a else 0)               # the cast back for the next matmul
+            # .to(query.dtype): under autocast RoPE's fp32 tables leave q in fp32, so dropout runs in fp32
+            dropped = _FP32 if amp and spec.position == "rope" else a
+        probs = softmax + (a if softmax != a else 0)               # the cast back (or autocast's copy) for the next matmul
         if impl.attn_dropout > 0:
-            probs = softmax + 2 * a                                # noise + dropped probs replace the cast copy
+            # dropout keeps its noise; the next matmul keeps the dropped probabilities (or autocast's 16-bit copy)
+            probs = softmax + dropped + a
         tanh = a if spec.attn_softcap is not None else 0
         hf_core = 3 * n * h * dh * a + scores * (probs + tanh) + n * h * dh * a
         return hf_core - ours_core
@@ -169,6 +183,10 @@ def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool) -> f
         extra += n * (h + hkv) * dh * a      # v is a view of the fused projection, which stays whole
     if impl.model_type == "phi3" and not partial:
         extra += n * h * dh * a              # q laid out (B, H, T, dh) by the rotary cat: o_proj's input is a copy
+    if masked:
+        # integrations/sdpa_attention.py: with a mask, use_gqa_in_sdpa is False and repeat_kv copies k, v to H heads;
+        # SDPA converts the bool (B, 1, T, T) mask to the query's dtype and keeps it
+        extra += 2 * n * (h - hkv) * dh * a + B * T * T * a
     return extra
 
 

@@ -335,7 +335,7 @@ def _mpt(config: dict, get, model_type: str, flag: str) -> TransformerSpec:
 
 # Dropout keys of each model_type's config class (transformers 5): (embeddings, residual branches, attention)
 _DROPOUT_KEYS = {"gpt2": ("embd_pdrop", "resid_pdrop", "attn_pdrop"),       # GPT2Config defaults 0.1 each
-                 "gpt_neox": (None, "hidden_dropout", "attention_dropout"),
+                 "gpt_neox": ("hidden_dropout", "hidden_dropout", "attention_dropout"),   # emb_dropout too
                  "phi3": ("embd_pdrop", "resid_pdrop", "attention_dropout"),
                  "mpt": ("emb_pdrop", "resid_pdrop", "attn_pdrop")}          # mpt's attn_pdrop is in attn_config
 _DROPOUT_DEFAULTS = {"gpt2": 0.1}
