@@ -25,7 +25,8 @@ and applies, per model_type, the differences of transformers' code, each rule na
   (H heads each: repeat_kv expands and copies, and matmul copies a transposed view), the fp32 softmax
   (`softmax(dtype=float32)`; GPT-2's plain softmax is in the scores' dtype), its cast to the activation dtype
   (`.to(query.dtype)`, or autocast's copy for the next matmul), Gemma 2's tanh of soft-capping, the dropout
-  noise and the dropped probabilities when attention_dropout > 0, and the merged heads (`.transpose(1,
+  noise and the dropped probabilities when attention_dropout > 0 (SDPA's math path on CPU upcasts 16-bit q, k, v
+  and keeps all of these in fp32), and the merged heads (`.transpose(1,
   2).contiguous()`, o_proj's input). The additive mask (causal, sliding, ALiBi) is read by an add and not kept.
 - Dropout (train mode; the config's probabilities): PyTorch's CPU dropout (`at::dropout` → input · noise, the
   fused `native_dropout` is CUDA-only) keeps a noise tensor of the input's size and dtype. CUDA keeps a 1-byte
@@ -172,6 +173,10 @@ def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool, mask
             # dropout keeps its noise; the next matmul keeps the dropped probabilities (or autocast's 16-bit copy)
             probs = softmax + dropped + a
         tanh = a if spec.attn_softcap is not None else 0
+        if impl.attn_impl == "sdpa":
+            # SDPA with dropout runs PyTorch's math path, which on CPU computes 16-bit inputs in fp32: q, k, v (H heads),
+            # softmax, noise and dropped probabilities all fp32; only the output is cast back
+            return 3 * n * h * dh * _FP32 + scores * 3 * _FP32 + n * h * dh * a - ours_core
         hf_core = 3 * n * h * dh * a + scores * (probs + tanh) + n * h * dh * a
         return hf_core - ours_core
     # SDPA (flash kernel on CPU): the same tensors as ours, except where the code around it differs
