@@ -80,6 +80,7 @@ class HfImpl:
     embd_dropout: float = 0.0       # after the embeddings
     resid_dropout: float = 0.0      # after the attention output and after the MLP output
     attn_dropout: float = 0.0       # on the attention probabilities
+    meta: bool = False              # on the meta device SDPA has no flash kernel: its math path runs
 
     def __post_init__(self):
         if self.attn_impl not in ATTN_IMPLS:
@@ -90,7 +91,7 @@ class HfImpl:
     @property
     def math_attention(self) -> bool:
         """Eager attention, or SDPA with dropout (PyTorch's CPU flash kernel has no dropout: the math path runs)."""
-        return self.attn_impl == "eager" or self.attn_dropout > 0
+        return self.attn_impl == "eager" or self.attn_dropout > 0 or self.meta
 
 
 def default_attn_impl(model_type: str) -> str:
@@ -174,9 +175,11 @@ def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool, mask
             probs = softmax + dropped + a
         tanh = a if spec.attn_softcap is not None else 0
         if impl.attn_impl == "sdpa":
-            # SDPA with dropout runs PyTorch's math path, which on CPU computes 16-bit inputs in fp32: q, k, v (H heads),
-            # softmax, noise and dropped probabilities all fp32; only the output is cast back
-            return 3 * n * h * dh * _FP32 + scores * 3 * _FP32 + n * h * dh * a - ours_core
+            # SDPA with dropout (or on the meta device) runs PyTorch's math path (_scaled_dot_product_attention_math),
+            # which on CPU and meta computes 16-bit inputs in fp32: q, k, v (H heads), softmax, noise and dropped probabilities;
+            # only the output is cast back
+            e = _FP32
+            return 3 * n * h * dh * e + scores * (3 if impl.attn_dropout > 0 else 1) * e + n * h * dh * a - ours_core
         hf_core = 3 * n * h * dh * a + scores * (probs + tanh) + n * h * dh * a
         return hf_core - ours_core
     # SDPA (flash kernel on CPU): the same tensors as ours, except where the code around it differs

@@ -12,8 +12,10 @@ relative_error = (predicted - measured) / measured.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainledger.errors import TrainledgerError
 from trainledger.measure.flops import count_step_flops
@@ -362,6 +364,8 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
     if device not in DEVICES:
         raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
     impl = hf_impl_from_config(read_config_file(config_path), attn_impl)
+    if device == "meta":
+        impl = dataclasses.replace(impl, meta=True)
     transformers = _quiet_transformers()
     recipe = get_recipe(precision)
     dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
@@ -370,7 +374,7 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
     cls, defaults, optimizer_source = optimizer_class(optimizer, torch_only=device == "meta")
     directory = Path(config_path).parent if Path(config_path).is_file() else Path(config_path)
     dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
-    with _quiet(), _context(device):
+    with _quiet(), _context(device), (GroupedMmShapes() if device in ("fake", "meta") else contextlib.nullcontext()):
         config = transformers.AutoConfig.from_pretrained(str(directory))
         with torch.device(dev):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=impl.attn_impl)
@@ -395,9 +399,9 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                       (0.0 if predicted.get(k) == measured.get(k) else None) for k in KEYS}
     notes = [f"optimizer: {optimizer_source}", f"device: {device}", hf_impl_note(impl),
              f"transformers {transformers.__version__}: {type(model).__name__}, attn_implementation {ran_attn!r}"]
-    if device in ("fake", "meta"):
-        notes.append(f"{device} device: a mixture of experts routes by data the {device} device does not have; "
-                     "FLOPs and saved bytes do not depend on the routing")
+    if device in ("fake", "meta") and getattr(spec, "is_moe", False):
+        notes.append(f"{device} device: the experts' routing is whatever the {device} tensors give; FLOPs and saved "
+                     "bytes do not depend on it (every token reaches experts_per_token experts)")
     return {"predicted": {k: predicted[k] for k in KEYS}, "measured": measured, "relative_error": relative_error,
             "settings": {"model": spec.name, "impl": "hf", "attn_impl": impl.attn_impl, "batch_size": batch_size,
                          "seq_len": seq_len, "precision": recipe.name, "optimizer": optimizer, "device": device,
@@ -406,6 +410,29 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                         "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
                         "activations_by_module": report.activations_by_module},
             "notes": notes}
+
+
+class GroupedMmShapes(TorchDispatchMode):
+    """aten._grouped_mm on fake and meta tensors in any dtype: its meta kernel accepts only bf16 (the CUDA kernel's
+    rule), while the CPU kernel also runs fp32. Entered below the trackers, so they still see (and count) the op;
+    the output is an empty tensor of the shape the kernel would return."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._overloadpacket is not torch.ops.aten._grouped_mm:
+            return func(*args, **kwargs)
+        a, b = args[0], args[1]
+        offs = args[2] if len(args) > 2 else kwargs.get("offs")
+        if a.dim() == 2 and b.dim() == 3:
+            shape = (a.shape[0], b.shape[-1])
+        elif a.dim() == 2 and b.dim() == 2:            # weight gradient: one (K, N) block per group
+            shape = (offs.shape[0], a.shape[0], b.shape[1])
+        elif a.dim() == 3 and b.dim() == 3:
+            shape = (a.shape[0], a.shape[1], b.shape[-1])
+        else:                                          # (G, M, K) × (K, N): groups along N
+            shape = (a.shape[1], b.shape[-1])
+        dtype = kwargs.get("out_dtype") or a.dtype
+        return torch.empty(shape, dtype=dtype, device=a.device)
 
 
 def _quiet_transformers():
