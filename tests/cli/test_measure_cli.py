@@ -117,15 +117,47 @@ def test_errors_are_one_line(capsys, argv, flag):
     assert flag in err and err.count("\n") == 1
 
 
-def test_impl_hf_table_shows_both_implementations(capsys, tmp_path):
+def test_impl_hf_table_describes_transformers_model(capsys, tmp_path):
     transformers = pytest.importorskip("transformers", reason="--impl hf needs transformers; ours is tested above")
     transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=2,
                              max_position_embeddings=32).save_pretrained(tmp_path)
     status, out, err = run(capsys, "measure", "--model", str(tmp_path / "config.json"), "--impl", "hf",
-                           "--seq-len", "16")
-    assert status == 0 and err == ""          # no library warnings on stderr
-    assert "measured (hf)" in out and "error vs hf" in out
+                           "--seq-len", "16", "--attn-impl", "eager", "--precision", "mixed-bf16")
+    assert status == 0 and err == ""          # no library warnings on stderr either
+    assert "transformers (eager attention)" in out and "measured (hf)" not in out
+
+
+def test_impl_hf_json_is_one_object_when_transformers_warns(capsys, tmp_path, monkeypatch):
+    """transformers may print, warn and log while it builds a model: --json stdout still parses."""
+    transformers = pytest.importorskip("transformers", reason="--impl hf needs transformers")
+    import logging
+    import warnings
+    transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=32).save_pretrained(tmp_path)
+    real = transformers.AutoModelForCausalLM.from_config
+
+    def noisy(*args, **kwargs):
+        print("a library's progress line on stdout")
+        warnings.warn("a library's UserWarning")
+        logging.getLogger("transformers.modeling_utils").warning("a library's logged warning")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", noisy)
+    status, out, err = run(capsys, "measure", "--model", str(tmp_path / "config.json"), "--impl", "hf",
+                           "--seq-len", "16", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["settings"]["impl"] == "hf" and KEYS <= set(result["relative_error"])
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--model", "tiny", "--attn-impl", "eager"], "--attn-impl"),
+    (["--model", "tests/no/config.json", "--impl", "hf", "--attn-impl", "flash"], "--attn-impl"),
+])
+def test_attn_impl_errors(capsys, argv, flag):
+    status, out, err = run(capsys, "measure", *argv)
+    assert status == 2 and flag in err and err.count("\n") == 1
 
 
 def test_small_moe_config_on_cpu(capsys, tmp_path):
