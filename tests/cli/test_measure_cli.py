@@ -105,7 +105,6 @@ def test_factory_without_module_name(capsys):
     (["--model", "tiny", "--batch-size", "0"], "--batch-size"),
     (["--model", "tiny", "--seq-len", "100000"], "--seq-len"),
     (["--model", "tiny", "--optimizer", "lion"], "--optimizer"),
-    (["--model", "mixtral-8x7b"], "--device fake"),
     (["--model", "tiny", "--impl", "hf"], "--impl hf"),
     (["--model", "tests/no/config.json", "--impl", "hf", "--recompute", "full"], "--recompute full"),
     (["--model", "tiny", "--device", "cuda"] if not __import__("torch").cuda.is_available() else
@@ -173,6 +172,21 @@ def test_small_moe_config_on_cpu(capsys, tmp_path):
     result = json.loads(out)
     assert result["relative_error"]["train_flops_per_step"] == 0 and result["relative_error"]["n_params"] == 0
     assert result["relative_error"]["activations_bytes"] == pytest.approx(0, abs=0.03)
+
+
+@pytest.mark.parametrize("device", ["fake", "meta"])
+def test_moe_on_fake_and_meta_tensors(capsys, tmp_path, device):
+    """Our MoE routes meta and fake tensors in a balanced pattern (there is no data): N·k routed tokens as always, so
+    FLOPs and saved bytes are those of any real routing (the cpu test above measures one)."""
+    config = {"model_type": "mixtral", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
+              "num_local_experts": 4, "num_experts_per_tok": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    status, out, err = run(capsys, "measure", "--model", str(tmp_path / "config.json"), "--device", device,
+                           "--batch-size", "2", "--seq-len", "16", "--precision", "fp32", "--json")
+    assert status == 0, err
+    error = json.loads(out)["relative_error"]
+    assert error["train_flops_per_step"] == 0 and error["n_params"] == 0 and error["activations_bytes"] == 0
 
 
 def test_cruncher_with_the_default_fake_device(capsys):

@@ -162,10 +162,6 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
 
     if device not in DEVICES:
         raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
-    if getattr(spec, "n_experts", 1) > 1 and device in ("fake", "meta"):
-        raise TrainledgerError(f"--device {device}: '{spec.name}' is a mixture of experts, whose routing depends on "
-                               "the data; measure a small config of it with --device cpu (`trainledger flops` and "
-                               "`trainledger memory` predict any size)")
     recipe = get_recipe(precision)
     fallback_note = None
     if getattr(spec, "kind", None) == "cruncher" and device == "fake":
