@@ -10,7 +10,6 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensor
 
-from trainledger.errors import TrainledgerError
 
 
 class GeluMLP(nn.Module):
