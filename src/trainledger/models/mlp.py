@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 
-
 class GeluMLP(nn.Module):
     """down(gelu(up(x))): two matrices d_model -> d_ff -> d_model (GPT-2; Radford et al. 2019).
 
