@@ -31,6 +31,19 @@ CONFIGS = {
     "gemma2": {"model_type": "gemma2", **_LLAMA, "head_dim": 16, "sliding_window": 16, "query_pre_attn_scalar": 16},
     "qwen3": {"model_type": "qwen3", **_LLAMA, "head_dim": 16},
     "mpt": dict(model_type="mpt", vocab_size=128, d_model=64, n_heads=4, n_layers=2, max_seq_len=64),
+    # beyond the issue's list: each exercises one more rule
+    "mistral-window": {"model_type": "mistral", **_LLAMA, "sliding_window": 16},        # SDPA mask per layer
+    "gemma3": {"model_type": "gemma3_text", **_LLAMA, "head_dim": 16, "sliding_window": 16, "query_pre_attn_scalar": 16},
+    "llama-dropout": {"model_type": "llama", **_LLAMA, "attention_dropout": 0.1},       # SDPA's math path
+    "neox-dropout": dict(model_type="gpt_neox", vocab_size=128, hidden_size=64, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, hidden_dropout=0.1,
+                         attention_dropout=0.1),
+    "phi3-no-cache": {"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "use_cache": False},
+    "gpt2-no-cache": {**_GPT2, **_NO_DROP, "use_cache": False},
+    "qwen2_moe": {"model_type": "qwen2_moe", **_LLAMA, "num_experts": 4, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64},
+    "qwen3_moe": {"model_type": "qwen3_moe", **_LLAMA, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32},
 }
 # the issue's "Done when" list: (config, --attn-impl, --precision)
 CASES = [("gpt2", "sdpa", "fp32"), ("gpt2", "eager", "amp-bf16"), ("gpt2-dropout", None, "fp32"),
@@ -38,7 +51,10 @@ CASES = [("gpt2", "sdpa", "fp32"), ("gpt2", "eager", "amp-bf16"), ("gpt2-dropout
          ("gpt_neox", None, "fp32"), ("phi3", None, "fp32"), ("gemma2", "eager", "fp32"), ("qwen3", None, "amp-bf16"),
          ("mpt", "eager", "fp32"),
          # the other recipes: mixed precision with fp32 masters, 16-bit eager
-         ("llama", "eager", "mixed-bf16"), ("gpt2", "sdpa", "mixed-fp16"), ("gpt2", "eager", "bf16")]
+         ("llama", "eager", "mixed-bf16"), ("gpt2", "sdpa", "mixed-fp16"), ("gpt2", "eager", "bf16"),
+         ("mistral-window", None, "amp-bf16"), ("gemma3", None, "fp32"), ("llama-dropout", None, "bf16"),
+         ("neox-dropout", "eager", "amp-bf16"), ("phi3-no-cache", None, "fp32"), ("gpt2-no-cache", "sdpa", "fp32"),
+         ("qwen2_moe", None, "fp32"), ("qwen3_moe", "eager", "amp-bf16"), ("mixtral", None, "amp-bf16")]
 
 
 def _impl(name, attn=None):
@@ -97,3 +113,16 @@ def test_prediction_matches_transformers(one_torch_thread, tmp_path, capsys, nam
     memory = json.loads(capsys.readouterr().out)
     for key in ("activations_bytes", "params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes"):
         assert memory[key] == result["predicted"][key]
+
+
+@pytest.mark.parametrize("name", ["mixtral", "gpt2-dropout"])
+def test_fake_tensors(one_torch_thread, tmp_path, name):
+    """The default device: transformers' model on FakeTensorMode (MoE through grouped_mm included)."""
+    pytest.importorskip("transformers", reason="--impl hf measures transformers' models (CI installs it)")
+    from trainledger.measure.compare import measure_hf
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS[name]))
+    result = measure_hf(str(path), spec_from_config_dict(CONFIGS[name]), B, T, precision="fp32", device="fake")
+    error = result["relative_error"]
+    assert error["train_flops_per_step"] == 0 and error["n_params"] == 0
+    assert abs(error["activations_bytes"]) < 0.03
