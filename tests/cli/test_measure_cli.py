@@ -196,3 +196,44 @@ def test_cruncher_with_the_default_fake_device(capsys):
     result = json.loads(out)
     assert result["settings"]["device"] == "cpu" and any("cannot run on fake tensors" in n for n in result["notes"])
     assert result["relative_error"]["n_params"] == 0 and result["relative_error"]["forward_flops_per_step"] == 0
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["memory", "--model", "gpt2", "--impl", "hf"], "--impl hf"),
+    (["memory", "--params", "7e9", "--impl", "hf"], "--impl hf"),
+    (["flops", "--model", "gpt2", "--attn-impl", "eager"], "--attn-impl"),
+    (["memory", "--model", "CONFIG", "--impl", "hf", "--tp", "2"], "--tp"),
+    (["memory", "--model", "CONFIG", "--impl", "hf", "--recompute", "full"], "--recompute"),
+    (["memory", "--model", "CONFIG", "--impl", "hf", "--no-flash"], "--no-flash"),
+    (["memory", "--model", "MPT", "--impl", "hf", "--attn-impl", "sdpa"], "--attn-impl sdpa"),
+])
+def test_memory_and_flops_impl_errors(capsys, tmp_path, argv, flag):
+    """`memory`/`flops --impl hf` need a config.json and one device; no transformers needed (pure prediction)."""
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(
+        {"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "max_position_embeddings": 64}))
+    (tmp_path / "mpt").mkdir()
+    (tmp_path / "mpt" / "config.json").write_text(json.dumps(
+        {"model_type": "mpt", "vocab_size": 128, "d_model": 64, "n_heads": 4, "n_layers": 2, "max_seq_len": 64}))
+    paths = {"CONFIG": str(tmp_path / "llama" / "config.json"), "MPT": str(tmp_path / "mpt" / "config.json")}
+    status, out, err = run(capsys, *[paths.get(a, a) for a in argv])
+    assert status == 2 and flag in err and err.count("\n") == 1, err
+
+
+def test_memory_and_flops_impl_hf(capsys, tmp_path):
+    """memory --impl hf: transformers' activations (more than ours for GPT-2's gelu_new); flops: the same matmuls."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "gpt2", "vocab_size": 128, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64}))
+    base = ["--model", str(tmp_path / "config.json"), "--batch-size", "2", "--seq-len", "32", "--json"]
+    answers = {}
+    for command in ("memory", "flops"):
+        for impl in ("trainledger", "hf"):
+            extra = ["--precision", "fp32"] if command == "memory" else []
+            status, out, err = run(capsys, command, *base, *extra, "--impl", impl)
+            assert status == 0 and err == "", err
+            answers[command, impl] = json.loads(out)
+    assert answers["memory", "hf"]["activations_bytes"] > 2 * answers["memory", "trainledger"]["activations_bytes"]
+    assert answers["memory", "hf"]["params_bytes"] == answers["memory", "trainledger"]["params_bytes"]
+    assert answers["flops", "hf"]["train_flops_per_step"] == answers["flops", "trainledger"]["train_flops_per_step"]
+    assert answers["flops", "hf"]["attn_impl"] == "sdpa"

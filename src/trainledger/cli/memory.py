@@ -78,6 +78,8 @@ def compute(args) -> dict:
         spec, seq_len = load_transformer(args.model, args.seq_len)
         if impl is not None:
             from trainledger.account.hf_activations import hf_impl_note, hf_memory_per_gpu
+            if not args.flash:
+                raise TrainledgerError("--no-flash applies to trainledger's Transformer; with --impl hf give --attn-impl eager")
             settings.pop("flash")
             result = hf_memory_per_gpu(spec, impl, batch_size=args.batch_size, seq_len=seq_len, **settings)
         else:
