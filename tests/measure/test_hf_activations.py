@@ -102,7 +102,9 @@ def test_prediction_matches_transformers(one_torch_thread, tmp_path, capsys, nam
     spec = spec_from_config_dict(CONFIGS[name])
     result = measure_hf(str(path), spec, B, T, precision=precision, device="cpu", attn_impl=attn)
     error = result["relative_error"]
+    # the default attention is the one transformers picks, and the one predicted is the one that ran
     assert result["settings"]["attn_impl"] == (attn or default_attn_impl(CONFIGS[name]["model_type"]))
+    assert result["details"]["transformers_attn_impl"] == result["settings"]["attn_impl"]
     assert abs(error["activations_bytes"]) < 0.03, result["predicted"]["activations_bytes"]
     assert abs(error["train_flops_per_step"]) < 0.01
     assert result["predicted"]["n_params"] == result["measured"]["n_params"]
@@ -126,3 +128,13 @@ def test_fake_tensors(one_torch_thread, tmp_path, name):
     error = result["relative_error"]
     assert error["train_flops_per_step"] == 0 and error["n_params"] == 0
     assert abs(error["activations_bytes"]) < 0.03
+
+
+def test_default_attention_is_what_transformers_picks():
+    """default_attn_impl against transformers itself: each config built on the meta device without attn_implementation."""
+    transformers = pytest.importorskip("transformers", reason="compares with transformers' own choice")
+    import torch
+    for name, config in CONFIGS.items():
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+        assert model.config._attn_implementation == default_attn_impl(config["model_type"]), name

@@ -407,7 +407,7 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                          "optimizer_impl": optimizer_source},
             "details": {"peak_phase": report.peak_phase, "peak_module": report.peak_module,
                         "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
-                        "activations_by_module": report.activations_by_module},
+                        "activations_by_module": report.activations_by_module, "transformers_attn_impl": ran_attn},
             "notes": notes}
 
 
