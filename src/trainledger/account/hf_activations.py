@@ -46,7 +46,8 @@ and applies, per model_type, the differences of transformers' code, each rule na
 - Mixture of experts (integrations/moe.py, the grouped_mm experts path transformers uses by default): as ours,
   plus one more int64 per routed token (the inverse permutation) and the int32 offsets of the E groups. Under
   autocast `aten._grouped_mm` is not cast: the routed tokens and the experts' tensors stay fp32 and the expert
-  weights are not copied to 16 bit.
+  weights are not copied to 16 bit; Qwen's routers cast the routing weights to the (16-bit) logits' dtype
+  (modeling_qwen3_moe.py, Qwen3MoeTopKRouter), Mixtral's keep them fp32.
 
 Notation as in account/activations.py: N = B·T tokens, a = activation bytes, r = residual/norm bytes.
 """
@@ -136,6 +137,9 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
         ours_routed = d * a * (2 if spec.gated_mlp else 1) + (4 if spec.gated_mlp else 2) * d_ff * a + d * a
         hf_routed = 2 * d * r + (4 if spec.gated_mlp else 2) * d_ff * r
         moe += spec.n_moe_layers * (n * k * (hf_routed - ours_routed) - w * spec.n_experts * m * d * d_ff)
+        if mt in ("qwen2_moe", "qwen3_moe"):
+            # Qwen*MoeTopKRouter: `router_top_value.to(router_logits.dtype)`, 16-bit logits under autocast
+            moe -= spec.n_moe_layers * n * k * (r - a)
     labels = n * _INDEX
     parts = {"trainledger": ours["total"], "labels": labels, "per_layer_attention": attention, "per_layer_mlp": mlp,
              "masks": attention_masks, "dropout": dropout, "moe": moe}
