@@ -156,18 +156,24 @@ def _sdpa_mask(spec, impl: HfImpl, layer: int, T: int) -> bool:
 def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool, masked: bool = False) -> float:
     """Bytes one layer of transformers' attention keeps minus what our SDPA layer keeps (account/activations.py)."""
     n, h, hkv, dh = B * T, spec.n_heads, spec.kv_heads, spec.head_dim
-    rope = spec.position == "rope"
-    partial = rope and spec.rotary_dim < dh
+    partial = spec.position == "rope" and spec.rotary_dim < dh
     ours_copy = n * h * dh * a if partial else 0
     if spec.attn_softcap is not None:
         # ours writes soft-capped attention out: q per group, k, v; tanh, fp32 softmax, its cast; the output
-        ours_core = n * (h + 2 * hkv) * dh * a + B * h * T * T * (a + _FP32 + (a if a != _FP32 else 0)) + n * h * dh * a
+        ours_core = (n * (h + 2 * hkv) * dh * a + B * h * T * T * (a + _FP32 + (a if a != _FP32 else 0))
+                     + n * h * dh * a)
     else:
         ours_core = n * (h + 2 * hkv) * dh * a + n * h * dh * a + ours_copy + B * h * T * _FP32
+    scores = B * h * T * T
+    if impl.math_attention and impl.attn_impl == "sdpa":
+        # SDPA with dropout (or on the meta device) runs PyTorch's math path (_scaled_dot_product_attention_math),
+        # which computes 16-bit inputs in fp32 there: it keeps q, k, v (H heads) and the softmax (with dropout also
+        # the noise and the dropped probabilities) in fp32; only the output is cast back (o_proj's input)
+        kept_scores = 3 if impl.attn_dropout > 0 else 1
+        return 3 * n * h * dh * _FP32 + scores * kept_scores * _FP32 + n * h * dh * a - ours_core
     if impl.math_attention:
-        scores = B * h * T * T
         if impl.model_type == "gpt2":
-            softmax = _FP32 if (a == _FP32 or amp) else a         # nn.functional.softmax in the scores' dtype (fp32 under autocast)
+            softmax = _FP32 if (a == _FP32 or amp) else a         # softmax in the scores' dtype (fp32 under autocast)
             dropped = a                                            # .type(value.dtype)
         else:
             softmax = _FP32                                        # softmax(dtype=torch.float32)
@@ -177,21 +183,14 @@ def _attention_delta(spec, impl: HfImpl, B: int, T: int, a: int, amp: bool, mask
         if impl.attn_dropout > 0:
             # dropout keeps its noise; the next matmul keeps the dropped probabilities (or autocast's 16-bit copy)
             probs = softmax + dropped + a
-        tanh = a if spec.attn_softcap is not None else 0
-        if impl.attn_impl == "sdpa":
-            # SDPA with dropout (or on the meta device) runs PyTorch's math path (_scaled_dot_product_attention_math),
-            # which on CPU and meta computes 16-bit inputs in fp32: q, k, v (H heads), softmax, noise and dropped probabilities;
-            # only the output is cast back
-            e = _FP32
-            return 3 * n * h * dh * e + scores * (3 if impl.attn_dropout > 0 else 1) * e + n * h * dh * a - ours_core
+        tanh = a if spec.attn_softcap is not None else 0           # Gemma 2's soft-capping keeps tanh's output
         hf_core = 3 * n * h * dh * a + scores * (probs + tanh) + n * h * dh * a
         return hf_core - ours_core
     # SDPA (flash kernel on CPU): the same tensors as ours, except where the code around it differs
     extra = 0
-    fused = impl.model_type in FUSED_QKV
     if impl.model_type == "gpt2" and impl.use_cache:
         extra += 2 * n * h * dh * a          # k, v cache copies; c_attn's output stays whole through q
-    if impl.model_type in ("gpt_neox", "phi3") and fused and not impl.use_cache:
+    if impl.model_type in ("gpt_neox", "phi3") and not impl.use_cache:
         extra += n * (h + hkv) * dh * a      # v is a view of the fused projection, which stays whole
     if impl.model_type == "phi3" and not partial:
         extra += n * h * dh * a              # q laid out (B, H, T, dh) by the rotary cat: o_proj's input is a copy
