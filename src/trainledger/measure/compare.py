@@ -395,6 +395,9 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                       (0.0 if predicted.get(k) == measured.get(k) else None) for k in KEYS}
     notes = [f"optimizer: {optimizer_source}", f"device: {device}", hf_impl_note(impl),
              f"transformers {transformers.__version__}: {type(model).__name__}, attn_implementation {ran_attn!r}"]
+    if device == "meta" and autocast_dtype is not None:
+        notes.append("meta device: autocast does not cast meta tensors, so this amp step computes in fp32 while the "
+                     "prediction is for amp; use --device fake")
     if not transformers.__version__.startswith("5."):
         notes.append(f"transformers {transformers.__version__}: account/hf_activations.py follows transformers 5.x "
                      "(tested with 5.24); other versions may save other tensors")
