@@ -5,7 +5,7 @@ import pytest
 from trainledger.account import roofline, time as T
 from trainledger.account.kernels import layer_kernels
 from trainledger.account.roofline import Kernel, kernel_seconds, wave_utilization
-from trainledger.account.validation import korthikanti_cases, llama3_cases
+from trainledger.account.validation import korthikanti_cases, korthikanti_layer_cases, llama3_cases
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import GPUSpec, get_gpu
@@ -29,6 +29,51 @@ def test_pipeline_bubble_fraction(pp, m, v, expected, why):
 
 def test_exposed_part_of_a_collective():
     assert T.exposed_seconds(3.0, 1.0) == 2.0 and T.exposed_seconds(1.0, 3.0) == 0.0
+
+
+def test_collective_overlapping_gemms_that_lose_sms_by_hand():
+    """A collective of 1 ms over GEMMs of 3 ms that take 4 ms on the SMs NCCL leaves: during the 1 ms they do a
+    quarter of their work, the other three quarters take 2.25 ms at full rate: 3.25 ms, 0.25 ms more."""
+    assert T.overlapped_exposed(1.0, 3.0, 4.0) == pytest.approx(0.25)
+    assert T.overlapped_exposed(5.0, 3.0, 4.0) == pytest.approx(2.0)      # outlasts even the slowed GEMMs
+    assert T.overlapped_exposed(1.0, 3.0, 3.0) == T.exposed_seconds(1.0, 3.0) == 0.0   # no SMs taken
+    assert T.overlapped_exposed(0.0, 3.0, 4.0) == 0.0
+
+
+def test_gemm_on_fewer_sms():
+    """A100 (108 SMs) with NCCL's 24 channels (NVIDIA/nccl-tests#100) on 84: a full-wave 8192×8192 GEMM runs at the
+    ceiling × its wave utilisation on 84 SMs × 84/108."""
+    a100 = get_gpu("a100-80gb")
+    assert a100.intra_node_link.sm_channels == 24
+    full = roofline.gemm_efficiency(a100, 8192, 8192, 8192, "bf16")
+    narrow = roofline.gemm_efficiency(a100, 8192, 8192, 8192, "bf16", sms=84)
+    util84 = wave_utilization(8192, 8192, 8192, 84)[0]
+    assert narrow["efficiency"] == pytest.approx(full["measured"] * util84 * 84 / 108)
+    assert narrow["efficiency"] < full["efficiency"]
+
+
+def test_dp_collective_hidden_behind_backward_slows_it():
+    """DDP's gradient all-reduce over the network hides behind the last backward, but holds 16 of the A100's 108
+    SMs (NVIDIA/nccl#689): the step is longer than with a (hypothetical) NCCL that takes no SMs."""
+    import dataclasses
+    a100 = get_gpu("a100-80gb")
+    free = dataclasses.replace(a100, inter_node_link=dataclasses.replace(a100.inter_node_link, sm_channels=0))
+    kw = dict(batch_size=32, seq_len=1024, num_gpus=16, global_batch_size=512, zero=0, with_memory=False)
+    spec = get_model("gpt2")                  # 0.5 GB of fp32 gradients: ~40 ms on HDR, within the backward
+    taken, untaken = T.step_time(spec, a100, **kw), T.step_time(spec, free, **kw)
+    assert a100.inter_node_link.sm_channels == 16
+    assert taken["breakdown"]["dp_comm"] > untaken["breakdown"]["dp_comm"]
+
+
+def test_megatron_optimizer_bytes_per_parameter():
+    """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
+    main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""
+    from trainledger.account.kernels import optimizer_kernels
+    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", 2, 4, framework="megatron")
+    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", 2, 4, framework="megatron")
+    assert sum(k.bytes for k in fp16) == pytest.approx(50e9)
+    assert sum(k.bytes for k in bf16) == pytest.approx(42e9)
+    assert {k.name for k in fp16} - {k.name for k in bf16} == {"optimizer_unscale_check_inf"}
 
 
 def test_gemm_on_the_roofline_by_hand():
@@ -106,6 +151,86 @@ def test_layer_gemm_flops_equal_account_flops():
     assert layer_bwd == pytest.approx(2 * layer_fwd)
 
 
+@pytest.mark.parametrize("name, changes", [
+    ("qwen1.5-moe-a2.7b", {}),                                  # 60 experts, top 4, a gated shared expert
+    ("mixtral-8x7b", {}),                                       # 8 experts, top 2
+    ("mixtral-8x7b", {"dense_layers": (0, 5), "dense_d_ff": 8192}),   # MoE model with dense layers
+    ("gemma-2-2b", {}),                                         # sliding-window layers, soft-capping
+])
+@pytest.mark.parametrize("framework", ["trainledger", "megatron"])
+def test_layer_gemm_flops_equal_account_flops_for_every_kind_of_layer(name, changes, framework):
+    """Summed over spec.layer_groups() (each kind of layer × how many), the kernels carry exactly account.flops's
+    matmul FLOPs: MoE router + k routed experts + shared expert, dense layers of an MoE model, sliding layers
+    (the math path multiplies the whole square, as account.flops counts). tp = 1: the router is replicated."""
+    from trainledger.account.flops import flops_per_step
+    spec = get_model(name).with_(**changes)
+    b, s, tp = 1, 1024, 1
+    total = 0.0
+    for layer, count in spec.layer_groups():
+        lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False, tp=tp, framework=framework,
+                           layer=layer)
+        forward = sum(k.flops for k in lk["forward"])
+        assert sum(k.flops for k in lk["backward"]) == pytest.approx(2 * forward)
+        total += count * forward * tp
+    head = 2 * b * s * spec.d_model * spec.vocab_size
+    assert total == pytest.approx(flops_per_step(spec, b, s)["forward_flops_per_step"] - head)
+
+
+def test_sliding_window_flash_flops_by_hand():
+    """A window of W = T/2 keys in a fused windowed kernel executes W/T − W²/(2T²) = 3/8 of the T×T square (each
+    query sees min(i + 1, W) keys); causal without a window 1/2. Our torch model passes the window as a mask:
+    SDPA runs the whole square."""
+    spec = get_model("mistral-7b").with_(sliding_window=2048)        # Mistral 7B's window is 4096
+    s = 4096
+    square = 2 * 2 * spec.n_heads * s * s * spec.head_dim
+    flash = {fw: [k for k in layer_kernels(spec, batch_size=1, seq_len=s, framework=fw)["forward"]
+                  if k.kind == "flash_attention"][0].flops for fw in ("megatron", "trainledger")}
+    assert flash["megatron"] == pytest.approx(square * 3 / 8)
+    assert flash["trainledger"] == pytest.approx(square)
+    no_window = [k for k in layer_kernels(spec.with_(sliding_window=None), batch_size=1, seq_len=s,
+                                          framework="megatron")["forward"] if k.kind == "flash_attention"][0]
+    assert no_window.flops == pytest.approx(square / 2)
+    mpt = get_model("mpt-7b")                                          # ALiBi: an additive mask too
+    alibi = [k for k in layer_kernels(mpt, batch_size=1, seq_len=2048)["forward"] if k.kind == "flash_attention"][0]
+    assert alibi.flops == pytest.approx(2 * 2 * mpt.n_heads * 2048 * 2048 * mpt.head_dim)
+
+
+def test_soft_capping_is_memory_traffic():
+    """Gemma 2's soft-capped logits: our torch model takes the math path (three passes over the T×T scores) and
+    caps the vocabulary logits (three passes over tokens × vocab); a fused kernel (Megatron) caps for free."""
+    from trainledger.account.kernels import edge_kernels
+    spec = get_model("gemma-2-2b")
+    plain = spec.with_(attn_softcap=None, final_softcap=None)
+    names = {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024)["forward"]}
+    assert "attention_softcap" in names and "flash_attention" not in names
+    assert "flash_attention" in {k.name for k in layer_kernels(plain, batch_size=1, seq_len=1024)["forward"]}
+    capped = sum(k.bytes for k in edge_kernels(spec, batch_size=1, seq_len=1024)["head_forward"])
+    uncapped = sum(k.bytes for k in edge_kernels(plain, batch_size=1, seq_len=1024)["head_forward"])
+    assert capped - uncapped == pytest.approx(3 * 2 * 1024 * spec.vocab_size * 2)      # bf16 logits
+    assert "attention_softcap" not in {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024,
+                                                                     framework="megatron")["forward"]}
+
+
+def test_step_time_costs_one_layer_per_kind_of_layer(monkeypatch):
+    """Per-layer work iterates spec.layer_groups(): O(kinds of layers), never O(n_layers)."""
+    from trainledger.account import kernels
+    calls = []
+    real = kernels.layer_kernels
+    monkeypatch.setattr(T, "layer_kernels", lambda *a, **k: calls.append(k["layer"]) or real(*a, **k))
+    spec = get_model("gemma-2-2b").with_(n_layers=10**6)
+    T.step_time(spec, get_gpu("h100"), batch_size=1, seq_len=1024, num_gpus=8, with_memory=False)
+    assert len(calls) == len(spec.layer_groups()) == 2
+
+
+def test_moe_layer_costs_more_than_one_expert():
+    """A top-2 MoE layer's MLP GEMMs take about twice one dense MLP's (Mixtral: 8 experts, 2 per token)."""
+    spec, gpu = get_model("mixtral-8x7b"), get_gpu("h100")
+    moe = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, zero=3, with_memory=False)
+    dense = T.step_time(spec.with_(n_experts=1, experts_per_token=1), gpu, batch_size=1, seq_len=4096, num_gpus=8,
+                        zero=3, with_memory=False)
+    assert 1.5 < moe["breakdown"]["compute"] / dense["breakdown"]["compute"] < 2.2
+
+
 def test_step_parts_sum_and_mfu_definition():
     spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
     r = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3)
@@ -141,18 +266,34 @@ def test_missing_network_names_the_flag():
 def test_korthikanti_table5():
     """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheet and published measurements.
 
-    The honest model predicts every cell faster than measured: mean |error| 15.2 %, worst 21.3 % (22B seq+sel);
+    The honest model predicts every cell faster than measured: mean |error| 13.6 %, worst 16.9 % (22B seq+sel);
     the issue's target (mean ≤ 5 %, each ≤ 10 %) is NOT met — see docs/time.md for what drives the gap (matmul rate
     at mid-sized shapes below the best-shape measurement). These bounds guard the current result.
     """
     cases = korthikanti_cases()
     assert len(cases) == 8
     errors = [abs(c["error"]) for c in cases]
-    assert sum(errors) / 8 == pytest.approx(0.152, abs=0.01)
-    assert max(errors) < 0.22
+    assert sum(errors) / 8 == pytest.approx(0.136, abs=0.01)
+    assert max(errors) < 0.18
+    assert all(c["error"] < 0 for c in cases)           # every cell predicted too fast: the gap is one-sided
     by = {(c["model"], c["setting"]): c["predicted_seconds"] for c in cases}
     for name in ("22B", "175B", "530B", "1T"):          # the published ordering: seq+sel is faster than full
         assert by[(name, "seq+sel")] < by[(name, "full")]
+
+
+def test_korthikanti_table4_one_layer():
+    """Korthikanti et al. 2022 Table 4: one 22B layer (micro-batch 4, seq 2048, TP 8) in 5 settings.
+
+    The absolute times are 12-16 % fast, like the whole steps of Table 5 (the same matmul-rate gap); the
+    recomputation overheads relative to the baseline are reproduced within 4 points (published +39 % full,
+    +7 % selective, +4 % selective + SP, −3 % SP alone)."""
+    rows = korthikanti_layer_cases()
+    assert len(rows) == 5
+    for r in rows:
+        assert -0.18 < r["error"] < -0.08, r
+        assert abs(r["predicted_overhead"] - r["published_overhead"]) < 0.04, r
+    by = {r["setting"]: r["predicted_backward_ms"] for r in rows}
+    assert by["baseline, full recompute"] > by["selective recompute"] > by["baseline, no recompute"]
 
 
 def test_llama3_table4_mfu_within_15_percent():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -38,9 +39,15 @@ def test_serve_starts_and_answers():
         assert health.json()["status"] == "ok"
         assert httpx.get(url + "api/plan?num-gpus=2048").json() == cli.compute(["plan", "--num-gpus", "2048"])
         assert "calc-memory" in httpx.get(url).text
+        # DNS rebinding: the same socket, asked under another name, refuses
+        assert httpx.get(url + "api/health", headers={"Host": "rebind.example:" + url.split(":")[2][:-1]}).status_code == 421
+        custom = httpx.get(url + "api/params?arch.d_model=64&arch.n_layers=2&arch.n_heads=4&arch.d_ff=256&arch.vocab_size=100")
+        config = Path(json.loads(custom.headers["X-Trainledger-Argv"])[-1].removeprefix("--model="))
+        assert config.is_file() and config.parent.name.startswith("trainledger-web-")
     finally:
         process.terminate()
         process.wait(timeout=20)
+    assert not config.parent.exists()  # the private directory goes with the server
 
 
 def test_taken_port_is_a_one_line_error(capsys):
@@ -69,3 +76,8 @@ def test_serve_is_a_run_command_not_an_api_endpoint():
     assert hasattr(serve, "run") and not hasattr(serve, "compute")
     with pytest.raises(cli.UsageError):
         cli.compute(["serve"])
+
+
+def test_config_dir_must_exist(capsys, tmp_path):
+    assert cli.main(["serve", "--config-dir", str(tmp_path / "missing")]) == 2
+    assert "argument --config-dir: must be an existing directory" in capsys.readouterr().err

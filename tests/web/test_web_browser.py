@@ -44,7 +44,7 @@ def base_url():
     from trainledger.web.app import create_app
 
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(port=sock.getsockname()[1]), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
@@ -73,7 +73,7 @@ def page(browser, base_url):
     yield page
     assert not errors, errors
     text = page.inner_text("body")  # after every calculator has been moved: no unformatted value anywhere
-    assert "NaN" not in text and "undefined" not in text and "[object" not in text
+    assert "NaN" not in text and "undefined" not in text and "[object" not in text and "\nnull\n" not in text
     context.close()
 
 
@@ -335,3 +335,68 @@ def test_gpt2_family_fixes_kv_heads_and_tying(page):
     page.select_option("#params-family", "llama")
     wait_for_answer(page, "params", before)
     assert not page.is_disabled("#params-tied") and not page.is_disabled("#params-n_kv_heads")
+
+
+def split_step_and_layout(values: dict) -> tuple[dict, dict]:
+    """Calculator 8 shows `trainledger step`'s numbers and, in its table, `trainledger layout`'s (layouts.*)."""
+    layout_keys = ("layouts.", "considered", "fitting")
+    layout = {k: v for k, v in values.items() if k.startswith(layout_keys)}
+    return {k: v for k, v in values.items() if k not in layout}, layout
+
+
+def test_step_time_and_layout(page):
+    """Calculator 8: the step's breakdown (a stacked bar) and the layout table equal `trainledger step --json` and
+    `trainledger layout --json`; "Use" on a row puts that layout in the step form, and the step then takes the
+    time the table gave it."""
+    press(page, "step", "#step-num-gpus-slider", "ArrowRight")  # 8 -> 16 H100
+    assert page.input_value("#step-num-gpus") == "16"
+    common = ["--model", "llama-2-7b", "--gpu", "h100-sxm", "--num-gpus", "16", "--global-batch-size", "32"]
+    step_values, layout_values = split_step_and_layout(shown(page, "step"))
+    expected = cli_json(["step", *common])
+    assert_shown_equals(step_values, expected)
+    assert sum(1 for path in step_values if path.startswith("breakdown.")) == len(expected["breakdown"])
+    layout = cli_json(["layout", *common, "--top", "5"])
+    assert_shown_equals(layout_values, layout)
+    assert sum(1 for path in layout_values if path.endswith(".step_seconds")) == len(layout["layouts"]) == 5
+    bars = page.eval_on_selector_all("#calc-step svg rect.part", "n => n.length")
+    assert bars == sum(1 for v in expected["breakdown"].values() if v > 0)
+
+    row = layout["layouts"][1]  # the second fastest, so that the form really changes
+    before = updates(page, "step")
+    page.click("#calc-step button.use-layout[data-rank='1']")
+    wait_for_answer(page, "step", before)
+    for key in ("tp", "pp", "interleave", "cp", "zero", "batch-size", "recompute"):
+        assert page.input_value(f"#step-{key}") == str(row[key.replace('-', '_')]), key
+    assert page.is_checked("#step-sp") == row["sp"]
+    argv = shlex.split(page.text_content("#calc-step .command-line"))
+    step_values, _ = split_step_and_layout(shown(page, "step"))
+    assert_shown_equals(step_values, cli_json(argv[1:-1]))
+    assert float(step_values["step_seconds"]) == row["step_seconds"] and float(step_values["mfu"]) == row["mfu"]
+    screenshot(page, "step")
+
+
+def test_plan_with_mfu_auto(page):
+    """Calculator 1 with "MFU auto": `plan --mfu auto`, the MFU and the layout it names as the CLI gives them."""
+    before = updates(page, "plan")
+    page.select_option("#plan-model", "llama-2-7b")
+    wait_for_answer(page, "plan", before)
+    before = updates(page, "plan")
+    page.fill("#plan-num-gpus", "8")  # a search over 8 GPUs takes a fraction of a second
+    wait_for_answer(page, "plan", before)
+    before = updates(page, "plan")
+    page.check("#plan-mfu-auto")
+    wait_for_answer(page, "plan", before)
+    assert page.is_disabled("#plan-mfu")
+    deadline = page.input_value("#plan-deadline")
+    expected = cli_json(["plan", "--model", "llama-2-7b", "--num-gpus", page.input_value("#plan-num-gpus"), "--mfu", "auto",
+                         *(["--deadline", deadline] if deadline else [])])
+    values = shown(page, "plan")
+    assert_shown_equals(values, expected)
+    assert float(values["mfu"]) == expected["layout"]["mfu"] and "layout.step_seconds" in values
+    before = updates(page, "plan")
+    page.uncheck("#plan-mfu-auto")
+    wait_for_answer(page, "plan", before)
+    assert not page.is_disabled("#plan-mfu") and "mfu" not in shown(page, "plan")
+    before = updates(page, "plan")
+    page.select_option("#plan-model", "")
+    wait_for_answer(page, "plan", before)

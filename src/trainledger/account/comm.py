@@ -180,7 +180,8 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
                               "none: exposed (the row-parallel output is needed at once)"))
         if style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
             grads = 2
-            overlap, hide = "with the weight-gradient GEMMs (Megatron-LM async_tensor_model_parallel_allreduce)", "wgrad"
+            overlap, hide = ("with the weight-gradient GEMM of its column-parallel Linear (Megatron-LM "
+                             "async_tensor_model_parallel_allreduce)"), "wgrad"
         else:                     # DTensor ColwiseParallel: each column-parallel Linear's input gradient
             grads = 3 + (2 if spec.gated_mlp else 1)
             overlap, hide = "none: exposed (DTensor redistributes each input gradient synchronously)", ""
@@ -196,10 +197,12 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
                           "none: exposed (gradient of the forward reduce-scatter, needed by the next dgrad)"))
     megatron = style == "megatron"
     out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, 2 * passes,
-                          "with the weight-gradient GEMMs" if megatron else "none: exposed", "wgrad" if megatron else ""))
+                          "with the weight-gradient GEMM of its column-parallel Linear" if megatron else "none: exposed",
+                          "wgrad" if megatron else ""))
     if style == "megatron":   # the forward all-gather is not saved: backward gathers the input again for wgrad
         out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
-                              "with the input-gradient GEMMs (Megatron-LM launches it before dgrad)", "dgrad"))
+                              "with the input-gradient GEMM of its Linear (Megatron-LM launches it before dgrad)",
+                              "dgrad"))
     return out
 
 

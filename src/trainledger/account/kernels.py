@@ -31,10 +31,10 @@ FP32 = 4
 def gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1, role: str = "forward",
          part: str = "compute", core: bool = False, out_bytes: int | None = None, extra_bytes: float = 0.0) -> Kernel:
     """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per batch, reads A and B, writes C (a bytes each)."""
-    m, n, k = int(m), int(n), int(k)
     out = a if out_bytes is None else out_bytes
     moved = batch * ((m * k + k * n) * a + m * n * out) + extra_bytes
-    return Kernel(name, part, "gemm", 2.0 * batch * m * n * k, moved, (m, n, k, batch), dtype, 1, role, core)
+    shape = tuple(max(1, round(x)) for x in (m, n, k))    # a mean expert load may be fractional: tiles need sizes
+    return Kernel(name, part, "gemm", 2.0 * batch * m * n * k, moved, (*shape, batch), dtype, 1, role, core)
 
 
 def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound", core: bool = False,
@@ -44,25 +44,92 @@ def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound"
 
 
 def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
-            backward: bool, fused_accumulation: bool = False) -> list[Kernel]:
-    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping)."""
+            backward: bool, fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
+    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping).
+    `batch` > 1: that many Linears of the same shape (experts), each over n tokens, as one batched GEMM."""
     if not backward:
-        out = [gemm(name, n, fan_out, fan_in, a, dtype)]
+        out = [gemm(name, n, fan_out, fan_in, a, dtype, batch=batch)]
         if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
-            out.append(ew(f"{name}_cast", n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a), count=2))
+            out.append(ew(f"{name}_cast", batch * (n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a)), count=2))
         return out
-    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, role="dgrad"),
-             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, role="wgrad",
+    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"),
+             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad",
                   out_bytes=FP32 * 2 if fused_accumulation else None)]
     if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
-        grads.append(ew(f"{name}_grad_accumulate", fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
+        grads.append(ew(f"{name}_grad_accumulate", batch * fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
     return grads
+
+
+def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
+             loop: bool = False):
+    """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (all experts on it, each
+    expert's d_ff split over tp: tensor-parallel experts, no expert parallelism).
+
+    Router GEMM d_model → n_experts (replicated), softmax and top-k in fp32; tokens permuted to their experts
+    (a gather of n·k rows forward, a scatter-add backward); the n_experts expert MLPs as batched GEMMs over
+    n·k/n_experts tokens each (balanced routing: the mean load; a skewed router is slower); the gated
+    activation; the weighted combine of k outputs per token; the shared expert (and its sigmoid gate) over all
+    n tokens (Qwen2-MoE). GEMM FLOPs = account.flops's router + k experts + shared expert per token.
+    `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
+    scale, index_put): the per-expert launches are added as zero-byte kernels (they cost dispatch overhead on
+    a calibrated CPU; their bytes are in the permute/combine kernels); Megatron's grouped GEMM runs them at once.
+    """
+    E, k = spec.n_experts, spec.experts_per_token
+    f = spec.d_ff / tp
+    per_expert = n * k / E
+    fwd = _linear("router", n, d, E, a, dtype, amp, w, backward=False)
+    bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+    fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
+    bwd.append(ew("router_softmax_backward", n * E * 3 * FP32, count=2))
+    fwd.append(ew("moe_permute", 2 * n * k * d * a + n * k * 8, count=2))
+    bwd.append(ew("moe_unpermute_backward", 3 * n * k * d * a, count=2))
+    ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
+    for name in ups:
+        fwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=False, batch=E)
+        bwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+    hidden = n * k * f * a
+    fwd += _activation(spec, hidden, "expert_")[0]
+    bwd += _activation(spec, hidden, "expert_")[1]
+    fwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=False, batch=E)
+    bwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+    fwd.append(ew("moe_combine", n * k * d * a + n * k * FP32 + n * d * a, count=2))
+    bwd.append(ew("moe_combine_backward", 2 * n * k * d * a + n * d * a, count=2))
+    if loop:
+        mats = 3 if spec.gated_mlp else 2
+        fwd.append(ew("moe_expert_loop", 0.0, count=E * (4 + mats) - mats))
+        bwd.append(ew("moe_expert_loop_backward", 0.0, count=E * (4 + 2 * mats) - 2 * mats))
+    if spec.shared_expert_d_ff:
+        fs = spec.shared_expert_d_ff / tp
+        names = ("shared_gate", "shared_up") if spec.gated_mlp else ("shared_up",)
+        for name in names:
+            fwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=False)
+            bwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+        fwd += _activation(spec, n * fs * a, "shared_")[0]
+        bwd += _activation(spec, n * fs * a, "shared_")[1]
+        fwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=False)
+        bwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+        if spec.shared_expert_gate:
+            fwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=False)
+            bwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+            fwd.append(ew("shared_expert_sigmoid_mul", 3 * n * d * a, count=2))
+            bwd.append(ew("shared_expert_sigmoid_mul_backward", 4 * n * d * a, count=3))
+        fwd.append(ew("shared_expert_add", 3 * n * d * a))
+    return fwd, bwd
+
+
+def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kernel], list[Kernel]]:
+    """The MLP activation over `hidden_bytes` (one [tokens, d_ff] tensor): silu/gelu(gate)·up, or GELU."""
+    if spec.gated_mlp:   # act(gate) then act·up; backward: the product's two grads, the activation's
+        return ([ew(f"{prefix}act_mul", 5 * hidden_bytes, count=2)],
+                [ew(f"{prefix}act_mul_backward", 8 * hidden_bytes, count=3)])
+    return [ew(f"{prefix}gelu", 2 * hidden_bytes)], [ew(f"{prefix}gelu_backward", 3 * hidden_bytes)]
 
 
 def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
                   cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None) -> dict[str, list[Kernel]]:
-    """{"forward": [...], "backward": [...]} kernels of one transformer layer for one micro-batch on one GPU."""
+                  dropout: bool | None = None, layer: int = 0) -> dict[str, list[Kernel]]:
+    """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
+    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU."""
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     recipe = get_recipe(precision)
@@ -72,13 +139,17 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     dropout = (framework == "megatron") if dropout is None else dropout
     n = batch_size * seq_len / cp                  # tokens of this rank (TP-replicated work)
     n_sp = n / tp if sp else n                     # tokens of the norms / residual stream on this rank
-    d, f, dh = spec.d_model, spec.d_ff, spec.head_dim
+    d, dh = spec.d_model, spec.head_dim
+    f = spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff      # a dense layer's MLP width
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
     q_dim, kv_dim = h * dh, kv * dh
     mlp_mats = 3 if spec.gated_mlp else 2
-    core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout)
+    window = spec.sliding_window if spec.is_sliding(layer) else None
+    core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
+    moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger")
+           if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
-        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats)
+        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
     fwd, bwd = [], []
     norm_fwd, norm_bwd = _norm(spec, n_sp, d, r)
     # attention block
@@ -101,21 +172,21 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
     # MLP block
     fwd += norm_fwd
-    ups = ("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)
-    for name in ups:
-        fwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=False)
-        bwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=True)
-    hidden = n * f / tp * a
-    if spec.gated_mlp:   # silu(gate) then silu·up; backward: the product's two grads, silu's
-        fwd.append(ew("silu_mul", 2 * hidden + 3 * hidden, count=2))
-        bwd.append(ew("silu_mul_backward", 5 * hidden + 3 * hidden, count=3))
+    if moe:
+        fwd += moe[0]
+        bwd += moe[1]
     else:
-        fwd.append(ew("gelu", 2 * hidden))
-        bwd.append(ew("gelu_backward", 3 * hidden))
+        ups = ("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)
+        for name in ups:
+            fwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=False)
+            bwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=True)
+        act = _activation(spec, n * f / tp * a)
+        fwd += act[0]
+        bwd += act[1]
+        fwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=False)
+        bwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=True)
     if spec.gated_mlp:
         bwd.append(ew("mlp_input_grad_sum", n * d * FP32 * 3))
-    fwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=False)
-    bwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=True)
     fwd.append(ew("residual_mlp", n_sp * d * (2 * out_r + a)))
     bwd += norm_bwd
     bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
@@ -133,17 +204,31 @@ def _norm(spec, n: float, d: int, r: int) -> tuple[list[Kernel], list[Kernel]]:
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
-                    framework: str, dropout: bool) -> dict[str, list[Kernel]]:
+                    framework: str, dropout: bool, window: int | None = None) -> dict[str, list[Kernel]]:
     """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
 
     With context parallelism each rank holds s/cp queries against all s keys (K, V all-gathered: Llama 3
     Sec. 3.3.2). Executed FLOPs: 2 matmuls of 2·b·h·(s/cp)·s·dh forward; causal flash kernels skip half.
+    A sliding window W < s: a fused kernel with a window (FlashAttention-2's window_size, Megatron) skips the
+    blocks outside it, executing the fraction W/s − W²/(2s²) of the square; our torch model passes the window
+    as an additive mask (as it does ALiBi's biases), which SDPA runs over the whole square (no causal skipping).
+    Soft-capped logits (Gemma 2): our torch model takes the math path (three elementwise passes over the T×T
+    scores, softmax in fp32) even with --flash; Megatron-style fused kernels cap inside the kernel
+    (FlashAttention-2 ≥ 2.6), free.
     """
     h, kv, dh = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim
     q = s / cp
     full_flops = 2 * 2 * b * h * q * s * dh
+    windowed = window is not None and window < s
+    softcap = spec.attn_softcap is not None and framework == "trainledger"
+    flash = flash and not softcap
     if flash:
-        executed = full_flops / 2 if causal else full_flops
+        if framework == "trainledger" and (windowed or spec.position == "alibi"):
+            executed = full_flops                  # an additive mask (window, ALiBi): SDPA runs the whole square
+        elif windowed:
+            executed = full_flops * (window / s - window**2 / (2 * s**2))
+        else:
+            executed = full_flops / 2 if causal else full_flops
         io = b * (q * h * dh * 2 + s * kv * dh * 2) * a + b * h * q * FP32     # q, o, k, v, logsumexp
         fwd = Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal), dtype, 1,
                      "forward", True)
@@ -158,6 +243,9 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
         fwd = [qk, ew("scale_mask_softmax", 2 * scores * a, part="attention", core=True)]
     else:                         # SDPA's math path: add the causal mask, then softmax
         fwd = [qk, ew("mask_softmax", 4 * scores * a, count=2, part="attention", core=True)]
+    if softcap:   # scores / c, tanh, · c (Gemma 2), then the softmax in fp32 and a cast back
+        fwd.append(ew("attention_softcap", 3 * 2 * scores * a + scores * (a + 2 * FP32 + FP32 + a), count=5,
+                      part="attention", core=True))
     if dropout:
         fwd.append(ew("attention_dropout", scores * (2 * a + 1), part="attention", core=True))
     fwd += [av, ew("context_copy", 2 * b * q * h * dh * a, part="attention", core=True)]
@@ -167,12 +255,15 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
            gemm("scores_dgrad_q", q, dh, s, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
            gemm("scores_dgrad_k", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
            ew("context_copy_backward", 2 * b * q * h * dh * a, part="attention", core=True, role="dgrad")]
+    if softcap:   # the fp32 softmax's backward and tanh's (1 − t²) chain over the square
+        bwd.append(ew("attention_softcap_backward", scores * (3 * FP32 + 3 * 3 * a), count=4, part="attention",
+                      core=True, role="dgrad"))
     if dropout:
         bwd.append(ew("attention_dropout_backward", scores * (2 * a + 1), part="attention", core=True, role="dgrad"))
     return {"forward": fwd, "backward": bwd}
 
 
-def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats):
+def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe=None):
     """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM)."""
     fwd, bwd = [], []
     mask = 1 if dropout else 0
@@ -189,6 +280,9 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
             bwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
             bwd += core["backward"]
             bwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=True, fused_accumulation=True)
+        elif moe:
+            fwd += moe[0]
+            bwd += moe[1]
         else:
             up = f * (mlp_mats - 1)
             fwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=False)
@@ -226,6 +320,9 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     head_fwd = norm_fwd + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
     head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=framework == "megatron")
     logits = n * v
+    if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
+        head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
+        head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3))
     if framework == "megatron":
         head_fwd.append(ew("vocab_parallel_cross_entropy", logits * (a + FP32 + 5 * FP32), count=6))
         head_bwd.insert(0, ew("cross_entropy_backward", logits * (3 * FP32 + a), count=3))
@@ -238,7 +335,7 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
 
 
 def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
-                      state_bytes: float = 4, clip: bool = True) -> list[Kernel]:
+                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger") -> list[Kernel]:
     """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
 
     Per parameter: read the gradient and the fp32 weight (master copy when there is one), read and write each
@@ -246,6 +343,8 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
     reads the gradients once more. ~10 elementwise ops per tensor (a foreach AdamW's updates).
     """
     recipe = get_recipe(precision)
+    if framework == "megatron" and recipe.master_params_bytes_per_param:
+        return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
     grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
     weight = master if master else recipe.params_bytes_per_param
     per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
@@ -253,3 +352,34 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
         per_param += grad
     return [Kernel("optimizer_step", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16",
                    max(1, int(n_tensors)) * (10 + n_states), "forward")]
+
+
+def megatron_optimizer_kernels(n_params: float, n_tensors: int, recipe, n_states: int = 2,
+                               state_bytes: float = 4) -> list[Kernel]:
+    """Megatron-LM's mixed-precision optimizer step (Float16OptimizerWithFloat16Params, contiguous fp32 main_grad
+    buffers, apex multi-tensor kernels), pass by pass, as memory traffic per parameter of this GPU's shard:
+
+    - fp16 only: unscale the fp32 gradients by 1/loss-scale and check them for inf/NaN
+      (torch._amp_foreach_non_finite_check_and_unscale_): read 4 + write 4 B; bf16 runs without a loss scaler;
+    - gradient norm for clipping (multi_tensor_l2norm): read 4 B (the rescale runs only when the norm exceeds
+      the clip value: not counted);
+    - Adam (apex FusedAdam, multi_tensor_adam): read gradient, fp32 weight and the states, write weight and
+      states: 4 + 2·4 + 2·n_states·state_bytes = 28 B for two fp32 states;
+    - copy the fp32 main weights into the 16-bit model weights (_copy_main_params_to_model_params): 4 + 2 B;
+    - zero the fp32 main_grad buffer for the next step: write 4 B.
+    fp16: 8 + 4 + 28 + 6 + 4 = 50 B per parameter; bf16: 42 B. The main_grad → main_param.grad "copy" is an
+    alias in fp32 (no traffic). Launches: a handful of multi-tensor kernels per ~chunk of tensors: counted as
+    n_tensors/110 (apex's default of 110 tensors per launch list) per pass, at least 1.
+    """
+    master, model = recipe.master_params_bytes_per_param, recipe.params_bytes_per_param
+    main_grad = FP32            # gradient_accumulation_fusion accumulates into an fp32 buffer
+    launches = max(1, -(-int(n_tensors) // 110))
+    passes = []
+    if recipe.name == "mixed-fp16":
+        passes.append(("unscale_check_inf", 2 * main_grad))
+    passes += [("grad_norm", main_grad),
+               ("adam", main_grad + 2 * master + 2 * n_states * state_bytes),
+               ("copy_main_to_model", master + model),
+               ("zero_main_grad", main_grad)]
+    return [Kernel(f"optimizer_{name}", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16", launches,
+                   "forward") for name, per_param in passes]

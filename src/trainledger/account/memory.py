@@ -105,7 +105,8 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
                 "sharded": 0, "replicated": counts["n_params"]}
     c, L, d = counts["components"], spec.n_layers, spec.d_model
     # biases of row-parallel matrices (o_proj, every MLP `down`: each expert's, the shared expert's) stay whole
-    downs = sum(spec.n_experts + (1 if spec.shared_expert_d_ff else 0) if spec.is_moe_layer(i) else 1 for i in range(L))
+    downs = sum(count * (spec.n_experts + (1 if spec.shared_expert_d_ff else 0) if spec.is_moe_layer(i) else 1)
+                for i, count in spec.layer_groups())
     row_biases = L * (d if spec.attn_out_bias else 0) + (downs * d if spec.mlp_bias else 0)
     replicated_per_layer = (c["norms"] - norm_params(spec) + row_biases + c["router"]) / L
     sharded_per_layer = (c["attention"] + c["mlp"] - row_biases) / L

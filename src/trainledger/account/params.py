@@ -104,12 +104,12 @@ def param_counts(spec: ModelSpec) -> dict:
     attention = attention_params_per_layer(spec)
     norms_per_layer = norm_params_per_layer(spec)
     head = 0 if spec.tied_embeddings else spec.vocab_size * spec.d_model
-    mlp_per_layer = [mlp_params_per_layer(spec, i) for i in range(L)]
+    mlp_groups = [(mlp_params_per_layer(spec, layer), count) for layer, count in spec.layer_groups()]
     components = {
         "token_embedding": token,
         "position_embedding": position,
         "attention": L * attention,
-        "mlp": sum(mlp_per_layer),
+        "mlp": sum(n * count for n, count in mlp_groups),
         "router": moe_layers * router_params_per_layer(spec),
         "norms": L * norms_per_layer + norm_params(spec),
         "lm_head": head,
@@ -120,7 +120,7 @@ def param_counts(spec: ModelSpec) -> dict:
         "n_params": n_params,
         "n_params_non_embedding": n_params - token - position - head,
         "n_params_active": n_params - inactive,
-        "n_params_per_layer": attention + max(mlp_per_layer) + (router_params_per_layer(spec) if moe_layers else 0)
+        "n_params_per_layer": attention + max(n for n, _ in mlp_groups) + (router_params_per_layer(spec) if moe_layers else 0)
                               + norms_per_layer,
         "components": components,
     }

@@ -21,7 +21,7 @@ bandwidth (roofline: Williams, Waterman & Patterson 2009):
   for the sequence length (GPUSpec.attention_efficiency, interpolated in log2(T)).
 - Memory-bound kernels (norms, activations, softmax, casts, residual adds, the loss): bytes read + written over
   the achieved memory bandwidth.
-Not modelled: L2-cache reuse between kernels, clock throttling, SMs taken by concurrent communication kernels.
+Not modelled: L2-cache reuse between kernels, clock throttling. SMs taken by a concurrent NCCL kernel: `sms`.
 """
 
 from __future__ import annotations
@@ -90,15 +90,19 @@ def _idw(points, coords, value_of) -> float:
     return total / weight_sum
 
 
-def gemm_efficiency(gpu, m: int, n: int, k: int, dtype: str, batch: int = 1) -> dict:
+def gemm_efficiency(gpu, m: int, n: int, k: int, dtype: str, batch: int = 1, sms: int | None = None) -> dict:
     """Achieved fraction of `gpu`'s dense `dtype` peak for a (batched) m×k·k×n GEMM, with how it was obtained.
+
+    `sms`: run on only this many of the GPU's SMs (the others held by a concurrent NCCL kernel): the tiles are
+    wave-quantized on `sms` and the ceiling scales by sms / sm_count (the same rate per SM).
 
     Returns {"efficiency", "measured" (the table's fraction at this shape, 1.0 without a table), "utilization"
     (wave quantization, 1.0 without an SM count), "split_k", "source"}.
     """
     table = gpu.gemm_table(dtype)
     waves = table is None or table.full_waves
-    util, split = wave_utilization(m, n, k, gpu.sm_count, batch) if (gpu.sm_count and waves) else (1.0, 1)
+    free = sms if (sms and gpu.sm_count) else gpu.sm_count
+    util, split = wave_utilization(m, n, k, free, batch) if (gpu.sm_count and waves) else (1.0, 1)
     if table is None:
         measured, source = 1.0, "no measured matmul efficiency for this device and dtype: the datasheet peak"
     elif table.full_waves and gpu.sm_count:
@@ -108,8 +112,9 @@ def gemm_efficiency(gpu, m: int, n: int, k: int, dtype: str, batch: int = 1) -> 
         measured, source = _idw(table.points, (m, n, k), ceiling), table.source
     else:
         measured, source = _idw(table.points, (m, n, k), lambda p: p[3]), table.source
-    return {"efficiency": min(measured * util, 1.0), "measured": measured, "utilization": util, "split_k": split,
-            "source": source}
+    share = free / gpu.sm_count if (gpu.sm_count and free) else 1.0
+    return {"efficiency": min(measured * util, 1.0) * share, "measured": measured, "utilization": util,
+            "split_k": split, "source": source}
 
 
 def attention_efficiency(gpu, seq_len: int, backward: bool, causal: bool, kernel: str | None = None) -> float | None:
@@ -154,10 +159,11 @@ def memory_seconds(gpu, n_bytes: float, op_bytes: float | None = None, curve=Non
     return n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_bandwidth_fraction)
 
 
-def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None) -> float:
+def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms: int | None = None) -> float:
     """Seconds of `kernel` on `gpu` without the per-launch overhead (added apart: GPUSpec.op_overhead_seconds).
 
-    `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default)."""
+    `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default); `sms`
+    limits GEMMs to that many SMs (a concurrent collective holds the rest: see gemm_efficiency)."""
     if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
         own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)
         return memory_seconds(gpu, kernel.bytes, kernel.bytes / max(kernel.count, 1), own)
@@ -169,6 +175,6 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None) -> 
             fraction = gemm_efficiency(gpu, seq_len, seq_len, 128, kernel.dtype)["efficiency"]
         return max(kernel.flops / (peak * fraction), memory_seconds(gpu, kernel.bytes))
     m, n, k, batch = kernel.shape
-    eff = gemm_efficiency(gpu, m, n, k, kernel.dtype, batch)
+    eff = gemm_efficiency(gpu, m, n, k, kernel.dtype, batch, sms)
     extra = (eff["split_k"] - 1) * batch * m * n * 4 * 2 * kernel.count   # split-K partial sums: fp32 out + in
     return max(kernel.flops / (peak * eff["efficiency"]), memory_seconds(gpu, kernel.bytes + extra))

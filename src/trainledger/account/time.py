@@ -9,20 +9,23 @@ they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (accoun
 global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
 
 How a step is built (each piece is a small function a test checks by hand):
-1. The kernels of one layer, forward and backward, and of the embedding and head (account.kernels: the same
-   matrices as account.flops, the same tensors as account.activations), each timed on the roofline of
-   account.roofline; recomputation re-runs the attention core (selective) or the whole layer forward (full).
+1. The kernels of one layer of each kind (spec.layer_groups(): MoE or dense, sliding or global; weighted by how
+   many layers it has, O(kinds of layers)), forward and backward, and of the embedding and head
+   (account.kernels: the same matrices as account.flops, the same tensors as account.activations), each timed
+   on the roofline of account.roofline; recomputation re-runs the attention core (selective) or the whole
+   layer forward (full).
 2. Communication (account.comm), α–β ring costs on the link each group crosses. Only the exposed part is added:
    max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
-   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMMs, SP input re-gather behind the input-
-   gradient GEMMs; DDP gradient buckets behind the last micro-batch's backward when pp = 1; FSDP prefetch behind
-   the neighbouring layer). Everything else is exposed.
+   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
+   input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
+   when pp = 1; FSDP prefetch behind the neighbouring layer). Everything else is exposed. A TP collective holds
+   its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
 3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
-Not modelled: data loading, evaluation, stragglers and jitter, kernel-level interference of communication with
-compute, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
+Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
+published channel count, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
 beyond embedding/head, the interleaved schedule's extra activation memory.
 """
 
@@ -85,6 +88,7 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
     return num_gpus, dp, global_batch_size, global_batch_size // per_step
 
 
+COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
 DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
 
 
@@ -99,10 +103,17 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
     gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
     of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
-    buffers and copies nothing).
+    buffers and copies nothing). While a hidden collective runs, its NCCL kernel holds `link.sm_channels` SMs:
+    the compute it hides behind runs SMs/(SMs − channels) slower meanwhile (overlapped_exposed; all of that
+    compute is treated as SM-bound, an upper bound for its memory-bound part).
     """
     from trainledger.account.roofline import memory_seconds
     link = _link(gpu, c.link)
+    slow = gpu.sm_count / (gpu.sm_count - link.sm_channels) if (gpu.sm_count and link.sm_channels) else 1.0
+
+    def exposed(comm: float, hidden: float) -> float:
+        return overlapped_exposed(comm, hidden, hidden * slow)
+
     per_call = seconds / c.count if c.count else 0.0
     copies = 0.0
     if style == "torch":
@@ -110,24 +121,50 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     if c.hides_behind == "backward_last":
         bucket = comm_mod.collective_seconds(c.kind, min(DDP_BUCKET_BYTES, c.payload_bytes), c.group_size, link)
         hidden = stage_bwd if pp == 1 else 0.0
-        return copies + (seconds if pp > 1 else bucket + exposed_seconds(seconds - bucket, hidden))
+        return copies + (seconds if pp > 1 else bucket + exposed(seconds - bucket, hidden))
     if c.hides_behind in ("forward", "backward"):
         unit = comm_mod.collective_seconds(c.kind, c.payload_bytes / n_layers, c.group_size, link)
         edge = unit if (c.kind == "all_gather" and c.hides_behind == "forward") or c.kind == "reduce_scatter" else 0.0
         hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
-        return copies + micro_batches * (edge + exposed_seconds(per_call - edge, hidden))
+        return copies + micro_batches * (edge + exposed(per_call - edge, hidden))
     return copies + seconds
 
 
-def _time(gpu, kernels, attention_kernel: str | None = None) -> dict:
-    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and GEMM time by role."""
+def overlapped_exposed(comm_seconds: float, gemm_seconds: float, narrow_gemm_seconds: float) -> float:
+    """Seconds a collective adds to the GEMMs it overlaps when its NCCL kernel holds some of their SMs.
+
+    The GEMMs take `gemm_seconds` on all SMs and `narrow_gemm_seconds` on the SMs the collective leaves free.
+    While the collective runs (comm_seconds) they progress at the narrow rate; the rest of their work then runs
+    at the full rate. If the collective outlasts even the slowed GEMMs, it sets the time:
+        comm ≥ narrow: comm − gemm;   else: comm · (1 − gemm / narrow)
+    With narrow = gemm (no SMs taken) this is max(0, comm − gemm), the plain exposed part.
+    """
+    if comm_seconds <= 0:
+        return 0.0
+    if comm_seconds >= narrow_gemm_seconds:
+        return comm_seconds - gemm_seconds
+    return comm_seconds * (1.0 - gemm_seconds / narrow_gemm_seconds) if narrow_gemm_seconds > 0 else comm_seconds
+
+
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
+    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
+    ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
+    on only that many SMs)."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
-           "dgrad": 0.0, "wgrad": 0.0, "kernels": 0}
+           "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
     for k in kernels:
         seconds = kernel_seconds(gpu, k, attention_kernel)
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds
+            narrow = seconds
+            if narrow_sms and k.kind == "gemm":
+                narrow = kernel_seconds(gpu, k, attention_kernel, narrow_sms)
+            out[k.role + "_narrow"] += narrow
+            if k.kind == "gemm":
+                full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
+                full_narrow[0] += seconds
+                full_narrow[1] += narrow
         out["overhead"] += k.count * gpu.op_overhead_seconds
         out["kernels"] += k.count
     return out
@@ -179,32 +216,22 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     # 1. kernels of one layer and of the edges, for one micro-batch
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    gpn = gpu.gpus_per_node
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute)
+           recompute, narrow_sms)
     if cache is not None and key in cache:
-        fwd, bwd, rec, edges = cache[key]
+        groups, edges = cache[key]
     else:
-        fwd, bwd, rec, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                            recompute)
+        groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
+                                     recompute, narrow_sms, spec.layer_groups())
         if cache is not None:
-            cache[key] = (fwd, bwd, rec, edges)
+            cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    gpn = gpu.gpus_per_node
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
-    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
-    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
-    hide = {"wgrad": [0.0, bwd["wgrad"]], "dgrad": [0.0, bwd["dgrad"]]}
-    records = []
-    for c in layer_comm:
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
-        records.append((c, seconds))
-        if c.hides_behind in hide:
-            hide[c.hides_behind][0] += seconds
-        else:
-            per_layer[c.part] += seconds
-    per_layer["tp_comm"] += sum(exposed_seconds(comm, gemms) for comm, gemms in hide.values())
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -249,7 +276,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
     n_tensors = _parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
-    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes))
+    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                           framework=framework))
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():
@@ -275,7 +303,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
         "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
-        "kernels_per_layer": fwd["kernels"] + bwd["kernels"] + rec["kernels"],
+        "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
     }
     if with_memory:
@@ -289,14 +317,93 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     return result
 
 
-def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str):
-    """Seconds by part of one layer's forward, backward and recomputation, and of the embedding and head kernels."""
-    lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
-    fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak)
-    rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-           "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
+    """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
+    if tp == 1:
+        return None
+    link = _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"])
+    return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
+
+
+def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
+    """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
+    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
+    how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
+    pipeline stage is assumed to hold the same mix (its layers × this mean)."""
+    total = sum(count for count, *_ in groups)
+    fwd, bwd, rec, comm = {}, {}, {}, {}
+    records = None
+    for count, f, b, r in groups:
+        per_layer, recs = _layer_comm(spec, gpu, common, b, framework)
+        records = records if records is not None else recs
+        for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
+            _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
+    return fwd, bwd, rec, comm, records
+
+
+def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dict, list]:
+    """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
+    records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
+    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
+    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
+    hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
+    column = COLUMN_PARALLEL.get(framework, ())
+    records = []
+    for c in layer_comm:
+        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        records.append((c, seconds))
+        own = [bwd.get("gemms", {}).get(f"{name}_{c.hides_behind}") for name in column]
+        if c.hides_behind in hide and column and c.count == len(column) and all(own):
+            # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
+            # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
+            # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
+            for full, narrow in own:
+                per_layer[c.part] += overlapped_exposed(seconds / c.count, full, narrow)
+        elif c.hides_behind in hide:
+            hide[c.hides_behind][0] += seconds
+        else:
+            per_layer[c.part] += seconds
+    per_layer["tp_comm"] += sum(overlapped_exposed(comm, gemms, narrow) for comm, gemms, narrow in hide.values())
+    return per_layer, records
+
+
+def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
+                       sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
+                       framework: str = "megatron", dropout: bool | None = None, layer: int = 0) -> dict:
+    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch on one GPU, with its
+    exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the
+    recomputation (and a full recompute's forward collectives)."""
+    recipe = get_recipe(precision)
+    sp = sp and tp > 1
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, 1, 1)
+    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
+                                           narrow_sms, [(layer, 1)])
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
+                  style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
+    total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
+    _, records = _layer_comm(spec, gpu, dict(common, recompute="none"), bwd, framework)
+    forward_comm = sum(seconds for c, seconds in records if c.name.endswith("_forward"))
+    kernels = ("compute", "attention", "memory_bound", "overhead")
+    forward = sum(fwd[k] for k in kernels) + forward_comm
+    backward = sum(bwd[k] + rec[k] for k in kernels) + sum(total.values()) - forward_comm
+    return {"forward": forward, "backward": backward}
+
+
+def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
+                 narrow_sms: int | None, layers: list[tuple[int, int]]):
+    """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
+    `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
+    its GEMMs take while a TP collective holds the others."""
+    groups = []
+    for layer, count in layers:
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
+        fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
+        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
+               "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+        groups.append((count, fwd, bwd, rec))
     edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
-    return fwd, bwd, rec, edges
+    return groups, edges
 
 
 def _parameter_tensors(spec) -> int:
@@ -344,6 +451,10 @@ def assumptions(gpu, result: dict, records) -> list[str]:
         table = gpu.attention_table(result.get("attention_kernel"))
         lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
                      "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
+    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
+    if narrow:
+        lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
+                     "the GEMMs it overlaps run on the rest")
     seen = set()
     for c, _ in records:
         if c.name in seen:

@@ -5,6 +5,10 @@ Cases (figures from ../shared/reference/facts.md, each with its citation):
   A100-80GB (Selene: 8 GPUs per node on NVSwitch, 8 × HDR 200 Gb/s InfiniBand), fp16 mixed precision, Adam,
   seq 2048, vocab 51200, TP 8; "full" = full recomputation with TP all-reduce, "seq+sel" = sequence parallelism +
   selective recomputation. Model shapes and layouts from the paper's Table 3.
+- Korthikanti et al. 2022, Table 4: forward and backward milliseconds of ONE layer of the 22B model (micro-batch
+  4, seq 2048, TP 8) under five settings, and the recomputation overhead of each against the baseline: a check
+  of the per-layer time the steps above are built from, separate from pipeline, optimizer and edges. These
+  figures are quoted from the paper itself (they are not in facts.md).
 - Llama 3 (arXiv:2407.21783), Table 4: BF16 MFU of Llama 3 405B on H100 with 16M tokens per batch. Not
   published, so assumed here: micro-batch 1, the interleaved schedule with 2 virtual stages per GPU (the paper's
   Fig. 6 draws v = 2), sequence parallelism, bf16 mixed precision with the optimizer sharded over DP (Meta's FSDP
@@ -25,6 +29,15 @@ KORTHIKANTI_TABLE5 = [
     ("175B", 12288, 96, 96, 8, 3, 64, 1, 64, 18.13, 13.75),
     ("530B", 20480, 128, 105, 35, 3, 280, 1, 280, 49.05, 37.83),
     ("1T", 25600, 160, 128, 64, 1, 512, 1, 512, 94.42, 71.49),
+]
+# Korthikanti et al. 2022 (arXiv:2205.05198), Table 4, one 22B layer: (setting, sp, recompute, forward ms,
+# backward ms, overhead vs the baseline without recomputation)
+KORTHIKANTI_TABLE4 = [
+    ("baseline, no recompute", False, "none", 7.7, 11.9, 0.0),
+    ("sequence parallelism", True, "none", 7.2, 11.8, -0.03),
+    ("baseline, full recompute", False, "full", 7.7, 19.5, 0.39),
+    ("selective recompute", False, "selective", 7.7, 13.2, 0.07),
+    ("selective + sequence parallelism", True, "selective", 7.2, 13.1, 0.04),
 ]
 # (GPUs, TP, CP, PP, DP, seq, BF16 MFU)
 LLAMA3_TABLE4 = [
@@ -58,6 +71,23 @@ def korthikanti_cases() -> list[dict]:
             rows.append({"model": name, "setting": label, "published_seconds": published,
                          "predicted_seconds": r["step_seconds"], "error": r["step_seconds"] / published - 1,
                          "mfu": r["mfu"], "breakdown": r["breakdown"]})
+    return rows
+
+
+def korthikanti_layer_cases() -> list[dict]:
+    """Every row of Korthikanti Table 4 (one 22B layer) with the predicted forward/backward ms and overhead."""
+    from trainledger.account.time import layer_pass_seconds
+    gpu, spec = get_gpu("a100-80gb"), megatron_gpt("22B", 6144, 64, 48)
+    rows, base = [], None
+    for label, sp, recompute, fwd_ms, bwd_ms, overhead in KORTHIKANTI_TABLE4:
+        r = layer_pass_seconds(spec, gpu, batch_size=4, seq_len=2048, precision="mixed-fp16", tp=8, sp=sp,
+                               recompute=recompute, flash=False, framework="megatron")
+        total = r["forward"] + r["backward"]
+        base = total if base is None else base
+        rows.append({"setting": label, "published_forward_ms": fwd_ms, "published_backward_ms": bwd_ms,
+                     "predicted_forward_ms": r["forward"] * 1e3, "predicted_backward_ms": r["backward"] * 1e3,
+                     "error": total * 1e3 / (fwd_ms + bwd_ms) - 1, "published_overhead": overhead,
+                     "predicted_overhead": total / base - 1})
     return rows
 
 

@@ -37,12 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full", help="attention-score convention (default full)")
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for hardware FLOPs")
+    from trainledger.cli.measure import add_impl_flags
+    add_impl_flags(parser)
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
     from trainledger.account import flops as F
     from trainledger.errors import TrainledgerError
+    from trainledger.cli.measure import hf_impl_of
+    impl = hf_impl_of(args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
     global_batch = args.global_batch_size or args.batch_size
     if global_batch % args.batch_size:
@@ -66,6 +70,10 @@ def compute(args) -> dict:
         windowed = sum(count for i, count in spec.layer_groups() if spec.is_sliding(i))
         result["assumptions"].append(f"sliding window of {spec.sliding_window} tokens in {windowed} of {spec.n_layers} "
                                      "layers: counted over the full T×T, as our kernels compute it before masking")
+    if impl is not None:
+        result["impl"], result["attn_impl"] = "hf", impl.attn_impl
+        result["assumptions"].append(f"--impl hf: transformers' {impl.model_type} runs the same matmuls ({impl.attn_impl} "
+                                     "attention computes the same QKᵀ and A·V; MoE experts by grouped_mm): the same FLOPs")
     result["assumptions"] += common.approximation_notes(spec)
     if seq_len_warnings(spec, seq_len):
         result["warnings"] = seq_len_warnings(spec, seq_len)

@@ -28,13 +28,17 @@ pre-trained at, --batch-size 1 (the micro-batch of the one measured step).
 your own nn.Module: factory(batch_size, seq_len) returns (model, inputs, loss_fn) where inputs is a tuple
 passed as model(*inputs) and loss_fn(output) returns the scalar loss (or returns (model, inputs) and the
 output must be the loss). There is no analytic prediction for such a module: only measurements.
---impl hf measures Hugging Face transformers' own model built from the config (LlamaForCausalLM, ...):
-the analytic model describes trainledger's Transformer and cannot know that implementation.
+--impl hf predicts and measures Hugging Face transformers' own model built from the config.json
+(GPT2LMHeadModel, LlamaForCausalLM, ...): the prediction follows transformers' code for that model_type
+(account/hf_activations.py: its activation functions, eager or SDPA attention, dropout masks in train
+mode, KV-cache copies, the loss's labels). --attn-impl eager|sdpa picks the attention (default: what
+transformers picks: sdpa, eager for gemma2 and mpt). All --precision recipes; mixed-* keep fp32 masters.
 
 examples:
   trainledger measure --model gpt2 --batch-size 4 --seq-len 1024 --precision amp-bf16
   trainledger measure --model llama-2-7b --seq-len 4096 --recompute selective --json
   trainledger measure --model tiny --device cpu
+  trainledger measure --model config.json --impl hf --attn-impl eager --precision amp-bf16 --device cpu
 """
 
 ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward FLOPs / step", "flops"),
@@ -54,8 +58,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation")
     parser.add_argument("--device", choices=("fake", "meta", "cpu", "cuda"), default="fake", help="where the step runs (default fake)")
     parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
-                        help="whose model to measure for a config.json: trainledger's Transformer (default) or transformers' own")
+                        help="whose model to predict and measure for a config.json: trainledger's Transformer (default) or transformers' own")
+    add_attn_impl_flag(parser)
     common.add_json_flag(parser)
+
+
+def add_attn_impl_flag(parser: argparse.ArgumentParser) -> None:
+    """--attn-impl eager|sdpa, for --impl hf (memory, flops and measure share it)."""
+    parser.add_argument("--attn-impl", choices=("eager", "sdpa"), default=None,
+                        help="with --impl hf: transformers' attention implementation (default: what transformers picks for the model)")
+
+
+def add_impl_flags(parser: argparse.ArgumentParser) -> None:
+    """--impl trainledger|hf and --attn-impl, for `memory` and `flops`."""
+    parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
+                        help="whose model of a config.json to predict: trainledger's Transformer (default) or transformers' own")
+    add_attn_impl_flag(parser)
+
+
+def hf_impl_of(args):
+    """The account.hf_activations.HfImpl that --impl hf and --attn-impl name for --model (None without --impl hf)."""
+    if getattr(args, "impl", "trainledger") != "hf":
+        if getattr(args, "attn_impl", None) is not None:
+            raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
+        return None
+    from pathlib import Path
+
+    from trainledger.account.hf_activations import hf_impl_from_config
+    from trainledger.specs.hf_config import read_config_file
+    model = getattr(args, "model", None)
+    if model is None or not (model.endswith(".json") or Path(model).exists()):
+        raise TrainledgerError(f"--impl hf needs --model to be a Hugging Face config.json path, got {model!r}")
+    return hf_impl_from_config(read_config_file(model), args.attn_impl)
 
 
 def compute(args) -> dict:
@@ -63,6 +97,8 @@ def compute(args) -> dict:
     if ":" in args.model and not args.model.endswith(".json"):
         return compare.measure_factory(args.model, args.batch_size, args.seq_len or 128, optimizer=args.optimizer,
                                        device=args.device)
+    if args.attn_impl is not None and args.impl != "hf":
+        raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
     if args.impl == "hf" and args.recompute != "none":
         raise TrainledgerError(f"--recompute {args.recompute} applies to trainledger's Transformer, not to "
                                "--impl hf (transformers' own model); drop one of them")
@@ -71,7 +107,7 @@ def compute(args) -> dict:
     seq_len = args.seq_len or getattr(spec, "default_seq_len", 1)
     if args.impl == "hf":
         return compare.measure_hf(args.model, spec, args.batch_size, seq_len, precision=args.precision,
-                                  optimizer=args.optimizer, device=args.device)
+                                  optimizer=args.optimizer, device=args.device, attn_impl=args.attn_impl)
     if getattr(spec, "kind", None) == "transformer" and seq_len > spec.max_seq_len and spec.position == "learned":
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {spec.max_seq_len} learned positions of '{spec.name}'")
     result = compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
@@ -101,8 +137,9 @@ def render(result: dict, args) -> None:
     title += "".join(f", {st[k]}" for k in ("precision", "optimizer") if k in st)
     title += f", recompute {st['recompute']}" if "recompute" in st else ""
     title += f", {st.get('device')}"
-    hf = result.get("measured_hf")          # --impl hf: transformers' own model beside ours
-    columns = ["", "predicted", "measured", "error"] + (["measured (hf)", "error vs hf"] if hf else [])
+    if st.get("impl") == "hf":
+        title += f", transformers ({st.get('attn_impl')} attention)"
+    columns = ["", "predicted", "measured", "error"]
     rows = []
     for key, label, kind in ROWS:
         measured = result["measured"].get(key)
@@ -110,8 +147,6 @@ def render(result: dict, args) -> None:
         if measured is None and predicted is None:
             continue
         row = [label, _fmt(predicted, kind), _fmt(measured, kind), _percent(result.get("relative_error", {}).get(key))]
-        if hf:
-            row += [_fmt(hf.get(key), kind), _percent(result.get("relative_error_hf", {}).get(key))]
         rows.append(row)
     console.print(common.table(title, columns, rows, caption="\n".join(result.get("notes", []))))
     details = result.get("details", {})

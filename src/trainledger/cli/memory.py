@@ -33,6 +33,7 @@ examples:
   trainledger memory --model gpt2 --batch-size 8 --seq-len 1024
   trainledger memory --params 7.5e9 --precision mixed-fp16 --optimizer adam --zero 3 --dp 64
   trainledger memory --model llama-2-7b --precision mixed-bf16 --tp 8 --sp --recompute selective --gpu a100
+  trainledger memory --model config.json --impl hf --attn-impl eager   (transformers' own model, `measure --impl hf`)
 """
 
 
@@ -54,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free (CUDA context, fragmentation), e.g. 2GiB (default 0)")
+    from trainledger.cli.measure import add_impl_flags
+    add_impl_flags(parser)
     common.add_json_flag(parser)
 
 
@@ -70,15 +73,29 @@ def compute(args) -> dict:
                     reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
     warnings = []
     if args.model is not None:
+        from trainledger.cli.measure import hf_impl_of
+        impl = hf_impl_of(args)
         spec, seq_len = load_transformer(args.model, args.seq_len)
-        result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
+        if impl is not None:
+            from trainledger.account.hf_activations import hf_impl_note, hf_memory_per_gpu
+            if not args.flash:
+                raise TrainledgerError("--no-flash applies to trainledger's Transformer; with --impl hf give --attn-impl eager")
+            settings.pop("flash")
+            result = hf_memory_per_gpu(spec, impl, batch_size=args.batch_size, seq_len=seq_len, **settings)
+        else:
+            result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
         result["model"] = spec.name
         first = [seq_len_assumption(spec, seq_len, args.seq_len),
                  f"micro-batch {args.batch_size} sequence{'s' if args.batch_size > 1 else ''} per GPU (--batch-size)"]
         activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len:,}: what our torch model "
                        f"saves for backward (account/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
+        if impl is not None:
+            activations = (f"activations of transformers' model of {spec.name} at batch {args.batch_size} × seq {seq_len:,} "
+                           f"(account/hf_activations.py); {hf_impl_note(impl)}")
         warnings += seq_len_warnings(spec, seq_len)
     else:
+        if args.impl == "hf":
+            raise TrainledgerError("--impl hf needs --model to be a Hugging Face config.json path, not --params")
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params only model states are counted)")
         result = memory_per_gpu(n_params=args.params, **settings)

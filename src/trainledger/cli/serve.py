@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import argparse
 import socket
+from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 
 HELP = "open the interactive calculators in a browser (JSON API at /api/<command>)"
 DESCRIPTION = """\
-Starts a local web server with seven calculators on one page — training time, tensor layout, dtypes,
-matmul, transformer parameters, memory budget, compute-optimal size. Every number comes from the same
-code as the command line: GET /api/<command>?flag=value returns what `trainledger <command> --flag value
---json` prints (e.g. /api/plan?params=70B&tokens=15T&gpu=h100&num-gpus=1024&mfu=0.5).
+Starts a local web server with eight calculators on one page — training time, tensor layout, dtypes,
+matmul, transformer parameters, memory budget, compute-optimal size, step time & layout. Every number comes
+from the same code as the command line: GET /api/<command>?flag=value returns what `trainledger <command>
+--flag value --json` prints (e.g. /api/plan?params=70B&tokens=15T&gpu=h100&num-gpus=1024&mfu=0.5).
 
-Needs the optional extra: pip install 'trainledger[web]'
+Models are presets, custom sizes (arch.* fields), a config.json POSTed in the body, or a file name from
+--config-dir: never another path on the server. Requests must be addressed to the server (its host and port,
+localhost, 127.0.0.1, [::1], or an --allow-host name). Needs the optional extra: pip install 'trainledger[web]'
 
 examples:
   trainledger serve                      # http://127.0.0.1:8000/
   trainledger serve --port 8080 --open   # and open it in the default browser
+  trainledger serve --host 0.0.0.0 --allow-host box.lan --config-dir ~/configs   # others may use box.lan:8000
 """
 
 
@@ -38,6 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default: %(default)s, this machine only; 0.0.0.0 for all)")
     parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: %(default)s)")
     parser.add_argument("--open", action="store_true", help="open the page in the default web browser")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="also answer requests whose Host header names NAME (e.g. this machine's DNS name); "
+                             "repeatable. Other names are refused (421), against DNS rebinding")
+    parser.add_argument("--config-dir", type=config_dir, metavar="DIR",
+                        help="directory of Hugging Face config.json files the API may read by file name "
+                             "(model=NAME.json); no other file of the server is ever read")
+
+
+def config_dir(text: str) -> Path:
+    """An existing directory (for --config-dir)."""
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be an existing directory, got {text!r}")
+    return path
 
 
 def _web_modules():
@@ -77,7 +95,9 @@ def run(args) -> int:
     if args.open:
         import webbrowser
         webbrowser.open(url)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    app = create_app(host=args.host, port=sock.getsockname()[1], allow_hosts=tuple(args.allow_host),
+                     config_dir=args.config_dir)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

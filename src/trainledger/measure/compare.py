@@ -12,8 +12,10 @@ relative_error = (predicted - measured) / measured.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainledger.errors import TrainledgerError
 from trainledger.measure.flops import count_step_flops
@@ -103,8 +105,11 @@ def _context(device: str):
 
 
 def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str, recompute: str,
-            flash: bool = True) -> dict:
-    """Predictions from account/ for one step: n_params, FLOPs per step, bytes by part, peak bytes."""
+            flash: bool = True, hf_impl=None) -> dict:
+    """Predictions from account/ for one step: n_params, FLOPs per step, bytes by part, peak bytes.
+
+    hf_impl (an account.hf_activations.HfImpl): the activations (and so the peak) of transformers' model.
+    """
     from trainledger.account.activations import step_peak_bytes
     from trainledger.account.flops import flops_per_step
     from trainledger.account.memory import memory_per_gpu
@@ -112,8 +117,13 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
     from trainledger.specs.recipes import get_optimizer
 
     flops = flops_per_step(spec, batch_size, seq_len, recompute=recompute)
-    memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                            optimizer=optimizer, recompute=recompute, flash=flash)
+    if hf_impl is not None:
+        from trainledger.account.hf_activations import hf_memory_per_gpu
+        memory = hf_memory_per_gpu(spec, hf_impl, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                                   optimizer=optimizer, recompute=recompute)
+    else:
+        memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                                optimizer=optimizer, recompute=recompute, flash=flash)
     predicted = {"n_params": param_counts(spec)["n_params"],
                  "forward_flops_per_step": flops["forward_flops_per_step"],
                  "train_flops_per_step": flops["train_flops_per_step"],
@@ -152,10 +162,6 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
 
     if device not in DEVICES:
         raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
-    if getattr(spec, "n_experts", 1) > 1 and device in ("fake", "meta"):
-        raise TrainledgerError(f"--device {device}: '{spec.name}' is a mixture of experts, whose routing depends on "
-                               "the data; measure a small config of it with --device cpu (`trainledger flops` and "
-                               "`trainledger memory` predict any size)")
     recipe = get_recipe(precision)
     fallback_note = None
     if getattr(spec, "kind", None) == "cruncher" and device == "fake":
@@ -334,44 +340,119 @@ def _as_loss(output):
 
 
 def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precision: str = "fp32",
-               optimizer: str = "adamw", device: str = "fake") -> dict:
-    """measure_model for our Transformer of `spec` plus the same step measured on transformers' own model.
+               optimizer: str = "adamw", device: str = "fake", attn_impl: str | None = None) -> dict:
+    """{"predicted", "measured", "relative_error", ...} of one training step of transformers' own model of a config.json.
 
-    The analytic model describes trainledger's Transformer; Hugging Face's implementation saves other
-    tensors (its own RMSNorm, rotary and loss code), so its activations and peak may differ from the
-    prediction without either being wrong. Keys added: measured_hf, relative_error_hf.
+    Predicted: account.hf_activations (transformers' code for that model_type: its activation functions, eager or
+    SDPA attention, dropout in train mode, KV-cache copies, the loss's labels) on top of account/'s parameter,
+    FLOP and model-state formulas. Measured: AutoModelForCausalLM.from_config(config) built with
+    `attn_implementation` (default: what transformers picks), one step of loss = model(input_ids, labels).loss,
+    backward, optimizer step, by the same trackers as measure_model. mixed-* recipes: 16-bit model, fp32 master
+    weights (MasterWeights). transformers' logging and warnings are kept off stdout (one JSON object with --json).
     """
     from pathlib import Path
 
+    from trainledger.account.hf_activations import hf_impl_from_config, hf_impl_note
+    from trainledger.specs.hf_config import read_config_file
     from trainledger.specs.recipes import get_recipe
-    if not Path(config_path).is_file():
+    if not Path(config_path).exists():
         raise TrainledgerError(f"--impl hf needs --model to be a Hugging Face config.json path, got {config_path!r}")
-    try:
-        import transformers
-    except ImportError:
-        raise TrainledgerError("--impl hf needs the `transformers` package (pip install transformers)") from None
+    if device not in DEVICES:
+        raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    impl = hf_impl_from_config(read_config_file(config_path), attn_impl)
+    if device == "meta":
+        impl = dataclasses.replace(impl, meta=True)
+    transformers = _quiet_transformers()
     recipe = get_recipe(precision)
-    if recipe.master_params_bytes_per_param:
-        raise TrainledgerError(f"--impl hf measures fp32, amp-* and bf16 recipes, not {precision!r}")
-    ours = measure_model(spec, batch_size, seq_len, precision=precision, optimizer=optimizer, device=device)
     dtype = torch.float32 if recipe.params_bytes_per_param == 4 else _TORCH_DTYPES[recipe.compute_dtype]
     autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if recipe.name.startswith("amp") else None
-
-    def build():
-        config = transformers.AutoConfig.from_pretrained(str(Path(config_path).parent) if Path(config_path).name == "config.json"
-                                                         else config_path)
-        config._attn_implementation = "sdpa"
-        dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
+    _check_memory_first(spec, batch_size, seq_len, recipe.name, optimizer, "none", device)
+    cls, defaults, optimizer_source = optimizer_class(optimizer, torch_only=device == "meta")
+    directory = Path(config_path).parent if Path(config_path).is_file() else Path(config_path)
+    dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
+    with _quiet(), _context(device), (GroupedMmShapes() if device in ("fake", "meta") else contextlib.nullcontext()):
+        config = transformers.AutoConfig.from_pretrained(str(directory))
         with torch.device(dev):
-            # transformers 5 renamed torch_dtype to dtype (and warns on the old name)
-            key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-            model = transformers.AutoModelForCausalLM.from_config(config, **{key: dtype})
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=impl.attn_impl)
+        model.train()
         idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
-        return model, (idx,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss
+        opt = MasterWeights(model.parameters(), cls, **defaults) if recipe.master_params_bytes_per_param \
+            else cls(model.parameters(), **defaults)
+        report = track_step(model, (idx,), opt, loss_fn=lambda m, b: m(input_ids=b[0], labels=b[0]).loss,
+                            autocast_dtype=autocast_dtype, count_flops=True)
+        masters = storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0
+        measured = {"n_params": sum(p.numel() for p in model.parameters()),
+                    "forward_flops_per_step": report.forward_flops,
+                    "train_flops_per_step": report.forward_flops + report.backward_flops,
+                    "hardware_flops_per_step": report.forward_flops + report.backward_flops,
+                    "params_bytes": report.params_bytes, "grads_bytes": report.grads_bytes,
+                    "master_params_bytes": masters, "optimizer_bytes": report.optimizer_bytes,
+                    "activations_bytes": report.activations_bytes,
+                    "peak_bytes": report.peak_bytes - report.inputs_bytes + masters}
+        ran_attn = getattr(model.config, "_attn_implementation", impl.attn_impl)
+    predicted = predict(spec, batch_size, seq_len, recipe.name, optimizer, "none", hf_impl=impl)
+    relative_error = {k: (predicted[k] - measured[k]) / measured[k] if measured.get(k) else
+                      (0.0 if predicted.get(k) == measured.get(k) else None) for k in KEYS}
+    notes = [f"optimizer: {optimizer_source}", f"device: {device}", hf_impl_note(impl),
+             f"transformers {transformers.__version__}: {type(model).__name__}, attn_implementation {ran_attn!r}"]
+    if device == "meta" and autocast_dtype is not None:
+        notes.append("meta device: autocast does not cast meta tensors, so this amp step computes in fp32 while the "
+                     "prediction is for amp; use --device fake")
+    if not transformers.__version__.startswith("5."):
+        notes.append(f"transformers {transformers.__version__}: account/hf_activations.py follows transformers 5.x "
+                     "(tested with 5.24); other versions may save other tensors")
+    if device in ("fake", "meta") and getattr(spec, "is_moe", False):
+        notes.append(f"{device} device: the experts' routing is whatever the {device} tensors give; FLOPs and saved "
+                     "bytes do not depend on it (every token reaches experts_per_token experts)")
+    return {"predicted": {k: predicted[k] for k in KEYS}, "measured": measured, "relative_error": relative_error,
+            "settings": {"model": spec.name, "impl": "hf", "attn_impl": impl.attn_impl, "batch_size": batch_size,
+                         "seq_len": seq_len, "precision": recipe.name, "optimizer": optimizer, "device": device,
+                         "optimizer_impl": optimizer_source},
+            "details": {"peak_phase": report.peak_phase, "peak_module": report.peak_module,
+                        "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
+                        "activations_by_module": report.activations_by_module, "transformers_attn_impl": ran_attn},
+            "notes": notes}
 
-    hf = _measure_module(build, optimizer, device, autocast_dtype)
-    ours["measured_hf"] = {k: hf.get(k) for k in KEYS}
-    ours["relative_error_hf"] = {k: ((ours["predicted"][k] - hf[k]) / hf[k] if hf.get(k) else None) for k in KEYS}
-    ours["notes"].append("measured_hf: transformers' own implementation of the same config; the analytic model "
-                         "describes trainledger's Transformer and cannot know that implementation's saved tensors")
-    return ours
+
+class GroupedMmShapes(TorchDispatchMode):
+    """aten._grouped_mm on fake and meta tensors in any dtype: its meta kernel accepts only bf16 (the CUDA kernel's
+    rule), while the CPU kernel also runs fp32. Entered below the trackers, so they still see (and count) the op;
+    the output is an empty tensor of the shape the kernel would return."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._overloadpacket is not torch.ops.aten._grouped_mm:
+            return func(*args, **kwargs)
+        a, b = args[0], args[1]
+        offs = args[2] if len(args) > 2 else kwargs.get("offs")
+        if a.dim() == 2 and b.dim() == 3:
+            shape = (a.shape[0], b.shape[-1])
+        elif a.dim() == 2 and b.dim() == 2:            # weight gradient: one (K, N) block per group
+            shape = (offs.shape[0], a.shape[0], b.shape[1])
+        elif a.dim() == 3 and b.dim() == 3:
+            shape = (a.shape[0], a.shape[1], b.shape[-1])
+        else:                                          # (G, M, K) × (K, N): groups along N
+            shape = (a.shape[1], b.shape[-1])
+        dtype = kwargs.get("out_dtype") or a.dtype
+        return torch.empty(shape, dtype=dtype, device=a.device)
+
+
+def _quiet_transformers():
+    """transformers, imported with its logging at errors only (its warnings go to stderr, never stdout)."""
+    try:
+        with _quiet():
+            import transformers
+    except ImportError:
+        raise TrainledgerError("--impl hf needs the `transformers` package (pip install 'trainledger[hf]')") from None
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Python warnings silenced and anything printed to stdout sent to stderr, so --json stays one JSON object."""
+    import sys
+    import warnings
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        warnings.simplefilter("ignore")
+        yield

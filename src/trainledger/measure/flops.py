@@ -6,7 +6,8 @@ the CUDA SDPA kernels, 2·m·k·n per matmul, but counts 0 for PyTorch's CPU fla
 and under FakeTensorMode. `flop_formulas()` adds them with torch's own SDPA formula (full T×T, grouped-query
 heads broadcast: 4·B·H·T·T·dh forward, the PaLM convention), and counts SDPA backward as model FLOPs
 (2 × forward); torch's own backward formula adds the QKᵀ that flash kernels recompute (hardware FLOPs,
-`hardware=True`). On the meta device SDPA falls back to its math path (explicit bmm), counted by torch.
+`hardware=True`). `aten._grouped_mm` (MoE experts, transformers' grouped_mm path) is counted as 2·K per output
+element (torch counts 0). On the meta device SDPA falls back to its math path (explicit bmm), counted by torch.
 
 Everything here works on real tensors, on the meta device and under FakeTensorMode.
 """
@@ -39,6 +40,25 @@ def _sdpa_backward_model(grad_out_shape, query_shape, key_shape, value_shape, *a
     return _sdpa_backward_hardware(grad_out_shape, query_shape, key_shape, value_shape) - recompute
 
 
+def _grouped_mm(mat_a_shape, mat_b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of aten._grouped_mm (the MoE experts of transformers' grouped_mm path), which torch counts as 0.
+
+    Each row of the output is one group's matmul: 2·K·(out elements) with K = mat_a's last dim, the contracted
+    one ((M, K) × (G, K, N) -> (M, N); (G, M, K) × (G, K, N) -> (G, M, N); (G, M, K) × (K, N) -> (M, N)). The weight
+    gradient (K, M) × (M, N) -> (G, K, N), split along M by `offs`, contracts M once overall: 2·K·M·N.
+    """
+    if len(mat_a_shape) == 2 and len(mat_b_shape) == 2:
+        return 2 * mat_a_shape[0] * mat_a_shape[1] * mat_b_shape[1]
+    return 2 * mat_a_shape[-1] * _numel(out_shape)
+
+
+def _numel(shape) -> int:
+    total = 1
+    for size in shape:
+        total *= int(size)
+    return total
+
+
 _FORWARD = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable")
 _BACKWARD = ("_scaled_dot_product_flash_attention_for_cpu_backward",
              "_scaled_dot_product_fused_attention_overrideable_backward",
@@ -52,7 +72,7 @@ def flop_formulas(hardware: bool = False) -> dict:
     hardware=False (model FLOPs, the DESIGN convention): SDPA backward = 2 × forward.
     hardware=True: torch's count, which includes the QKᵀ that flash kernels recompute in backward.
     """
-    formulas = {}
+    formulas = {aten._grouped_mm: _grouped_mm} if hasattr(aten, "_grouped_mm") else {}
     for name in _FORWARD + _BACKWARD:
         packet = getattr(aten, name, None)
         if packet is None:

@@ -331,3 +331,47 @@ def _mpt(config: dict, get, model_type: str, flag: str) -> TransformerSpec:
         clip_qkv=read("clip_qkv", None, float),
         attn_scale=None if scale is None or scale == head_dim ** -0.5 else scale, approximations=notes,
     )
+
+
+# Dropout keys of each model_type's config class (transformers 5): (embeddings, residual branches, attention)
+_DROPOUT_KEYS = {"gpt2": ("embd_pdrop", "resid_pdrop", "attn_pdrop"),       # GPT2Config defaults 0.1 each
+                 "gpt_neox": ("hidden_dropout", "hidden_dropout", "attention_dropout"),   # emb_dropout too
+                 "phi3": ("embd_pdrop", "resid_pdrop", "attention_dropout"),
+                 "mpt": ("emb_pdrop", "resid_pdrop", "attn_pdrop")}          # mpt's attn_pdrop is in attn_config
+_DROPOUT_DEFAULTS = {"gpt2": 0.1}
+
+
+def hf_run_fields(config: dict, flag: str = "--model") -> dict:
+    """How transformers runs a config.json in training (for account.hf_activations.HfImpl): model_type,
+    use_cache (default true), the activation as written, and the dropout probabilities (train mode)."""
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED:
+        raise TrainledgerError(f"unsupported model_type {model_type!r} in config ({flag}); supported: {', '.join(SUPPORTED)}")
+    get = _getter(config, flag, model_type)
+    keys = _DROPOUT_KEYS.get(model_type, (None, None, "attention_dropout"))
+    default = _DROPOUT_DEFAULTS.get(model_type, 0.0)
+    attn_block = config.get("attn_config") if isinstance(config.get("attn_config"), dict) else {}
+
+    def prob(key):
+        if key is None:
+            return 0.0
+        source = _getter(attn_block, flag, model_type) if model_type == "mpt" and key == "attn_pdrop" else get
+        value = source(key, default, float)
+        if not 0.0 <= value < 1.0:
+            raise TrainledgerError(f"config key {key!r} must be a dropout probability in [0, 1), got {value!r} ({flag})")
+        return value
+    activation = config.get("activation_function") or config.get("hidden_act") or config.get("hidden_activation")
+    if model_type == "gpt2" and not activation:
+        activation = "gelu_new"                       # GPT2Config's default activation_function
+    return {"model_type": model_type, "use_cache": get("use_cache", True, bool),
+            "activation": activation if isinstance(activation, str) else "",
+            "embd_dropout": prob(keys[0]), "resid_dropout": prob(keys[1]), "attn_dropout": prob(keys[2])}
+
+
+def read_config_file(path: str | Path, flag: str = "--model") -> dict:
+    """The JSON object of a config.json (a directory means `path/config.json`), errors as spec_from_config_file's."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    spec_from_config_file(path, flag)                  # the same checks and one-line errors
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -36,7 +36,9 @@ class Link:
     bandwidth_bytes_per_s: datasheet bandwidth per GPU per direction; bus_bandwidth_fraction: what NCCL's ring
     collectives achieve of it (nccl-tests "busbw", which is defined so that it compares with the link rate);
     step_latency_seconds: per ring step (NCCL's tuning model, `hwLat`, Simple protocol); call_latency_seconds:
-    fixed per collective call (NCCL `baseLat`).
+    fixed per collective call (NCCL `baseLat`); sm_channels: the SMs a running collective occupies (NCCL launches
+    one CTA per channel and does not share the SM with compute kernels: NVIDIA, NVIDIA/nccl#689), which the
+    GEMMs it overlaps lose; 0 where no channel count is published (then no interference is modelled).
     """
 
     name: str
@@ -45,6 +47,7 @@ class Link:
     step_latency_seconds: float = 0.0
     call_latency_seconds: float = 0.0
     source: str = ""
+    sm_channels: int = 0          # SMs NCCL's kernel holds while a collective runs (one CTA per channel); 0: unknown
 
     def __post_init__(self):
         if not self.bandwidth_bytes_per_s > 0:
@@ -109,8 +112,10 @@ NCCL_CALL_LATENCY = 8.4 * US
 # NVIDIA A100 datasheet: NVLink 600 GB/s (both directions) = 300 GB/s per direction. Measured nccl-tests
 # all_reduce bus bandwidth on 8 × A100 SXM: 235 GB/s (stas00/ml-engineering, network/README.md, "case study");
 # 232.5 GB/s in NVIDIA/nccl-tests#175.
+# NCCL builds 24 ring channels on an HGX A100 with NVSwitch (NCCL INFO "Channel 23/24" log in NVIDIA/nccl-tests#100).
 NVLINK3 = Link("NVLink 3 (NVSwitch)", 300 * GB, 235 / 300, 3.4 * US, NCCL_CALL_LATENCY,
-               "A100 datasheet (600 GB/s bidirectional); busbw 235 GB/s on 8x A100 (stas00/ml-engineering network/README.md); " + _NCCL)
+               "A100 datasheet (600 GB/s bidirectional); busbw 235 GB/s on 8x A100 (stas00/ml-engineering network/README.md); "
+               + _NCCL + "; 24 channels on HGX A100 (NVIDIA/nccl-tests#100)", sm_channels=24)
 # NVIDIA H100 datasheet: NVLink 900 GB/s = 450 GB/s per direction. Ring all_reduce (NVLS/SHARP off) on 8 × H200
 # (same NVLink 4): 367.61 GB/s busbw (stas00/ml-engineering, network/benchmarks/results/all-reduce-8xH200.md).
 NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CALL_LATENCY,
@@ -131,8 +136,10 @@ XGMI_MI300X = Link("Infinity Fabric xGMI", 448 * GB, 312.912 / 448, 3.4 * US, NC
 # --- between nodes (one NIC per GPU, as in DGX/HGX nodes) -----------------------------------------------------
 # InfiniBand HDR 200 Gb/s = 25 GB/s per direction. NVIDIA measures 192 GB/s all_reduce busbw on a DGX-A100 with
 # 8 × 200 Gb/s NICs, i.e. 24 GB/s per GPU (NVIDIA/nccl#812, quoted in NVIDIA/nccl#1576; 24 GB/s also in nccl#412).
+# "If you are on DGX with 8 NICs and a top speed of 190 GB/s, then it would use 16 SMs" (NVIDIA, NVIDIA/nccl#689).
 IB_HDR = Link("InfiniBand HDR 200 Gb/s", 25 * GB, 24 / 25, 14.0 * US, NCCL_CALL_LATENCY,
-              "InfiniBand HDR 200 Gb/s per GPU; 192 GB/s busbw per DGX-A100 node = 24 GB/s per GPU (NVIDIA/nccl#812, #1576); " + _NCCL)
+              "InfiniBand HDR 200 Gb/s per GPU; 192 GB/s busbw per DGX-A100 node = 24 GB/s per GPU (NVIDIA/nccl#812, #1576); "
+              + _NCCL + "; 16 SMs on a DGX A100 with 8 NICs (NVIDIA/nccl#689)", sm_channels=16)
 # InfiniBand NDR 400 Gb/s = 50 GB/s per direction; "for NDR @ 400Gbps you should see 46-48GB/s per NIC"
 # (NVIDIA, NVIDIA/nccl-tests#290).
 IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,

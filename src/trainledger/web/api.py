@@ -7,9 +7,11 @@ a repeated parameter repeats the flag; a parameter named like a positional argum
 (several values: repeat it or separate them with spaces). Unknown parameters reach argparse unchanged, so
 the message is the one the command line prints.
 
-Custom transformers: parameters `arch.<field>` (family, d_model, n_layers, n_heads, n_kv_heads, d_ff,
-vocab_size, max_seq_len, tied) describe a model that is written as a Hugging Face config.json
-(`custom_config_path`) and passed as `--model PATH`, the way a user would on the command line.
+Models (web/guard.py): `model=` takes a preset or the file name of a config in `serve --config-dir`, never a
+server path. Custom transformers: parameters `arch.<field>` (family, d_model, n_layers, n_heads, n_kv_heads, d_ff,
+vocab_size, max_seq_len, tied) describe a model that is written as a Hugging Face config.json in the server's
+private directory (`custom_config_path`) and passed as `--model PATH`, the way a user would on the command line;
+so is a config.json sent as the body of a `POST /api/<command>`.
 
 Bad input answers HTTP 422 with {"error": message, "detail": message, "flag": "--seq-len", "param": "seq-len"},
 the message being the one line the CLI prints after `error: `. There are no formulas here.
@@ -19,21 +21,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
-import os
 import re
-import tempfile
-import threading
 from pathlib import Path
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from trainledger import __version__
 from trainledger.cli import main as cli
 from trainledger.cli.common import json_ready
 from trainledger.errors import TrainledgerError
+from trainledger.web import guard
 
 TRUE_WORDS = {"", "1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off"}
@@ -43,8 +43,8 @@ ARCH_INT_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "voca
 IGNORED_PARAMS = {"json", "_"}  # `_` lets a caller bust caches; --json is implied
 # Commands that do work on this machine rather than answer from specs: `bench` allocates size² matrices and
 # `measure` builds and steps a model, so one query (`/api/measure?model=llama-2-7b`) could exhaust the server's
-# memory; `profile` trains a model. The page is a calculator: they stay command-line only.
-WORK_COMMANDS = frozenset({"bench", "measure", "profile"})
+# memory. The page is a calculator: they stay command-line only.
+WORK_COMMANDS = frozenset({"bench", "measure", "profile", "train", "tour", "tokenize", "checkpoints"})
 # Exceptions that only bad input raises inside a command (a number too large for a float, a 400-character
 # "file name"): 422 like any bad input, with the CLI's own one line. Anything else is a bug: 500.
 INPUT_EXCEPTIONS = (ArithmeticError, OSError)
@@ -93,8 +93,12 @@ def _truth(value: str, flag: str) -> bool:
     raise ApiError(f"{flag} takes true or false, got {value!r}", flag)
 
 
-def argv_for(command: str, params: list[tuple[str, str]]) -> list[str]:
-    """The argv list (`["plan", "--gpu=h100", ...]`) that the query parameters `params` stand for."""
+def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | None = None,
+             body_config: dict | None = None) -> list[str]:
+    """The argv list (`["plan", "--gpu=h100", ...]`) that the query parameters `params` stand for.
+
+    A `model=` value must be a preset or a file name of `config_dir` (guard.resolve_model); `arch.*` fields and
+    `body_config` (a POST's config.json) become a config.json in the server's private directory."""
     parser = command_parsers().get(command)
     if parser is None:
         known = ", ".join(command_parsers())
@@ -121,6 +125,10 @@ def argv_for(command: str, params: list[tuple[str, str]]) -> list[str]:
             raise ApiError(f"{flag} is not a query parameter; the flags of each command are at /api/schema", flag)
         if action is None:
             argv.append(f"{flag}={value}")  # argparse rejects it with the CLI's own message
+        elif action.dest == "model":
+            argv.append(f"{flag}={guard.resolve_model(value, config_dir)}")
+        elif action.dest == "gpu":
+            argv.append(f"{flag}={guard.check_gpu(value)}")
         elif _is_boolean(action):
             on = _truth(value, flag)
             if isinstance(action, argparse.BooleanOptionalAction):
@@ -131,8 +139,17 @@ def argv_for(command: str, params: list[tuple[str, str]]) -> list[str]:
             argv += [flag, *value.split()]
         else:
             argv.append(f"{flag}={value}")
+    if (arch or body_config is not None) and "--model" not in options:
+        raise ApiError(f"`{command}` takes no model; arch.* fields and a config in the body are for commands with "
+                       f"--model", "--model")
+    if arch and body_config is not None:
+        raise ApiError("give a custom model either as arch.* fields or as a config.json in the body, not both", "--model")
     if arch:
         argv.append(f"--model={custom_config_path(arch)}")
+    if body_config is not None:
+        path = guard.STORE.path_for(body_config, "posted")
+        guard.check_posted_spec(path)
+        argv.append(f"--model={path}")
     tail = [value for action in _positionals(parser) for value in positional_values.get(action.dest, [])]
     if tail:
         argv += ["--", *tail]
@@ -152,14 +169,7 @@ def custom_config(fields: dict[str, str]) -> dict:
     if unknown:
         known = ", ".join(ARCH_PREFIX + name for name in ("family", *ARCH_INT_FIELDS, "tied"))
         raise ApiError(f"unknown parameter {ARCH_PREFIX + unknown[0]!r}; known: {known}", ARCH_PREFIX + unknown[0])
-    sizes = {}
-    for name in ARCH_INT_FIELDS:
-        if name not in fields:
-            continue
-        text = fields[name].strip()
-        if not re.fullmatch(r"\d+", text) or int(text) <= 0:
-            raise ApiError(f"{ARCH_PREFIX}{name} must be a positive integer, got {fields[name]!r}", ARCH_PREFIX + name)
-        sizes[name] = int(text)
+    sizes = {name: guard.check_arch_int(name, fields[name]) for name in ARCH_INT_FIELDS if name in fields}
     missing = [name for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size") if name not in sizes]
     if missing:
         raise ApiError(f"{ARCH_PREFIX}{missing[0]} is required for a custom model", ARCH_PREFIX + missing[0])
@@ -177,20 +187,11 @@ def custom_config(fields: dict[str, str]) -> dict:
 
 
 def custom_config_path(fields: dict[str, str]) -> str:
-    """Path of the config.json for `fields` (written once; the name is a hash of its content, so equal
-    configurations share a file and `trainledger params --model PATH` reproduces any answer)."""
+    """Path of the config.json for `fields` in the server's private directory (guard.STORE: named by a hash of its
+    content, so equal configurations share a file, and `trainledger params --model PATH` reproduces any answer
+    while the server runs)."""
     config = custom_config(fields)
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    folder = Path(tempfile.gettempdir()) / "trainledger-web"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"custom-{config['model_type']}-{digest}.json"
-    if not path.exists():
-        # a scratch file per process and thread: two requests for a new config never write into one another's
-        scratch = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
-        scratch.write_text(text)
-        scratch.replace(path)
-    return str(path)
+    return guard.STORE.path_for(config, f"custom-{config['model_type']}")
 
 
 _FLAG_IN_USAGE = re.compile(r"argument (--[A-Za-z0-9][\w-]*)|unrecognized arguments: (--[A-Za-z0-9][\w-]*)")
@@ -222,16 +223,31 @@ def error_body(error: TrainledgerError, command: str, custom: bool = False) -> d
     return {"error": message, "detail": message, "flag": flag, "param": param, "command": command}
 
 
-def answer(command: str, params: list[tuple[str, str]]) -> tuple[int, object, list[str] | None]:
-    """(HTTP status, JSON body, argv) for one API call; the body of a 200 is `trainledger <argv> --json`'s output."""
+def answer(command: str, params: list[tuple[str, str]], settings: guard.WebSettings | None = None,
+           body_config: dict | None = None) -> tuple[int, object, list[str] | None]:
+    """(HTTP status, JSON body, argv) for one API call; the body of a 200 is `trainledger <argv> --json`'s output.
+
+    Heavy requests (guard.is_heavy) are capped in size and run through the server's guard.HeavyLimiter."""
+    settings = settings or DEFAULT_SETTINGS
     argv = None
     try:
-        argv = argv_for(command, params)
-        result = cli.compute(argv)
+        argv = argv_for(command, params, settings.config_dir, body_config)
+        args = _parsed(command, argv)
+        if args is not None and guard.is_heavy(command, args):
+            guard.check_heavy_caps(command, args)
+            guard.check_layout_candidates(command, args)
+            if command == "tensor":
+                plain = cli.compute([a for a in argv if a != "--torch"])
+                guard.check_torch_tensor(plain["storage_bytes"], str(args.device))
+            result = settings.heavy.run(lambda: cli.compute(argv))
+        else:
+            result = cli.compute(argv)
+    except guard.GuardError as error:
+        return error.status, error_body(error, command), argv
     except TrainledgerError as error:
         if command not in command_parsers():
             return 404, error_body(error, command), argv
-        custom = any(key.startswith(ARCH_PREFIX) for key, _ in params)
+        custom = any(key.startswith(ARCH_PREFIX) for key, _ in params) or body_config is not None
         return 422, error_body(error, command, custom), argv
     except SystemExit:  # argparse exits only after printing help or a version, which argv_for never sends
         message = f"{command}: this query makes the command print and exit instead of answering; see /api/schema"
@@ -243,6 +259,18 @@ def answer(command: str, params: list[tuple[str, str]]) -> tuple[int, object, li
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
         return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
     return 200, json_ready(result), argv
+
+
+DEFAULT_SETTINGS = guard.WebSettings()
+
+
+def _parsed(command: str, argv: list[str]):
+    """argv parsed by the command's parser (to see what it asks for), or None when it does not parse: compute()
+    then refuses it with the CLI's own message."""
+    try:
+        return command_parsers()[command].parse_args(argv[1:])
+    except (TrainledgerError, SystemExit):
+        return None
 
 
 @router.get("/health")
@@ -294,9 +322,32 @@ def _help_text(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
         return text
 
 
+def settings_of(request: Request) -> guard.WebSettings:
+    return getattr(request.app.state, "settings", DEFAULT_SETTINGS)
+
+
 @router.get("/{command}")
 def run_command(command: str, request: Request) -> JSONResponse:
     """`trainledger <command> <flags from the query> --json`; 422 with the CLI's message on bad input."""
-    status, body, argv = answer(command, list(request.query_params.multi_items()))
-    headers = {"X-Trainledger-Argv": json.dumps(argv)} if argv else {}
-    return JSONResponse(body, status_code=status, headers=headers)
+    status, body, argv = answer(command, list(request.query_params.multi_items()), settings_of(request))
+    return JSONResponse(body, status_code=status, headers=guard.response_headers(status, argv))
+
+
+@router.post("/{command}")
+async def run_command_with_config(command: str, request: Request) -> JSONResponse:
+    """The same with the model given as a Hugging Face config.json in the body (at most guard.MAX_BODY_BYTES):
+    `curl --data @config.json 'http://127.0.0.1:8000/api/memory?batch-size=8'`."""
+    data = bytearray()
+    async for chunk in request.stream():  # a body without Content-Length is counted as it arrives
+        data += chunk
+        if len(data) > guard.MAX_BODY_BYTES:
+            error = guard.GuardError(f"request body over {guard.MAX_BODY_BYTES:,} bytes (a config.json is a few KB)",
+                                     "config", status=413)
+            return JSONResponse(error_body(error, command), status_code=413)
+    try:
+        config = guard.config_from_body(bytes(data))
+    except guard.GuardError as error:
+        return JSONResponse(error_body(error, command), status_code=error.status)
+    params = list(request.query_params.multi_items())
+    status, body, argv = await run_in_threadpool(answer, command, params, settings_of(request), config)
+    return JSONResponse(body, status_code=status, headers=guard.response_headers(status, argv))

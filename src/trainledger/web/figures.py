@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from trainledger.cli.common import json_ready
-from trainledger.web.api import answer
+from trainledger.web.api import answer, settings_of
 
 router = APIRouter(prefix="/api")
 
@@ -31,7 +31,7 @@ def optimal_curve(request: Request) -> JSONResponse:
     """
     from trainledger.account.plan import approach3_loss
 
-    status, body, argv = answer("optimal", list(request.query_params.multi_items()))
+    status, body, argv = answer("optimal", list(request.query_params.multi_items()), settings_of(request))
     if status != 200:
         return JSONResponse(body, status_code=status)
     n_opt, d_opt = body["n_params"], body["n_tokens"]
@@ -81,7 +81,7 @@ def tensor_storage(request: Request) -> JSONResponse:
     """
     from trainledger.account.tensor import Layout
 
-    status, body, _ = answer("tensor", list(request.query_params.multi_items()))
+    status, body, _ = answer("tensor", list(request.query_params.multi_items()), settings_of(request))
     if status != 200:
         return JSONResponse(body, status_code=status)
     result = {"numel": body["numel"], "view_shape": body["view_shape"], "limit": TENSOR_DRAW_LIMIT,

@@ -46,6 +46,7 @@ const Fmt = {
     return `${Fmt.sig(s * 1e9)} ns`;  // a 64 × 64 × 64 matmul's ideal time is tens of nanoseconds
   },
   number(n) { return typeof n === "number" ? Fmt.sig(n, 4) : String(n); },
+  percent(x) { return typeof x === "number" ? `${(100 * x).toFixed(1)}%` : String(x); },
   plain(v) { return String(v); },
 };
 

@@ -1,4 +1,4 @@
-// The seven calculators: which fields each has, which command it calls, and how its answer is drawn.
+// The eight calculators: which fields each has, which command it calls, and how its answer is drawn.
 // Numbers shown are the API's JSON values (data-value carries the raw value, data-path its key in the JSON).
 "use strict";
 
@@ -40,7 +40,8 @@
   }
   function assumptions(body) {
     const list = body.assumptions || body.notes;
-    return Array.isArray(list) && list.length ? el("ul", { class: "assumptions" }, list.map((a) => el("li", { text: a }))) : null;
+    // an empty span when there are none: DOM append() would print a null as the text "null"
+    return Array.isArray(list) && list.length ? el("ul", { class: "assumptions" }, list.map((a) => el("li", { text: a }))) : el("span");
   }
 
   // ---------------- 1. training time (plan) ----------------
@@ -54,6 +55,8 @@
       { param: "dtype", label: "Matmul dtype (peak FLOP/s)", type: "select", value: "bf16", options: ["bf16", "fp16", "fp8", "tf32", "fp32"] },
       { param: "num-gpus", label: "Number of GPUs", type: "pow2", min: 0, max: 15, value: "1024", inputmode: "numeric" },
       { param: "mfu", label: "MFU (model FLOPs utilization)", type: "float", min: 0.05, max: 1, step: 0.01, value: "0.5" },
+      { key: "mfu-auto", label: "MFU auto: the fastest layout's (needs a model)", type: "bool", value: "false",
+        help: "--mfu auto: the MFU `trainledger layout` predicts for the fastest layout that fits, one sequence per GPU" },
       { param: "deadline", label: "Deadline (optional)", type: "text", value: "", inputmode: "text",
         help: "e.g. 30d or 2w: also how many GPUs finish in time" },
     ],
@@ -62,13 +65,20 @@
       fill(calc.fields.model.input, [["", "parameter count N (6·N per token)"], FROM_PARAMS, ...modelOptions((m) => m.kind === "transformer")]);
       fill(calc.fields.gpu.input, gpuOptions());
       calc.fields.model.field.onChange = (c) => syncPlan(c);
+      calc.fields["mfu-auto"].field.onChange = (c) => syncPlan(c);
       syncPlan(calc);
     },
-    params: withModelFromParams,
+    params(calc) {
+      const sent = withModelFromParams(calc);
+      if (calc.value("mfu-auto") !== "true") return sent;
+      return [...sent.filter(([param]) => param !== "mfu"), ["mfu", "auto"]];
+    },
     render(calc, body) {
       const out = clear(calc.out);
+      const best = body.layout && typeof body.layout === "object" ? body.layout : null;
       out.append(headline("Time to train:", "train_days", body.train_days, (d) => `${Fmt.sig(d, 4)} days`),
         resultList([
+          { label: "MFU of the fastest layout (--mfu auto)", path: "mfu", value: best ? body.mfu : undefined, format: Fmt.percent },
           { label: "parameters", path: "n_params", value: body.n_params, format: Fmt.count },
           { label: "tokens", path: "n_tokens", value: body.n_tokens, format: Fmt.count },
           { label: "FLOPs per token", path: "flops_per_token", value: body.flops_per_token, format: Fmt.flops },
@@ -81,14 +91,30 @@
           { label: "GPUs needed for the deadline", path: "gpus_needed", value: body.gpus_needed, format: Fmt.exact },
           ...otherNumbers(body, ["n_params", "n_tokens", "flops_per_token", "train_flops", "peak_flops_per_s", "flops_per_day",
                                  "train_seconds", "train_days", "gpu_hours", "num_gpus", "mfu", "seq_len", "deadline_seconds", "gpus_needed"]),
-        ]), assumptions(body));
+        ]), ...(best ? [layoutLine(best, "layout.", "fastest layout:")] : []), assumptions(body));
       calc.section.querySelector(".formula-numbers").textContent =
         `${Fmt.flops(body.train_flops)} FLOPs = ${Fmt.flops(body.flops_per_token)} × ${Fmt.count(body.n_tokens)} tokens;  ` +
         `${Fmt.flops(body.train_seconds)} s = ${Fmt.flops(body.train_flops)} / (${body.num_gpus} × ${Fmt.rate(body.peak_flops_per_s)} × ${body.mfu})` +
         ` = ${Fmt.seconds(body.train_seconds)}`;
     },
   };
-  function syncPlan(calc) { calc.fields.params.wrap.hidden = calc.value("model") !== ""; }
+  function syncPlan(calc) {
+    calc.fields.params.wrap.hidden = calc.value("model") !== "";
+    const auto = calc.value("mfu-auto") === "true";
+    calc.fields.mfu.input.disabled = auto;
+    calc.fields.mfu.slider.disabled = auto;
+    calc.fields.mfu.wrap.classList.toggle("not-applicable", auto);
+  }
+  // One layout in words, its numbers carrying their JSON paths: "tp 4 (sp) · pp 1 · ... · 0.48 s · MFU 39.6%".
+  function layoutLine(layout, prefix, label) {
+    const part = (key, text, format = Fmt.exact) => [` ${text} `, valueNode(prefix + key, layout[key], format)];
+    return el("p", { class: "layout-line" }, [label,
+      ...part("tp", "tp"), layout.sp ? " (sp)" : "", " ·", ...part("pp", "pp"), " ·", ...part("interleave", "interleave"),
+      " ·", ...part("cp", "cp"), " ·", ...part("dp", "dp"), " ·", ...part("zero", "ZeRO"), " ·",
+      ...part("batch_size", "micro-batch"), ` · recompute ${layout.recompute} ·`,
+      ...part("step_seconds", "step", Fmt.seconds), " ·", ...part("mfu", "MFU", Fmt.percent), " ·",
+      ...part("memory_bytes", "memory per GPU", Fmt.bytes)]);
+  }
 
   // "the model of calculator 5": its preset, or its custom sizes (arch.* fields, a config.json on the server).
   const FROM_PARAMS = ["from-params", "the model of calculator 5 (Parameters)"];
@@ -475,6 +501,102 @@
     if (!calc.fields["budget-flops"].missing) calc.fields["budget-flops"].wrap.hidden = !byFlops;
   }
 
+  // ---------------- 8. step time & layout (step + layout) ----------------
+  const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "zero", "batch_size", "recompute"];  // what "Use" copies
+  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "zero", "batch-size", "recompute", "dp"];
+  const LAYOUT_TOP = 5;
+  const step = {
+    id: "step", command: "step",
+    fields: [
+      { param: "model", label: "Model", type: "select", value: "llama-2-7b", options: [] },
+      { param: "gpu", label: "GPU", type: "select", value: "h100-sxm", options: [] },
+      { param: "num-gpus", label: "Number of GPUs", type: "pow2", min: 0, max: 12, value: "8", inputmode: "numeric" },
+      { param: "global-batch-size", label: "Global batch (sequences per step)", type: "pow2", min: 0, max: 14, value: "32", inputmode: "numeric" },
+      { param: "seq-len", label: "Sequence length", type: "pow2", min: 6, max: 17, inputmode: "numeric" },
+      { param: "precision", label: "Precision recipe", type: "select" },
+      { param: "optimizer", label: "Optimizer", type: "select" },
+      { param: "flash", label: "Flash attention", type: "bool" },
+    ],
+    prepare(calc) {
+      fill(calc.fields.model.input, [...modelOptions((m) => m.kind === "transformer"), FROM_PARAMS]);
+      fill(calc.fields.gpu.input, gpuOptions());
+      const box = fieldset(calc, "layout of the step (the table's Use button fills it)");
+      const layoutFields = [
+        { param: "tp", label: "Tensor-parallel ranks", type: "pow2", min: 0, max: 3, inputmode: "numeric" },
+        { param: "sp", label: "Sequence parallelism (with tp)", type: "bool" },
+        { param: "pp", label: "Pipeline stages", type: "pow2", min: 0, max: 6, inputmode: "numeric" },
+        { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
+        { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
+        { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: [["", "default (3)"], "0", "1", "2", "3"] },
+        { param: "batch-size", label: "Micro-batch per GPU", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
+        { param: "recompute", label: "Activation recomputation", type: "select" },
+      ];
+      for (const spec of layoutFields) calc.addField(Object.assign({ parent: box }, spec));
+      const seq = calc.fields["seq-len"];
+      const placeSeq = () => {  // an empty length means the model's own pre-training context, as in the CLI
+        const m = DATA.models.find((x) => x.name === calc.value("model"));
+        const len = m && (m.default_seq_len || m.max_seq_len);
+        if (seq.input.value === "" && len) seq.slider.value = Math.log2(len);
+        seq.input.placeholder = len ? String(len) : "model's";
+      };
+      calc.fields.model.field.onChange = placeSeq;
+      placeSeq();
+    },
+    params: withModelFromParams,
+    async render(calc, body, sent) {
+      const out = clear(calc.out);
+      const parts = Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: k.replace(/_/g, " "), value: v }));
+      out.append(headline("One step:", "step_seconds", body.step_seconds, Fmt.seconds),
+        el("p", { class: body.fits ? "verdict-fits" : "verdict-oom" },
+          [valueNode("memory_bytes", body.memory_bytes, Fmt.bytes), ` per GPU of ${Fmt.bytes(body.memory_per_gpu_bytes)}: `,
+           valueNode("fits", body.fits, (f) => (f ? "fits" : "does not fit"))]),
+        el("p", { class: "bottleneck" }, [`Bottleneck: ${body.bottleneck}`]),
+        C.stackedBar({ parts, total: body.step_seconds, format: Fmt.seconds, title: "seconds of one step by part" }),
+        resultList([
+          { label: "tokens per second", path: "tokens_per_s", value: body.tokens_per_s, format: Fmt.count },
+          { label: "MFU", path: "mfu", value: body.mfu, format: Fmt.percent },
+          { label: "HFU (with recomputation)", path: "hfu", value: body.hfu, format: Fmt.percent },
+          { label: "model FLOPs per step", path: "model_flops_per_step", value: body.model_flops_per_step, format: Fmt.flops },
+          { label: "hardware FLOPs per step", path: "hardware_flops_per_step", value: body.hardware_flops_per_step, format: Fmt.flops },
+          { label: "data-parallel ranks", path: "dp", value: body.dp, format: Fmt.exact },
+          { label: "micro-batches accumulated", path: "micro_batches", value: body.micro_batches, format: Fmt.exact },
+          { label: "pipeline bubble fraction", path: "bubble_fraction", value: body.bubble_fraction, format: Fmt.percent },
+          ...Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: k.replace(/_/g, " "), path: `breakdown.${k}`, value: v, format: Fmt.seconds })),
+        ]), assumptions(body));
+      const query = [...sent.filter(([param]) => !STEP_ONLY.includes(param)), ["top", String(LAYOUT_TOP)]];
+      const key = JSON.stringify(query);
+      if (!calc.layoutReply || calc.layoutKey !== key) {  // the search runs again only when its inputs change
+        calc.layoutKey = key;
+        calc.layoutReply = await callApi("layout", query);
+      }
+      out.append(layoutTable(calc, calc.layoutReply));
+    },
+  };
+  function layoutTable(calc, reply) {
+    const box = el("div", { class: "layouts" }, [el("h3", { text: `Fastest layouts that fit (trainledger layout --top ${LAYOUT_TOP})` })]);
+    if (!reply.ok) { box.append(el("p", { class: "calc-error", text: reply.body.error || "no layouts" })); return box; }
+    const rows = reply.body.layouts;
+    const head = ["", "tp", "sp", "pp", "interleave", "cp", "dp", "ZeRO", "micro-batch", "recompute", "step", "MFU", "memory per GPU"];
+    const table = el("table", { class: "grid layout-table" }, [el("thead", {}, [el("tr", {}, head.map((h) => el("th", { text: h })))])]);
+    const tbody = el("tbody");
+    rows.forEach((r, i) => {
+      const cell = (key, format = Fmt.exact) => el("td", {}, [valueNode(`layouts.${i}.${key}`, r[key], format)]);
+      const use = el("button", { type: "button", class: "use-layout", "data-rank": String(i), text: "Use",
+                                 "aria-label": `use layout ${i + 1} in the step form` });
+      use.addEventListener("click", () => {
+        for (const k of LAYOUT_KEYS) calc.setValue(k.replace("_", "-"), String(r[k]));
+        calc.schedule();
+      });
+      tbody.append(el("tr", {}, [el("td", {}, [use]), cell("tp"), el("td", { text: r.sp ? "yes" : "no" }), cell("pp"),
+        cell("interleave"), cell("cp"), cell("dp"), cell("zero"), cell("batch_size"), el("td", { text: r.recompute }),
+        cell("step_seconds", Fmt.seconds), cell("mfu", Fmt.percent), cell("memory_bytes", Fmt.bytes)]));
+    });
+    table.append(tbody);
+    box.append(table, el("p", { class: "note" }, [`searched `, valueNode("considered", reply.body.considered, Fmt.exact),
+      " layouts, ", valueNode("fitting", reply.body.fitting, Fmt.exact), " fit in memory"]));
+    return box;
+  }
+
   function fill(select, options) {
     const current = select.value;
     clear(select);
@@ -492,7 +614,7 @@
     DATA.hardware = hardware.ok ? hardware.body : [];
     DATA.dtypes = dtypeList.ok ? dtypeList.body : [];
     DATA.models = models.ok ? models.body : [];
-    const calcs = [plan, tensor, dtypes, matmul, params, memory, optimal].map((spec) => new Calculator(spec));
+    const calcs = [plan, tensor, dtypes, matmul, params, memory, optimal, step].map((spec) => new Calculator(spec));
     for (const calc of calcs) {
       calc.build();
       if (calc.spec.prepare) calc.spec.prepare(calc);
