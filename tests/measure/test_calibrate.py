@@ -142,6 +142,8 @@ def test_calibrate_measures_the_whole_format(monkeypatch, one_torch_thread):
     assert [p[0] for p in profile["attention"]["points"]] == [32, 64]
     assert [row[0] for row in profile["elementwise"]["gelu"]] == [8 * (2 ** 18 // 12)]
     assert [row[0] for row in profile["elementwise"]["gelu_backward"]] == [12 * (2 ** 18 // 12)]
+    assert [row[0] for row in profile["elementwise"]["cross_entropy"]] == [pytest.approx(8 * 2 ** 16 / 3)]
+    assert [row[0] for row in profile["elementwise"]["cross_entropy_backward"]] == [pytest.approx(16 * 2 ** 16 / 3)]
     assert profile["threads"] == 1 and profile["device"] == "cpu"
     assert 0 < profile["op_overhead_seconds"] < 1
     calibrated_gpu(profile)                                          # usable by account/

@@ -13,8 +13,9 @@ clock's resolution does not matter:
   interpolates (GPUs: the same idea as the published "maximum achievable matmul FLOPS", at many shapes);
 - out-of-place adds c = a + b of 64 KiB ... 256 MiB per op (3·n·element bytes moved), because a CPU's caches
   serve small ops several times faster than DRAM;
-- tanh-GELU forward and backward at 3 of those sizes: transcendental arithmetic makes them slower than a stream
-  on a CPU (about 3× an add per element, measured here), and GPT models run them on the 4·d_model hidden;
+- tanh-GELU forward and backward, and the cross-entropy over a vocabulary of 8192, forward and backward, at 3 of
+  those sizes: exp, log and tanh make them slower than a stream on a CPU (GELU about 3× an add per element,
+  measured here), and they run on the largest tensors (the 4·d_model hidden, the logits);
 - causal scaled_dot_product_attention forward and forward + backward (FLOPs as a flash kernel executes them:
   half the T×T square, backward 2.5 × the forward);
 - the per-op overhead: a chain of multiplications of 8-element tensors under autograd, forward and backward,
@@ -204,6 +205,27 @@ def elementwise_rates(device: str) -> dict:
         bwd = seconds_per_call(lambda: torch.autograd.grad(y, x, grad, retain_graph=True), device)
         out["gelu"].append([8 * n, 8 * n / fwd])
         out["gelu_backward"].append([12 * n, 12 * n / bwd])
+    out.update(cross_entropy_rates(device))
+    return out
+
+
+def cross_entropy_rates(device: str, vocab: int = 8192) -> dict:
+    """The fp32 loss over the vocabulary (F.cross_entropy: log-softmax's exp and log are arithmetic, not streams)
+    as account/kernels.py counts it: "cross_entropy" 8 bytes per logit in 3 ops, "cross_entropy_backward" 16
+    bytes per logit in 3 ops; [[bytes per op, bytes/s], ...] at 3 sizes."""
+    out = {"cross_entropy": [], "cross_entropy_backward": []}
+    for op_bytes in MEMORY_OP_BYTES[device][1::2] or MEMORY_OP_BYTES[device]:
+        width = min(vocab, max(op_bytes // 4, 1))
+        rows = max(op_bytes // 4 // width, 1)
+        logits = torch.randn(rows, width, device=device, requires_grad=True)
+        targets = torch.randint(0, width, (rows,), device=device)
+        with torch.no_grad():
+            fwd = seconds_per_call(lambda: torch.nn.functional.cross_entropy(logits, targets), device)
+        loss = torch.nn.functional.cross_entropy(logits, targets)
+        bwd = seconds_per_call(lambda: torch.autograd.grad(loss, logits, retain_graph=True), device)
+        n = rows * width
+        out["cross_entropy"].append([8 * n / 3, 8 * n / fwd])
+        out["cross_entropy_backward"].append([16 * n / 3, 16 * n / bwd])
     return out
 
 

@@ -9,7 +9,8 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
     memory [[bytes_per_op, bytes_per_s], ...]             out-of-place adds: 3 · n · 4 bytes per op, by size
     elementwise {kernel name: [[bytes_per_op, bytes_per_s], ...]}   (optional) ops that are not plain streams,
                                                           named as account/kernels.py names them, bytes counted
-                                                          as it does (tanh-GELU: 8, its backward 12 per fp32 element)
+                                                          as it does (tanh-GELU: 8, its backward 12 per fp32 element;
+                                                          cross_entropy 8, its backward 16 per logit, in 3 ops each)
     attention {dtype, head_dim, points [[seq_len, fwd_flops_per_s, bwd_flops_per_s], ...]}
                                                           causal SDPA, FLOPs as executed (half the T×T square)
     op_overhead_seconds                                   per dispatched op under autograd (tiny tensors)
