@@ -101,6 +101,8 @@ def render_calibration(result: dict) -> None:
         rows.append((f"peak {dtype} (fractions are of it)", units.format_rate(c["peak_flops_per_s"][dtype])))
     for size, rate in c["memory_bytes_per_s"].items():
         rows.append((f"memory, {units.format_bytes(float(size))} per op", f"{rate / 1e9:.1f} GB/s"))
+    for name, rows_of in profile.get("elementwise", {}).items():
+        rows.append((f"{name} (by size)", ", ".join(f"{rate / 1e9:.1f}" for _, rate in rows_of) + " GB/s"))
     for seq, fwd, bwd in profile["attention"]["points"]:
         rows.append((f"SDPA causal, seq {seq}", f"forward {units.format_rate(fwd)}, backward {units.format_rate(bwd)}"))
     rows.append(("per-op overhead", units.format_seconds(c["op_overhead_seconds"])))
