@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 
 from trainledger.cli import common
 
@@ -17,8 +19,12 @@ Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, g
 step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
 (sha256-verified, last --keep-checkpoints kept), loss.png.
 
-SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0; --resume continues exactly
-(the same losses as an uninterrupted run). A NaN/Inf loss stops the run (exit 2), the last checkpoint intact.
+SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0 (also when they arrive while torch
+is still loading); --resume continues exactly (the same losses as an uninterrupted run). --resume may change
+--lr, --min-lr, --warmup-steps, --grad-clip, --steps (to extend), eval and checkpoint intervals; settings not
+given keep the checkpoint's values. A NaN/Inf loss stops the run (exit 2) and names the last checkpoint whose
+loss was finite and not a spike. One trainer per checkpoint directory (a lock file); keeping K checkpoints
+needs disk room for K+1. `trainledger checkpoints DIR` lists them.
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -87,8 +93,16 @@ def _nonnegative_float(text: str) -> float:
 
 def config_from_args(args):
     """The resolved TrainConfig: defaults < --config TOML < flags given."""
-    from trainledger.train.config import FIELDS, resolve
+    return _config_and_given(args)[0]
+
+
+def _config_and_given(args):
+    """(TrainConfig, names of the fields set by a flag or --config)."""
+    from trainledger.train.config import FIELDS, load_toml, resolve
     flags = {name: getattr(args, name, None) for name in FIELDS}
+    given = {name for name, value in flags.items() if value is not None}
+    if args.config:
+        given |= set(load_toml(args.config))
     no_clip = flags.get("grad_clip") == _NO_CLIP
     if no_clip:
         flags["grad_clip"] = None
@@ -96,19 +110,43 @@ def config_from_args(args):
     if no_clip:
         from dataclasses import replace
         config = replace(config, grad_clip=None)
-    return config
+    return config, given
+
+
+# Signals caught before the trainer installs its own handlers (while torch and the data load): the trainer
+# picks the first up and stops at its first step boundary with a checkpoint, instead of dying silently.
+_EARLY_SIGNALS: list[str] = []
+
+
+def _catch_early(signum, frame):
+    if _EARLY_SIGNALS and signum == signal.SIGINT:
+        raise KeyboardInterrupt          # a second Ctrl-C: stop now
+    _EARLY_SIGNALS.append(signal.Signals(signum).name)
+
+
+def _install_early_handlers() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, _catch_early)
+        except ValueError:      # not the main thread (an embedding program): leave its handlers alone
+            pass
+
+
+def _early_stop() -> str | None:
+    return _EARLY_SIGNALS[0] if _EARLY_SIGNALS else None
 
 
 def run(args) -> int:
     """Trains; prints where outputs go and a summary (JSON with --json). Exit 0 when finished or stopped by a signal."""
-    config = config_from_args(args)
+    _install_early_handlers()            # before the heavy imports: a SIGTERM now is not lost
+    config, given = _config_and_given(args)
     import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device)
     try:
-        trainer = Trainer(config, world, quiet=args.quiet or args.json)
+        trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):
             print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
                   f"loss curve {config.out_dir}/loss.png")
@@ -119,6 +157,9 @@ def run(args) -> int:
         return 2        # every rank meets the same error; rank 0 alone prints it
     finally:
         distributed.teardown(world)
+    if summary["stopped_by"] and world.distributed:    # every rank says it stopped cleanly (exit 0)
+        print(f"rank {world.rank}: stopped by {summary['stopped_by']} at step {summary['steps']}, exit 0",
+              file=sys.stderr, flush=True)
     if world.is_main:
         if args.json:
             common.print_json(summary)
