@@ -86,6 +86,22 @@ def lock_directory(checkpoint_dir: Path) -> int:
     return fd
 
 
+def lock_holder(checkpoint_dir: Path) -> str | None:
+    """The pid holding `checkpoint_dir`'s lock, or None when no trainer holds it (the lock is not taken)."""
+    path = Path(checkpoint_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)
+    return None
+
+
 def unlock_directory(fd: int | None) -> None:
     """Releases a lock_directory() lock (None: nothing held)."""
     if fd is not None:

@@ -40,6 +40,7 @@ from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, pea
 from trainledger.specs import get_model
 from trainledger.specs.recipes import get_recipe
 from trainledger.train import checkpoint as ckpt
+from trainledger.train.safe_dcp import CheckpointException
 from trainledger.train import distributed as dist_
 from trainledger.train.batches import RegressionBatches, TokenBatches
 from trainledger.train.config import TrainConfig, check_resume, with_world
@@ -212,7 +213,7 @@ class Trainer:
             from trainledger.train.sharded import save_sharded
             try:
                 save_sharded(self.model, self.optimizer, tmp / ckpt.SHARDED_DIR)
-            except Exception as error:      # DCP gathers every rank's error: all ranks get here together
+            except (Exception, CheckpointException) as error:   # DCP gathers every rank's error: all ranks get here
                 failure = _os_reason(error)
         final = None
         if self.world.is_main and failure is None:
@@ -513,7 +514,8 @@ def _os_reason(error: BaseException) -> str:
             where = f" ({current.filename})" if current.filename else ""
             return f"{current.strerror or current} [{name}]{where}"
         todo += [current.__cause__, current.__context__, getattr(current, "exc", None)]
-        todo += [getattr(f, "exc", f) for f in (getattr(current, "failures", None) or {}).values()]
+        for failure in (getattr(current, "failures", None) or {}).values():    # DCP: {rank: (error, traceback)}
+            todo += list(failure) if isinstance(failure, tuple) else [failure]
         todo = [t for t in todo if isinstance(t, BaseException)]
     first = (str(error).strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {first[:200]}"

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader  # noqa: F401 (re-exported)
 from torch.distributed.checkpoint import filesystem as dcp_filesystem
 from torch.distributed.checkpoint import metadata as dcp_metadata
 
