@@ -174,3 +174,14 @@ def test_the_expected_checkpoint_size_is_close_to_the_written_one(token_file, tm
     written = ckpt.checkpoint_bytes(summary["checkpoint"])
     # account's params + optimizer bytes against the files (the trainer state adds RNG and sampler state)
     assert trainer.expected_checkpoint_bytes == pytest.approx(written, rel=0.05)
+
+
+def test_a_write_limit_while_caching_the_text_tokens_is_one_line_exit_2(tmp_path):
+    text = tmp_path / "book.txt"
+    text.write_text("all work and no play makes jack a dull boy\n" * 5000)      # 215 KB, one token per byte
+    result = subprocess.run(train_cmd("--text", text, "--steps", 2, "--out-dir", tmp_path / "run", *SMALL),
+                            capture_output=True, text=True, timeout=120, env=env(),
+                            preexec_fn=_limit_file_size(100_000))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the token cache" in lines[0] and "File too large" in lines[0]
