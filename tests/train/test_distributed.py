@@ -104,16 +104,21 @@ def test_pickle_payload_in_dcp_metadata_never_runs_under_torchrun(fsdp_stopped, 
 
 
 @pytest.mark.slow
-def test_truncated_dcp_shard_with_matching_manifest_falls_back_under_torchrun(fsdp_stopped, tmp_path, single):
+@pytest.mark.parametrize("damage, reported", [
+    (lambda data: data[: len(data) // 2], "truncated"),        # found by the shard-size check before loading
+    (lambda data: bytes(len(data)), "on rank 0"),               # right size, zeroed: DCP's own load fails
+], ids=["truncated", "zeroed"])
+def test_damaged_dcp_shard_with_matching_manifest_falls_back_under_torchrun(fsdp_stopped, tmp_path, single,
+                                                                            damage, reported):
     out = tmp_path / "run"
     shutil.copytree(fsdp_stopped[0], out)
     latest = out / "checkpoints" / "step_00000006"
     shard = latest / "model" / "__1_0.distcp"
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    shard.write_bytes(damage(shard.read_bytes()))
     _rewrite_manifest(latest)
     resumed = torchrun(*fsdp_stopped[1], "--out-dir", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "step_00000006 is corrupt" in resumed.stderr and "truncated" in resumed.stderr
+    assert "step_00000006 is corrupt" in resumed.stderr and reported in resumed.stderr
     got = losses(out / "metrics.jsonl")
     assert sorted(got) == sorted(single)
     assert [got[s] for s in sorted(got)] == pytest.approx([single[s] for s in sorted(single)], rel=1e-5)

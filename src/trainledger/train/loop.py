@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import statistics
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -117,19 +118,10 @@ class Trainer:
         return (TokenBatches(train_tokens, self.seq_len, generator),
                 lambda: TokenBatches(eval_tokens, self.seq_len, np.random.default_rng(seed)))
 
-    def _build(self, resume_from: Path | None) -> None:
-        """Load the model state (unsharded formats), wrap for DDP/FSDP, compile, build optimizer and schedule."""
+    def _build(self) -> None:
+        """Wrap for DDP/FSDP, compile, build the optimizer, schedule and grad scaler (fresh state)."""
         config = self.config
-        state = ckpt.load_trainer_state(resume_from) if resume_from else None
         self.resume_notes: list[str] = []
-        if state is not None:
-            config, self.resume_notes = check_resume(state["config"], config, self.given, int(state["step"]))
-            self.config = config
-            if state["format"] != self.fmt:
-                raise TrainledgerError(f"--resume: checkpoint {resume_from} was written with format "
-                                       f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
-            if self.fmt == "full":
-                self.model.load_state_dict(state["model"])
         self.model = dist_.wrap(self.model, config.parallel, self.world)
         if config.compile:
             self.model = torch.compile(self.model)
@@ -142,9 +134,34 @@ class Trainer:
         self.schedule = CosineWithWarmup(self.optimizer, config.warmup_steps, config.steps,
                                          min_lr_ratio=config.min_lr / config.lr)
         self.scaler = grad_scaler(config.precision, self.world.device)
-        if state is not None:
-            self.load_state_dict(state, resume_from)
-            self._continue_schedule()
+
+    def _restore(self, path: Path, requested: TrainConfig) -> str | None:
+        """Loads checkpoint `path` into every stateful piece (all ranks); None, or why it could not be loaded.
+
+        Settings that may not change raise (check_resume); any failure to read the files is returned, so
+        that the caller tries the previous checkpoint. A failed attempt leaves state that the next overwrites.
+        """
+        failed, state = None, None
+        try:
+            state = ckpt.load_trainer_state(path)
+        except ckpt.CorruptCheckpointError as error:
+            failed = str(error)
+        if dist_.any_across(failed is not None, self.world):
+            return failed or "it could not be loaded on another rank"
+        self.config, self.resume_notes = check_resume(state["config"], requested, self.given, int(state["step"]))
+        if state["format"] != self.fmt:
+            raise TrainledgerError(f"--resume: checkpoint {path} was written with format "
+                                   f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
+        try:
+            if self.fmt == "full":
+                dist_.unwrap(self.model).load_state_dict(state["model"])
+            self.load_state_dict(state, path)
+        except (Exception, CheckpointException) as error:       # DCP raises CheckpointException on every rank
+            failed = _os_reason(error)
+        if dist_.any_across(failed is not None, self.world):
+            return failed or "it could not be loaded on another rank"
+        self._continue_schedule()
+        return None
 
     def _continue_schedule(self) -> None:
         """After a resume: the schedule and optimizer take this run's --lr, --min-lr, --warmup-steps, --steps.
@@ -342,34 +359,49 @@ class Trainer:
         return (f"Last good checkpoint: {good.path} (loss {info['loss']:.4f}); to continue from it, {delete}"
                 "lower --lr or set --grad-clip and --resume")
 
-    def _find_resume(self) -> Path | None:
+    def _resume(self) -> Path | None:
+        """With --resume, restores the newest checkpoint that loads; its path, or None for a fresh start.
+
+        Rank 0 checks each candidate, newest first (sha256s, then probe(): trainer.pt loads, DCP metadata
+        through the restricted unpickler, shard sizes); every rank then loads it. A checkpoint failing
+        either step is reported on stderr and the previous one is tried; one naming foreign code is refused.
+        """
+        directory = self.config.resolved_checkpoint_dir()
         if not self.config.resume:
-            refs = ckpt.list_checkpoints(self.config.resolved_checkpoint_dir())
+            refs = ckpt.list_checkpoints(directory)
             if refs:
-                raise TrainledgerError(f"{self.config.resolved_checkpoint_dir()} already holds checkpoints "
+                raise TrainledgerError(f"{directory} already holds checkpoints "
                                        f"(last: step {refs[-1].step}); pass --resume to continue that run, "
                                        "or choose another --out-dir/--checkpoint-dir")
             return None
-        found, problem = None, None
-        if self.world.is_main:
-            directory = self.config.resolved_checkpoint_dir()
-            try:
-                ref, _ = ckpt.latest_good(directory)   # loads each candidate; warnings: stderr, even --quiet
-            except ckpt.UnsafeCheckpointError as error:
-                ref, problem = None, str(error)
-            found = str(ref.path) if ref else None
-            if problem:
-                pass
-            elif ref is None and ckpt.list_checkpoints(directory):
-                # a fresh start would overwrite the metrics and, checkpoint by checkpoint, the old run: refuse
-                problem = (f"--resume: every checkpoint in {directory} is corrupt (see the warnings above); "
-                           "delete them to start fresh, or choose another --out-dir/--checkpoint-dir")
-            elif ref is None:
-                self.log(f"--resume: no checkpoint in {directory}; starting fresh")
-        found, problem = dist_.broadcast_object((found, problem), self.world)
-        if problem:
-            raise TrainledgerError(problem)
-        return Path(found) if found else None
+        newest_first = [str(r.path) for r in reversed(ckpt.list_checkpoints(directory))] if self.world.is_main else None
+        newest_first = dist_.broadcast_object(newest_first, self.world)
+        if not newest_first:
+            self.log(f"--resume: no checkpoint in {directory}; starting fresh")
+            return None
+        requested = self.config
+        for path in map(Path, newest_first):
+            problem, unsafe = None, None
+            if self.world.is_main:
+                fmt, problem = ckpt.verify(path)
+                try:
+                    if problem is None:
+                        ckpt.probe(path, fmt)
+                except ckpt.CorruptCheckpointError as error:
+                    problem = f"{error} although its manifest matches"
+                except ckpt.UnsafeCheckpointError as error:
+                    unsafe = str(error)
+            problem, unsafe = dist_.broadcast_object((problem, unsafe), self.world)
+            if unsafe:
+                raise ckpt.UnsafeCheckpointError(unsafe)
+            problem = problem or self._restore(path, requested)
+            if problem is None:
+                return path
+            if self.world.is_main:     # stderr, even --quiet
+                print(f"warning: checkpoint {path} is corrupt: {problem}; trying the previous one", file=sys.stderr)
+        # a fresh start would overwrite the metrics and, checkpoint by checkpoint, the old run: refuse
+        raise TrainledgerError(f"--resume: every checkpoint in {directory} is corrupt (see the warnings above); "
+                               "delete them to start fresh, or choose another --out-dir/--checkpoint-dir")
 
     def describe_plan(self) -> dict:
         """Predicted FLOPs per step and bytes per device (from trainledger.account), and the peak FLOP/s used for MFU."""
@@ -408,8 +440,8 @@ class Trainer:
 
     def _train(self) -> dict:
         world = self.world
-        resume_from = self._find_resume()
-        self._build(resume_from)
+        self._build()
+        resume_from = self._resume()
         config = self.config          # on --resume: with the checkpoint's values for settings not given
         if resume_from:
             self.log(f"resumed from {resume_from} at step {self.step} ({units.format_count(self.tokens)} tokens seen)")
@@ -517,6 +549,12 @@ def _os_reason(error: BaseException) -> str:
         for failure in (getattr(current, "failures", None) or {}).values():    # DCP: {rank: (error, traceback)}
             todo += list(failure) if isinstance(failure, tuple) else [failure]
         todo = [t for t in todo if isinstance(t, BaseException)]
+    failures = list((getattr(error, "failures", None) or {}).items())
+    if failures:                       # DCP: name the first rank's own error, not the wrapper
+        rank, failure = failures[0]
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        first = (str(inner).strip().splitlines() or [""])[0]
+        return f"on rank {rank}: {type(inner).__name__}: {first[:200]}"
     first = (str(error).strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {first[:200]}"
 
