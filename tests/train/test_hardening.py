@@ -185,3 +185,13 @@ def test_a_write_limit_while_caching_the_text_tokens_is_one_line_exit_2(tmp_path
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write the token cache" in lines[0] and "File too large" in lines[0]
+
+
+def test_resume_alone_continues_a_run_started_with_other_flags(token_file, tmp_path):
+    first = run_train("--data", token_file, "--out-dir", tmp_path, "--steps", 4, "--seed", 3, *SMALL)
+    assert first.returncode == 0, first.stderr
+    # only the directory and the new length: model, data, batch, seq-len, seed and lr come from the manifest
+    resumed = run_train("--out-dir", tmp_path, "--resume", "--steps", 6, "--no-plot")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "--resume changed --steps 4 -> 6;" in resumed.stdout and "error" not in resumed.stderr
+    assert sorted(losses(tmp_path / "metrics.jsonl")) == list(range(1, 7))

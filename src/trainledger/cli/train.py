@@ -140,6 +140,11 @@ def run(args) -> int:
     """Trains; prints where outputs go and a summary (JSON with --json). Exit 0 when finished or stopped by a signal."""
     _install_early_handlers()            # before the heavy imports: a SIGTERM now is not lost
     config, given = _config_and_given(args)
+    if config.resume:       # settings not given on the command line continue as the checkpoint has them
+        from trainledger.train.checkpoint import newest_config
+        from trainledger.train.config import inherit
+        saved = newest_config(config.resolved_checkpoint_dir())
+        config = inherit(config, saved, given) if saved else config
     import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer

@@ -214,6 +214,16 @@ def prune(checkpoint_dir: Path, keep: int) -> list[Path]:
     return removed
 
 
+def newest_config(checkpoint_dir: Path) -> dict | None:
+    """The run config recorded in the manifest of the newest complete checkpoint (JSON, no unpickling), or None."""
+    for ref in reversed(list_checkpoints(checkpoint_dir)):
+        manifest = read_manifest(ref.path)
+        if manifest is not None:
+            config = (manifest.get("info") or {}).get("config")
+            return config if isinstance(config, dict) else None
+    return None
+
+
 def checkpoint_bytes(path: Path) -> int:
     """Bytes of every file in a checkpoint directory."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())

@@ -202,6 +202,19 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
     return merged, notes
 
 
+def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
+    """`config` with every IDENTITY and RESUMABLE setting not in `given` taken from `saved` (a checkpoint's
+    config), so that `--resume` alone continues a run started with other flags; validated."""
+    skip = set(given) | ({"text", "data"} if given & {"text", "data"} else set())    # the data source is one choice
+    values = {k: saved[k] for k in (*IDENTITY, *RESUMABLE) if k not in skip and k in saved}
+    try:
+        merged = replace(config, **{k: _coerce(k, v) for k, v in values.items()})
+    except TypeError:       # a manifest from another version: leave the config as given
+        return config
+    validate(merged)
+    return merged
+
+
 def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
     """(sequences per rank per step, sequences per micro-batch) for `world_size` ranks; errors if not divisible."""
     if config.batch_size % world_size:
@@ -213,4 +226,4 @@ def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
     return per_rank, per_rank // config.grad_accum
 
 
-__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "with_world", "replace"]
+__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "inherit", "with_world", "replace"]

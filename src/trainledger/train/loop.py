@@ -236,7 +236,8 @@ class Trainer:
         if self.world.is_main and failure is None:
             try:
                 ckpt.write_trainer_state(tmp, self.state_dict())
-                info = {"loss": self.last_loss, "loss_spike": self.last_loss_spike, "tokens": self.tokens}
+                info = {"loss": self.last_loss, "loss_spike": self.last_loss_spike, "tokens": self.tokens,
+                        "config": self.config.to_dict()}
                 final = ckpt.commit(tmp, checkpoint_dir, self.step, self.fmt, info)
                 ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
             except Exception as error:
