@@ -204,6 +204,7 @@ class Trainer:
         self.train_batches.load_state_dict(state["sampler"])
         load_rng_state_dict(state["rng"])
         self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.recent_losses.clear()
         self.recent_losses.extend(float(v) for v in state.get("recent_losses", []))
 
     def save(self) -> Path | None:
@@ -355,8 +356,10 @@ class Trainer:
                 break
         if good is None:
             return "No checkpoint with a finite loss to go back to: start again with a lower --lr or a --grad-clip"
-        newer = [r.path.name for r in refs if r.step > good.step]
-        delete = f"delete the newer {', '.join(newer)} (loss spikes), then " if newer else ""
+        newer = [r for r in refs if r.step > good.step]
+        spikes = all((ckpt.read_manifest(r.path) or {}).get("info", {}).get("loss_spike") for r in newer)
+        delete = (f"delete the newer {', '.join(r.path.name for r in newer)}"
+                  + (" (loss spikes), then " if spikes else " (no finite loss recorded), then ")) if newer else ""
         return (f"Last good checkpoint: {good.path} (loss {info['loss']:.4f}); to continue from it, {delete}"
                 "lower --lr or set --grad-clip and --resume")
 
