@@ -26,6 +26,7 @@ def _steps_written(metrics) -> list[int]:
         return []
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_directory_exits_2_and_leaves_the_first_run_alone(token_file, tmp_path):
     out, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
     args = ["--data", token_file, "--steps", 12, "--out-dir", out, "--checkpoint-every", 4, *SMALL]

@@ -64,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
     g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
     g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
-    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest good checkpoint (fresh start if none)")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none); settings not given keep "
+                        "the checkpoint's values, and --lr, --min-lr, --warmup-steps, --grad-clip, --steps and the "
+                        "eval/checkpoint intervals may change")
     g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
     g.add_argument("--eval-every", type=common.nonnegative_int, help="steps between held-out evaluations, 0 = never (default: 100)")
     g.add_argument("--eval-batches", type=common.positive_int, help="global batches per evaluation (default: 8)")
