@@ -14,6 +14,8 @@ Trains the Transformer LM on a token file (--data) or a text file (--text, byte-
 <out-dir>/data/), or the lecture's Cruncher regression (--model cruncher). With no arguments: the `tiny`
 byte-level GPT on the Python standard library's own .py sources (a few MB, cached under the run dir),
 about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
+--model cruncher has defaults of its own: --steps 200, --seq-len 1, --lr 0.05, --min-lr 0.005, --warmup-steps 10,
+--weight-decay 0, --optimizer adam, --eval-every 50, --out-dir runs/cruncher.
 
 Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, grad_norm, tokens,
 step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
@@ -51,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: 128)")
     g.add_argument("--lr", type=common.positive_float, help="peak learning rate per step (default: 3e-3)")
     g.add_argument("--min-lr", type=_nonnegative_float, help="learning rate at the end of the cosine (default: 3e-4)")
-    g.add_argument("--warmup-steps", type=common.nonnegative_int, help="linear warmup steps from 0 to --lr (default: 40)")
+    g.add_argument("--warmup-steps", type=common.nonnegative_int, help="linear warmup steps from 0 to --lr (default: min(40, --steps/10))")
     g.add_argument("--weight-decay", type=_nonnegative_float, help="decoupled weight decay (AdamW) or L2 (default: 0.1)")
     g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
     g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
@@ -60,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="fp32; amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); bf16: all bf16 (default: fp32)")
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
     g = parser.add_argument_group("checkpoints and outputs")
-    g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/tiny-stdlib)")
+    g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/<model>-<name of --text/--data>, "
+                        "runs/tiny-stdlib for the built-in corpus)")
     g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
     g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
     g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
