@@ -78,3 +78,43 @@ def _truncate_shard(directory):
 
 def _delete_shard(directory):
     next(directory.glob("*.distcp")).unlink()
+
+
+class Payload:
+    """Pickles to a call of os.mkdir: loading it with weights_only=False would create the marker directory."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+        return (os.mkdir, (self.marker,))
+
+
+def test_every_item_loads_weights_only(saved):
+    metadata = safe_dcp.read_metadata(saved)
+    assert safe_dcp.check_items(saved, metadata) == len(metadata.storage_data) == 4
+
+
+def test_a_payload_stored_as_a_non_tensor_item_is_refused_by_the_check_and_the_planner(tmp_path):
+    marker = tmp_path / "payload-ran"
+    directory = tmp_path / "model"
+    with pytest.warns(UserWarning):
+        dcp.save({"w": torch.ones(2), "extra": Payload(marker)}, checkpoint_id=str(directory))
+    with pytest.raises(safe_dcp.UnsafeMetadataError, match="item extra: .*GLOBAL posix.mkdir"):
+        safe_dcp.check_items(directory, safe_dcp.read_metadata(directory))
+    with pytest.raises(dcp.CheckpointException, match="posix.mkdir"), pytest.warns(UserWarning):
+        dcp.load({"w": torch.zeros(2), "extra": None}, storage_reader=safe_dcp.SafeFileSystemReader(str(directory)),
+                 planner=safe_dcp.SafeLoadPlanner())
+    assert not marker.exists()
+    with pytest.warns(UserWarning):     # DCP's own planner: torch.load(weights_only=False) runs it
+        dcp.load({"w": torch.zeros(2), "extra": None}, checkpoint_id=str(directory))
+    assert marker.exists()
+
+
+def test_a_zeroed_shard_of_the_right_size_fails_the_item_check(saved):
+    shard = next(saved.glob("*.distcp"))
+    shard.write_bytes(bytes(shard.stat().st_size))
+    metadata = safe_dcp.read_metadata(saved)            # sizes still match: only loading the items finds it
+    with pytest.raises(safe_dcp.CorruptMetadataError, match="item"):
+        safe_dcp.check_items(saved, metadata)

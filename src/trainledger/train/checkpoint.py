@@ -322,8 +322,9 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
 def probe(path: Path, fmt: str) -> dict:
     """The trainer state of checkpoint `path` once everything it needs loads; raises Corrupt/UnsafeCheckpointError.
 
-    For the sharded format, DCP's `.metadata` is read with the restricted unpickler and every shard file is
-    checked to be present and long enough, so a damaged shard is found before any state is touched.
+    For the sharded format, DCP's `.metadata` is read with the restricted unpickler, every shard file is
+    checked to be present and long enough, and every stored item is loaded once with weights_only=True, so a
+    damaged or hostile shard is found before any state is touched.
     """
     state = load_trainer_state(path)
     if not isinstance(state, dict) or "step" not in state:
@@ -331,7 +332,8 @@ def probe(path: Path, fmt: str) -> dict:
     if fmt == "dcp":
         from trainledger.train import safe_dcp
         try:
-            safe_dcp.read_metadata(Path(path) / SHARDED_DIR)
+            metadata = safe_dcp.read_metadata(Path(path) / SHARDED_DIR)
+            safe_dcp.check_items(Path(path) / SHARDED_DIR, metadata)
         except safe_dcp.UnsafeMetadataError as error:
             raise UnsafeCheckpointError(f"refusing checkpoint {path}: {error}. Delete it or pass another "
                                         "--checkpoint-dir") from None

@@ -10,11 +10,17 @@ only these globals, found by recording `find_class` on a real FSDP2 checkpoint:
     torch.distributed.checkpoint.filesystem: _StorageInfo
     torch: Size and the dtypes (torch.float32, ...);  torch.serialization: _get_layout;  pathlib: PosixPath
 
+The shards hold a second hole: values that are not tensors (the optimizer's param_groups: lr, betas, ...)
+are stored as torch.save'd bytes, and DCP's `DefaultLoadPlanner.load_bytes` reads them with
+`torch.load(weights_only=False)` (default_planner.py). `SafeLoadPlanner` reads them with weights_only=True.
+
 `SafeUnpickler` resolves exactly those (each a dataclass, enum or value type whose construction runs no
 user code) and refuses any other global; `read_metadata` then checks the structure: a `Metadata` whose
 storage items point at shard files inside the checkpoint that are long enough to hold them (a truncated
 shard is found here, before anything is loaded). `SafeFileSystemReader` is DCP's reader with this metadata
-path, for `dcp.load(..., storage_reader=...)`.
+path; use both: `dcp.load(state, storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner())`.
+`check_items` loads every stored item once with weights_only=True (rank 0, before any state is touched), so
+a damaged or hostile shard is found before the collective load.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader  # noqa: F401 (re-exported)
 from torch.distributed.checkpoint import filesystem as dcp_filesystem
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint import metadata as dcp_metadata
 
 from trainledger.errors import TrainledgerError
@@ -104,6 +112,8 @@ def _check_structure(metadata, directory: Path) -> None:
         if not isinstance(name, str) or not _SHARD_NAME.match(name):
             raise CorruptMetadataError(f"{directory / METADATA_FILE} points at {str(name)[:60]!r}, not a shard file "
                                        "of this checkpoint")
+        if getattr(info, "transform_descriptors", None):      # dcp.save as we call it never writes transforms
+            raise CorruptMetadataError(f"{directory / METADATA_FILE} asks for stream transforms we never write")
         if not all(isinstance(v, int) and v >= 0 for v in (info.offset, info.length)):
             raise CorruptMetadataError(f"{directory / METADATA_FILE} has a negative or non-integer shard offset")
         needed_bytes[name] = max(needed_bytes.get(name, 0), info.offset + info.length)
@@ -127,3 +137,51 @@ class SafeFileSystemReader(FileSystemReader):
             metadata.storage_meta = dcp_metadata.StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def _load_weights_only(stream: io.BytesIO):
+    """torch.load(weights_only=True) of one stored item: Unsafe for a foreign global, Corrupt for anything else."""
+    try:
+        return torch.load(stream, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        unsafe = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), None)
+        if unsafe:
+            raise UnsafeMetadataError(unsafe[:160]) from None
+        raise CorruptMetadataError(f"an item is damaged ({str(error).strip().splitlines()[-1][:120]})") from None
+    except Exception as error:
+        raise CorruptMetadataError(f"an item cannot be loaded ({type(error).__name__}: "
+                                   f"{(str(error).strip().splitlines() or [''])[0][:120]})") from None
+
+
+def check_items(directory: str | Path, metadata: dcp_metadata.Metadata) -> int:
+    """Loads every item the metadata lists from its shard, weights_only=True, one at a time; the count.
+
+    Raises UnsafeMetadataError (a global outside tensors and plain containers) or CorruptMetadataError
+    naming the shard and the item. Reads each byte once more than the sha256 check; memory: one item.
+    """
+    directory = Path(directory)
+    for index, info in metadata.storage_data.items():
+        with open(directory / info.relative_path, "rb") as handle:
+            handle.seek(info.offset)
+            data = handle.read(info.length)
+        try:
+            _load_weights_only(io.BytesIO(data))
+        except UnsafeMetadataError as error:
+            raise UnsafeMetadataError(f"shard {directory / info.relative_path}, item {index.fqn}: {error}") from None
+        except CorruptMetadataError as error:
+            raise CorruptMetadataError(f"shard {directory / info.relative_path}, item {index.fqn}: {error}") from None
+    return len(metadata.storage_data)
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's DefaultLoadPlanner, but non-tensor items are read with torch.load(weights_only=True)."""
+
+    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+        try:
+            loaded = _load_weights_only(value)
+        except UnsafeMetadataError as error:
+            raise UnsafeMetadataError(f"item {read_item.dest_index.fqn}: {error}") from None
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = loaded
