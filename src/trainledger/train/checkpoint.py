@@ -27,9 +27,11 @@ needs room for K+1: the new one is written before the oldest is deleted.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import pickle
 import re
@@ -222,6 +224,43 @@ def newest_config(checkpoint_dir: Path) -> dict | None:
             config = (manifest.get("info") or {}).get("config")
             return config if isinstance(config, dict) else None
     return None
+
+
+def last_finite_checkpoint(refs: list[CheckpointRef]) -> tuple[CheckpointRef | None, float | None]:
+    """The newest of `refs` whose manifest records a finite loss that was not a spike, and that loss."""
+    for ref in reversed(refs):
+        info = (read_manifest(ref.path) or {}).get("info") or {}
+        loss = info.get("loss")
+        if isinstance(loss, (int, float)) and math.isfinite(loss) and not info.get("loss_spike"):
+            return ref, float(loss)
+    return None, None
+
+
+def os_reason(error: BaseException) -> str:
+    """Why a write failed, for one line: "File too large [EFBIG]" (the OS reason, found through DCP's wrapped
+    errors), else the first rank's own error, else the exception's first line."""
+    seen, todo = set(), [error]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen or current is None:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno:
+            name = errno.errorcode.get(current.errno, str(current.errno))
+            where = f" ({current.filename})" if current.filename else ""
+            return f"{current.strerror or current} [{name}]{where}"
+        todo += [current.__cause__, current.__context__, getattr(current, "exc", None)]
+        for failure in (getattr(current, "failures", None) or {}).values():    # DCP: {rank: (error, traceback)}
+            todo += list(failure) if isinstance(failure, tuple) else [failure]
+        todo = [t for t in todo if isinstance(t, BaseException)]
+    failures = list((getattr(error, "failures", None) or {}).items())
+    if failures:                       # DCP: name the first rank's own error, not the wrapper
+        rank, failure = failures[0]
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        first = (str(inner).strip().splitlines() or [""])[0]
+        return f"on rank {rank}: {type(inner).__name__}: {first[:200]}"
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first[:200]}"
 
 
 def checkpoint_bytes(path: Path) -> int:

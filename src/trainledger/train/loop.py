@@ -16,7 +16,6 @@ FLOPs per step and the memory prediction come from trainledger.account; this mod
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import shutil
@@ -157,7 +156,7 @@ class Trainer:
                 dist_.unwrap(self.model).load_state_dict(state["model"])
             self.load_state_dict(state, path)
         except (Exception, CheckpointException) as error:       # DCP raises CheckpointException on every rank
-            failed = _os_reason(error)
+            failed = ckpt.os_reason(error)
         if dist_.any_across(failed is not None, self.world):
             return failed or "it could not be loaded on another rank"
         self._continue_schedule()
@@ -222,7 +221,7 @@ class Trainer:
                 try:
                     tmp = ckpt.begin(checkpoint_dir, self.step)
                 except OSError as error:
-                    problem = f"cannot create a checkpoint in {checkpoint_dir}: {_os_reason(error)}"
+                    problem = f"cannot create a checkpoint in {checkpoint_dir}: {ckpt.os_reason(error)}"
         tmp, problem = dist_.broadcast_object((str(tmp) if tmp else None, problem), self.world)
         if problem:
             raise TrainledgerError(problem)
@@ -232,7 +231,7 @@ class Trainer:
             try:
                 save_sharded(self.model, self.optimizer, tmp / ckpt.SHARDED_DIR)
             except (Exception, CheckpointException) as error:   # DCP gathers every rank's error: all ranks get here
-                failure = _os_reason(error)
+                failure = ckpt.os_reason(error)
         final = None
         if self.world.is_main and failure is None:
             try:
@@ -242,7 +241,7 @@ class Trainer:
                 final = ckpt.commit(tmp, checkpoint_dir, self.step, self.fmt, info)
                 ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
             except Exception as error:
-                failure = _os_reason(error)
+                failure = ckpt.os_reason(error)
         failure = failure or dist_.broadcast_object(failure if self.world.is_main else None, self.world)
         if failure:
             if self.world.is_main:
@@ -345,22 +344,15 @@ class Trainer:
     # ----- the run -----------------------------------------------------------------------------------
     def _last_good_advice(self) -> str:
         """Names the newest checkpoint whose loss was finite and not a spike, and how to resume from it."""
-        directory = self.config.resolved_checkpoint_dir()
-        refs = ckpt.list_checkpoints(directory)
-        good = None
-        for ref in reversed(refs):
-            info = (ckpt.read_manifest(ref.path) or {}).get("info", {})
-            loss = info.get("loss")
-            if isinstance(loss, (int, float)) and math.isfinite(loss) and not info.get("loss_spike"):
-                good = ref
-                break
+        refs = ckpt.list_checkpoints(self.config.resolved_checkpoint_dir())
+        good, loss = ckpt.last_finite_checkpoint(refs)
         if good is None:
             return "No checkpoint with a finite loss to go back to: start again with a lower --lr or a --grad-clip"
         newer = [r for r in refs if r.step > good.step]
         spikes = all((ckpt.read_manifest(r.path) or {}).get("info", {}).get("loss_spike") for r in newer)
         delete = (f"delete the newer {', '.join(r.path.name for r in newer)}"
                   + (" (loss spikes), then " if spikes else " (no finite loss recorded), then ")) if newer else ""
-        return (f"Last good checkpoint: {good.path} (loss {info['loss']:.4f}); to continue from it, {delete}"
+        return (f"Last good checkpoint: {good.path} (loss {loss:.4f}); to continue from it, {delete}"
                 "lower --lr or set --grad-clip and --resume")
 
     def _resume(self) -> Path | None:
@@ -535,32 +527,6 @@ def _check_output_paths(config: TrainConfig) -> None:
             raise TrainledgerError(f"{flag}: cannot use {directory} as a directory ({error.strerror or error})") from None
     if metrics.is_dir():
         raise TrainledgerError(f"--metrics {metrics} is a directory; give a file name such as {metrics / 'metrics.jsonl'}")
-
-
-def _os_reason(error: BaseException) -> str:
-    """The OS reason of a write error ("File too large (EFBIG)"), searched through DCP's wrapped errors."""
-    seen, todo = set(), [error]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen or current is None:
-            continue
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno:
-            name = errno.errorcode.get(current.errno, str(current.errno))
-            where = f" ({current.filename})" if current.filename else ""
-            return f"{current.strerror or current} [{name}]{where}"
-        todo += [current.__cause__, current.__context__, getattr(current, "exc", None)]
-        for failure in (getattr(current, "failures", None) or {}).values():    # DCP: {rank: (error, traceback)}
-            todo += list(failure) if isinstance(failure, tuple) else [failure]
-        todo = [t for t in todo if isinstance(t, BaseException)]
-    failures = list((getattr(error, "failures", None) or {}).items())
-    if failures:                       # DCP: name the first rank's own error, not the wrapper
-        rank, failure = failures[0]
-        inner = failure[0] if isinstance(failure, tuple) else failure
-        first = (str(inner).strip().splitlines() or [""])[0]
-        return f"on rank {rank}: {type(inner).__name__}: {first[:200]}"
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first[:200]}"
 
 
 def _install_signal_handlers(trainer: Trainer) -> dict:
