@@ -15,6 +15,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.optim import Optimizer
 
+from trainledger.train.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
+
 
 def save_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
     """Every rank writes its shards of the model and optimizer states into directory `path` (collective)."""
@@ -23,8 +25,12 @@ def save_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
 
 
 def load_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
-    """Every rank reads its shards from `path` into the model and optimizer (collective)."""
+    """Every rank reads its shards from `path` into the model and optimizer (collective).
+
+    `.metadata` goes through safe_dcp's restricted unpickler, never pickle.load (DCP's default reader), and
+    non-tensor items through torch.load(weights_only=True), never weights_only=False (DCP's default planner).
+    """
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=str(path))
+    dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
