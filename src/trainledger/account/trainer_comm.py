@@ -1,0 +1,63 @@
+"""Bytes one rank of `trainledger train` sends in one step: account.comm's "torch" style, for one pipeline stage.
+
+Pure Python. Starts from `account.comm.step_collectives(style="torch")` and makes it exact for the rank at
+hand (the trainer compares it with what it measured each step):
+- pipeline point-to-point: a stage sends its activations forward unless it is the last, and input
+  gradients backward unless it is the first (one message of a micro-batch's hidden states each);
+  `step_collectives` gives the busiest (middle) stage, which does both;
+- the tied embedding's gradient all-reduce between the first and last stage involves those two only;
+- tensor parallelism of the embedding and the head (train/tensor_parallel.py), which `step_collectives`
+  leaves out: the vocabulary-split embedding's output is all-reduced in forward; the head's input gradient is
+  all-reduced in backward (without SP), or its input all-gathered in forward and its gradient
+  reduce-scattered in backward (SP), where the gradient of the embedding's output, split along the
+  sequence before the first block, is also all-gathered; the vocabulary-parallel cross-entropy all-reduces
+  three fp32 values per token (the max logit, the sum of exponentials, the target's logit; Megatron-LM's
+  `vocab_parallel_cross_entropy` does the same three); under SP the norm weights' gradients are partial sums
+  over the sequence shards and are all-reduced once per step.
+"""
+
+from __future__ import annotations
+
+from trainledger.account.comm import Collective, step_collectives
+from trainledger.account.params import norm_params, norm_params_per_layer
+from trainledger.specs.recipes import get_recipe
+
+PARTS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
+
+
+def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "fp32",
+                       tp: int = 1, sp: bool = False, pp: int = 1, pp_rank: int = 0, dp: int = 1,
+                       zero: int = 0) -> dict:
+    """{part: bytes} this rank sends in one step, plus "total". `batch_size` is the micro-batch (sequences)."""
+    collectives = step_collectives(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=micro_batches,
+                                   precision=precision, tp=tp, sp=sp, pp=pp, dp=dp, zero=zero, style="torch")
+    if tp > 1:
+        collectives += _vocab_parallel(spec, batch_size * seq_len, micro_batches, precision, tp, sp)
+    first, last = pp_rank == 0, pp_rank == pp - 1
+    parts = dict.fromkeys(PARTS, 0.0)
+    for c in collectives:
+        sent = c.bytes_per_step
+        if c.name == "pp_send_recv":
+            sent *= ((0 if last else 1) + (0 if first else 1)) / 2
+        elif c.name == "pp_tied_embedding_allreduce" and not (first or last):
+            sent = 0.0
+        parts[c.part] += sent
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: int, sp: bool) -> list[Collective]:
+    """The TP collectives of the embedding, the head, the cross-entropy (and SP's norm gradients) in one step."""
+    recipe = get_recipe(precision)
+    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4
+    hidden, m = tokens * spec.d_model * act, micro_batches
+    out = [Collective("tp_embedding_allreduce", "tp_comm", "all_reduce", hidden, tp, "intra", m),
+           Collective("tp_cross_entropy_allreduce", "tp_comm", "all_reduce", tokens * 4, tp, "intra", 3 * m)]
+    if not sp:
+        return out + [Collective("tp_head_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, "intra", m)]
+    norms = spec.n_layers * norm_params_per_layer(spec) + norm_params(spec)
+    return out + [Collective("sp_embedding_split_allgather_backward", "tp_comm", "all_gather", hidden, tp, "intra", m),
+                  Collective("sp_head_allgather_forward", "tp_comm", "all_gather", hidden, tp, "intra", m),
+                  Collective("sp_head_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, "intra", m),
+                  Collective("sp_norm_grad_allreduce", "tp_comm", "all_reduce", norms * recipe.grads_bytes_per_param,
+                             tp, "intra", 1)]

@@ -1,0 +1,134 @@
+"""Bytes this rank sends in collectives and point-to-point messages, counted as the ops run.
+
+`CommCounter` is a TorchDispatchMode: every c10d op this process dispatches passes through it — DDP's
+gradient all-reduce (issued by its C++ reducer), FSDP2's all-gathers and reduce-scatters, DTensor's
+functional collectives (tensor and sequence parallelism, loss_parallel) and the pipeline's send/recv —
+with its tensors and process group. From the payload S (the full tensor: an all-reduce's buffer, an
+all-gather's output, a reduce-scatter's input, a message) and the group size n it adds the bytes one rank
+sends in a ring, `account.comm.ring_bytes_sent` (2(n−1)/n·S, (n−1)/n·S, S), the convention the prediction
+uses. The payloads are measured, the ring volume per payload is the standard accounting (nccl-tests' bus
+bandwidth); gloo's own algorithms may move a different number of bytes on the wire.
+
+Broadcasts and barriers (setup, checkpoints, the stop-signal check) are outside the counted step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from trainledger.account.comm import ring_bytes_sent
+
+# op name (after the namespace) -> (kind, which tensor is the full payload S)
+_OPS = {
+    "allreduce_": ("all_reduce", "first"), "all_reduce": ("all_reduce", "first"),
+    "all_reduce_": ("all_reduce", "first"), "all_reduce_coalesced": ("all_reduce", "first"),
+    "_allgather_base_": ("all_gather", "output"), "all_gather_into_tensor": ("all_gather", "output"),
+    "all_gather_into_tensor_out": ("all_gather", "output"), "allgather_": ("all_gather", "output"),
+    "_reduce_scatter_base_": ("reduce_scatter", "input"), "reduce_scatter_tensor": ("reduce_scatter", "input"),
+    "reduce_scatter_": ("reduce_scatter", "input"),
+    "send": ("send_recv", "first"),
+}
+
+
+def _group_size(args) -> int:
+    """The size of the process group an op runs on: a ProcessGroup script object or a functional group name."""
+    for arg in args:
+        if isinstance(arg, torch.ScriptObject):
+            return dist.ProcessGroup.unbox(arg).size()
+        if isinstance(arg, str):
+            try:
+                return dist.distributed_c10d._resolve_process_group(arg).size()
+            except (ValueError, RuntimeError, KeyError):
+                continue
+    return dist.get_world_size()
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class CommCounter(TorchDispatchMode):
+    """Within `with counter:`, sums the bytes this rank sends (`.bytes_sent`) and counts calls by kind (`.calls`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes_sent = 0.0
+        self.calls: dict[str, int] = {}
+        self.log: list[tuple[str, int, int]] = []        # (kind, payload bytes, group size) of each call
+
+    def reset(self) -> None:
+        self.bytes_sent, self.calls, self.log = 0.0, {}, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(t is DTensor for t in types):
+            # let DTensor run the op first: the collectives its sharding propagation issues (loss_parallel's
+            # all-reduces, redistributions) then come back through this mode (what CommDebugMode does)
+            return NotImplemented
+        namespace, _, rest = func.name().partition("::")
+        if namespace in ("c10d", "_c10d_functional") and rest.split(".")[0] in _OPS:
+            self._count(rest.split(".")[0], args)
+        return func(*args, **kwargs)
+
+    def _count(self, op: str, args) -> None:
+        kind, which = _OPS[op]
+        n = _group_size(args)
+        first = [t for t in tree_leaves(args[0]) if isinstance(t, torch.Tensor)]
+        if kind == "send_recv" or which == "first":
+            payload = _bytes(first)
+        elif op in ("_allgather_base_", "_reduce_scatter_base_", "allgather_", "reduce_scatter_"):
+            # in-place c10d ops: (output(s), input(s), ...) — the larger side is the full payload
+            second = [t for t in tree_leaves(args[1]) if isinstance(t, torch.Tensor)]
+            payload = max(_bytes(first), _bytes(second)) if op in ("_allgather_base_", "_reduce_scatter_base_") \
+                else (_bytes(first) if op == "allgather_" else _bytes(second))
+            if op == "allgather_":
+                payload = _bytes(first)       # the list of outputs: n pieces
+        elif which == "output":             # functional all_gather_into_tensor(input, n, group): output = n·input
+            payload = _bytes(first) * n
+        else:                               # functional reduce_scatter_tensor(input, op, n, group)
+            payload = _bytes(first)
+        self.bytes_sent += ring_bytes_sent(kind, payload, n)
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        self.log.append((kind, payload, n))
+
+
+class StepComm:
+    """The trainer's per-step communication: `counting()` around a step, then `record()` for its metrics record.
+
+    {} for one process; else {"comm_bytes": measured by CommCounter, "predicted_comm_bytes": from account/}.
+    """
+
+    def __init__(self, trainer):
+        self.enabled = trainer.world.distributed
+        self.counter = CommCounter()
+        self.predicted = predicted_comm_bytes(trainer) if self.enabled else None
+
+    @contextlib.contextmanager
+    def counting(self):
+        if not self.enabled:
+            yield
+            return
+        self.counter.reset()
+        with self.counter:
+            yield
+
+    def record(self) -> dict:
+        if not self.enabled:
+            return {}
+        return {"comm_bytes": self.counter.bytes_sent, "predicted_comm_bytes": self.predicted}
+
+
+def predicted_comm_bytes(trainer) -> float:
+    """What account/ predicts this rank sends in one step of the trainer's layout (PyTorch's implementations)."""
+    from trainledger.account.trainer_comm import trainer_bytes_sent
+    config, world = trainer.config, trainer.world
+    return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
+                              micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
+                              pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
+                              zero=3 if config.parallel == "fsdp" else 0)["total"]
