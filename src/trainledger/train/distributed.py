@@ -117,6 +117,9 @@ def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
                                f"torchrun --nproc_per_node {tp * pp} -m trainledger.cli.main train ...")
     if pp > 1 and tp > 1:
         raise TrainledgerError("--pp with --tp is not supported yet; use one of them (each composes with --parallel)")
+    if tp > 1 and dp > 1 and parallel == "ddp":
+        raise TrainledgerError(f"--tp {tp} with {dp} data-parallel replicas needs --parallel fsdp (DDP does not take "
+                               "DTensor parameters)")
     if pp > 1 and dp > 1:
         raise TrainledgerError(f"--pp {pp} on {world_size} processes leaves {dp} data-parallel replicas; pipeline "
                                "with data parallelism is not supported yet: launch --pp processes")
@@ -140,9 +143,6 @@ def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_
     if world.dp_size == 1:
         return model
     if parallel == "ddp":
-        if world.tp > 1:
-            from torch.distributed._composable.replicate import replicate
-            return replicate(model, device_mesh=dp_mesh)
         from torch.nn.parallel import DistributedDataParallel
         ids = [world.device.index] if world.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, process_group=dp_mesh.get_group() if dp_mesh else None)
@@ -193,8 +193,8 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
                 if placement.is_replicate():
                     copies *= g.device_mesh.size(dim)
             piece = g.to_local()
-        else:
-            copies, piece = ranks_per_stage, g
+        else:       # a plain tensor: on every rank of its stage (and a tied embedding on two stages)
+            copies, piece = ranks_per_stage * getattr(p, "pipeline_copies", 1), g
         total += piece.detach().double().pow(2).sum() / copies
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     norm = float(total.sqrt())

@@ -116,6 +116,8 @@ class Pipeline(nn.Module):
         pp_group = world.mesh["pp"].get_group()
         self.pp_group = pp_group
         self.tied_group = self._tied_group(world) if model.spec.tied_embeddings else None
+        if self.tied_group is not None and model.tok_embeddings is not None:
+            model.tok_embeddings.weight.pipeline_copies = 2     # the gradient norm counts it once
         pipe_stage = PipelineStage(self.stage, rank, pp, world.device, group=pp_group)
         self.schedule = Schedule1F1B(pipe_stage, micro_batches, loss_fn=type(model).loss)
 
