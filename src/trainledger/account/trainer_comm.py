@@ -6,6 +6,11 @@ hand (the trainer compares it with what it measured each step):
   gradients backward unless it is the first (one message of a micro-batch's hidden states each);
   `step_collectives` gives the busiest (middle) stage, which does both;
 - the tied embedding's gradient all-reduce between the first and last stage involves those two only;
+- FSDP2 under gradient accumulation: the trainer turns gradient sync off for all but the last micro-batch
+  (`set_requires_gradient_sync`), so gradients are reduce-scattered once per step; and FSDP2 does not
+  reshard the root module after forward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py: "For the root,
+  do not reshard after forward"), so the embeddings, the untied head and the final norm — the parameters
+  outside the blocks — are not all-gathered again for backward;
 - tensor parallelism of the embedding and the head (train/tensor_parallel.py), which `step_collectives`
   leaves out: the vocabulary-split embedding's output is all-reduced in forward; the head's input gradient is
   all-reduced in backward (without SP), or its input all-gathered in forward and its gradient
@@ -19,7 +24,7 @@ hand (the trainer compares it with what it measured each step):
 from __future__ import annotations
 
 from trainledger.account.comm import Collective, step_collectives
-from trainledger.account.params import norm_params, norm_params_per_layer
+from trainledger.account.params import n_params, norm_params, norm_params_per_layer, param_counts
 from trainledger.specs.recipes import get_recipe
 
 PARTS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
@@ -41,6 +46,10 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
             sent *= ((0 if last else 1) + (0 if first else 1)) / 2
         elif c.name == "pp_tied_embedding_allreduce" and not (first or last):
             sent = 0.0
+        elif c.name == "fsdp_grad_reducescatter":
+            sent = c.bytes_per_call
+        elif c.name == "fsdp_param_allgather_backward":
+            sent *= 1 - _outside_blocks(spec) / n_params(spec)
         parts[c.part] += sent
     parts["total"] = sum(parts.values())
     return parts
@@ -61,3 +70,9 @@ def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: i
                   Collective("sp_head_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, "intra", m),
                   Collective("sp_norm_grad_allreduce", "tp_comm", "all_reduce", norms * recipe.grads_bytes_per_param,
                              tp, "intra", 1)]
+
+
+def _outside_blocks(spec) -> int:
+    """Parameters of the root module under FSDP2 (not in a block): embeddings, untied head, final norm."""
+    c = param_counts(spec)["components"]
+    return c["token_embedding"] + c["position_embedding"] + c["lm_head"] + norm_params(spec)
