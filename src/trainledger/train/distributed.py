@@ -105,6 +105,9 @@ def setup(parallel: str, requested_device: str | None, tp: int = 1, pp: int = 1)
 
 def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
     """One-line errors for a layout that does not fit the processes torchrun started."""
+    if world_size == 1 and (tp > 1 or pp > 1):
+        raise TrainledgerError(f"--tp {tp} / --pp {pp} need {tp * pp} processes: launch with "
+                               f"torchrun --nproc_per_node {tp * pp} -m trainledger.cli.main train ...")
     if world_size % (tp * pp):
         raise TrainledgerError(f"--tp {tp} × --pp {pp} = {tp * pp} does not divide the {world_size} processes "
                                "torchrun started (--nproc_per_node × nodes)")
@@ -112,9 +115,6 @@ def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
     if world_size > 1 and dp > 1 and parallel == "none":
         raise TrainledgerError(f"launched with {world_size} processes, --tp {tp} × --pp {pp} leaves {dp} data-parallel "
                                "replicas but --parallel is none; pass --parallel ddp or fsdp")
-    if world_size == 1 and (tp > 1 or pp > 1):
-        raise TrainledgerError(f"--tp {tp} / --pp {pp} need {tp * pp} processes: launch with "
-                               f"torchrun --nproc_per_node {tp * pp} -m trainledger.cli.main train ...")
     if pp > 1 and tp > 1:
         raise TrainledgerError("--pp with --tp is not supported yet; use one of them (each composes with --parallel)")
     if tp > 1 and dp > 1 and parallel == "ddp":
