@@ -18,7 +18,14 @@ hand (the trainer compares it with what it measured each step):
   sequence before the first block, is also all-gathered; the vocabulary-parallel cross-entropy all-reduces
   three fp32 values per token (the max logit, the sum of exponentials, the target's logit; Megatron-LM's
   `vocab_parallel_cross_entropy` does the same three); under SP the norm weights' gradients are partial sums
-  over the sequence shards and are all-reduced once per step.
+  over the sequence shards and are all-reduced once per step;
+- payload dtypes under autocast (amp-bf16, amp-fp16: fp32 weights): PyTorch's autocast casts matmul
+  outputs to the low precision, but the residual stream, the norms' outputs and the embeddings stay fp32.
+  So the row-parallel outputs (TP forward all-reduce, SP forward reduce-scatter) and their gradients (SP
+  backward all-gather) travel in 16 bits, and everything else that carries activations — the column-parallel
+  inputs' gradients, SP's forward all-gathers of norm outputs, the pipeline's hidden states and their
+  gradients, the embedding and head collectives — in fp32 (measured with `measure --comm`: Megatron-LM,
+  whose style assumes 16-bit activations throughout, keeps its residual stream in bf16).
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from trainledger.account.params import n_params, norm_params, norm_params_per_la
 from trainledger.specs.recipes import get_recipe
 
 PARTS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
+# collectives whose payload is the fp32 residual stream (or its gradient) under autocast
+FP32_UNDER_AUTOCAST = ("tp_allreduce_backward", "sp_allgather_forward", "sp_reducescatter_backward", "pp_send_recv",
+                       "tp_embedding_allreduce", "tp_head_allreduce_backward", "sp_embedding_split_allgather_backward",
+                       "sp_head_allgather_forward", "sp_head_reducescatter_backward")
 
 
 def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "fp32",
@@ -39,9 +50,12 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
     if tp > 1:
         collectives += _vocab_parallel(spec, batch_size * seq_len, micro_batches, precision, tp, sp)
     first, last = pp_rank == 0, pp_rank == pp - 1
+    recipe = get_recipe(precision)
+    low = recipe.activation_dtype in ("bf16", "fp16")
+    widen = 2.0 if low and recipe.params_bytes_per_param == 4 else 1.0      # autocast: fp32 residual stream
     parts = dict.fromkeys(PARTS, 0.0)
     for c in collectives:
-        sent = c.bytes_per_step
+        sent = c.bytes_per_step * (widen if c.name in FP32_UNDER_AUTOCAST else 1.0)
         if c.name == "pp_send_recv":
             sent *= ((0 if last else 1) + (0 if first else 1)) / 2
         elif c.name == "pp_tied_embedding_allreduce" and not (first or last):
@@ -58,7 +72,7 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
 def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: int, sp: bool) -> list[Collective]:
     """The TP collectives of the embedding, the head, the cross-entropy (and SP's norm gradients) in one step."""
     recipe = get_recipe(precision)
-    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4
+    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4      # widened to fp32 under autocast by the caller
     hidden, m = tokens * spec.d_model * act, micro_batches
     out = [Collective("tp_embedding_allreduce", "tp_comm", "all_reduce", hidden, tp, "intra", m),
            Collective("tp_cross_entropy_allreduce", "tp_comm", "all_reduce", tokens * 4, tp, "intra", 3 * m)]

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from trainledger.account.comm import ring_bytes_sent
+from trainledger.errors import TrainledgerError
 
 # op name (after the namespace) -> (kind, which tensor is the full payload S)
 _OPS = {
@@ -132,3 +133,55 @@ def predicted_comm_bytes(trainer) -> float:
                               micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
                               pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
                               zero=3 if config.parallel == "fsdp" else 0)["total"]
+
+
+def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1, precision: str = "fp32",
+                     parallel: str = "none", tp: int = 1, sp: bool = False, pp: int = 1, device: str | None = None,
+                     seed: int = 0) -> dict:
+    """One forward + backward (+ the gradient-norm reduction) of `spec` under a layout, on random tokens, with the
+    bytes each rank sent measured beside account/'s prediction. Run it under torchrun (`measure --comm`).
+
+    `batch_size` is the micro-batch per data-parallel replica; the step runs `grad_accum` of them. No optimizer
+    step and no data: the comparison of `train`'s records, without training. Collective on every rank.
+    """
+    from trainledger.account.trainer_comm import trainer_bytes_sent
+    from trainledger.models import build_model
+    from trainledger.train import distributed as dist_
+    from trainledger.train.precision import autocast, param_dtype
+
+    world = dist_.setup(parallel, device, tp, pp)
+    try:
+        if not world.distributed:
+            raise TrainledgerError("--comm measures collectives: launch with torchrun --nproc_per_node N "
+                                   "-m trainledger.cli.main measure --comm ...")
+        torch.manual_seed(seed)
+        model = build_model(spec).to(device=world.device, dtype=param_dtype(precision))
+        model = dist_.wrap(model, parallel, world, sp, grad_accum, seq_len)
+        generator = torch.Generator().manual_seed(seed + world.dp_rank)
+        tokens = torch.randint(0, spec.vocab_size, (batch_size * grad_accum, seq_len + 1), generator=generator)
+        x, y = tokens[:, :-1].to(world.device), tokens[:, 1:].to(world.device)
+        counter = CommCounter()
+        with counter:
+            if world.pp > 1:
+                model.train_micro_batches(x, y)
+            for a in range(grad_accum if world.pp == 1 else 0):
+                rows = slice(a * batch_size, (a + 1) * batch_size)
+                dist_.set_grad_sync(model, a == grad_accum - 1)
+                with dist_.loss_context(world), autocast(precision, world.device):
+                    _, loss = model(x[rows], y[rows])
+                    (loss / grad_accum).backward()
+            if world.tp > 1 or world.pp > 1:
+                dist_.clip_grad_norm([p for p in model.parameters() if p.grad is not None], float("inf"), world)
+        predicted = trainer_bytes_sent(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=grad_accum,
+                                       precision=precision, tp=world.tp, sp=sp, pp=world.pp, pp_rank=world.pp_rank,
+                                       dp=world.dp_size, zero=3 if parallel == "fsdp" else 0)
+        mine = {"rank": world.rank, "comm_bytes": counter.bytes_sent, "predicted_comm_bytes": predicted["total"],
+                "predicted_parts": {k: v for k, v in predicted.items() if k != "total"}, "calls": counter.calls}
+        ranks = [None] * world.world_size
+        dist.all_gather_object(ranks, mine)
+    finally:
+        dist_.teardown(world)
+    return {"settings": {"model": spec.name, "batch_size": batch_size, "seq_len": seq_len, "grad_accum": grad_accum,
+                         "precision": precision, "parallel": parallel, "tp": tp, "sp": sp, "pp": pp,
+                         "world_size": world.world_size, "device": world.device.type},
+            "rank": world.rank, "ranks": ranks}
