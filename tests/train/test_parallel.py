@@ -142,3 +142,41 @@ def test_pipeline_stages_balance_layer_flops():
     gpt2 = get_model("gpt2")          # its 50257-row head costs ~1.3 blocks: the last stage takes fewer blocks
     split = stage_layers(gpt2, 1024, 4)
     assert sum(len(r) for r in split) == 12 and len(split[-1]) < len(split[0])
+
+
+@pytest.mark.slow
+def test_measure_comm_under_autocast(tmp_path):
+    """`measure --comm`: one TP+SP step under amp-bf16 (16-bit row-parallel outputs, fp32 residual stream)."""
+    import json
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "trainledger.cli.main", "measure", "--model", "tiny", "--comm", "--tp", "2", "--sp", "--batch-size", "2",
+               "--seq-len", "32", "--precision", "amp-bf16", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout[done.stdout.index("{"):])
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    for r in result["ranks"]:
+        assert r["calls"]["all_gather"] > 0 and r["calls"]["reduce_scatter"] > 0
+        assert r["comm_bytes"] == pytest.approx(r["predicted_comm_bytes"], rel=COMM_REL)
+
+
+def test_trainer_comm_prediction_per_stage_and_dtype():
+    from trainledger.account.trainer_comm import trainer_bytes_sent
+    from trainledger.specs import get_model
+    tiny = get_model("tiny")
+    hidden = 4 * 16 * 128 * 4                       # one micro-batch's fp32 hidden states, bytes
+    layout = dict(batch_size=4, seq_len=16, micro_batches=2, precision="fp32", pp=2)
+    first, last = (trainer_bytes_sent(tiny, pp_rank=r, **layout) for r in (0, 1))
+    tied = 256 * 128 * 4                            # the tied embedding's gradient, all-reduced over 2 stages
+    assert first["total"] == last["total"] == 2 * hidden + tied
+    fp32 = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="fp32")
+    amp = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="amp-bf16")
+    bf16 = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="bf16")
+    forward = 2 * tiny.n_layers * hidden            # the row-parallel outputs' all-reduces, 16-bit under autocast
+    assert fp32["total"] - amp["total"] == pytest.approx(forward / 2)
+    assert bf16["total"] < amp["total"]
+    once = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=2, dp=2, zero=3)["dp_comm"]
+    each = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=1, dp=2, zero=3)["dp_comm"]
+    from trainledger.account.params import n_params
+    reduce_scatter = n_params(tiny) * 4 / 2         # fp32 gradients, (n-1)/n of them sent, n = 2
+    assert once == pytest.approx(2 * each - reduce_scatter)   # gathers per micro-batch, reduce-scatter once
