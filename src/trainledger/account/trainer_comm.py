@@ -31,7 +31,8 @@ hand (the trainer compares it with what it measured each step):
 from __future__ import annotations
 
 from trainledger.account.comm import Collective, step_collectives
-from trainledger.account.params import n_params, norm_params, norm_params_per_layer, param_counts
+from trainledger.account.memory import params_per_gpu
+from trainledger.account.params import norm_params, norm_params_per_layer, param_counts
 from trainledger.specs.recipes import get_recipe
 
 PARTS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
@@ -63,7 +64,7 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
         elif c.name == "fsdp_grad_reducescatter":
             sent = c.bytes_per_call
         elif c.name == "fsdp_param_allgather_backward":
-            sent *= 1 - _outside_blocks(spec) / n_params(spec)
+            sent *= 1 - _outside_blocks(spec, tp) / params_per_gpu(spec, tp, pp)["n_params_per_gpu"]
         parts[c.part] += sent
     parts["total"] = sum(parts.values())
     return parts
@@ -86,7 +87,8 @@ def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: i
                              tp, "intra", 1)]
 
 
-def _outside_blocks(spec) -> int:
-    """Parameters of the root module under FSDP2 (not in a block): embeddings, untied head, final norm."""
+def _outside_blocks(spec, tp: int) -> float:
+    """Parameters of the root module on one rank under FSDP2 (not in a block): the token embedding and an untied
+    head (split over the vocabulary by TP), the learned positions and the final norm (whole)."""
     c = param_counts(spec)["components"]
-    return c["token_embedding"] + c["position_embedding"] + c["lm_head"] + norm_params(spec)
+    return (c["token_embedding"] + c["lm_head"]) / tp + c["position_embedding"] + norm_params(spec)
