@@ -14,7 +14,8 @@ byte-level GPT on the Python standard library's own .py sources (a few MB, cache
 about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
 
 Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, grad_norm, tokens,
-step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
+step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss; comm_bytes and
+predicted_comm_bytes under torchrun), checkpoints/step_NNNNNNNN/
 (sha256-verified, last --keep-checkpoints kept), loss.png.
 
 SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0; --resume continues exactly
