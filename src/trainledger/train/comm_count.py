@@ -50,6 +50,11 @@ def _group_size(args) -> int:
     return dist.get_world_size()
 
 
+def namespace_is_functional(op: str) -> bool:
+    """True for the functional collectives (_c10d_functional: out-of-place, the input is the first argument)."""
+    return op in ("all_gather_into_tensor", "all_gather_into_tensor_out", "reduce_scatter_tensor")
+
+
 def _bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -80,20 +85,16 @@ class CommCounter(TorchDispatchMode):
     def _count(self, op: str, args) -> None:
         kind, which = _OPS[op]
         n = _group_size(args)
-        first = [t for t in tree_leaves(args[0]) if isinstance(t, torch.Tensor)]
-        if kind == "send_recv" or which == "first":
-            payload = _bytes(first)
+        first = _bytes(t for t in tree_leaves(args[0]) if isinstance(t, torch.Tensor))
+        if which == "first" or namespace_is_functional(op) and which == "input":
+            payload = first                  # all-reduce buffer, message; functional reduce_scatter's input
         elif op in ("_allgather_base_", "_reduce_scatter_base_", "allgather_", "reduce_scatter_"):
-            # in-place c10d ops: (output(s), input(s), ...) — the larger side is the full payload
-            second = [t for t in tree_leaves(args[1]) if isinstance(t, torch.Tensor)]
-            payload = max(_bytes(first), _bytes(second)) if op in ("_allgather_base_", "_reduce_scatter_base_") \
-                else (_bytes(first) if op == "allgather_" else _bytes(second))
-            if op == "allgather_":
-                payload = _bytes(first)       # the list of outputs: n pieces
-        elif which == "output":             # functional all_gather_into_tensor(input, n, group): output = n·input
-            payload = _bytes(first) * n
-        else:                               # functional reduce_scatter_tensor(input, op, n, group)
-            payload = _bytes(first)
+            # in-place c10d ops take (output(s), input(s), ...): the full payload is the all-gather's
+            # output (first) or the reduce-scatter's input (second)
+            second = _bytes(t for t in tree_leaves(args[1]) if isinstance(t, torch.Tensor))
+            payload = first if kind == "all_gather" else second
+        else:                                # functional all_gather_into_tensor(input, n, group): output = n·input
+            payload = first * n
         self.bytes_sent += ring_bytes_sent(kind, payload, n)
         self.calls[kind] = self.calls.get(kind, 0) + 1
         self.log.append((kind, payload, n))
