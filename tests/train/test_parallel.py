@@ -127,8 +127,10 @@ def test_check_layout():
     from trainledger.train.distributed import check_layout
     check_layout("fsdp", 4, 2, 1)
     check_layout("none", 2, 2, 1)
+    check_layout("fsdp", 4, 1, 2)
     for args, words in [(("none", 4, 2, 1), "--parallel is none"), (("ddp", 4, 2, 1), "needs --parallel fsdp"),
-                        (("none", 3, 2, 1), "does not divide"), (("ddp", 4, 1, 2), "pipeline with data parallelism")]:
+                        (("none", 3, 2, 1), "does not divide"), (("ddp", 4, 1, 2), "needs --parallel fsdp"),
+                        (("fsdp", 4, 2, 2), "--pp with --tp")]:
         with pytest.raises(TrainledgerError, match=words):
             check_layout(*args)
 

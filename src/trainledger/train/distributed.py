@@ -115,14 +115,14 @@ def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
     if world_size > 1 and dp > 1 and parallel == "none":
         raise TrainledgerError(f"launched with {world_size} processes, --tp {tp} × --pp {pp} leaves {dp} data-parallel "
                                "replicas but --parallel is none; pass --parallel ddp or fsdp")
+    if pp > 1 and dp > 1 and parallel == "ddp":
+        raise TrainledgerError(f"--pp {pp} with {dp} data-parallel replicas needs --parallel fsdp (DDP's bucket "
+                               "rebuild fails under a pipeline schedule's micro-batches)")
     if pp > 1 and tp > 1:
         raise TrainledgerError("--pp with --tp is not supported yet; use one of them (each composes with --parallel)")
     if tp > 1 and dp > 1 and parallel == "ddp":
         raise TrainledgerError(f"--tp {tp} with {dp} data-parallel replicas needs --parallel fsdp (DDP does not take "
                                "DTensor parameters)")
-    if pp > 1 and dp > 1:
-        raise TrainledgerError(f"--pp {pp} on {world_size} processes leaves {dp} data-parallel replicas; pipeline "
-                               "with data parallelism is not supported yet: launch --pp processes")
 
 
 def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_batches: int = 1,
@@ -134,7 +134,7 @@ def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_
         return model
     if world.pp > 1:
         from trainledger.train.pipeline import Pipeline
-        return Pipeline(model, world, micro_batches, seq_len)
+        return Pipeline(model, world, micro_batches, seq_len, parallel)
     dp_mesh = world.mesh["dp"] if world.mesh is not None else None
     if world.tp > 1:
         from trainledger.train.tensor_parallel import check_divisible, parallelize
@@ -192,6 +192,7 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
             for dim, placement in enumerate(g.placements):
                 if placement.is_replicate():
                     copies *= g.device_mesh.size(dim)
+            copies *= getattr(p, "pipeline_copies", 1)
             piece = g.to_local()
         else:       # a plain tensor: on every rank of its stage (and a tied embedding on two stages)
             copies, piece = ranks_per_stage * getattr(p, "pipeline_copies", 1), g

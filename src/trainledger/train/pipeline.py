@@ -102,7 +102,7 @@ class Stage(nn.Module):
 class Pipeline(nn.Module):
     """This rank's stage with its 1F1B schedule. `.model` is the (partial) Transformer whose names checkpoints use."""
 
-    def __init__(self, model: nn.Module, world, micro_batches: int, seq_len: int):
+    def __init__(self, model: nn.Module, world, micro_batches: int, seq_len: int, parallel: str = "none"):
         super().__init__()
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
         pp, rank = world.pp, world.pp_rank
@@ -116,10 +116,21 @@ class Pipeline(nn.Module):
         pp_group = world.mesh["pp"].get_group()
         self.pp_group = pp_group
         self.tied_group = self._tied_group(world) if model.spec.tied_embeddings else None
+        pipe_stage = PipelineStage(self._data_parallel(parallel), rank, pp, world.device, group=pp_group)
+        self.schedule = Schedule1F1B(pipe_stage, micro_batches, loss_fn=type(model).loss)
         if self.tied_group is not None and model.tok_embeddings is not None:
             model.tok_embeddings.weight.pipeline_copies = 2     # the gradient norm counts it once
-        pipe_stage = PipelineStage(self.stage, rank, pp, world.device, group=pp_group)
-        self.schedule = Schedule1F1B(pipe_stage, micro_batches, loss_fn=type(model).loss)
+
+    def _data_parallel(self, parallel: str) -> nn.Module:
+        """The stage wrapped for data parallelism over the mesh's "dp" dimension: FSDP2 per block, then the stage
+        (PipelineStage syncs gradients on the last micro-batch only). DDP is refused by check_layout."""
+        if self.world.dp_size == 1 or parallel == "none":
+            return self.stage
+        dp_mesh = self.world.mesh["dp"]
+        from torch.distributed.fsdp import fully_shard
+        for i in self.stage.layers:
+            fully_shard(self.model.blocks[i], mesh=dp_mesh)
+        return fully_shard(self.stage, mesh=dp_mesh)
 
     @staticmethod
     def _tied_group(world):
@@ -141,7 +152,8 @@ class Pipeline(nn.Module):
         args = (x,) if rank == 0 else ()
         self.schedule.step(*args, target=y if rank == last else None, losses=losses if rank == last else None)
         if self.tied_group is not None and self.model.tok_embeddings is not None:
-            dist.all_reduce(self.model.tok_embeddings.weight.grad, group=self.tied_group)
+            grad = self.model.tok_embeddings.weight.grad      # under FSDP: this dp rank's shard, the same on both
+            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.tied_group)
         return self._share_loss(losses)
 
     @torch.no_grad()
