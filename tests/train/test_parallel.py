@@ -95,14 +95,18 @@ def test_tp_matches_one_process_resumes_exactly_and_reshards(token_file, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout, nproc", [(["--tp", 2, "--sp"], 2), (["--pp", 2, "--grad-accum", 2], 2),
-                                           (["--parallel", "fsdp", "--tp", 2], 4)],
-                         ids=["tp2-sp", "pp2", "fsdp2-tp2"])
-def test_layout_matches_one_process(token_file, tmp_path, single, layout, nproc):
+@pytest.mark.parametrize("layout, nproc, comm", [(["--tp", 2, "--sp"], 2, True), (["--pp", 2, "--grad-accum", 2], 2, True),
+                                                 (["--parallel", "fsdp", "--tp", 2], 4, True),
+                                                 (["--parallel", "fsdp", "--pp", 2, "--grad-accum", 2], 4, False)],
+                         ids=["tp2-sp", "pp2", "fsdp2-tp2", "fsdp2-pp2"])
+def test_layout_matches_one_process(token_file, tmp_path, single, layout, nproc, comm):
+    """comm False: PP × FSDP, whose prediction misses the pipeline keeping FSDP's parameters unsharded
+    between micro-batches (a known gap, docs/train.md); its losses are still checked."""
     out = tmp_path / "run"
     run_ok("--data", token_file, *BASE, *layout, "--out-dir", out, nproc=nproc)
     assert_same_losses(losses(out / "metrics.jsonl"), single)
-    assert_comm_predicted(out / "metrics.jsonl")
+    if comm:
+        assert_comm_predicted(out / "metrics.jsonl")
     evals = {r["step"]: r["eval_loss"] for r in read_metrics(out / "metrics.jsonl") if "eval_loss" in r}
     assert evals == pytest.approx({s: single[s]["eval_loss"] for s in evals}, rel=REL)
 
