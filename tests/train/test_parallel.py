@@ -52,8 +52,12 @@ def assert_same_losses(got: dict, single: dict, steps=range(1, STEPS + 1)) -> No
         assert got[step] == pytest.approx(single[step]["loss"], rel=REL), f"step {step}"
 
 
-def assert_comm_predicted(metrics) -> None:
+def assert_comm_predicted(metrics, steady_only: bool = False) -> None:
+    """Every record within COMM_REL; `steady_only`: leave out the first step and the steps after an evaluation."""
     records = read_metrics(metrics)
+    if steady_only:
+        after_eval = {r["step"] + 1 for r in records if "eval_loss" in r}
+        records = [r for r in records if r["step"] > 1 and r["step"] not in after_eval]
     assert records and all("comm_bytes" in r and "predicted_comm_bytes" in r for r in records)
     for r in records:
         assert r["comm_bytes"] > 0
@@ -95,18 +99,17 @@ def test_tp_matches_one_process_resumes_exactly_and_reshards(token_file, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout, nproc, comm", [(["--tp", 2, "--sp"], 2, True), (["--pp", 2, "--grad-accum", 2], 2, True),
-                                                 (["--parallel", "fsdp", "--tp", 2], 4, True),
-                                                 (["--parallel", "fsdp", "--pp", 2, "--grad-accum", 2], 4, False)],
+@pytest.mark.parametrize("layout, nproc, steady", [(["--tp", 2, "--sp"], 2, False), (["--pp", 2, "--grad-accum", 2], 2, False),
+                                                   (["--parallel", "fsdp", "--tp", 2], 4, False),
+                                                   (["--parallel", "fsdp", "--pp", 2, "--grad-accum", 2], 4, True)],
                          ids=["tp2-sp", "pp2", "fsdp2-tp2", "fsdp2-pp2"])
-def test_layout_matches_one_process(token_file, tmp_path, single, layout, nproc, comm):
-    """comm False: PP × FSDP, whose prediction misses the pipeline keeping FSDP's parameters unsharded
-    between micro-batches (a known gap, docs/train.md); its losses are still checked."""
+def test_layout_matches_one_process(token_file, tmp_path, single, layout, nproc, steady):
+    """PP × FSDP's comm is checked on steady steps only: its first step and the step after an evaluation
+    gather more than the steady state the prediction describes (a documented gap, docs/train.md)."""
     out = tmp_path / "run"
     run_ok("--data", token_file, *BASE, *layout, "--out-dir", out, nproc=nproc)
     assert_same_losses(losses(out / "metrics.jsonl"), single)
-    if comm:
-        assert_comm_predicted(out / "metrics.jsonl")
+    assert_comm_predicted(out / "metrics.jsonl", steady)
     evals = {r["step"]: r["eval_loss"] for r in read_metrics(out / "metrics.jsonl") if "eval_loss" in r}
     assert evals == pytest.approx({s: single[s]["eval_loss"] for s in evals}, rel=REL)
 

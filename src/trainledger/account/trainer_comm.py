@@ -44,13 +44,18 @@ FP32_UNDER_AUTOCAST = ("tp_allreduce_backward", "sp_allgather_forward", "sp_redu
 
 def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "fp32",
                        tp: int = 1, sp: bool = False, pp: int = 1, pp_rank: int = 0, dp: int = 1,
-                       zero: int = 0) -> dict:
-    """{part: bytes} this rank sends in one step, plus "total". `batch_size` is the micro-batch (sequences)."""
+                       zero: int = 0, stage_blocks: int | None = None) -> dict:
+    """{part: bytes} this rank sends in one step, plus "total". `batch_size` is the micro-batch (sequences);
+    `stage_blocks` the blocks on this rank's pipeline stage (default: ceil(n_layers / pp))."""
+    first, last = pp_rank == 0, pp_rank == pp - 1
+    blocks = stage_blocks if stage_blocks is not None else -(-spec.n_layers // pp)
+    stage_root = _outside_blocks(spec, tp, first, last) if pp > 1 else _outside_blocks(spec, tp)
+    stage_params = blocks * _block_params(spec) / tp + stage_root if pp > 1 else None
     collectives = step_collectives(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=micro_batches,
-                                   precision=precision, tp=tp, sp=sp, pp=pp, dp=dp, zero=zero, style="torch")
+                                   precision=precision, tp=tp, sp=sp, pp=pp, dp=dp, zero=zero, style="torch",
+                                   layers_per_stage=blocks if pp > 1 else None, params_per_gpu=stage_params)
     if tp > 1:
         collectives += _vocab_parallel(spec, batch_size * seq_len, micro_batches, precision, tp, sp)
-    first, last = pp_rank == 0, pp_rank == pp - 1
     recipe = get_recipe(precision)
     low = recipe.activation_dtype in ("bf16", "fp16")
     widen = 2.0 if low and recipe.params_bytes_per_param == 4 else 1.0      # autocast: fp32 residual stream
@@ -63,8 +68,15 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
             sent = 0.0
         elif c.name == "fsdp_grad_reducescatter":
             sent = c.bytes_per_call
+        elif c.name == "fsdp_param_allgather_backward" and pp > 1:
+            # inside a pipeline stage the blocks are gathered for the first micro-batch's backward only
+            # (PipelineStage keeps them unsharded after the other backwards), the stage's root not at all
+            sent = c.bytes_per_call * (1 - stage_root / stage_params)
         elif c.name == "fsdp_param_allgather_backward":
-            sent *= 1 - _outside_blocks(spec, tp) / params_per_gpu(spec, tp, pp)["n_params_per_gpu"]
+            sent *= 1 - stage_root / params_per_gpu(spec, tp, pp)["n_params_per_gpu"]
+        elif c.name == "fsdp_param_allgather_forward" and pp > 1:
+            # the blocks are gathered for every micro-batch's forward, the stage's root once per step
+            sent = c.bytes_per_call * (micro_batches * (1 - stage_root / stage_params) + stage_root / stage_params)
         parts[c.part] += sent
     parts["total"] = sum(parts.values())
     return parts
@@ -87,8 +99,17 @@ def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: i
                              tp, "intra", 1)]
 
 
-def _outside_blocks(spec, tp: int) -> float:
+def _outside_blocks(spec, tp: int, first: bool = True, last: bool = True) -> float:
     """Parameters of the root module on one rank under FSDP2 (not in a block): the token embedding and an untied
-    head (split over the vocabulary by TP), the learned positions and the final norm (whole)."""
+    head (split over the vocabulary by TP), the learned positions and the final norm (whole). A pipeline
+    stage holds the embeddings if it is the first, the head and final norm if it is the last (a tied
+    embedding on both: train/pipeline.py)."""
     c = param_counts(spec)["components"]
-    return (c["token_embedding"] + c["lm_head"]) / tp + c["position_embedding"] + norm_params(spec)
+    token = c["token_embedding"] if first or (last and spec.tied_embeddings) else 0
+    head = c["lm_head"] if last else 0
+    return (token + head) / tp + (c["position_embedding"] if first else 0) + (norm_params(spec) if last else 0)
+
+
+def _block_params(spec) -> float:
+    """Parameters of one block (the mean over blocks): all parameters but the embeddings, head and final norm."""
+    return (param_counts(spec)["n_params"] - _outside_blocks(spec, 1)) / spec.n_layers

@@ -133,7 +133,13 @@ def predicted_comm_bytes(trainer) -> float:
     return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
                               micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
                               pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
-                              zero=3 if config.parallel == "fsdp" else 0)["total"]
+                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model))["total"]
+
+
+def _stage_blocks(model) -> int | None:
+    """The number of blocks on this rank's pipeline stage (None without a pipeline)."""
+    stage = getattr(model, "stage", None)
+    return len(stage.layers) if stage is not None and hasattr(stage, "layers") else None
 
 
 def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1, precision: str = "fp32",
@@ -175,7 +181,8 @@ def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1
                 dist_.clip_grad_norm([p for p in model.parameters() if p.grad is not None], float("inf"), world)
         predicted = trainer_bytes_sent(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=grad_accum,
                                        precision=precision, tp=world.tp, sp=sp, pp=world.pp, pp_rank=world.pp_rank,
-                                       dp=world.dp_size, zero=3 if parallel == "fsdp" else 0)
+                                       dp=world.dp_size, zero=3 if parallel == "fsdp" else 0,
+                                       stage_blocks=_stage_blocks(model))
         mine = {"rank": world.rank, "comm_bytes": counter.bytes_sent, "predicted_comm_bytes": predicted["total"],
                 "predicted_parts": {k: v for k, v in predicted.items() if k != "total"}, "calls": counter.calls}
         ranks = [None] * world.world_size
