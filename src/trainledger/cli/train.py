@@ -18,7 +18,8 @@ about three minutes on 2 CPU cores. Settings come from the defaults, then --conf
 --weight-decay 0, --optimizer adam, --eval-every 50, --out-dir runs/cruncher.
 
 Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, grad_norm, tokens,
-step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
+step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss; comm_bytes and
+predicted_comm_bytes under torchrun), checkpoints/step_NNNNNNNN/
 (sha256-verified, last --keep-checkpoints kept), loss.png.
 
 SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0 (also when they arrive while torch
@@ -34,6 +35,9 @@ examples:
   trainledger train --model cruncher --steps 100
   trainledger train --resume                                 # continue the default run
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --batch-size 16
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --tp 2 --sp
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --pp 2 --grad-accum 4
+  torchrun --nproc_per_node 4 -m trainledger.cli.main train --parallel fsdp --tp 2
 """
 
 
@@ -79,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
+    g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
+                                                          "split with DTensor (default: 1)")
+    g.add_argument("--sp", action="store_true", default=None, help="sequence parallelism for norms on the --tp ranks")
+    g.add_argument("--pp", type=common.positive_int, help="pipeline stages, 1F1B schedule over --grad-accum micro-batches (default: 1)")
     g.add_argument("--quiet", action="store_true", help="no progress output (errors and the summary still print)")
     common.add_json_flag(parser)
 
@@ -154,7 +162,7 @@ def run(args) -> int:
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.errors import TrainledgerError
-    world = distributed.setup(config.parallel, config.device)
+    world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
     try:
         trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):

@@ -50,6 +50,9 @@ class TrainConfig:
     eval_fraction: float = 0.05         # share of the tokens held out for evaluation (the end of the file)
     compile: bool = False
     parallel: str = "none"              # ddp | fsdp under torchrun; none for one process
+    tp: int = 1                         # tensor-parallel ranks (DTensor); needs torchrun
+    sp: bool = False                    # sequence parallelism on the TP ranks (--tp > 1)
+    pp: int = 1                         # pipeline stages (1F1B); needs torchrun and --grad-accum >= pp
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
     plot: bool = True                   # write <out_dir>/loss.png at the end
 
@@ -144,7 +147,7 @@ def _coerce(name: str, value):
 def validate(config: TrainConfig) -> None:
     """Raises a TrainledgerError naming the flag for the first value that is not allowed."""
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
-                 "checkpoint_every"):
+                 "checkpoint_every", "tp", "pp"):
         if getattr(config, name) <= 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     for name in ("warmup_steps", "eval_every"):
@@ -166,6 +169,8 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"unknown --parallel {config.parallel!r}. Known: {', '.join(PARALLEL)}")
     if config.optimizer not in OPTIMIZERS:
         raise TrainledgerError(f"unknown --optimizer {config.optimizer!r}. Known: {', '.join(OPTIMIZERS)}")
+    if config.sp and config.tp < 2:
+        raise TrainledgerError(f"--sp needs --tp 2 or more (sequence parallelism splits over the TP ranks), got --tp {config.tp}")
     if config.text and config.data:
         raise TrainledgerError("give --text or --data, not both")
     if config.batch_size % config.grad_accum:

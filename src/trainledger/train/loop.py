@@ -43,6 +43,7 @@ from trainledger.train import checkpoint as ckpt
 from trainledger.train.safe_dcp import CheckpointException
 from trainledger.train import distributed as dist_
 from trainledger.train.batches import RegressionBatches, TokenBatches
+from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, check_resume, with_world
 from trainledger.train.corpus import load_splits
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, read_metrics
@@ -84,7 +85,7 @@ class Trainer:
         if self.is_lm and config.seq_len > self.spec.max_seq_len:
             raise TrainledgerError(f"--seq-len {config.seq_len} exceeds the context of model '{self.spec.name}' "
                                    f"({self.spec.max_seq_len} tokens)")
-        self.per_rank, self.micro = with_world(config, self.world.world_size)
+        self.per_rank, self.micro = with_world(config, self.world.dp_size)
         _check_output_paths(config)
         self.seq_len = config.seq_len if self.is_lm else 1
         self.step = 0               # optimizer steps done
@@ -99,7 +100,8 @@ class Trainer:
         self.train_batches, self.eval_source = self._data(generator)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
-        self.fmt = "dcp" if config.parallel == "fsdp" and self.world.distributed else "full"
+        sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
+        self.fmt = "dcp" if sharded and self.world.distributed else "full"
 
     # ----- setup -------------------------------------------------------------------------------------
     def _data(self, generator):
@@ -121,7 +123,8 @@ class Trainer:
         """Wrap for DDP/FSDP, compile, build the optimizer, schedule and grad scaler (fresh state)."""
         config = self.config
         self.resume_notes: list[str] = []
-        self.model = dist_.wrap(self.model, config.parallel, self.world)
+        self.model = dist_.wrap(self.model, config.parallel, self.world, config.sp, config.grad_accum, self.seq_len)
+        self.comm = StepComm(self)                        # comm_bytes / predicted_comm_bytes of each step
         if config.compile:
             self.model = torch.compile(self.model)
         # decay the matrices (and embeddings) only, not biases and norm gains (GPT-2/nanoGPT practice)
@@ -279,17 +282,23 @@ class Trainer:
         """One optimizer step over the global batch; {loss, grad_norm, lr, skipped}."""
         config, world, accum = self.config, self.world, self.config.grad_accum
         drawn = self.train_batches.draw(config.batch_size)
-        first = world.rank * self.per_rank
+        first = world.dp_rank * self.per_rank
         loss_sum = torch.zeros((), device=world.device)
-        for a in range(accum):
+        if world.pp > 1:                                  # the 1F1B schedule runs the micro-batches
+            x, y = self.train_batches.rows(drawn, first, first + self.per_rank, world.device)
+            loss_sum = self.model.train_micro_batches(x, y)
+        for a in range(accum if world.pp == 1 else 0):
             x, y = self.train_batches.rows(drawn, first + a * self.micro, first + (a + 1) * self.micro, world.device)
             dist_.set_grad_sync(self.model, a == accum - 1)
-            loss = self._loss(x, y)
-            if os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
-                loss = loss * float("nan")
-            scaled = loss / accum
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_sum += loss.detach().float()
+            with dist_.loss_context(world):               # loss_parallel under --tp
+                loss = self._loss(x, y)
+                if os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
+                    loss = loss * float("nan")
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += dist_.local(loss.detach().float())
+        if world.pp > 1 and os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
+            loss_sum = loss_sum * float("nan")
         loss_value = float(dist_.mean_across(loss_sum / accum, world))
         if not math.isfinite(loss_value):
             self.optimizer.zero_grad(set_to_none=True)
@@ -325,6 +334,8 @@ class Trainer:
         """
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
+        if self.world.tp > 1 or self.world.pp > 1:
+            return dist_.clip_grad_norm(params, max_norm, self.world)
         norm = clip_grad_norm_(params, max_norm)     # max_norm = inf: the scale is 1, nothing changes
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
@@ -335,9 +346,13 @@ class Trainer:
         source, total = self.eval_source(), torch.zeros((), device=self.world.device)
         for _ in range(self.config.eval_batches):
             drawn = source.draw(self.config.batch_size)
-            first = self.world.rank * self.per_rank
+            first = self.world.dp_rank * self.per_rank
             x, y = source.rows(drawn, first, first + self.per_rank, self.world.device)
-            total += self._loss(x, y).float()
+            if self.world.pp > 1:
+                total += self.model.eval_loss(x, y)
+                continue
+            with dist_.loss_context(self.world):
+                total += dist_.local(self._loss(x, y).float())
         self.model.train()
         return float(dist_.mean_across(total / self.config.eval_batches, self.world))
 
@@ -404,8 +419,8 @@ class Trainer:
         config = self.config
         flops = flops_per_step(self.spec, config.batch_size, self.seq_len)
         memory = memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
-                                optimizer=config.optimizer, zero=3 if self.fmt == "dcp" else 0,
-                                dp=self.world.world_size)
+                                optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
+                                dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp)
         peak, source = peak_flops_per_s(self.world.device, get_recipe(config.precision).compute_dtype)
         return {"train_flops_per_step": flops["train_flops_per_step"], "memory": memory,
                 "peak_flops_per_s": peak, "peak_source": source}
@@ -471,7 +486,7 @@ class Trainer:
         try:
             while self.step < config.steps:
                 peak_memory_bytes(world.device, reset=True)          # start this step's window (CUDA)
-                with StepTimer(world.device) as timer:
+                with StepTimer(world.device) as timer, self.comm.counting():
                     out = self.train_step()
                 seconds, step_flops = timer.seconds, plan["train_flops_per_step"]
                 record = {"step": self.step, "loss": out["loss"], "lr": out["lr"], "grad_norm": out["grad_norm"],
@@ -479,7 +494,7 @@ class Trainer:
                           "tokens_per_s": config.batch_size * self.seq_len / seconds,
                           "flops_per_s": achieved_flops_per_s(step_flops, seconds),
                           "mfu": mfu(step_flops, seconds, peak_all),
-                          "peak_memory_bytes": peak_memory_bytes(world.device)}
+                          "peak_memory_bytes": peak_memory_bytes(world.device), **self.comm.record()}
                 if out["skipped"]:
                     record["skipped"] = True
                 if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.steps):
