@@ -159,3 +159,42 @@ def test_parallel_without_torchrun_says_it_trains_alone(tmp_path, capsys):
     status = main(["train", "--text", str(text), "--steps", "1", "--batch-size", "2", "--seq-len", "16",
                    "--parallel", "ddp", "--out-dir", str(tmp_path / "run"), "--no-plot"])
     assert status == 0 and "--parallel ddp: one process (not launched by torchrun)" in capsys.readouterr().out
+
+
+def test_help_defaults_match_the_resolved_config():
+    """Every '(default: X)' in `train --help` is what resolve() gives when the flag is not passed."""
+    import re
+    from trainledger.cli.main import build_parser
+    from trainledger.train.config import CRUNCHER_DEFAULTS, FIELDS, resolve
+    parser = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices and "train" in a.choices)
+    train = parser.choices["train"]
+    default_config = resolve({})
+    checked = 0
+    for action in train._actions:
+        found = re.search(r"\(default:? ([^;)]+)\)", action.help or "")
+        if not found or action.dest not in FIELDS:
+            continue
+        text = found.group(1)
+        expected = getattr(default_config, action.dest)
+        if action.dest == "warmup_steps":
+            assert text == "min(40, --steps/10"          # the regex stops at the first ')'
+            for steps in (5, 100, 600, 1000):
+                assert resolve({"steps": steps}).warmup_steps == min(40, steps // 10)
+        elif action.dest == "out_dir":
+            assert "runs/tiny-stdlib for the built-in corpus" in action.help and expected == "runs/tiny-stdlib"
+            assert resolve({"text": "book.txt"}).out_dir == "runs/tiny-book"
+        elif action.dest == "metrics":
+            assert text.replace("<out-dir>", default_config.out_dir) == str(default_config.resolved_metrics())
+        elif action.dest == "device":
+            assert expected is None and text == "cuda when available"     # resolved by train/distributed.py
+        else:
+            value = action.type(text) if action.type and not action.choices else text
+            assert value == expected, (action.dest, text, expected)
+        checked += 1
+    assert checked >= 15
+    cruncher = resolve({"model": "cruncher"})
+    for name, value in CRUNCHER_DEFAULTS.items():     # the description lists the Cruncher's own defaults
+        assert getattr(cruncher, name) == value
+        if name != "batch_size":
+            flag = "--" + name.replace("_", "-")
+            assert f"{flag} {value:g}" in train.description if isinstance(value, float) else f"{flag} {value}" in train.description

@@ -100,3 +100,69 @@ def test_rng_states_round_trip_through_weights_only_load(tmp_path):
     got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)], fresh.integers(0, 1000, 4))
     assert torch.equal(expected[0], got[0])
     assert np.array_equal(expected[1], got[1]) and expected[2] == got[2] and np.array_equal(expected[3], got[3])
+
+
+def rewrite_manifest(path):
+    """Recompute the manifest's sha256s after damaging a file: the damage is no longer visible to verify()."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"] = {name: ckpt.sha256_file(path / name) for name in manifest["files"]}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert ckpt.verify(path)[1] is None
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda data: data[: len(data) // 2], "cannot be loaded"),
+    (lambda data: b"", "cannot be loaded"),
+    (lambda data: bytes([data[0] ^ 0xFF]) + data[1:], "is damaged"),
+    (lambda data: bytes(b ^ 0xFF for b in data[:4]) + data[4:], "is damaged"),
+], ids=["truncated", "empty", "flipped-first-byte", "flipped-header"])
+def test_damaged_file_with_matching_manifest_is_corrupt_and_falls_back(tmp_path, damage, message):
+    save(tmp_path, 1)
+    latest = save(tmp_path, 2)
+    file = latest / "trainer.pt"
+    file.write_bytes(damage(file.read_bytes()))
+    rewrite_manifest(latest)
+    with pytest.raises(ckpt.CorruptCheckpointError, match=message):
+        ckpt.load_trainer_state(latest)
+    warnings = []
+    ref, _ = ckpt.latest_good(tmp_path, warn=warnings.append)
+    assert ref.step == 1
+    assert len(warnings) == 1 and "is corrupt" in warnings[0] and "although its manifest matches" in warnings[0]
+    assert "refusing" not in warnings[0] and "pickled objects" not in warnings[0]
+
+
+def test_a_kill_during_pruning_never_leaves_half_a_checkpoint_under_its_name(tmp_path, monkeypatch):
+    for step in (1, 2, 3):
+        save(tmp_path, step)
+    real_rmtree = ckpt.shutil.rmtree
+
+    def killed_midway(path, ignore_errors=False):
+        victim = next(p for p in sorted(path.rglob("*")) if p.is_file())
+        victim.unlink()                      # the deletion had begun ...
+        raise KeyboardInterrupt              # ... when the process died
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.prune(tmp_path, keep=2)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)
+    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [2, 3]     # step 1 left its name first
+    assert [p.name for p in tmp_path.glob(".trash-step_00000001-*")]      # half-deleted, under a trash name
+    ckpt.prune(tmp_path, keep=2)                                           # the next save cleans it up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003"]
+
+
+def test_only_complete_checkpoints_count_toward_k(tmp_path):
+    (tmp_path / "step_00000009").mkdir(parents=True)        # a stray directory: no manifest
+    for step in (1, 2, 3):
+        save(tmp_path, step, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003", "step_00000009"]
+    assert ckpt.latest_good(tmp_path, warn=lambda m: None)[0].step == 3
+
+
+def test_directory_lock_names_the_holder_and_is_released(tmp_path):
+    fd = ckpt.lock_directory(tmp_path)
+    assert ckpt.lock_holder(tmp_path) == str(os.getpid())
+    with pytest.raises(TrainledgerError, match=f"is in use by pid {os.getpid()}"):
+        ckpt.lock_directory(tmp_path)         # flock locks belong to the open file: a second open is refused
+    ckpt.unlock_directory(fd)
+    assert ckpt.lock_holder(tmp_path) is None
+    ckpt.unlock_directory(ckpt.lock_directory(tmp_path))

@@ -7,8 +7,14 @@ batches of 4 — up to the order of floating-point sums (1e-5 relative).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +68,99 @@ def test_two_ranks_match_one_process_and_resume(token_file, tmp_path, single, pa
     got = losses(out / "metrics.jsonl")
     assert sorted(got) == sorted(single)
     assert [got[s] for s in sorted(got)] == pytest.approx([single[s] for s in sorted(single)], rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def fsdp_stopped(token_file, tmp_path_factory):
+    """An FSDP run under torchrun stopped by a NaN at step 7, with DCP checkpoints 3 and 6: (out dir, args)."""
+    out = tmp_path_factory.mktemp("fsdp") / "run"
+    args = ["--data", token_file, "--seq-len", 16, *BASE, "--parallel", "fsdp"]
+    stopped = torchrun(*args, "--out-dir", out, extra_env={"TRAINLEDGER_FAULT_NAN_STEP": "7"})
+    assert stopped.returncode != 0 and "loss is nan at step 7" in stopped.stderr
+    assert [r.step for r in ckpt.list_checkpoints(out / "checkpoints")] == [3, 6]
+    return out, args
+
+
+def _rewrite_manifest(path):
+    manifest = json.loads((path / ckpt.MANIFEST_FILE).read_text())
+    manifest["files"] = {name: ckpt.sha256_file(path / name) for name in manifest["files"]}
+    (path / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert ckpt.verify(path) == ("dcp", None)
+
+
+@pytest.mark.slow
+def test_pickle_payload_in_dcp_metadata_never_runs_under_torchrun(fsdp_stopped, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(fsdp_stopped[0], out)
+    marker = tmp_path / "payload-ran"
+    latest = out / "checkpoints" / "step_00000006"
+    (latest / "model" / ".metadata").write_bytes(b"cos\nmkdir\n(V" + str(marker).encode() + b"\ntR.")
+    _rewrite_manifest(latest)           # an attacker can recompute the sha256s
+    resumed = torchrun(*fsdp_stopped[1], "--out-dir", out, "--resume")
+    assert resumed.returncode != 0
+    assert "error: refusing checkpoint" in resumed.stderr and "os.mkdir" in resumed.stderr
+    assert resumed.stderr.count("error: ") == 1                 # rank 0 says it once; rank 1 exits 2 quietly
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, reported", [
+    (lambda data: data[: len(data) // 2], "truncated"),        # found by the shard-size check before loading
+    (lambda data: bytes(len(data)), ", item "),                 # right size, zeroed: found by loading each item
+], ids=["truncated", "zeroed"])
+def test_damaged_dcp_shard_with_matching_manifest_falls_back_under_torchrun(fsdp_stopped, tmp_path, single,
+                                                                            damage, reported):
+    out = tmp_path / "run"
+    shutil.copytree(fsdp_stopped[0], out)
+    latest = out / "checkpoints" / "step_00000006"
+    shard = latest / "model" / "__1_0.distcp"
+    shard.write_bytes(damage(shard.read_bytes()))
+    _rewrite_manifest(latest)
+    resumed = torchrun(*fsdp_stopped[1], "--out-dir", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "step_00000006 is corrupt" in resumed.stderr and reported in resumed.stderr
+    got = losses(out / "metrics.jsonl")
+    assert sorted(got) == sorted(single)
+    assert [got[s] for s in sorted(got)] == pytest.approx([single[s] for s in sorted(single)], rel=1e-5)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the ranks")
+@pytest.mark.parametrize("target", ["ranks", "torchrun"])
+def test_sigterm_under_torchrun_saves_and_every_rank_exits_0(token_file, tmp_path, target):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "trainledger.cli.main", "train", *map(str, ["--data", token_file, "--seq-len", 16, *BASE[2:],
+                                                                 "--steps", 200, "--parallel", "ddp",
+                                                                 "--out-dir", out])]
+    process = subprocess.Popen(command, env={**env(), "TRAINLEDGER_TEST_STEP_DELAY_S": "0.1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = out / "metrics.jsonl", time.monotonic() + 120
+    while len(losses(metrics)) < 2 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ranks = _children(process.pid)
+    assert len(ranks) == 2 and process.poll() is None
+    for pid in ranks if target == "ranks" else [process.pid]:
+        os.kill(pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    last = max(losses(metrics))
+    assert 2 <= last < 200
+    for rank in (0, 1):
+        assert f"rank {rank}: stopped by SIGTERM at step {last}, exit 0" in stderr
+    if target == "ranks":       # torchrun itself, signalled, exits 1 with its own SignalException: see docs/train.md
+        assert process.returncode == 0, stderr[-2000:]
+    refs = ckpt.list_checkpoints(out / "checkpoints")
+    assert [r.step for r in refs] == [last] and ckpt.verify(refs[0].path) == ("full", None)

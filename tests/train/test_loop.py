@@ -55,8 +55,9 @@ def test_grad_clip_bounds_the_update(tmp_path, token_file):
     _, clipped = run(tmp_path / "a", token_file, grad_clip=1e-3, optimizer="sgd", lr=1.0, min_lr=0.0, warmup_steps=0)
     _, free = run(tmp_path / "b", token_file, grad_clip=None, optimizer="sgd", lr=1.0, min_lr=0.0, warmup_steps=0)
     assert clipped[0]["loss"] == free[0]["loss"]              # same init, same first batch
-    # a 1e-3-norm step barely moves the loss; an unclipped lr=1 SGD step moves it a lot
-    assert abs(clipped[1]["loss"] - clipped[0]["loss"]) < abs(free[1]["loss"] - free[0]["loss"])
+    # both runs see the same second batch: after an unclipped lr=1 SGD step the model has learned (the byte
+    # distribution of source code), after a 1e-3-norm step it has barely moved
+    assert free[1]["loss"] < clipped[1]["loss"] - 0.2
 
 
 @pytest.mark.parametrize("precision", ["amp-bf16", "amp-fp16", "bf16"])

@@ -205,3 +205,23 @@ def test_resume_when_every_checkpoint_is_corrupt_is_an_error_not_a_fresh_start(t
     assert status == 2
     assert err.count("is corrupt:") == 2 and "every checkpoint in" in err.strip().splitlines()[-1]
     assert (tmp_path / "metrics.jsonl").read_text() == before        # the old run's metrics are kept
+
+
+@pytest.mark.parametrize("damage", [lambda data: data[: len(data) // 3], lambda data: b""], ids=["truncated", "empty"])
+def test_damaged_checkpoint_with_a_matching_manifest_falls_back_and_finishes(token_file, tmp_path, reference, capsys,
+                                                                            monkeypatch, damage):
+    out = tmp_path / "run"
+    args = ["--data", token_file, "--steps", STEPS, "--out-dir", out, "--checkpoint-every", 3, *SMALL]
+    monkeypatch.setenv("TRAINLEDGER_FAULT_NAN_STEP", "11")     # stops after checkpoints 3, 6, 9
+    assert train_in_process(capsys, *args)[0] == 2
+    monkeypatch.delenv("TRAINLEDGER_FAULT_NAN_STEP")
+    latest = ckpt.list_checkpoints(out / "checkpoints")[-1]
+    file = latest.path / ckpt.TRAINER_FILE
+    file.write_bytes(damage(file.read_bytes()))
+    manifest = json.loads((latest.path / ckpt.MANIFEST_FILE).read_text())
+    manifest["files"][ckpt.TRAINER_FILE] = ckpt.sha256_file(file)          # the manifest matches the damage
+    (latest.path / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
+    status, _, err = train_in_process(capsys, *args, "--resume")
+    assert status == 0, err
+    assert "step_00000009 is corrupt" in err and "although its manifest matches" in err
+    assert losses(out / "metrics.jsonl") == reference

@@ -39,6 +39,11 @@ examples:
   trainledger measure --model llama-2-7b --seq-len 4096 --recompute selective --json
   trainledger measure --model tiny --device cpu
   trainledger measure --model config.json --impl hf --attn-impl eager --precision amp-bf16 --device cpu
+  torchrun --nproc_per_node 2 -m trainledger.cli.main measure --model tiny --comm --tp 2 --seq-len 64
+
+--comm (under torchrun) runs one forward and backward of a layout (--parallel, --tp, --sp, --pp,
+--grad-accum) on random tokens and compares the bytes each rank sent in collectives, counted as they
+ran, with account/'s prediction (the `comm_bytes` / `predicted_comm_bytes` of `train`'s records).
 """
 
 ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward FLOPs / step", "flops"),
@@ -60,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
                         help="whose model to predict and measure for a config.json: trainledger's Transformer (default) or transformers' own")
     add_attn_impl_flag(parser)
+    g = parser.add_argument_group("communication (--comm, under torchrun)")
+    g.add_argument("--comm", action="store_true", help="measured vs predicted bytes sent per rank in one step of a layout")
+    g.add_argument("--parallel", choices=("none", "ddp", "fsdp"), default="none", help="data parallelism (default none)")
+    g.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel ranks (default 1)")
+    g.add_argument("--sp", action="store_true", help="sequence parallelism on the --tp ranks")
+    g.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages (default 1)")
+    g.add_argument("--grad-accum", type=common.positive_int, default=1, help="micro-batches in the step (default 1)")
     common.add_json_flag(parser)
 
 
@@ -93,6 +105,8 @@ def hf_impl_of(args):
 
 
 def compute(args) -> dict:
+    if args.comm:
+        return _compute_comm(args)
     from trainledger.measure import compare
     if ":" in args.model and not args.model.endswith(".json"):
         return compare.measure_factory(args.model, args.batch_size, args.seq_len or 128, optimizer=args.optimizer,
@@ -116,6 +130,36 @@ def compute(args) -> dict:
     return result
 
 
+def _compute_comm(args) -> dict:
+    from trainledger.specs import get_model
+    from trainledger.train.comm_count import measure_one_step
+    if args.sp and args.tp < 2:
+        raise TrainledgerError(f"--sp needs --tp 2 or more, got --tp {args.tp}")
+    spec = get_model(args.model)
+    if getattr(spec, "kind", None) != "transformer":
+        raise TrainledgerError(f"--comm measures a Transformer; '{args.model}' is not one")
+    device = args.device if args.device in ("cpu", "cuda") else None
+    result = measure_one_step(spec, batch_size=args.batch_size, seq_len=args.seq_len or spec.default_seq_len,
+                              grad_accum=args.grad_accum, precision=args.precision, parallel=args.parallel,
+                              tp=args.tp, sp=args.sp, pp=args.pp, device=device)
+    if result["rank"] != 0:       # every rank computed; rank 0 alone prints
+        args.json = False
+    return result
+
+
+def _render_comm(result: dict) -> None:
+    if result["rank"] != 0:
+        return
+    st = result["settings"]
+    title = (f"{st['model']}, {st['batch_size']}×{st['seq_len']} × {st['grad_accum']} micro-batches, {st['precision']}, "
+             f"{st['world_size']} ranks: --parallel {st['parallel']} --tp {st['tp']}{' --sp' if st['sp'] else ''} --pp {st['pp']}")
+    rows = [[str(r["rank"]), _fmt(r["predicted_comm_bytes"], "bytes"), _fmt(r["comm_bytes"], "bytes"),
+             _percent((r["predicted_comm_bytes"] - r["comm_bytes"]) / r["comm_bytes"] if r["comm_bytes"] else None),
+             ", ".join(f"{k} {v}" for k, v in sorted(r["calls"].items()))] for r in result["ranks"]]
+    common.console().print(common.table(title, ["rank", "predicted", "measured", "error", "calls"], rows,
+                                        caption="bytes one rank sends in one step (ring volumes of the measured payloads)"))
+
+
 def _fmt(value, kind: str) -> str:
     if value is None:
         return "—"
@@ -131,6 +175,8 @@ def _percent(error) -> str:
 
 
 def render(result: dict, args) -> None:
+    if getattr(args, "comm", False):
+        return _render_comm(result)
     console = common.console()
     st = result.get("settings", {})
     title = f"{st.get('model')}, {st.get('batch_size')}×{st.get('seq_len')}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 
 from trainledger.cli import common
 
@@ -12,13 +14,20 @@ Trains the Transformer LM on a token file (--data) or a text file (--text, byte-
 <out-dir>/data/), or the lecture's Cruncher regression (--model cruncher). With no arguments: the `tiny`
 byte-level GPT on the Python standard library's own .py sources (a few MB, cached under the run dir),
 about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
+--model cruncher has defaults of its own: --steps 200, --seq-len 1, --lr 0.05, --min-lr 0.005, --warmup-steps 10,
+--weight-decay 0, --optimizer adam, --eval-every 50, --out-dir runs/cruncher.
 
 Outputs (under --out-dir): metrics.jsonl (one record per step: step, loss, lr, grad_norm, tokens,
-step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss), checkpoints/step_NNNNNNNN/
+step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, eval_loss; comm_bytes and
+predicted_comm_bytes under torchrun), checkpoints/step_NNNNNNNN/
 (sha256-verified, last --keep-checkpoints kept), loss.png.
 
-SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0; --resume continues exactly
-(the same losses as an uninterrupted run). A NaN/Inf loss stops the run (exit 2), the last checkpoint intact.
+SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0 (also when they arrive while torch
+is still loading); --resume continues exactly (the same losses as an uninterrupted run). --resume may change
+--lr, --min-lr, --warmup-steps, --grad-clip, --steps (to extend), eval and checkpoint intervals; settings not
+given keep the checkpoint's values. A NaN/Inf loss stops the run (exit 2) and names the last checkpoint whose
+loss was finite and not a spike. One trainer per checkpoint directory (a lock file); keeping K checkpoints
+needs disk room for K+1. `trainledger checkpoints DIR` lists them.
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -26,6 +35,9 @@ examples:
   trainledger train --model cruncher --steps 100
   trainledger train --resume                                 # continue the default run
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --batch-size 16
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --tp 2 --sp
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --pp 2 --grad-accum 4
+  torchrun --nproc_per_node 4 -m trainledger.cli.main train --parallel fsdp --tp 2
 """
 
 
@@ -45,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: 128)")
     g.add_argument("--lr", type=common.positive_float, help="peak learning rate per step (default: 3e-3)")
     g.add_argument("--min-lr", type=_nonnegative_float, help="learning rate at the end of the cosine (default: 3e-4)")
-    g.add_argument("--warmup-steps", type=common.nonnegative_int, help="linear warmup steps from 0 to --lr (default: 40)")
+    g.add_argument("--warmup-steps", type=common.nonnegative_int, help="linear warmup steps from 0 to --lr (default: min(40, --steps/10))")
     g.add_argument("--weight-decay", type=_nonnegative_float, help="decoupled weight decay (AdamW) or L2 (default: 0.1)")
     g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
     g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
@@ -54,11 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="fp32; amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); bf16: all bf16 (default: fp32)")
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
     g = parser.add_argument_group("checkpoints and outputs")
-    g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/tiny-stdlib)")
+    g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/<model>-<name of --text/--data>, "
+                        "runs/tiny-stdlib for the built-in corpus)")
     g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
     g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
     g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
-    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest good checkpoint (fresh start if none)")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none); settings not given keep "
+                        "the checkpoint's values, and --lr, --min-lr, --warmup-steps, --grad-clip, --steps and the "
+                        "eval/checkpoint intervals may change")
     g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
     g.add_argument("--eval-every", type=common.nonnegative_int, help="steps between held-out evaluations, 0 = never (default: 100)")
     g.add_argument("--eval-batches", type=common.positive_int, help="global batches per evaluation (default: 8)")
@@ -68,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
+    g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
+                                                          "split with DTensor (default: 1)")
+    g.add_argument("--sp", action="store_true", default=None, help="sequence parallelism for norms on the --tp ranks")
+    g.add_argument("--pp", type=common.positive_int, help="pipeline stages, 1F1B schedule over --grad-accum micro-batches (default: 1)")
     g.add_argument("--quiet", action="store_true", help="no progress output (errors and the summary still print)")
     common.add_json_flag(parser)
 
@@ -87,8 +106,16 @@ def _nonnegative_float(text: str) -> float:
 
 def config_from_args(args):
     """The resolved TrainConfig: defaults < --config TOML < flags given."""
-    from trainledger.train.config import FIELDS, resolve
+    return _config_and_given(args)[0]
+
+
+def _config_and_given(args):
+    """(TrainConfig, names of the fields set by a flag or --config)."""
+    from trainledger.train.config import FIELDS, load_toml, resolve
     flags = {name: getattr(args, name, None) for name in FIELDS}
+    given = {name for name, value in flags.items() if value is not None}
+    if args.config:
+        given |= set(load_toml(args.config))
     no_clip = flags.get("grad_clip") == _NO_CLIP
     if no_clip:
         flags["grad_clip"] = None
@@ -96,19 +123,48 @@ def config_from_args(args):
     if no_clip:
         from dataclasses import replace
         config = replace(config, grad_clip=None)
-    return config
+    return config, given
+
+
+# Signals caught before the trainer installs its own handlers (while torch and the data load): the trainer
+# picks the first up and stops at its first step boundary with a checkpoint, instead of dying silently.
+_EARLY_SIGNALS: list[str] = []
+
+
+def _catch_early(signum, frame):
+    if _EARLY_SIGNALS and signum == signal.SIGINT:
+        raise KeyboardInterrupt          # a second Ctrl-C: stop now
+    _EARLY_SIGNALS.append(signal.Signals(signum).name)
+
+
+def _install_early_handlers() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, _catch_early)
+        except ValueError:      # not the main thread (an embedding program): leave its handlers alone
+            pass
+
+
+def _early_stop() -> str | None:
+    return _EARLY_SIGNALS[0] if _EARLY_SIGNALS else None
 
 
 def run(args) -> int:
     """Trains; prints where outputs go and a summary (JSON with --json). Exit 0 when finished or stopped by a signal."""
-    config = config_from_args(args)
+    _install_early_handlers()            # before the heavy imports: a SIGTERM now is not lost
+    config, given = _config_and_given(args)
+    if config.resume:       # settings not given on the command line continue as the checkpoint has them
+        from trainledger.train.checkpoint import newest_config
+        from trainledger.train.config import inherit
+        saved = newest_config(config.resolved_checkpoint_dir())
+        config = inherit(config, saved, given) if saved else config
     import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.errors import TrainledgerError
-    world = distributed.setup(config.parallel, config.device)
+    world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
     try:
-        trainer = Trainer(config, world, quiet=args.quiet or args.json)
+        trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):
             print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
                   f"loss curve {config.out_dir}/loss.png")
@@ -119,6 +175,9 @@ def run(args) -> int:
         return 2        # every rank meets the same error; rank 0 alone prints it
     finally:
         distributed.teardown(world)
+    if summary["stopped_by"] and world.distributed:    # every rank says it stopped cleanly (exit 0)
+        print(f"rank {world.rank}: stopped by {summary['stopped_by']} at step {summary['steps']}, exit 0",
+              file=sys.stderr, flush=True)
     if world.is_main:
         if args.json:
             common.print_json(summary)

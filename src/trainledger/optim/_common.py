@@ -14,14 +14,18 @@ from trainledger.errors import TrainledgerError
 
 
 def grouped_params(group: dict) -> list[list[torch.Tensor]]:
-    """Lists of the group's parameters that have a gradient, one list per (device, dtype)."""
+    """Lists of the group's parameters that have a gradient, one list per (device, dtype, DTensor mesh).
+
+    Plain tensors and DTensors (tensor parallelism, FSDP2), or DTensors on different meshes (FSDP over "dp"
+    beside TP over ("dp", "tp")), cannot share a foreach call: each gets its own list.
+    """
     buckets: dict = defaultdict(list)
     for p in group["params"]:
         if p.grad is None:
             continue
         if p.grad.is_sparse:
             raise TrainledgerError("trainledger optimizers do not support sparse gradients")
-        buckets[(p.device, p.dtype)].append(p)
+        buckets[(p.device, p.dtype, getattr(p, "device_mesh", None))].append(p)
     return list(buckets.values())
 
 

@@ -4,10 +4,19 @@
     config = resolve({"model": "tiny", "steps": 50, "out_dir": "runs/demo"})
     summary = Trainer(config).train()
 
-`trainledger train` is the command-line face of the same code (docs/train.md).
+`trainledger train` is the command-line face of the same code (docs/train.md). The names below load on
+first use, so that `trainledger.train.checkpoint` (read by `trainledger checkpoints`) imports without torch.
 """
 
-from trainledger.train.config import TrainConfig, resolve
-from trainledger.train.loop import Trainer, TrainingDiverged
+import importlib
+
+_EXPORTS = {"TrainConfig": "config", "resolve": "config", "Trainer": "loop", "TrainingDiverged": "loop"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"trainledger.train.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'trainledger.train' has no attribute {name!r}")
+
 
 __all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "resolve"]

@@ -50,6 +50,9 @@ class TrainConfig:
     eval_fraction: float = 0.05         # share of the tokens held out for evaluation (the end of the file)
     compile: bool = False
     parallel: str = "none"              # ddp | fsdp under torchrun; none for one process
+    tp: int = 1                         # tensor-parallel ranks (DTensor); needs torchrun
+    sp: bool = False                    # sequence parallelism on the TP ranks (--tp > 1)
+    pp: int = 1                         # pipeline stages (1F1B); needs torchrun and --grad-accum >= pp
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
     plot: bool = True                   # write <out_dir>/loss.png at the end
 
@@ -64,9 +67,13 @@ class TrainConfig:
 
 
 FIELDS = {f.name: f for f in fields(TrainConfig)}
-# Fields that change the sequence of losses: a --resume with a different value is refused.
-IDENTITY = ("model", "text", "data", "batch_size", "seq_len", "lr", "min_lr", "warmup_steps", "weight_decay",
-            "grad_clip", "optimizer", "precision", "seed", "eval_fraction", "steps")
+# Fields that define what is trained: a --resume with a different value is refused (it would be another run).
+IDENTITY = ("model", "text", "data", "batch_size", "seq_len", "weight_decay", "optimizer", "precision", "seed",
+            "eval_fraction")
+# Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
+# changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
+RESUMABLE = ("lr", "min_lr", "warmup_steps", "grad_clip", "steps", "eval_every", "eval_batches",
+             "checkpoint_every", "keep_checkpoints")
 # Defaults for the lecture's Cruncher regression (CS336 Lecture 2 `train_loop` uses SGD at lr 0.01 with batch 4
 # on 10 steps; its targets x·(0..D−1) have a variance of ~85,000 at D=64, so SGD with clipping crawls and
 # without it diverges: Adam, whose step size does not scale with the gradient, fits it in 200 steps).
@@ -140,7 +147,7 @@ def _coerce(name: str, value):
 def validate(config: TrainConfig) -> None:
     """Raises a TrainledgerError naming the flag for the first value that is not allowed."""
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
-                 "checkpoint_every"):
+                 "checkpoint_every", "tp", "pp"):
         if getattr(config, name) <= 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     for name in ("warmup_steps", "eval_every"):
@@ -162,20 +169,55 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"unknown --parallel {config.parallel!r}. Known: {', '.join(PARALLEL)}")
     if config.optimizer not in OPTIMIZERS:
         raise TrainledgerError(f"unknown --optimizer {config.optimizer!r}. Known: {', '.join(OPTIMIZERS)}")
+    if config.sp and config.tp < 2:
+        raise TrainledgerError(f"--sp needs --tp 2 or more (sequence parallelism splits over the TP ranks), got --tp {config.tp}")
     if config.text and config.data:
         raise TrainledgerError("give --text or --data, not both")
     if config.batch_size % config.grad_accum:
         raise TrainledgerError(f"--batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
 
 
-def check_resume(saved: dict, config: TrainConfig) -> None:
-    """Refuses to continue a checkpoint under a config that would change its losses (names the flags)."""
+def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None,
+                 step: int = 0) -> tuple[TrainConfig, list[str]]:
+    """The config to continue a checkpoint with, and one line per setting changed; refuses identity changes.
+
+    `saved` is the checkpoint's config, `given` the fields set by flags or --config (None: all of them),
+    `step` the checkpoint's step. IDENTITY fields must match (the error names only those that differ);
+    RESUMABLE fields not given keep the saved value, given ones may differ.
+    """
     current = config.to_dict()
     changed = [k for k in IDENTITY if k in saved and saved[k] != current[k]]
     if changed:
-        detail = ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {current[k]!r}" for k in changed)
-        raise TrainledgerError(f"--resume: the checkpoint was written with different settings ({detail}); "
-                               "use the original flags or another --checkpoint-dir")
+        detail = ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} (now {current[k]!r})" for k in changed)
+        raise TrainledgerError(f"--resume: the checkpoint was written with {detail}, which a resumed run cannot "
+                               "change; use the original value or another --out-dir/--checkpoint-dir")
+    values, notes = {}, []
+    for name in RESUMABLE:
+        if name not in saved:
+            continue
+        if given is not None and name not in given:
+            values[name] = saved[name]
+        elif saved[name] != current[name]:
+            notes.append(f"--{name.replace('_', '-')} {saved[name]} -> {current[name]}")
+    merged = replace(config, **values)
+    if merged.steps < step:
+        raise TrainledgerError(f"--steps {merged.steps} is below the checkpoint's step {step}; "
+                               f"to continue, pass --steps above {step}")
+    validate(merged)
+    return merged, notes
+
+
+def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
+    """`config` with every IDENTITY and RESUMABLE setting not in `given` taken from `saved` (a checkpoint's
+    config), so that `--resume` alone continues a run started with other flags; validated."""
+    skip = set(given) | ({"text", "data"} if given & {"text", "data"} else set())    # the data source is one choice
+    values = {k: saved[k] for k in (*IDENTITY, *RESUMABLE) if k not in skip and k in saved}
+    try:
+        merged = replace(config, **{k: _coerce(k, v) for k, v in values.items()})
+    except TypeError:       # a manifest from another version: leave the config as given
+        return config
+    validate(merged)
+    return merged
 
 
 def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
@@ -189,4 +231,4 @@ def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
     return per_rank, per_rank // config.grad_accum
 
 
-__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "with_world", "replace"]
+__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "inherit", "with_world", "replace"]

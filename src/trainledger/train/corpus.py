@@ -56,11 +56,16 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
             pass
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = tokens_path.with_suffix(f".tokens.tmp{os.getpid()}")
-    with TokenWriter(tmp, "uint8") as writer:
-        for path in files:
-            writer.write(np.frombuffer(path.read_bytes(), dtype=np.uint8))
-    tmp.replace(tokens_path)
-    manifest_path.write_text(json.dumps(manifest, indent=1))
+    try:
+        with TokenWriter(tmp, "uint8") as writer:
+            for path in files:
+                writer.write(np.frombuffer(path.read_bytes(), dtype=np.uint8))
+        tmp.replace(tokens_path)
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+    except OSError as error:       # a full disk or a file-size limit: one line naming the path, no partial file
+        tmp.unlink(missing_ok=True)
+        raise TrainledgerError(f"--out-dir: cannot write the corpus cache {tokens_path}: {error.strerror or error} "
+                               f"(needs {manifest['n_bytes'] / 1e6:.2f} MB)") from None
     if log:
         log(f"corpus: {manifest['n_files']} standard-library .py files, {manifest['n_bytes'] / 1e6:.2f} MB "
             f"from {manifest['stdlib']} -> {tokens_path}")
@@ -80,7 +85,10 @@ def text_tokens(text: Path, out_dir: Path, log=None) -> Path:
     if out.exists() and out.stat().st_mtime >= text.stat().st_mtime and _n_tokens(out) == text.stat().st_size:
         return out      # one byte token per byte: a cache of another file with the same name differs in length
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = tokenize_file(text, out, dtype="uint8", progress=False)
+    try:
+        result = tokenize_file(text, out, dtype="uint8", progress=False)
+    except OSError as error:       # a full disk or a file-size limit
+        raise TrainledgerError(f"--out-dir: cannot write the token cache {out}: {error.strerror or error}") from None
     if log:
         log(f"tokenized {text}: {result['n_tokens']} byte tokens -> {out}")
     return out

@@ -1,4 +1,4 @@
-"""Data parallelism plumbing: the process group from torchrun's environment, DDP or FSDP2 wrapping, reductions.
+"""Parallelism plumbing: the process group and device mesh from torchrun's environment, DDP / FSDP2 / TP / PP, reductions.
 
 Under `torchrun --nproc_per_node N` (or `python -m torch.distributed.run`) each process reads RANK,
 WORLD_SIZE and LOCAL_RANK from its environment; the backend is gloo on CPU and nccl on CUDA.
@@ -6,13 +6,17 @@ Without those variables everything here degrades to one process and no communica
 
 Ranks never draw their own batches: every rank draws the same GLOBAL batch from the shared, identically
 seeded generator (what rank 0 would broadcast) and keeps its own contiguous slice, so the losses do not
-depend on the number of ranks.
+depend on the number of ranks. Under tensor or pipeline parallelism (--tp, --pp) the W = dp × pp × tp ranks
+form a DeviceMesh ("pp", "dp", "tp"); the ranks of one data-parallel replica (its TP and PP ranks) take the
+same slice, `dp_rank` of `dp_size`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -29,6 +33,22 @@ class World:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    tp: int = 1                 # tensor-parallel ranks (--tp)
+    pp: int = 1                 # pipeline stages (--pp)
+    mesh: object = field(default=None, compare=False)    # DeviceMesh ("pp", "dp", "tp") when tp or pp > 1
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel replicas: the ranks that take different slices of the global batch."""
+        return self.world_size // (self.tp * self.pp)
+
+    @property
+    def dp_rank(self) -> int:
+        return self.mesh["dp"].get_local_rank() if self.mesh is not None else self.rank
+
+    @property
+    def pp_rank(self) -> int:
+        return self.mesh["pp"].get_local_rank() if self.mesh is not None else 0
 
     @property
     def is_main(self) -> bool:
@@ -59,36 +79,131 @@ def pick_device(requested: str | None, local_rank: int = 0) -> torch.device:
     return device
 
 
-def setup(parallel: str, requested_device: str | None) -> World:
-    """This process's World; initializes the process group when launched by torchrun with WORLD_SIZE > 1."""
+def setup(parallel: str, requested_device: str | None, tp: int = 1, pp: int = 1) -> World:
+    """This process's World; initializes the process group when launched by torchrun with WORLD_SIZE > 1.
+
+    With --tp or --pp above 1 it also builds the DeviceMesh (pp, dp, tp): TP ranks adjacent (inside a node),
+    then data parallel, then pipeline stages (Megatron-LM's and torchtitan's order).
+    """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(requested_device, local_rank)
-    if world_size > 1 and parallel == "none":
-        raise TrainledgerError(f"launched with {world_size} processes but --parallel is none; pass --parallel ddp or fsdp")
+    check_layout(parallel, world_size, tp, pp)
     if world_size == 1:
         return World(0, 1, 0, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return World(rank, world_size, local_rank, device)
+    mesh = None
+    if tp > 1 or pp > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(device.type, (pp, world_size // (tp * pp), tp), mesh_dim_names=("pp", "dp", "tp"))
+    return World(rank, world_size, local_rank, device, tp, pp, mesh)
 
 
-def wrap(model: nn.Module, parallel: str, world: World) -> nn.Module:
-    """The model wrapped for data parallelism: DDP (replicated) or FSDP2 `fully_shard` per block, then the root."""
+def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
+    """One-line errors for a layout that does not fit the processes torchrun started."""
+    if world_size == 1 and (tp > 1 or pp > 1):
+        raise TrainledgerError(f"--tp {tp} / --pp {pp} need {tp * pp} processes: launch with "
+                               f"torchrun --nproc_per_node {tp * pp} -m trainledger.cli.main train ...")
+    if world_size % (tp * pp):
+        raise TrainledgerError(f"--tp {tp} × --pp {pp} = {tp * pp} does not divide the {world_size} processes "
+                               "torchrun started (--nproc_per_node × nodes)")
+    dp = world_size // (tp * pp)
+    if world_size > 1 and dp > 1 and parallel == "none":
+        raise TrainledgerError(f"launched with {world_size} processes, --tp {tp} × --pp {pp} leaves {dp} data-parallel "
+                               "replicas but --parallel is none; pass --parallel ddp or fsdp")
+    if pp > 1 and dp > 1 and parallel == "ddp":
+        raise TrainledgerError(f"--pp {pp} with {dp} data-parallel replicas needs --parallel fsdp (DDP's bucket "
+                               "rebuild fails under a pipeline schedule's micro-batches)")
+    if pp > 1 and tp > 1:
+        raise TrainledgerError("--pp with --tp is not supported yet; use one of them (each composes with --parallel)")
+    if tp > 1 and dp > 1 and parallel == "ddp":
+        raise TrainledgerError(f"--tp {tp} with {dp} data-parallel replicas needs --parallel fsdp (DDP does not take "
+                               "DTensor parameters)")
+
+
+def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_batches: int = 1,
+         seq_len: int = 1) -> nn.Module:
+    """The model split into pipeline stages (--pp, train/pipeline.py) or for tensor parallelism (--tp,
+    train/tensor_parallel.py), and wrapped for data parallelism: DDP (replicated) or FSDP2 `fully_shard` per
+    block, then the root, over the mesh's "dp" dimension."""
     if not world.distributed:
+        return model
+    if world.pp > 1:
+        from trainledger.train.pipeline import Pipeline
+        return Pipeline(model, world, micro_batches, seq_len, parallel)
+    dp_mesh = world.mesh["dp"] if world.mesh is not None else None
+    if world.tp > 1:
+        from trainledger.train.tensor_parallel import check_divisible, parallelize
+        check_divisible(model.spec, world.tp, seq_len, sp)
+        parallelize(model, world.mesh["tp"], sp)
+    if world.dp_size == 1:
         return model
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
         ids = [world.device.index] if world.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, process_group=dp_mesh.get_group() if dp_mesh else None)
     from torch.distributed.fsdp import fully_shard
     for block in _blocks(model):
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
     return model
+
+
+def loss_context(world: World):
+    """The context the forward and backward of a step run in: `loss_parallel()` under TP (vocabulary-split logits)."""
+    if world.tp > 1:
+        from torch.distributed.tensor.parallel import loss_parallel
+        return loss_parallel()
+    return contextlib.nullcontext()
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: the local value of a (replicated) DTensor, the tensor itself otherwise."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
+    """The global L2 norm of the gradients of a TP / PP / FSDP model, clipped to `max_norm` (inf: no clipping).
+
+    Each rank sums the squares of its local gradient pieces, weighting each piece by 1 / (the number of ranks
+    holding the same piece): a DTensor gradient is replicated over its mesh's Replicate dimensions and over
+    the ranks outside its mesh in the same pipeline stage; a plain tensor over all ranks of its stage. One
+    all-reduce of that scalar gives the squared norm of the whole model's gradient.
+
+    First it completes the gradients DTensor left as partial sums (the norm weights under sequence
+    parallelism: each TP rank saw its own part of the sequence): one all-reduce each, so that the optimizer
+    receives finished, replicated gradients (else each foreach call would all-reduce them again).
+    """
+    for p in params:
+        g = p.grad
+        if hasattr(g, "placements") and any(placement.is_partial() for placement in g.placements):
+            from torch.distributed.tensor import Replicate
+            p.grad = g.redistribute(g.device_mesh, [Replicate() if x.is_partial() else x for x in g.placements])
+    ranks_per_stage = world.world_size // world.pp
+    total = torch.zeros((), dtype=torch.float64, device=world.device)
+    for p in params:
+        g = p.grad
+        if hasattr(g, "to_local"):
+            copies = ranks_per_stage // g.device_mesh.size()
+            for dim, placement in enumerate(g.placements):
+                if placement.is_replicate():
+                    copies *= g.device_mesh.size(dim)
+            copies *= getattr(p, "pipeline_copies", 1)
+            piece = g.to_local()
+        else:       # a plain tensor: on every rank of its stage (and a tied embedding on two stages)
+            copies, piece = ranks_per_stage * getattr(p, "pipeline_copies", 1), g
+        total += piece.detach().double().pow(2).sum() / copies
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    norm = float(total.sqrt())
+    if math.isfinite(max_norm) and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for p in params:
+            local(p.grad).mul_(scale)
+    return norm
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
@@ -100,8 +215,10 @@ def _blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The bare module inside DDP or torch.compile."""
+    """The bare module inside DDP, torch.compile or a pipeline stage (whose parameter names are the model's)."""
     model = getattr(model, "_orig_mod", model)
+    if type(model).__name__ == "Pipeline":
+        return model.model
     return getattr(model, "module", model) if type(model).__name__ == "DistributedDataParallel" else model
 
 

@@ -44,6 +44,7 @@ IGNORED_PARAMS = {"json", "_"}  # `_` lets a caller bust caches; --json is impli
 # Commands that do work on this machine rather than answer from specs: `bench` allocates size² matrices and
 # `measure` builds and steps a model, so one query (`/api/measure?model=llama-2-7b`) could exhaust the server's
 # memory. The page is a calculator: they stay command-line only.
+# `checkpoints` reads a directory of the machine it runs on: never for a web client.
 WORK_COMMANDS = frozenset({"bench", "measure", "profile", "train", "tour", "tokenize", "checkpoints"})
 # Exceptions that only bad input raises inside a command (a number too large for a float, a 400-character
 # "file name"): 422 like any bad input, with the CLI's own one line. Anything else is a bug: 500.
