@@ -53,3 +53,9 @@ def test_train_records_carry_the_prediction(tmp_path, monkeypatch, capsys, one_t
     assert len(records) == 3 and len(predicted) == 1 and predicted.pop() > 0
     summary = json.loads(stdout[stdout.index("{"):])
     assert summary["step_time"]["predicted_step_time_s"] == records[0]["predicted_step_time_s"]
+
+
+def test_tensor_and_pipeline_parallel_runs_are_not_predicted(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cal.save_profile(synthetic_profile(), cal.profile_path("cpu"))
+    assert predicted_step(PRESETS["tiny"], **ARGS, tp=2) is None and predicted_step(PRESETS["tiny"], **ARGS, pp=2) is None

@@ -149,12 +149,13 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
 
 # --- predicted step time beside the measured one (issue 11, item 7) ------------------------------------------
 def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, precision: str, optimizer: str,
-                   device, world_size: int = 1, zero: int = 0) -> dict | None:
+                   device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1) -> dict | None:
     """account.time's prediction of one training step on this device, or None when there is nothing to base it on.
 
     CPU and CUDA use this machine's cached calibration (`trainledger bench --calibrate`; training never starts
     one); a CUDA device without one falls back on its datasheet entry. Returns {step_seconds, breakdown,
-    bottleneck, device}. None for models that are not transformers or layouts the model rejects.
+    bottleneck, device}. None for models that are not transformers, for tensor/pipeline-parallel runs (whose
+    trainer layout is not predicted here yet) and for layouts the model rejects.
     """
     import torch
 
@@ -162,7 +163,7 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
     from trainledger.errors import TrainledgerError
     from trainledger.measure.calibrate import gpu_from_profile, load_profile, profile_path
 
-    if getattr(spec, "kind", None) != "transformer":
+    if getattr(spec, "kind", None) != "transformer" or tp > 1 or pp > 1:
         return None
     device = torch.device(device)
     try:
@@ -178,7 +179,7 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
             return None
         result = step_time(spec, gpu, batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch,
                            num_gpus=world_size, precision=precision, optimizer=optimizer, zero=zero, with_memory=False)
-    except TrainledgerError:
+    except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
         return None
     return {"step_seconds": result["step_seconds"], "breakdown": result["breakdown"],
             "bottleneck": result["bottleneck"], "device": f"{gpu.name} ({source})"}
