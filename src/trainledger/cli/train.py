@@ -169,6 +169,9 @@ def run(args) -> int:
             print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
                   f"loss curve {config.out_dir}/loss.png")
         summary = trainer.train()
+        # every rank has finished its last collective before any closes its sockets: gloo aborts (SIGABRT) a rank
+        # whose peer tore the group down while a message to it was still in flight
+        distributed.barrier(world)
     except TrainledgerError:
         if world.is_main:
             raise

@@ -187,6 +187,7 @@ def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1
                 "predicted_parts": {k: v for k, v in predicted.items() if k != "total"}, "calls": counter.calls}
         ranks = [None] * world.world_size
         dist.all_gather_object(ranks, mine)
+        dist_.barrier(world)        # nobody tears the group down while a peer still reads (see cli/train.py)
     finally:
         dist_.teardown(world)
     return {"settings": {"model": spec.name, "batch_size": batch_size, "seq_len": seq_len, "grad_accum": grad_accum,
