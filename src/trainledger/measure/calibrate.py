@@ -192,8 +192,9 @@ def memory_rates(device: str) -> list[list[float]]:
 
 def elementwise_rates(device: str) -> dict:
     """{kernel name: [[bytes per op, bytes/s], ...]} of fp32 elementwise ops that are not plain streams on this
-    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element)
-    and its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element)."""
+    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element),
+    its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element), and the
+    cross-entropy forward and backward (cross_entropy_rates)."""
     out = {"gelu": [], "gelu_backward": []}
     for op_bytes in MEMORY_OP_BYTES[device][1::2] or MEMORY_OP_BYTES[device]:
         n = op_bytes // 12
