@@ -120,8 +120,9 @@ def calibrated_device(device: str = "cpu", *, log=None):
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
         save_profile(profile, path)
-        if busy_warning(profile):
-            say(f"warning: {busy_warning(profile)}")
+        warning = busy_warning(profile)
+        if warning:
+            say(f"warning: {warning}")
     return gpu_from_profile(profile)
 
 
