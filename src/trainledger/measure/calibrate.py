@@ -33,7 +33,6 @@ import os
 import platform
 import re
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 import torch
 
 from trainledger.errors import TrainledgerError
+from trainledger.files import atomic_path
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check_profile
 
@@ -93,17 +93,10 @@ def save_profile(profile: dict, path) -> Path:
     """Writes `profile` as JSON to `path` atomically (a temporary file beside it, then os.replace)."""
     path = Path(path)
     check_profile(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(profile, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        json.dump(profile, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
     return path
 
 

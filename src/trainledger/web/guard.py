@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.files import atomic_path
 
 MAX_BODY_BYTES = 64 * 1024           # a Hugging Face config.json is 1-5 KB; the largest in the wild are ~30 KB
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a file in --config-dir is stat()ed first; a larger one is refused unread
@@ -176,9 +177,8 @@ class ConfigStore:
                 atexit.register(self.close)
             path = self.folder / f"{kind}-{digest}.json"
             if digest not in self.paths or not path.exists():
-                scratch = path.with_suffix(".tmp")
-                scratch.write_text(text)
-                scratch.replace(path)  # atomic: a reader never sees half a file
+                with atomic_path(path) as scratch:  # a reader never sees half a file
+                    scratch.write_text(text)
             self.paths[digest] = path
             self.paths.move_to_end(digest)
             while len(self.paths) > self.limit:
