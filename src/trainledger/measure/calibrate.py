@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
@@ -245,7 +246,7 @@ def attention_rates(device: str) -> dict:
         fwd = seconds_per_call(forward, device)
         bwd = seconds_per_call(backward, device)
         flops = 2 * 2 * heads * seq_len * seq_len * head_dim / 2      # QKᵀ and A·V, half the square (causal)
-        points.append([seq_len, flops / fwd, 2.5 * flops / bwd])
+        points.append([seq_len, flops / fwd, FLASH_BACKWARD_FLOPS_RATIO * flops / bwd])
     return {"dtype": dtype, "head_dim": head_dim, "heads": heads, "points": points}
 
 
