@@ -35,6 +35,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
 
 MAX_BODY_BYTES = 64 * 1024           # a Hugging Face config.json is 1-5 KB; the largest in the wild are ~30 KB
+BODY_TOO_LARGE = f"request body over {MAX_BODY_BYTES:,} bytes (a config.json is a few KB)"   # the 413's message
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a file in --config-dir is stat()ed first; a larger one is refused unread
 MAX_STORED_CONFIGS = 256             # custom configs kept in the private directory (each ~1 KB)
 MAX_ARGV_HEADER_CHARS = 2048         # X-Trainledger-Argv is sent only when it fits: an echo must not grow headers
@@ -144,8 +145,8 @@ class HostGuard:
             return await _send_json(send, 421, {"error": message, "detail": message, "flag": None, "param": None})
         length = headers.get("content-length", "0")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            message = f"request body over {MAX_BODY_BYTES:,} bytes (a config.json is a few KB)"
-            return await _send_json(send, 413, {"error": message, "detail": message, "flag": None, "param": "config"})
+            return await _send_json(send, 413, {"error": BODY_TOO_LARGE, "detail": BODY_TOO_LARGE, "flag": None,
+                                                "param": "config"})
         return await self.app(scope, receive, send)
 
 
