@@ -23,6 +23,7 @@ from torch import nn
 
 from trainledger.account.flops import forward_flops_breakdown
 from trainledger.errors import TrainledgerError
+from trainledger.train.distributed import local
 
 
 def stage_layers(spec, seq_len: int, stages: int) -> list[range]:
@@ -153,7 +154,7 @@ class Pipeline(nn.Module):
         self.schedule.step(*args, target=y if rank == last else None, losses=losses if rank == last else None)
         if self.tied_group is not None and self.model.tok_embeddings is not None:
             grad = self.model.tok_embeddings.weight.grad      # under FSDP: this dp rank's shard, the same on both
-            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.tied_group)
+            dist.all_reduce(local(grad), group=self.tied_group)
         return self._share_loss(losses)
 
     @torch.no_grad()
