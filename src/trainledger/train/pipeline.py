@@ -1,8 +1,8 @@
 """Pipeline parallelism of trainledger's Transformer with torch.distributed.pipelining (1F1B schedule).
 
 Stage s of P holds a contiguous run of blocks; the first also the embeddings, the last the final norm and
-the LM head. The split points minimize the most expensive stage, with each block's and the head's forward
-FLOPs from `account.flops.forward_flops_breakdown` (the layer accounting).
+the LM head. The split points minimize the most expensive stage, with the head's and a block's forward FLOPs
+(every block costed as the mean block) from `account.flops.forward_flops_breakdown` (the layer accounting).
 
 Every stage keeps the whole `Transformer` object with the blocks of other stages replaced by nn.Identity
 (a ModuleList keeps its indices), so parameter names are those of the unsplit model and a DCP checkpoint
