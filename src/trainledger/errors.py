@@ -15,3 +15,9 @@ class TrainledgerError(ValueError):
         if flag and flag not in message:
             message = f"{message} ({flag})"
         super().__init__(message)
+
+
+def first_line(error: BaseException, default: str = "") -> str:
+    """The first line of `error`'s message (stripped first), or `default` when it has none: for one-line errors."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else default

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs.dtypes import bytes_per_element
 from trainledger.specs.recipes import get_recipe
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
@@ -127,7 +128,7 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     if style not in STYLES:
         raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
     recipe = get_recipe(precision)
-    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4
+    act = bytes_per_element(recipe.activation_dtype)
     links = group_links(tp, cp, pp, dp, gpus_per_node)
     L = layers_per_stage if layers_per_stage is not None else -(-spec.n_layers // pp)
     d = spec.d_model

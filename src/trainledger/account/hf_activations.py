@@ -110,8 +110,7 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
     a, r, w = recipe_bytes(precision)
     amp = w > 0
     B, T, n = batch_size, seq_len, batch_size * seq_len
-    d, h, hkv, dh = spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim
-    L = spec.n_layers
+    d, L = spec.d_model, spec.n_layers
     mt = impl.model_type
 
     attention = sum(count * _attention_delta(spec, impl, B, T, a, amp, _sdpa_mask(spec, impl, i, T))

@@ -109,7 +109,8 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     """
     from trainledger.account.roofline import memory_seconds
     link = _link(gpu, c.link)
-    slow = gpu.sm_count / (gpu.sm_count - link.sm_channels) if (gpu.sm_count and link.sm_channels) else 1.0
+    free = _sms_beside(gpu, link)
+    slow = gpu.sm_count / free if free else 1.0
 
     def exposed(comm: float, hidden: float) -> float:
         return overlapped_exposed(comm, hidden, hidden * slow)
@@ -321,7 +322,11 @@ def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
     """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
     if tp == 1:
         return None
-    link = _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"])
+    return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
+
+
+def _sms_beside(gpu, link) -> int | None:
+    """SMs left to compute while a collective on `link` runs (it holds `link.sm_channels`); None: not modelled."""
     return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
 
 

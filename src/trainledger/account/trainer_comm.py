@@ -33,6 +33,7 @@ from __future__ import annotations
 from trainledger.account.comm import Collective, step_collectives
 from trainledger.account.memory import params_per_gpu
 from trainledger.account.params import norm_params, norm_params_per_layer, param_counts
+from trainledger.specs.dtypes import bytes_per_element
 from trainledger.specs.recipes import get_recipe
 
 PARTS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
@@ -85,7 +86,7 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
 def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: int, sp: bool) -> list[Collective]:
     """The TP collectives of the embedding, the head, the cross-entropy (and SP's norm gradients) in one step."""
     recipe = get_recipe(precision)
-    act = 2 if recipe.activation_dtype in ("bf16", "fp16") else 4      # widened to fp32 under autocast by the caller
+    act = bytes_per_element(recipe.activation_dtype)      # widened to fp32 under autocast by the caller
     hidden, m = tokens * spec.d_model * act, micro_batches
     out = [Collective("tp_embedding_allreduce", "tp_comm", "all_reduce", hidden, tp, "intra", m),
            Collective("tp_cross_entropy_allreduce", "tp_comm", "all_reduce", tokens * 4, tp, "intra", 3 * m)]

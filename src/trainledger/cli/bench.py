@@ -58,9 +58,8 @@ def compute(args) -> dict:
 
 def calibrate(args) -> dict:
     """Measures and saves this machine's calibration profile; the profile with `path` and a summary."""
-    from trainledger.measure.calibrate import _check_device, calibrate as measure, gpu_from_profile, profile_path, save_profile
-    _check_device(args.device)
-    profile = measure(args.device)
+    from trainledger.measure.calibrate import busy_warning, calibrate as measure, gpu_from_profile, profile_path, save_profile
+    profile = measure(args.device)                  # checks the device first
     path = save_profile(profile, profile_path(args.device))
     gpu = gpu_from_profile(profile)
     rates = {dtype: [row[3] for row in rows] for dtype, rows in profile["gemm"].items()}
@@ -68,10 +67,10 @@ def calibrate(args) -> dict:
                "matmul_flops_per_s": {d: {"min": min(r), "median": sorted(r)[len(r) // 2], "max": max(r)} for d, r in rates.items()},
                "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
                "op_overhead_seconds": profile["op_overhead_seconds"]}
-    from trainledger.measure.calibrate import busy_warning
     result = {"calibration": summary, "profile": profile}
-    if busy_warning(profile):
-        result["warnings"] = [busy_warning(profile)]
+    warning = busy_warning(profile)
+    if warning:
+        result["warnings"] = [warning]
     return result
 
 

@@ -62,9 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_optimizer_flag(parser)
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation")
     parser.add_argument("--device", choices=("fake", "meta", "cpu", "cuda"), default="fake", help="where the step runs (default fake)")
-    parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
-                        help="whose model to predict and measure for a config.json: trainledger's Transformer (default) or transformers' own")
-    add_attn_impl_flag(parser)
+    add_impl_flags(parser, "predict and measure")
     g = parser.add_argument_group("communication (--comm, under torchrun)")
     g.add_argument("--comm", action="store_true", help="measured vs predicted bytes sent per rank in one step of a layout")
     g.add_argument("--parallel", choices=("none", "ddp", "fsdp"), default="none", help="data parallelism (default none)")
@@ -81,18 +79,23 @@ def add_attn_impl_flag(parser: argparse.ArgumentParser) -> None:
                         help="with --impl hf: transformers' attention implementation (default: what transformers picks for the model)")
 
 
-def add_impl_flags(parser: argparse.ArgumentParser) -> None:
-    """--impl trainledger|hf and --attn-impl, for `memory` and `flops`."""
+def add_impl_flags(parser: argparse.ArgumentParser, what: str = "predict") -> None:
+    """--impl trainledger|hf and --attn-impl, for `memory`, `flops` (`what` they do: predict) and `measure`."""
     parser.add_argument("--impl", choices=("trainledger", "hf"), default="trainledger",
-                        help="whose model of a config.json to predict: trainledger's Transformer (default) or transformers' own")
+                        help=f"whose model of a config.json to {what}: trainledger's Transformer (default) or transformers' own")
     add_attn_impl_flag(parser)
+
+
+def check_attn_impl(args) -> None:
+    """--attn-impl only with --impl hf: a one-line error otherwise."""
+    if getattr(args, "impl", "trainledger") != "hf" and getattr(args, "attn_impl", None) is not None:
+        raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
 
 
 def hf_impl_of(args):
     """The account.hf_activations.HfImpl that --impl hf and --attn-impl name for --model (None without --impl hf)."""
+    check_attn_impl(args)
     if getattr(args, "impl", "trainledger") != "hf":
-        if getattr(args, "attn_impl", None) is not None:
-            raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
         return None
     from pathlib import Path
 
@@ -111,8 +114,7 @@ def compute(args) -> dict:
     if ":" in args.model and not args.model.endswith(".json"):
         return compare.measure_factory(args.model, args.batch_size, args.seq_len or 128, optimizer=args.optimizer,
                                        device=args.device)
-    if args.attn_impl is not None and args.impl != "hf":
-        raise TrainledgerError("--attn-impl applies to --impl hf (transformers' model); trainledger's Transformer uses SDPA")
+    check_attn_impl(args)
     if args.impl == "hf" and args.recompute != "none":
         raise TrainledgerError(f"--recompute {args.recompute} applies to trainledger's Transformer, not to "
                                "--impl hf (transformers' own model); drop one of them")

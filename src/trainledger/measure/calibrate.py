@@ -33,14 +33,15 @@ import os
 import platform
 import re
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
+from trainledger.files import atomic_path
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check_profile
 
@@ -93,17 +94,10 @@ def save_profile(profile: dict, path) -> Path:
     """Writes `profile` as JSON to `path` atomically (a temporary file beside it, then os.replace)."""
     path = Path(path)
     check_profile(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(profile, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        json.dump(profile, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
     return path
 
 
@@ -120,8 +114,9 @@ def calibrated_device(device: str = "cpu", *, log=None):
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
         save_profile(profile, path)
-        if busy_warning(profile):
-            say(f"warning: {busy_warning(profile)}")
+        warning = busy_warning(profile)
+        if warning:
+            say(f"warning: {warning}")
     return gpu_from_profile(profile)
 
 
@@ -192,8 +187,9 @@ def memory_rates(device: str) -> list[list[float]]:
 
 def elementwise_rates(device: str) -> dict:
     """{kernel name: [[bytes per op, bytes/s], ...]} of fp32 elementwise ops that are not plain streams on this
-    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element)
-    and its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element)."""
+    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element),
+    its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element), and the
+    cross-entropy forward and backward (cross_entropy_rates)."""
     out = {"gelu": [], "gelu_backward": []}
     for op_bytes in MEMORY_OP_BYTES[device][1::2] or MEMORY_OP_BYTES[device]:
         n = op_bytes // 12
@@ -250,7 +246,7 @@ def attention_rates(device: str) -> dict:
         fwd = seconds_per_call(forward, device)
         bwd = seconds_per_call(backward, device)
         flops = 2 * 2 * heads * seq_len * seq_len * head_dim / 2      # QKᵀ and A·V, half the square (causal)
-        points.append([seq_len, flops / fwd, 2.5 * flops / bwd])
+        points.append([seq_len, flops / fwd, FLASH_BACKWARD_FLOPS_RATIO * flops / bwd])
     return {"dtype": dtype, "head_dim": head_dim, "heads": heads, "points": points}
 
 

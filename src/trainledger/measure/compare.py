@@ -17,7 +17,7 @@ import dataclasses
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainledger.errors import TrainledgerError
+from trainledger.errors import TrainledgerError, first_line
 from trainledger.measure.flops import count_step_flops
 from trainledger.measure.memory import storage_bytes, track_step
 
@@ -275,7 +275,8 @@ def measure_factory(target: str, batch_size: int, seq_len: int, *, optimizer: st
         except TrainledgerError:
             raise
         except Exception as error:     # the user's code failed: say so in one line, naming the flag
-            raise TrainledgerError(f"--model {target!r}: the factory raised {type(error).__name__}: {_first_line(error)}") from None
+            raise TrainledgerError(f"--model {target!r}: the factory raised {type(error).__name__}: "
+                                   f"{first_line(error, '(no message)')}") from None
         if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[0], torch.nn.Module):
             raise TrainledgerError(f"--model {target!r}: the factory must return (model, inputs) or (model, inputs, loss_fn) "
                                    "with model an nn.Module")
@@ -297,7 +298,7 @@ def measure_factory(target: str, batch_size: int, seq_len: int, *, optimizer: st
         raise
     except Exception as error:         # the user's module failed in forward, backward or the optimizer step
         raise TrainledgerError(f"--model {target!r}: one training step of the module failed with "
-                               f"{type(error).__name__}: {_first_line(error)}") from None
+                               f"{type(error).__name__}: {first_line(error, '(no message)')}") from None
     return {"predicted": {}, "measured": {k: measured.get(k) for k in KEYS}, "relative_error": {},
             "settings": {"model": target, "batch_size": batch_size, "seq_len": seq_len, "optimizer": optimizer,
                          "device": device, "optimizer_impl": measured["optimizer_impl"]},
@@ -322,15 +323,10 @@ def _import_factory(target: str):
         raise TrainledgerError(f"--model {target!r}: cannot import {attr!r} from {module_name!r} ({error})") from None
     except Exception as error:     # the module itself raised on import
         raise TrainledgerError(f"--model {target!r}: importing {module_name!r} raised {type(error).__name__}: "
-                               f"{_first_line(error)}") from None
+                               f"{first_line(error, '(no message)')}") from None
     if not callable(factory):
         raise TrainledgerError(f"--model {target!r}: {attr!r} is a {type(factory).__name__}, not a callable factory")
     return factory
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 def _as_loss(output):

@@ -14,6 +14,7 @@ Everything here works on real tensors, on the meta device and under FakeTensorMo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -49,14 +50,7 @@ def _grouped_mm(mat_a_shape, mat_b_shape, *args, out_shape=None, **kwargs) -> in
     """
     if len(mat_a_shape) == 2 and len(mat_b_shape) == 2:
         return 2 * mat_a_shape[0] * mat_a_shape[1] * mat_b_shape[1]
-    return 2 * mat_a_shape[-1] * _numel(out_shape)
-
-
-def _numel(shape) -> int:
-    total = 1
-    for size in shape:
-        total *= int(size)
-    return total
+    return 2 * mat_a_shape[-1] * math.prod(int(size) for size in out_shape)
 
 
 _FORWARD = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable")

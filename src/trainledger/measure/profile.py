@@ -25,11 +25,11 @@ slower than an unprofiled step, and `categories_sum_seconds` vs `step_seconds` s
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
+
+from trainledger.files import atomic_path
 
 CATEGORIES = ("matmul", "attention", "memory_bound", "optimizer", "communication", "data_loading", "overhead")
 # account.time's breakdown parts -> categories (a single device has no communication or bubble; kept for CUDA)
@@ -311,15 +311,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
 def write_trace(prof, path) -> Path:
     """Writes the profiler's Chrome/Perfetto trace (JSON) to `path` atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        prof.export_chrome_trace(str(tmp))
     return path
 
 

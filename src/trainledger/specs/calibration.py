@@ -5,7 +5,7 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
     format "trainledger-calibration", version 1, device "cpu" | "cuda", device_name, host, torch_version,
     threads (torch intra-op threads, CPU), created_utc, calibration_seconds,
     peak_flops_per_s {dtype: FLOP/s}, peak_source         the ceiling the fractions below are taken of
-    gemm {dtype: [[m, n, k, flops_per_s], ...]}           C[m,n] = A[m,k]·B[k,n], median of timed runs
+    gemm {dtype: [[m, n, k, flops_per_s], ...]}           C[m,n] = A[m,k]·B[k,n], fastest of timed samples
     memory [[bytes_per_op, bytes_per_s], ...]             out-of-place adds: 3 · n · 4 bytes per op, by size
     elementwise {kernel name: [[bytes_per_op, bytes_per_s], ...]}   (optional) ops that are not plain streams,
                                                           named as account/kernels.py names them, bytes counted

@@ -48,6 +48,16 @@ _GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_
 
 def spec_from_config_file(path: str | Path, flag: str = "--model") -> TransformerSpec:
     """The TransformerSpec of a Hugging Face config.json at `path` (a directory means `path/config.json`)."""
+    return _spec_of_file(*_read_config_json(path, flag), flag)
+
+
+def _spec_of_file(path: Path, config: dict, flag: str) -> TransformerSpec:
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return spec_from_config_dict(config, name=name, flag=flag, source=f"config.json at {path}")
+
+
+def _read_config_json(path: str | Path, flag: str) -> tuple[Path, dict]:
+    """(the file's path, its JSON object) of a config.json (a directory means `path/config.json`); one-line errors."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -68,8 +78,7 @@ def spec_from_config_file(path: str | Path, flag: str = "--model") -> Transforme
                                f"column {error.colno}") from None
     if not isinstance(config, dict):
         raise TrainledgerError(f"{str(path)!r} must hold a JSON object, got {type(config).__name__} ({flag})")
-    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return spec_from_config_dict(config, name=name, flag=flag, source=f"config.json at {path}")
+    return path, config
 
 
 def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--model", source: str = "") -> TransformerSpec:
@@ -370,8 +379,6 @@ def hf_run_fields(config: dict, flag: str = "--model") -> dict:
 
 def read_config_file(path: str | Path, flag: str = "--model") -> dict:
     """The JSON object of a config.json (a directory means `path/config.json`), errors as spec_from_config_file's."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    spec_from_config_file(path, flag)                  # the same checks and one-line errors
-    return json.loads(path.read_text(encoding="utf-8"))
+    path, config = _read_config_json(path, flag)
+    _spec_of_file(path, config, flag)                  # the same checks and one-line errors, on the same bytes
+    return config

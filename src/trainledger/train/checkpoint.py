@@ -41,7 +41,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainledger.errors import TrainledgerError
+from trainledger.errors import TrainledgerError, first_line
 
 TRAINER_FILE = "trainer.pt"
 MANIFEST_FILE = "manifest.json"
@@ -257,10 +257,8 @@ def os_reason(error: BaseException) -> str:
     if failures:                       # DCP: name the first rank's own error, not the wrapper
         rank, failure = failures[0]
         inner = failure[0] if isinstance(failure, tuple) else failure
-        first = (str(inner).strip().splitlines() or [""])[0]
-        return f"on rank {rank}: {type(inner).__name__}: {first[:200]}"
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first[:200]}"
+        return f"on rank {rank}: {type(inner).__name__}: {first_line(inner)[:200]}"
+    return f"{type(error).__name__}: {first_line(error)[:200]}"
 
 
 def checkpoint_bytes(path: Path) -> int:
@@ -353,8 +351,7 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
             f"and could run code when loaded ({unsafe[:160]}); trainledger loads checkpoints with "
             f"weights_only=True only. Delete it or pass another --checkpoint-dir") from None
     except Exception as error:     # EOFError (empty), RuntimeError (truncated zip), OSError, ...
-        first = (str(error).strip().splitlines() or [""])[0]
-        raise CorruptCheckpointError(f"{file} cannot be loaded ({type(error).__name__}: {first[:120]})") from None
+        raise CorruptCheckpointError(f"{file} cannot be loaded ({type(error).__name__}: {first_line(error)[:120]})") from None
     return state
 
 

@@ -1,8 +1,8 @@
 """Pipeline parallelism of trainledger's Transformer with torch.distributed.pipelining (1F1B schedule).
 
 Stage s of P holds a contiguous run of blocks; the first also the embeddings, the last the final norm and
-the LM head. The split points minimize the most expensive stage, with each block's and the head's forward
-FLOPs from `account.flops.forward_flops_breakdown` (the layer accounting).
+the LM head. The split points minimize the most expensive stage, with the head's and a block's forward FLOPs
+(every block costed as the mean block) from `account.flops.forward_flops_breakdown` (the layer accounting).
 
 Every stage keeps the whole `Transformer` object with the blocks of other stages replaced by nn.Identity
 (a ModuleList keeps its indices), so parameter names are those of the unsplit model and a DCP checkpoint
@@ -23,6 +23,7 @@ from torch import nn
 
 from trainledger.account.flops import forward_flops_breakdown
 from trainledger.errors import TrainledgerError
+from trainledger.train.distributed import local
 
 
 def stage_layers(spec, seq_len: int, stages: int) -> list[range]:
@@ -153,7 +154,7 @@ class Pipeline(nn.Module):
         self.schedule.step(*args, target=y if rank == last else None, losses=losses if rank == last else None)
         if self.tied_group is not None and self.model.tok_embeddings is not None:
             grad = self.model.tok_embeddings.weight.grad      # under FSDP: this dp rank's shard, the same on both
-            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.tied_group)
+            dist.all_reduce(local(grad), group=self.tied_group)
         return self._share_loss(losses)
 
     @torch.no_grad()

@@ -37,7 +37,7 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint import metadata as dcp_metadata
 
-from trainledger.errors import TrainledgerError
+from trainledger.errors import TrainledgerError, first_line
 
 METADATA_FILE = ".metadata"
 _METADATA_CLASSES = ("Metadata", "MetadataIndex", "StorageMeta", "TensorStorageMetadata", "BytesStorageMetadata",
@@ -150,7 +150,7 @@ def _load_weights_only(stream: io.BytesIO):
         raise CorruptMetadataError(f"an item is damaged ({str(error).strip().splitlines()[-1][:120]})") from None
     except Exception as error:
         raise CorruptMetadataError(f"an item cannot be loaded ({type(error).__name__}: "
-                                   f"{(str(error).strip().splitlines() or [''])[0][:120]})") from None
+                                   f"{first_line(error)[:120]})") from None
 
 
 def check_items(directory: str | Path, metadata: dcp_metadata.Metadata) -> int:

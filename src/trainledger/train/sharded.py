@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.optim import Optimizer
 
 from trainledger.train.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
-from trainledger.errors import TrainledgerError
+from trainledger.errors import TrainledgerError, first_line
 
 
 # Optimizer states keyed by parameter name, param groups included: a pipeline stage holds only some of the
@@ -51,7 +51,7 @@ def load_sharded(model: nn.Module, optimizer: Optimizer, path: Path) -> None:
     except TrainledgerError:
         raise
     except Exception as error:     # DCP raises RuntimeError, CheckpointException, KeyError...; each rank its own
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        detail = first_line(error, type(error).__name__)
         raise TrainledgerError(f"--resume: checkpoint {path.parent} cannot be loaded into this layout (--parallel, "
                                f"--tp, --pp): {detail[:300]}") from None
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],

@@ -40,10 +40,13 @@ def check_divisible(spec, tp: int, seq_len: int, sp: bool) -> None:
         raise TrainledgerError(f"--tp: mixture-of-experts models ('{spec.name}') are not supported; use --parallel fsdp")
     if sp and seq_len % tp:
         raise TrainledgerError(f"--sp: --seq-len {seq_len} is not divisible by --tp {tp}")
+    if sp and spec.sandwich_norm:
+        raise TrainledgerError("--sp: sandwich norms (Gemma 2/3) are not supported; drop --sp")
 
 
 def parallelize(model: nn.Module, tp_mesh, sp: bool) -> nn.Module:
-    """Splits `model` (a trainledger Transformer) over the 1-D mesh `tp_mesh` in place; returns it."""
+    """Splits `model` (a trainledger Transformer that passed check_divisible) over the 1-D mesh `tp_mesh` in place;
+    returns it."""
     tp = tp_mesh.size()
     parallelize_module(model.tok_embeddings, tp_mesh, RowwiseParallel(input_layouts=Replicate(),
                                                                        output_layouts=Replicate()))
@@ -61,9 +64,6 @@ def parallelize(model: nn.Module, tp_mesh, sp: bool) -> nn.Module:
                          "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
                                                     desired_input_layouts=(Replicate(), None, None, None)),
                          "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
-            for name in ("attn_out_norm", "mlp_out_norm"):
-                if getattr(block, name) is not None:
-                    raise TrainledgerError("--sp: sandwich norms (Gemma 2/3) are not supported; drop --sp")
         parallelize_module(block, tp_mesh, plan)
         block.attn.n_heads //= tp
         block.attn.n_kv_heads //= tp

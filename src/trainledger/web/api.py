@@ -342,8 +342,7 @@ async def run_command_with_config(command: str, request: Request) -> JSONRespons
     async for chunk in request.stream():  # a body without Content-Length is counted as it arrives
         data += chunk
         if len(data) > guard.MAX_BODY_BYTES:
-            error = guard.GuardError(f"request body over {guard.MAX_BODY_BYTES:,} bytes (a config.json is a few KB)",
-                                     "config", status=413)
+            error = guard.GuardError(guard.BODY_TOO_LARGE, "config", status=413)
             return JSONResponse(error_body(error, command), status_code=413)
     try:
         config = guard.config_from_body(bytes(data))

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.files import atomic_path
 
 MAX_BODY_BYTES = 64 * 1024           # a Hugging Face config.json is 1-5 KB; the largest in the wild are ~30 KB
+BODY_TOO_LARGE = f"request body over {MAX_BODY_BYTES:,} bytes (a config.json is a few KB)"   # the 413's message
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a file in --config-dir is stat()ed first; a larger one is refused unread
 MAX_STORED_CONFIGS = 256             # custom configs kept in the private directory (each ~1 KB)
 MAX_ARGV_HEADER_CHARS = 2048         # X-Trainledger-Argv is sent only when it fits: an echo must not grow headers
@@ -143,8 +145,8 @@ class HostGuard:
             return await _send_json(send, 421, {"error": message, "detail": message, "flag": None, "param": None})
         length = headers.get("content-length", "0")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            message = f"request body over {MAX_BODY_BYTES:,} bytes (a config.json is a few KB)"
-            return await _send_json(send, 413, {"error": message, "detail": message, "flag": None, "param": "config"})
+            return await _send_json(send, 413, {"error": BODY_TOO_LARGE, "detail": BODY_TOO_LARGE, "flag": None,
+                                                "param": "config"})
         return await self.app(scope, receive, send)
 
 
@@ -176,9 +178,8 @@ class ConfigStore:
                 atexit.register(self.close)
             path = self.folder / f"{kind}-{digest}.json"
             if digest not in self.paths or not path.exists():
-                scratch = path.with_suffix(".tmp")
-                scratch.write_text(text)
-                scratch.replace(path)  # atomic: a reader never sees half a file
+                with atomic_path(path) as scratch:  # a reader never sees half a file
+                    scratch.write_text(text)
             self.paths[digest] = path
             self.paths.move_to_end(digest)
             while len(self.paths) > self.limit:
