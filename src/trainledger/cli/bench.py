@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from trainledger import units
 from trainledger.cli import common
@@ -64,7 +65,7 @@ def calibrate(args) -> dict:
     gpu = gpu_from_profile(profile)
     rates = {dtype: [row[3] for row in rows] for dtype, rows in profile["gemm"].items()}
     summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],
-               "matmul_flops_per_s": {d: {"min": min(r), "median": sorted(r)[len(r) // 2], "max": max(r)} for d, r in rates.items()},
+               "matmul_flops_per_s": {d: {"min": min(r), "median": statistics.median(r), "max": max(r)} for d, r in rates.items()},
                "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
                "op_overhead_seconds": profile["op_overhead_seconds"]}
     result = {"calibration": summary, "profile": profile}
