@@ -22,7 +22,7 @@ from train_helpers import SMALL, env, losses, train_in_process
 from trainledger.train import checkpoint as ckpt
 
 STEPS = 8
-BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--batch-size", 4, *SMALL[4:]]
+BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--global-batch-size", 4, *SMALL[4:]]
 
 
 def torchrun(*args, extra_env=None) -> subprocess.CompletedProcess:
