@@ -1,6 +1,7 @@
 """The training loop: gradient accumulation, clipping, warmup+cosine, precision recipes, eval, checkpoints, signals.
 
-One optimizer step, on each of W ranks with A micro-batches (B = --batch-size, the GLOBAL batch):
+One optimizer step, on each of W ranks with A micro-batches (B = --global-batch-size, the GLOBAL batch;
+the CLI's --batch-size is the micro-batch B / (W · A)):
 
     drawn = sampler.draw(B)                          # same draw on every rank (shared seeded generator)
     for a in range(A):                               # rank r trains rows r·B/W + a·B/(W·A) ... of `drawn`
@@ -467,7 +468,9 @@ class Trainer:
         self.expected_checkpoint_bytes = int((memory["params_bytes"] + memory.get("master_params_bytes", 0)
                                               + memory["optimizer_bytes"]) * (world.world_size if self.fmt == "dcp" else 1))
         self.log(f"model {self.spec.name}: {units.format_count(memory['n_params'])} parameters; "
-                 f"{config.batch_size} × {self.seq_len} tokens per step on {world.world_size} × {world.device.type}, "
+                 f"{config.batch_size} × {self.seq_len} tokens per step (--global-batch-size {config.batch_size} = "
+                 f"--batch-size {self.micro} × {world.dp_size} data-parallel rank{'s' if world.dp_size > 1 else ''} × "
+                 f"{config.grad_accum} micro-batch{'es' if config.grad_accum > 1 else ''}) on {world.world_size} × {world.device.type}, "
                  f"precision {config.precision}, optimizer {config.optimizer}")
         self.log(f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
                  f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
