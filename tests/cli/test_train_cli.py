@@ -59,15 +59,15 @@ def test_toml_then_flags(tmp_path):
     (["--text", "a.txt", "--data", "b.tokens"], "--text or --data"),
     (["--batch-size", "4", "--global-batch-size", "6"], "--global-batch-size 6 is not a multiple of --batch-size 4"),
     (["--batch-size", "4", "--global-batch-size", "16", "--grad-accum", "2"], "--grad-accum 2 disagrees with"),
-    (["--precision", "mixed-bf16"], "use amp-bf16"),
-    (["--precision", "mixed-fp16"], "use amp-fp16"),
+    (["--precision", "mixed-bf16", "--parallel", "fsdp"], "use amp-bf16"),
+    (["--precision", "mixed-fp16", "--parallel", "fsdp"], "use amp-fp16"),
     (["--optimizer", "adafactor"], "train has no Adafactor; use adamw"),
     (["--optimizer", "adam-8bit"], "train has no 8-bit Adam"),
     (["--model", "no-such-model"], "unknown model"),
     (["--config", "/nonexistent.toml"], "does not exist (--config)"),
     (["--parallel", "ddp", "--device", "cuda:7"], "--device"),
 ], ids=["zero-batch", "precision", "accum", "warmup", "min-lr", "text-and-data", "global-not-multiple",
-        "accum-disagrees", "mixed-bf16", "mixed-fp16", "adafactor", "adam-8bit", "model", "config", "device"])
+        "accum-disagrees", "mixed-bf16-fsdp", "mixed-fp16-fsdp", "adafactor", "adam-8bit", "model", "config", "device"])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys, tmp_path):
     status = main(["train", "--out-dir", str(tmp_path), *argv])
     err = capsys.readouterr().err

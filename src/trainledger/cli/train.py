@@ -36,8 +36,9 @@ forward/backward), --global-batch-size the sequences per optimizer step, and glo
 × --grad-accum, where data-parallel ranks = processes / (--tp × --pp). Until this release train's --batch-size
 was the global batch: on one process without --grad-accum both meanings coincide; scripts that passed it under
 torchrun or with --grad-accum keep their batch with --global-batch-size instead. Precisions and optimizers are
-those of `memory` that train can run: mixed-bf16/mixed-fp16 (use amp-bf16/amp-fp16: fp32 weights and states,
-the same bytes as the master copy + states), adafactor and adam-8bit are accounting-only.
+those of `memory`: all six precision recipes (mixed-bf16/mixed-fp16: 16-bit weights and grads, an fp32 master
+copy stepped by the optimizer, on one process or with ddp) and every optimizer but the accounting-only
+adafactor and adam-8bit.
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -81,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
     g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
     common.add_optimizer_flag(g, "adamw", names=TRAIN_OPTIMIZERS, refused=ACCOUNTING_ONLY_OPTIMIZERS)
-    common.add_precision_flag(g, "fp32", "amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); "
-                              "bf16: all bf16", names=TRAIN_PRECISIONS, refused=ACCOUNTING_ONLY_PRECISIONS)
+    common.add_precision_flag(g, "fp32", "amp-*: fp32 weights with autocast; mixed-*: 16-bit weights and grads, fp32 "
+                              "master copy the optimizer steps (one process or ddp); bf16: all bf16; the fp16 ones "
+                              "scale the loss (GradScaler)", names=TRAIN_PRECISIONS)
     parser.set_defaults(optimizer=None, precision=None)     # unset: --config, then the defaults above, apply
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
     g = parser.add_argument_group("checkpoints and outputs")
@@ -113,14 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 _NO_CLIP = "none"
 
-# The recipes and optimizers of specs/recipes.py that the trainer implements (TRAIN_*, train/config.py), and a
+# The optimizers of specs/recipes.py that the trainer implements (TRAIN_OPTIMIZERS, train/config.py), and a
 # hint for the others, which `memory`, `step` and `fit` account for but `train` cannot run.
 
-ACCOUNTING_ONLY_PRECISIONS = {
-    name: f"train does not implement {name} (16-bit weights with an fp32 master copy); use amp-{name[6:]}: fp32 "
-          f"weights and optimizer states with {name[6:]} autocast, the same bytes as {name}'s master copy + states "
-          f"(or bf16 for 16-bit weights without a master copy)"
-    for name in ("mixed-bf16", "mixed-fp16")}
 ACCOUNTING_ONLY_OPTIMIZERS = {
     "adafactor": "train has no Adafactor; use adamw (or `trainledger memory --optimizer adafactor` for its bytes)",
     "adam-8bit": "train has no 8-bit Adam; use adam or adamw (or `trainledger memory --optimizer adam-8bit` for its bytes)",

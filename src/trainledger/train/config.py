@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 
-PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
 OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw")  # optim.build_optimizer
 
@@ -171,9 +171,10 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"--grad-clip must be positive, got {config.grad_clip}")
     if not 0 < config.eval_fraction < 1:
         raise TrainledgerError(f"eval_fraction must be in (0, 1), got {config.eval_fraction}")
-    if config.precision in ("mixed-bf16", "mixed-fp16"):
-        raise TrainledgerError(f"--precision {config.precision} is accounting-only (16-bit weights with an fp32 master copy); "
-                               f"use amp-{config.precision[6:]} (fp32 weights and states) or bf16")
+    if config.precision.startswith("mixed-") and (config.parallel == "fsdp" or config.tp > 1 or config.pp > 1):
+        raise TrainledgerError(f"--precision {config.precision} runs on one process or with --parallel ddp; with "
+                               f"--parallel fsdp, --tp or --pp use amp-{config.precision[6:]} (fp32 weights and states, "
+                               "the same bytes as the master copy + states) or bf16")
     if config.precision not in PRECISIONS:
         raise TrainledgerError(f"unknown --precision {config.precision!r}. Known: {', '.join(PRECISIONS)}")
     if config.parallel not in PARALLEL:
