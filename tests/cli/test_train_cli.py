@@ -123,6 +123,16 @@ def test_micro_batches_accumulate_to_the_global_batch(tmp_path, capsys):
     assert losses["half"] != pytest.approx(losses["whole"], rel=1e-3)      # a batch of 4 alone is another run
 
 
+def test_precision_and_optimizer_are_the_shared_vocabulary_minus_the_accounting_only_optimizers():
+    from trainledger.specs.recipes import OPTIMIZERS, RECIPES
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    actions = {a.dest: a for a in train._actions}
+    assert tuple(actions["precision"].choices) == tuple(RECIPES)
+    assert set(actions["optimizer"].choices) == set(OPTIMIZERS) - {"adafactor", "adam-8bit"}
+    assert config_of("--precision", "MIXED-fp16").precision == "mixed-fp16"
+    assert config_of().precision == "fp32" and config_of().optimizer == "adamw"
+
+
 def test_rmsprop_centered_trains(tmp_path, capsys):
     status = main(["train", "--model", "cruncher", "--steps", "20", "--optimizer", "rmsprop-centered",
                    "--out-dir", str(tmp_path), "--json", "--no-plot"])
