@@ -38,3 +38,28 @@ def test_errors(capsys):
     if not torch.cuda.is_available():
         status, _, err = run(capsys, "bench", "--device", "cuda")
         assert status == 2 and "cuda" in err
+
+
+def test_calibrate_saves_the_profile(capsys, tmp_path, monkeypatch, one_torch_thread):
+    """--calibrate measures (here on a small grid), saves the JSON profile in the cache and reports it."""
+    from trainledger.measure import calibrate as cal
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setitem(cal.GRIDS, "cpu", ((64,), (32, 64), 2.0 ** 22, ("fp32",)))
+    monkeypatch.setitem(cal.MEMORY_OP_BYTES, "cpu", [2 ** 14])
+    monkeypatch.setitem(cal.ATTENTION, "cpu", ("fp32", 2, 16, (32,)))
+    monkeypatch.setattr(cal, "MIN_SAMPLE_SECONDS", 1e-4)
+    status, out, err = run(capsys, "bench", "--calibrate", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    path = tmp_path / "trainledger" / result["calibration"]["path"].rsplit("/", 1)[-1]
+    assert cal.load_profile(path) == result["profile"]
+    assert len(result["profile"]["gemm"]["fp32"]) == 4
+    status, out, _ = run(capsys, "bench", "--calibrate")
+    assert status == 0 and "calibration of this machine" in out and "per-op overhead" in out
+
+
+def test_calibrate_cuda_without_a_device(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    status, _, err = run(capsys, "bench", "--calibrate", "--device", "cuda")
+    assert status == 2 and "cuda" in err

@@ -127,6 +127,18 @@ def test_impl_hf_table_describes_transformers_model(capsys, tmp_path):
     assert "transformers (eager attention)" in out and "measured (hf)" not in out
 
 
+def test_impl_hf_reads_a_config_of_any_file_name(capsys, tmp_path):
+    """transformers is given the JSON we read, not the file's directory (which may hold another config.json)."""
+    transformers = pytest.importorskip("transformers", reason="--impl hf needs transformers")
+    config = transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=1, n_head=4, n_positions=32).to_dict()
+    (tmp_path / "small-gpt2.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text("{}")                  # a decoy beside it: never read
+    status, out, err = run(capsys, "measure", "--model", str(tmp_path / "small-gpt2.json"), "--impl", "hf",
+                           "--seq-len", "16", "--device", "cpu", "--json")
+    result = json.loads(out)
+    assert status == 0 and result["measured"]["n_params"] == result["predicted"]["n_params"]
+
+
 def test_impl_hf_json_is_one_object_when_transformers_warns(capsys, tmp_path, monkeypatch):
     """transformers may print, warn and log while it builds a model: --json stdout still parses."""
     transformers = pytest.importorskip("transformers", reason="--impl hf needs transformers")

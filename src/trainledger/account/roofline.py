@@ -146,8 +146,16 @@ def _interpolate(points: list[tuple[int, float]], x: float) -> float:
     return points[-1][1]
 
 
-def memory_seconds(gpu, n_bytes: float) -> float:
-    """Seconds to stream `n_bytes` through memory: bytes / (datasheet bandwidth × achieved fraction)."""
+def memory_seconds(gpu, n_bytes: float, op_bytes: float | None = None, curve=None) -> float:
+    """Seconds to stream `n_bytes` through memory: bytes / (datasheet bandwidth × achieved fraction).
+
+    A calibrated device measured its bandwidth by op size (`memory_bandwidth_curve`: caches serve small ops
+    faster than DRAM; or `curve`, an op's own measured curve): the rate at `op_bytes` (the bytes of one op;
+    default all of `n_bytes`) is interpolated in log2(size), clamped at the measured ends."""
+    curve = curve or getattr(gpu, "memory_bandwidth_curve", ())
+    if curve:
+        rate = _interpolate(list(curve), max(op_bytes if op_bytes is not None else n_bytes, 1.0))
+        return n_bytes / (rate * gpu.memory_bandwidth_fraction)
     return n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_bandwidth_fraction)
 
 
@@ -156,8 +164,9 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms
 
     `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default); `sms`
     limits GEMMs to that many SMs (a concurrent collective holds the rest: see gemm_efficiency)."""
-    if kernel.kind == "elementwise":
-        return memory_seconds(gpu, kernel.bytes)
+    if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
+        own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)
+        return memory_seconds(gpu, kernel.bytes, kernel.bytes / max(kernel.count, 1), own)
     peak = gpu.peak(kernel.dtype)
     if kernel.kind == "flash_attention":
         seq_len, backward, causal = kernel.shape

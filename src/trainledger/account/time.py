@@ -443,7 +443,10 @@ def assumptions(gpu, result: dict, records) -> list[str]:
              f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
              + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
              f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s "
-             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")]
+             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")
+             if not gpu.memory_bandwidth_curve else "memory-bound ops at the bandwidth measured for their size "
+             f"({', '.join(f'{r / 1e9:.3g}' for _, r in gpu.memory_bandwidth_curve)} GB/s from "
+             f"{format_bytes(gpu.memory_bandwidth_curve[0][0])} to {format_bytes(gpu.memory_bandwidth_curve[-1][0])} per op)"]
     if result["flash"]:
         table = gpu.attention_table(result.get("attention_kernel"))
         lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else

@@ -7,15 +7,21 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 
-HELP = "measured matmul FLOP/s and MFU on this machine (--dtype, --size, --device)"
+HELP = "measured matmul FLOP/s and MFU on this machine (--dtype, --size, --device); --calibrate profiles it"
 DESCRIPTION = """Times a (size × size) @ (size × size) matmul — 2·size³ FLOPs — after warm-up, the median of
 --repeats synchronized runs, and divides by the device's peak:
   CUDA: the dense datasheet peak of the GPU the device reports (unknown GPU: no peak, no MFU — never a guess);
   CPU:  derived from /proc/cpuinfo: FLOPs/cycle/core (AVX-512 FMA 64, AVX2 FMA 32, AMX-BF16 1024, ...)
         × torch's matmul threads × max clock (cpufreq, else the model name's GHz, else cpu MHz).
 
+--calibrate instead measures this machine for the time model (measure/calibrate.py): matmul FLOP/s over a
+grid of shapes, memory bandwidth by op size, causal SDPA rates and the per-op overhead, saved as JSON in
+$XDG_CACHE_HOME/trainledger/ (~/.cache/trainledger/) for `--gpu cpu` / `--gpu cuda` in step, layout, plan and
+for `profile`, which calibrate on first use by themselves. --calibrate re-measures and replaces the cache.
+
 examples:
   trainledger bench --dtype fp32 --size 1024
+  trainledger bench --calibrate                 # this CPU (a few seconds); --device cuda for the GPU
   trainledger bench --dtype bf16 --size 8192 --device cuda --json
 """
 
@@ -26,10 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     parser.add_argument("--repeats", type=common.positive_int, default=5, help="timed runs; the median is reported (default 5)")
     parser.add_argument("--warmup", type=common.nonnegative_int, default=2, help="untimed runs first (default 2)")
+    parser.add_argument("--threads", type=common.positive_int, default=None,
+                        help="torch intra-op threads on CPU (default: torch's); a calibration is kept per thread count")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure this machine for the time model and save the profile (see above)")
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
+    if args.threads is not None and args.device == "cpu":
+        import torch
+        torch.set_num_threads(args.threads)
+    if args.calibrate:
+        return calibrate(args)
     from trainledger.measure.timing import bench_matmul
     show = not getattr(args, "json", False) and args.size >= 2048
     if not show:
@@ -41,7 +56,28 @@ def compute(args) -> dict:
                             progress=lambda done, total: progress.update(task, completed=done))
 
 
+def calibrate(args) -> dict:
+    """Measures and saves this machine's calibration profile; the profile with `path` and a summary."""
+    from trainledger.measure.calibrate import _check_device, calibrate as measure, gpu_from_profile, profile_path, save_profile
+    _check_device(args.device)
+    profile = measure(args.device)
+    path = save_profile(profile, profile_path(args.device))
+    gpu = gpu_from_profile(profile)
+    rates = {dtype: [row[3] for row in rows] for dtype, rows in profile["gemm"].items()}
+    summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],
+               "matmul_flops_per_s": {d: {"min": min(r), "median": sorted(r)[len(r) // 2], "max": max(r)} for d, r in rates.items()},
+               "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
+               "op_overhead_seconds": profile["op_overhead_seconds"]}
+    from trainledger.measure.calibrate import busy_warning
+    result = {"calibration": summary, "profile": profile}
+    if busy_warning(profile):
+        result["warnings"] = [busy_warning(profile)]
+    return result
+
+
 def render(result: dict, args) -> None:
+    if "calibration" in result:
+        return render_calibration(result)
     rows = [
         ("matmul", f"{result['size']}×{result['size']} @ {result['size']}×{result['size']} {result['dtype']} on {result['device']}"),
         ("FLOPs (2·N³)", units.format_flops(result["flops"])),
@@ -52,3 +88,26 @@ def render(result: dict, args) -> None:
     ]
     common.console().print(common.table("matmul benchmark", ["", "value"], [list(r) for r in rows],
                                         caption=f"peak: {result['peak_source']}"))
+
+
+def render_calibration(result: dict) -> None:
+    c, profile = result["calibration"], result["profile"]
+    rows = [("device", f"{profile['device']}: {profile['device_name']}"
+                       + (f", {profile['threads']} threads" if profile.get("threads") else "")),
+            ("torch", profile["torch_version"])]
+    for dtype, r in c["matmul_flops_per_s"].items():
+        rows.append((f"matmul {dtype} ({len(profile['gemm'][dtype])} shapes)",
+                     f"{units.format_rate(r['min'])} … {units.format_rate(r['median'])} (median) … {units.format_rate(r['max'])}"))
+        rows.append((f"peak {dtype} (fractions are of it)", units.format_rate(c["peak_flops_per_s"][dtype])))
+    for size, rate in c["memory_bytes_per_s"].items():
+        rows.append((f"memory, {units.format_bytes(float(size))} per op", f"{rate / 1e9:.1f} GB/s"))
+    for name, rows_of in profile.get("elementwise", {}).items():
+        rows.append((f"{name} (by size)", ", ".join(f"{rate / 1e9:.1f}" for _, rate in rows_of) + " GB/s"))
+    for seq, fwd, bwd in profile["attention"]["points"]:
+        rows.append((f"SDPA causal, seq {seq}", f"forward {units.format_rate(fwd)}, backward {units.format_rate(bwd)}"))
+    rows.append(("per-op overhead", units.format_seconds(c["op_overhead_seconds"])))
+    rows.append(("took", units.format_seconds(c["calibration_seconds"])
+                 + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
+                    if profile.get("load_average") is not None else "")))
+    common.console().print(common.table("calibration of this machine", ["", "measured"], [list(r) for r in rows],
+                                        caption=f"saved to {c['path']}\npeak: {profile['peak_source']}"))

@@ -197,6 +197,9 @@ def resolve_gpu(name: str, flag: str = "--gpu"):
     Every command that needs a device goes through here, so calibrated devices (`--gpu cpu`, `--gpu cuda`: a
     GPUSpec built from this machine's `bench --calibrate` profile) plug in at one place.
     """
+    if str(name).strip().lower() in ("cpu", "cuda"):    # this machine, measured (torch only on this path)
+        from trainledger.measure.calibrate import calibrated_device
+        return calibrated_device(str(name).strip().lower())
     from trainledger.specs.hardware import get_gpu
     return get_gpu(name, flag)
 

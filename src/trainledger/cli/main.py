@@ -32,7 +32,7 @@ from trainledger.errors import TrainledgerError
 COMMANDS = [
     "plan", "fit", "optimal", "params", "flops", "memory", "step", "layout",
     "dtypes", "hardware", "models", "tensor", "matmul",
-    "mfu", "bench", "measure", "tokenize", "train", "checkpoints", "serve", "tour",
+    "mfu", "bench", "measure", "profile", "tokenize", "train", "checkpoints", "serve", "tour",
 ]
 
 

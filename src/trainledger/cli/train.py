@@ -245,6 +245,8 @@ def run(args) -> int:
             final = f"final loss {summary['final_loss']:.4f}" if summary.get("final_loss") is not None else ""
             held = f", held-out {summary['final_eval_loss']:.4f}" if summary.get("final_eval_loss") is not None else ""
             print(f"{done}: {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.1f} s; {final}{held}")
+            if summary.get("step_time"):
+                print(summary["step_time"]["text"])
             print(f"metrics: {summary['metrics']}  checkpoint: {summary['checkpoint']}"
                   + (f"  loss curve: {summary['loss_curve']}" if summary.get("loss_curve") else ""))
     return 0

@@ -359,7 +359,8 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
         raise TrainledgerError(f"--impl hf needs --model to be a Hugging Face config.json path, got {config_path!r}")
     if device not in DEVICES:
         raise TrainledgerError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
-    impl = hf_impl_from_config(read_config_file(config_path), attn_impl)
+    raw_config = read_config_file(config_path)
+    impl = hf_impl_from_config(raw_config, attn_impl)
     if device == "meta":
         impl = dataclasses.replace(impl, meta=True)
     transformers = _quiet_transformers()
@@ -368,10 +369,10 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
     autocast_dtype = _TORCH_DTYPES[recipe.compute_dtype] if recipe.name.startswith("amp") else None
     _check_memory_first(spec, batch_size, seq_len, recipe.name, optimizer, "none", device)
     cls, defaults, optimizer_source = optimizer_class(optimizer, torch_only=device == "meta")
-    directory = Path(config_path).parent if Path(config_path).is_file() else Path(config_path)
     dev = "meta" if device == "meta" else ("cuda" if device == "cuda" else "cpu")
     with _quiet(), _context(device), (GroupedMmShapes() if device in ("fake", "meta") else contextlib.nullcontext()):
-        config = transformers.AutoConfig.from_pretrained(str(directory))
+        # from the JSON already read and checked: a file of any name (not only `config.json`), nothing re-read
+        config = transformers.AutoConfig.for_model(**raw_config)
         with torch.device(dev):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=impl.attn_impl)
         model.train()

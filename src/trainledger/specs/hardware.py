@@ -29,6 +29,12 @@ class GPUSpec:
     gemm_efficiency: dict[str, GemmEfficiency] = field(default_factory=dict)   # dtype -> measured fractions
     attention_efficiency: dict[str, AttentionEfficiency] = field(default_factory=dict)   # kernel -> rates; first = default
     memory_bandwidth_fraction: float = 1.0        # streaming kernels' share of the datasheet bandwidth
+    # measured (bytes per op, achieved bytes/s) of a calibrated device (specs/calibration.py): caches make small ops
+    # faster than DRAM; account.roofline interpolates it by op size. Empty for datasheet entries.
+    memory_bandwidth_curve: tuple[tuple[float, float], ...] = ()
+    # measured (bytes per op, bytes/s) of elementwise kernels that are not plain streams on a calibrated device,
+    # keyed by the kernel name of account/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
+    elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
@@ -90,6 +96,8 @@ class GPUSpec:
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
                 "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
+                "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
+                "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
                 "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source}
 

@@ -47,7 +47,7 @@ from trainledger.train.batches import RegressionBatches, TokenBatches
 from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, check_resume, with_world
 from trainledger.train.corpus import load_splits
-from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, read_metrics
+from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.train.rng import load_rng_state_dict, rng_state_dict
 
@@ -501,6 +501,10 @@ class Trainer:
         if self.stop_signal is None and self.early_stop is not None:
             self.stop_signal = self.early_stop()     # caught before the handlers above were installed
         peak_all = plan["peak_flops_per_s"] * world.world_size if plan["peak_flops_per_s"] else None
+        predicted = predicted_step(self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
+                                   precision=config.precision, optimizer=config.optimizer, device=world.device,
+                                   world_size=world.world_size, zero=3 if self.fmt == "dcp" else 0,
+                                   tp=config.tp, pp=config.pp)
         saved_at, started = None, time.perf_counter()
         try:
             while self.step < config.steps:
@@ -510,6 +514,7 @@ class Trainer:
                 seconds, step_flops = timer.seconds, plan["train_flops_per_step"]
                 record = {"step": self.step, "loss": out["loss"], "lr": out["lr"], "grad_norm": out["grad_norm"],
                           "tokens": self.tokens, "step_time_s": seconds,
+                          "predicted_step_time_s": predicted["step_seconds"] if predicted else None,
                           "tokens_per_s": config.batch_size * self.seq_len / seconds,
                           "flops_per_s": achieved_flops_per_s(step_flops, seconds),
                           "mfu": mfu(step_flops, seconds, peak_all),
@@ -545,6 +550,7 @@ class Trainer:
             summary["final_loss"] = records[-1]["loss"] if records else None
             evals = [r["eval_loss"] for r in records if r.get("eval_loss") is not None]
             summary["final_eval_loss"] = evals[-1] if evals else None
+            summary["step_time"] = step_time_gap(records, predicted)
             if config.plot and records:
                 summary["loss_curve"] = str(plot_loss(records, Path(config.out_dir) / "loss.png", self.spec.name))
         return summary

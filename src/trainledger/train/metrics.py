@@ -1,7 +1,8 @@
 """Per-step metrics: a JSONL file (one record per optimizer step), a live progress display, a loss-curve PNG.
 
 Record keys carry their units (torchtitan's habit): step, loss, lr, grad_norm, tokens (seen so far),
-step_time_s, tokens_per_s, flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
+step_time_s, predicted_step_time_s (account/time.py on this device; None without a prediction), tokens_per_s,
+flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
 
 A resumed run appends to the same file, so a step can appear twice (written, then the process was killed
 before its checkpoint, then trained again after resume): readers keep the LAST record of each step.
@@ -144,3 +145,59 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+# --- predicted step time beside the measured one (issue 11, item 7) ------------------------------------------
+def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, precision: str, optimizer: str,
+                   device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1) -> dict | None:
+    """account.time's prediction of one training step on this device, or None when there is nothing to base it on.
+
+    CPU and CUDA use this machine's cached calibration (`trainledger bench --calibrate`; training never starts
+    one); a CUDA device without one falls back on its datasheet entry. Returns {step_seconds, breakdown,
+    bottleneck, device}. None for models that are not transformers, for tensor/pipeline-parallel runs (whose
+    trainer layout is not predicted here yet) and for layouts the model rejects.
+    """
+    import torch
+
+    from trainledger.account.time import step_time
+    from trainledger.errors import TrainledgerError
+    from trainledger.measure.calibrate import gpu_from_profile, load_profile, profile_path
+
+    if getattr(spec, "kind", None) != "transformer" or tp > 1 or pp > 1:
+        return None
+    device = torch.device(device)
+    try:
+        profile = load_profile(profile_path(device.type)) if device.type in ("cpu", "cuda") else None
+        if profile is not None:
+            gpu, source = gpu_from_profile(profile), "calibrated"
+        elif device.type == "cuda":
+            from trainledger.specs.hardware import gpu_for_device_name
+            gpu, source = gpu_for_device_name(torch.cuda.get_device_name(device)), "datasheet"
+        else:
+            return None
+        if gpu is None:
+            return None
+        result = step_time(spec, gpu, batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch,
+                           num_gpus=world_size, precision=precision, optimizer=optimizer, zero=zero, with_memory=False)
+    except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
+        return None
+    return {"step_seconds": result["step_seconds"], "breakdown": result["breakdown"],
+            "bottleneck": result["bottleneck"], "device": f"{gpu.name} ({source})"}
+
+
+def step_time_gap(records: list[dict], predicted: dict | None) -> dict | None:
+    """Measured vs predicted step time over a run's records (median, the first step left out as warm-up), in
+    words: {measured_step_time_s, predicted_step_time_s, relative_error, text}; None without a prediction."""
+    import statistics
+
+    times = [r["step_time_s"] for r in records[1:] or records if r.get("step_time_s")]
+    if predicted is None or not times:
+        return None
+    measured = statistics.median(times)
+    error = (predicted["step_seconds"] - measured) / measured
+    largest = max(predicted["breakdown"], key=predicted["breakdown"].get)
+    text = (f"step time {units.format_seconds(measured)} measured vs {units.format_seconds(predicted['step_seconds'])} "
+            f"predicted on {predicted['device']} ({100 * error:+.0f} %); the prediction's largest part is {largest} "
+            f"({units.format_seconds(predicted['breakdown'][largest])}): `trainledger profile` measures each part")
+    return {"measured_step_time_s": measured, "predicted_step_time_s": predicted["step_seconds"],
+            "relative_error": error, "text": text}

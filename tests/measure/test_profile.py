@@ -1,0 +1,223 @@
+"""`profile`: the grouping of profiler events into the prediction's parts, the diagnosis, the JSON and the trace.
+
+The grouping and the diagnosis are checked on hand-built event trees with known times; one real (tiny) run checks
+that the pieces fit together on torch's own events. No assertion depends on how fast this machine is.
+"""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainledger.cli.main import main
+from trainledger.measure import calibrate as cal
+from trainledger.measure.profile import (CATEGORIES, diagnose, event_category, measured_categories, op_category,
+                                         predicted_categories, profile_steps)
+from trainledger.specs import PRESETS
+from trainledger.specs.calibration import calibrated_gpu
+from profile_helpers import synthetic_profile
+
+
+def event(name, parent=None, self_us=0.0, start=0.0, end=0.0):
+    e = SimpleNamespace(name=name, cpu_parent=parent, self_cpu_time_total=self_us, self_device_time_total=0.0,
+                        time_range=SimpleNamespace(start=start, end=end), device_type=None)
+    return e
+
+
+def step_tree():
+    """One step's events (µs): data 50 wall; forward/backward; optimizer 80 wall. Own times by category below."""
+    data = event("trainledger.data", start=0, end=50)
+    fb = event("trainledger.forward_backward", self_us=3)
+    linear = event("aten::linear", fb, self_us=2)
+    opt = event("trainledger.optimizer", self_us=1, start=900, end=980)
+    return [
+        data, event("aten::randint", data, self_us=20), event("aten::copy_", data, self_us=10),
+        fb, linear, event("aten::t", linear, self_us=1), event("aten::addmm", linear, self_us=100),
+        sdpa := event("aten::scaled_dot_product_attention", fb, self_us=4),
+        event("aten::_softmax", sdpa, self_us=30),                      # the math path inherits attention
+        event("aten::gelu", fb, self_us=40),
+        node := event("autograd::engine::evaluate_function: MmBackward0", fb, self_us=5),
+        mm_bwd := event("MmBackward0", node, self_us=2),
+        event("aten::mm", mm_bwd, self_us=200), event("aten::view", fb, self_us=1),
+        opt, event("aten::_foreach_mul_", opt, self_us=60), event("aten::zero_", opt, self_us=6),
+    ]
+
+
+def test_op_names_map_to_categories():
+    assert op_category("aten::addmm") == "matmul" and op_category("aten::bmm") == "matmul"
+    assert op_category("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == "attention"
+    assert op_category("aten::_efficient_attention_forward") == "attention"
+    assert op_category("aten::transpose") == "overhead" and op_category("NativeLayerNormBackward0") == "overhead"
+    assert op_category("nccl:all_reduce") == "communication"
+    assert op_category("ProfilerStep#3") == "overhead"                  # the profiler's own step marker
+    assert op_category("aten::gelu") is None
+
+
+def test_each_event_goes_to_one_category():
+    events = {e.name: e for e in step_tree()}
+    assert event_category(events["aten::addmm"]) == "matmul"
+    assert event_category(events["aten::t"]) == "overhead"
+    assert event_category(events["aten::_softmax"]) == "attention"
+    assert event_category(events["aten::gelu"]) == "memory_bound"
+    assert event_category(events["aten::mm"]) == "matmul"
+    assert event_category(events["aten::_foreach_mul_"]) == "optimizer"
+    assert event_category(events["aten::zero_"]) == "optimizer"
+
+
+def test_measured_categories_add_up_to_the_wall_time():
+    wall_s = 1000e-6
+    got = measured_categories(step_tree(), wall_s, n_steps=1)
+    assert set(got) == set(CATEGORIES)
+    assert got["matmul"] == pytest.approx((2 + 100 + 200) * 1e-6)      # linear's own time, addmm, mm
+    assert got["attention"] == pytest.approx((4 + 30) * 1e-6)
+    assert got["memory_bound"] == pytest.approx(40e-6)
+    assert got["optimizer"] == pytest.approx(80e-6)                    # the optimizer region whole
+    assert got["data_loading"] == pytest.approx(50e-6)                 # the data region whole
+    accounted = (302 + 34 + 40 + 80 + 50 + 1 + 5 + 2 + 1) * 1e-6       # + t, autograd node, MmBackward0, view
+    assert got["overhead"] == pytest.approx(wall_s - accounted + (1 + 5 + 2 + 1) * 1e-6)
+    assert sum(got.values()) == pytest.approx(wall_s)
+    halved = measured_categories(step_tree(), wall_s, n_steps=2)
+    assert halved["matmul"] == pytest.approx(got["matmul"] / 2)
+
+
+def test_predicted_categories_keep_the_total():
+    breakdown = {"compute": 3.0, "attention": 1.0, "memory_bound": 0.5, "overhead": 0.25, "optimizer": 0.25,
+                 "tp_comm": 0.1, "cp_comm": 0.0, "pp_comm": 0.0, "dp_comm": 0.2, "pipeline_bubble": 0.0}
+    got = predicted_categories(breakdown)
+    assert got["matmul"] == 3.0 and got["communication"] == pytest.approx(0.3) and got["data_loading"] == 0.0
+    assert sum(got.values()) == pytest.approx(sum(breakdown.values()))
+    moved = predicted_categories(breakdown, optimizer_overhead_seconds=0.1)    # the optimizer's own dispatches
+    assert moved["optimizer"] == pytest.approx(0.35) and moved["overhead"] == pytest.approx(0.15)
+    assert sum(moved.values()) == pytest.approx(sum(breakdown.values()))
+
+
+def test_optimizer_overhead_counts_its_dispatches():
+    from trainledger.measure.profile import optimizer_overhead_seconds
+    gpu = calibrated_gpu(synthetic_profile())                  # 2 µs per op
+    tiny = PRESETS["tiny"]                 # 4 layers × 16 tensors + token and position tables + final norm ≈ 67
+    assert optimizer_overhead_seconds(tiny, gpu, "fp32", "adamw") == pytest.approx(67 * (10 + 2) * 2e-6)
+
+
+def sides(pred: dict, meas: dict):
+    full = lambda d: dict.fromkeys(CATEGORIES, 0.0) | d  # noqa: E731
+    p, m = full(pred), full(meas)
+    return {"step_seconds": sum(p.values()), "categories": p}, {"step_seconds": sum(m.values()), "categories": m}
+
+
+def test_diagnosis_names_slow_attention_without_flash():
+    predicted, measured = sides({"matmul": 0.5, "attention": 0.1}, {"matmul": 0.5, "attention": 0.3})
+    lines = diagnose(predicted, measured, flash_used=False)
+    assert "predicted 600.0 ms (-25 %)" in lines[0]
+    assert "attention" in lines[1] and "3.0×" in lines[1] and "flash attention is off" in lines[1]
+
+
+def test_diagnosis_names_python_overhead_and_the_optimizer():
+    predicted, measured = sides({"matmul": 0.5, "overhead": 0.05, "optimizer": 0.05},
+                                {"matmul": 0.5, "overhead": 0.4, "optimizer": 0.25})
+    text = "\n".join(diagnose(predicted, measured, batch_size=2))
+    assert "Python/dispatch overhead" in text and "batch (2) is too small" in text
+    assert "the optimizer is 22 % of the step" in text and "fused" in text
+
+
+def test_an_accurate_prediction_has_nothing_to_explain():
+    predicted, measured = sides({"matmul": 0.50, "memory_bound": 0.10}, {"matmul": 0.52, "memory_bound": 0.1})
+    lines = diagnose(predicted, measured)
+    assert len(lines) == 1 and "-3 %" in lines[0]
+
+
+SMALL = PRESETS["tiny"].with_(d_model=32, n_layers=2, n_heads=2, d_ff=64, vocab_size=64, max_seq_len=32)
+
+
+def test_real_steps_fill_every_part(tmp_path, one_torch_thread):
+    trace = tmp_path / "trace.json"
+    result = profile_steps(SMALL, batch_size=2, seq_len=16, steps=1, warmup=1, trace_path=trace)
+    cats = result["categories"]
+    for part in ("matmul", "attention", "memory_bound", "optimizer", "data_loading", "overhead"):
+        assert cats[part] > 0, part
+    assert cats["communication"] == 0
+    assert result["categories_sum_seconds"] == pytest.approx(result["profiled_step_seconds"], rel=1e-6)
+    assert result["flash_used"] is True and result["n_ops_per_step"] > 50
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {"trainledger.data", "trainledger.forward_backward", "trainledger.optimizer"} <= {e.get("name") for e in events}
+
+
+@pytest.fixture
+def cached_calibration(tmp_path, monkeypatch, one_torch_thread):
+    """A synthetic calibration in a temporary cache (for one thread: the cache is per thread count), so the CLI
+    does not measure the machine."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cal.save_profile(synthetic_profile(), cal.profile_path("cpu"))
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_json(capsys, cached_calibration, tmp_path):
+    status, out, err = run(capsys, "profile", "--model", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1",
+                           "--warmup", "0", "--json", "--trace", str(tmp_path / "t.json"), "--device", "cpu")
+    assert status == 0, err
+    result = json.loads(out)
+    for side in ("predicted", "measured"):
+        assert set(result[side]["categories"]) == set(CATEGORIES) and result[side]["step_seconds"] > 0
+    assert sum(result["predicted"]["categories"].values()) == pytest.approx(result["predicted"]["step_seconds"])
+    error = result["relative_error"]["step_seconds"]
+    assert error == pytest.approx((result["predicted"]["step_seconds"] - result["measured"]["step_seconds"])
+                                  / result["measured"]["step_seconds"])
+    assert isinstance(result["diagnosis"], list) and result["diagnosis"][0].startswith("the step took")
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_cli_table(capsys, cached_calibration):
+    status, out, _ = run(capsys, "profile", "--model", "tiny", "--batch-size", "1", "--seq-len", "8", "--steps", "1",
+                         "--warmup", "0")
+    assert status == 0 and "predicted" in out and "measured" in out and "diagnosis:" in out
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--steps", "0"], "--steps"), (["--precision", "amp-bf16"], "--precision"), (["--model", "nope"], "--model"),
+    (["--seq-len", "100000"], "--seq-len"), (["--model", "cruncher"], "--model"), (["--trace", ""], "--trace"),
+])
+def test_cli_errors_exit_2_naming_the_flag(capsys, cached_calibration, argv, flag):
+    base = {"--model": "tiny", "--seq-len": "8", "--steps": "1"}
+    for i in range(0, len(argv), 2):
+        base[argv[i]] = argv[i + 1]
+    status, out, err = run(capsys, "profile", *[x for kv in base.items() for x in kv])
+    assert status == 2 and flag in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_cli_cuda_without_a_device(capsys, cached_calibration):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    status, _, err = run(capsys, "profile", "--model", "tiny", "--device", "cuda")
+    assert status == 2 and "--device cuda" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_profile(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    status, out, err = run(capsys, "profile", "--model", "gpt2", "--batch-size", "2", "--seq-len", "256", "--steps",
+                           "2", "--device", "cuda", "--precision", "amp-bf16", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["measured"]["categories"]["matmul"] > 0 and result["measured"]["categories"]["attention"] > 0
+
+
+def test_cuda_grouping_counts_device_time():
+    """On CUDA an op's time is the device time of its kernels; kernel events are not counted twice; the optimizer
+    is its ops' device time (its CPU span is only the launches); the rest of the wall time is GPU idle."""
+    fb = event("trainledger.forward_backward")
+    opt = event("trainledger.optimizer", start=0, end=5000)
+    mm = event("aten::mm", fb, self_us=30)
+    mm.self_device_time_total = 400
+    kernel = event("ampere_sgemm_128x64_nn", mm)
+    kernel.device_type, kernel.self_device_time_total = "DeviceType.CUDA", 400
+    foreach = event("aten::_foreach_add_", opt, self_us=50)
+    foreach.self_device_time_total = 100
+    got = measured_categories([fb, opt, mm, kernel, foreach], 1000e-6, n_steps=1, device="cuda")
+    assert got["matmul"] == pytest.approx(400e-6) and got["optimizer"] == pytest.approx(100e-6)
+    assert got["overhead"] == pytest.approx(500e-6) and sum(got.values()) == pytest.approx(1000e-6)
