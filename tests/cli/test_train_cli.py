@@ -11,7 +11,7 @@ import pytest
 
 from trainledger.cli.main import build_parser, main
 
-FLAGS = ("--model --text --data --steps --batch-size --grad-accum --seq-len --lr --min-lr --warmup-steps --weight-decay "
+FLAGS = ("--model --text --data --steps --batch-size --global-batch-size --grad-accum --seq-len --lr --min-lr --warmup-steps --weight-decay "
          "--grad-clip --optimizer --precision --seed --checkpoint-dir --checkpoint-every --keep-checkpoints --resume "
          "--metrics --eval-every --eval-batches --compile --parallel --device --out-dir --config --json --quiet").split()
 
@@ -31,7 +31,8 @@ def test_help_lists_every_flag_with_units():
                           text=True, timeout=60).stdout
     missing = [flag for flag in FLAGS if flag not in text]
     assert not missing
-    assert "GLOBAL sequences per optimizer step" in text and "tokens per sequence" in text
+    assert "micro-batch: sequences per GPU" in text and "sequences per optimizer step over all ranks" in text
+    assert "tokens per sequence" in text
 
 
 def test_no_arguments_is_the_tiny_gpt_on_the_stdlib_corpus():
@@ -52,19 +53,91 @@ def test_toml_then_flags(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--batch-size", "0"], "--batch-size: must be a positive integer"),
     (["--precision", "fp8"], "--precision"),
-    (["--batch-size", "6", "--grad-accum", "4"], "--batch-size 6 is not divisible by --grad-accum 4"),
+    (["--global-batch-size", "6", "--grad-accum", "4"], "--global-batch-size 6 is not divisible by 1 data-parallel rank × --grad-accum 4"),
     (["--steps", "10", "--warmup-steps", "20"], "--warmup-steps 20 exceeds --steps 10"),
     (["--min-lr", "1", "--lr", "0.1"], "--min-lr"),
     (["--text", "a.txt", "--data", "b.tokens"], "--text or --data"),
+    (["--batch-size", "4", "--global-batch-size", "6"], "--global-batch-size 6 is not a multiple of --batch-size 4"),
+    (["--batch-size", "4", "--global-batch-size", "16", "--grad-accum", "2"], "--grad-accum 2 disagrees with"),
+    (["--precision", "mixed-bf16", "--parallel", "fsdp"], "use amp-bf16"),
+    (["--precision", "mixed-fp16", "--parallel", "fsdp"], "use amp-fp16"),
+    (["--optimizer", "adafactor"], "train has no Adafactor; use adamw"),
+    (["--optimizer", "adam-8bit"], "train has no 8-bit Adam"),
     (["--model", "no-such-model"], "unknown model"),
     (["--config", "/nonexistent.toml"], "does not exist (--config)"),
     (["--parallel", "ddp", "--device", "cuda:7"], "--device"),
-], ids=["zero-batch", "precision", "accum", "warmup", "min-lr", "text-and-data", "model", "config", "device"])
+], ids=["zero-batch", "precision", "accum", "warmup", "min-lr", "text-and-data", "global-not-multiple",
+        "accum-disagrees", "mixed-bf16-fsdp", "mixed-fp16-fsdp", "adafactor", "adam-8bit", "model", "config", "device"])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys, tmp_path):
     status = main(["train", "--out-dir", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert status == 2
     assert len(err.strip().splitlines()) == 1 and message in err
+
+
+@pytest.mark.parametrize("argv, world, tp, global_batch, accum", [
+    ([], 1, 1, 32, 1),                                                      # the default run: unchanged
+    (["--batch-size", "8"], 1, 1, 8, 1),                                    # old meaning = new on one process
+    (["--batch-size", "4", "--global-batch-size", "8"], 1, 1, 8, 2),        # accumulation derived
+    (["--batch-size", "4", "--global-batch-size", "8", "--grad-accum", "2"], 1, 1, 8, 2),   # consistent: accepted
+    (["--batch-size", "4", "--grad-accum", "3"], 1, 1, 12, 3),
+    (["--global-batch-size", "16", "--grad-accum", "2"], 1, 1, 16, 2),
+    (["--batch-size", "4"], 2, 1, 8, 1),                                    # micro-batch per rank under torchrun
+    (["--batch-size", "2", "--global-batch-size", "16"], 4, 1, 16, 2),      # 4 ranks: 2 × 4 × 2
+    (["--batch-size", "2", "--global-batch-size", "16", "--tp", "2"], 4, 2, 16, 4),   # dp = 4 / tp 2 = 2
+    (["--global-batch-size", "4"], 2, 1, 4, 1),
+], ids=["default", "one-process", "derived", "consistent", "micro-accum", "global-accum", "2-ranks", "4-ranks",
+        "tp", "global-2-ranks"])
+def test_batch_flags_map_to_the_global_batch(argv, world, tp, global_batch, accum, monkeypatch):
+    """--batch-size is the micro-batch per data-parallel rank; the config keeps the global batch."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    config = config_of(*argv)
+    assert (config.batch_size, config.grad_accum) == (global_batch, accum)
+    dp = world // (tp * config.pp)
+    micro = [int(argv[i + 1]) for i, flag in enumerate(argv) if flag == "--batch-size"]
+    assert config.batch_size == (micro[0] if micro else config.batch_size // (dp * accum)) * dp * accum
+
+
+def test_batch_keys_of_a_config_file_mean_what_the_flags_mean(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("batch-size = 4\nglobal-batch-size = 16\n")
+    config = config_of("--config", str(path))
+    assert (config.batch_size, config.grad_accum) == (16, 4)
+    assert (config_of("--config", str(path), "--batch-size", "8").grad_accum) == 2     # the flag overrides the file
+
+
+def test_micro_batches_accumulate_to_the_global_batch(tmp_path, capsys):
+    """--batch-size 4 --global-batch-size 8 (2 accumulated micro-batches) has the losses of --batch-size 8:
+    accumulation is exact up to fp32 rounding."""
+    text = tmp_path / "book.txt"
+    text.write_text("It was the best of times, it was the worst of times. " * 400)
+    common = ["train", "--text", str(text), "--steps", "3", "--seq-len", "16", "--eval-every", "0", "--no-plot", "--quiet"]
+    losses = {}
+    runs = {"whole": ["--batch-size", "8"], "accum": ["--batch-size", "4", "--global-batch-size", "8"],
+            "half": ["--batch-size", "4"]}
+    for name, flags in runs.items():
+        assert main([*common, *flags, "--out-dir", str(tmp_path / name)]) == 0
+        losses[name] = [json.loads(line)["loss"] for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses["whole"]) == 3
+    assert losses["accum"] == pytest.approx(losses["whole"], rel=1e-5)
+    assert losses["half"] != pytest.approx(losses["whole"], rel=1e-3)      # a batch of 4 alone is another run
+
+
+def test_precision_and_optimizer_are_the_shared_vocabulary_minus_the_accounting_only_optimizers():
+    from trainledger.specs.recipes import OPTIMIZERS, RECIPES
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    actions = {a.dest: a for a in train._actions}
+    assert tuple(actions["precision"].choices) == tuple(RECIPES)
+    assert set(actions["optimizer"].choices) == set(OPTIMIZERS) - {"adafactor", "adam-8bit"}
+    assert config_of("--precision", "MIXED-fp16").precision == "mixed-fp16"
+    assert config_of().precision == "fp32" and config_of().optimizer == "adamw"
+
+
+def test_rmsprop_centered_trains(tmp_path, capsys):
+    status = main(["train", "--model", "cruncher", "--steps", "20", "--optimizer", "rmsprop-centered",
+                   "--out-dir", str(tmp_path), "--json", "--no-plot"])
+    summary = json.loads(capsys.readouterr().out)
+    assert status == 0 and np.isfinite(summary["final_loss"])
 
 
 def test_unknown_toml_key_names_the_allowed_ones(tmp_path, capsys):
@@ -192,6 +265,8 @@ def test_help_defaults_match_the_resolved_config():
             assert value == expected, (action.dest, text, expected)
         checked += 1
     assert checked >= 15
+    global_help = train._option_string_actions["--global-batch-size"].help
+    assert f"(default: {default_config.batch_size})" in global_help       # the config's batch_size is the global batch
     cruncher = resolve({"model": "cruncher"})
     for name, value in CRUNCHER_DEFAULTS.items():     # the description lists the Cruncher's own defaults
         assert getattr(cruncher, name) == value

@@ -190,7 +190,7 @@ def test_build_optimizer_by_name(name):
 
 
 def test_build_optimizer_errors_list_the_names():
-    with pytest.raises(TrainledgerError, match="Known: sgd, momentum, adagrad, rmsprop, adam, adamw"):
+    with pytest.raises(TrainledgerError, match="Known: sgd, momentum, adagrad, rmsprop, rmsprop-centered, adam, adamw"):
         build_optimizer("lion", make_model().parameters(), lr=1e-3)
     with pytest.raises(TrainledgerError, match="adamw"):
         build_optimizer("adamw", make_model().parameters(), lr=1e-3, momentum=0.9)

@@ -22,7 +22,7 @@ from train_helpers import SMALL, env, losses, train_in_process
 from trainledger.train import checkpoint as ckpt
 
 STEPS = 8
-BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--batch-size", 4, *SMALL[4:]]
+BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--global-batch-size", 4, *SMALL[4:]]
 
 
 def torchrun(*args, extra_env=None) -> subprocess.CompletedProcess:
@@ -68,6 +68,21 @@ def test_two_ranks_match_one_process_and_resume(token_file, tmp_path, single, pa
     got = losses(out / "metrics.jsonl")
     assert sorted(got) == sorted(single)
     assert [got[s] for s in sorted(got)] == pytest.approx([single[s] for s in sorted(single)], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_mixed_bf16_under_ddp_matches_one_process(token_file, tmp_path, capsys):
+    """2 DDP ranks × micro-batch 2 × 2 micro-batches = the global batch 8 of one process with 4 micro-batches of 2;
+    DDP all-reduces the bf16 grads (so the losses agree to bf16 rounding, not 1e-5) and the bytes are predicted."""
+    args = ["--data", token_file, "--precision", "mixed-bf16", "--steps", 3, "--batch-size", 2, *SMALL[4:]]
+    status, _, err = train_in_process(capsys, *args, "--global-batch-size", 8, "--out-dir", tmp_path / "one")
+    assert status == 0, err
+    ranks = torchrun(*args, "--parallel", "ddp", "--grad-accum", 2, "--out-dir", tmp_path / "ddp")
+    assert ranks.returncode == 0, ranks.stderr[-2000:]
+    one, ddp = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "ddp" / "metrics.jsonl")
+    assert sorted(ddp) == [1, 2, 3] and [ddp[s] for s in ddp] == pytest.approx([one[s] for s in ddp], rel=1e-3)
+    records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["comm_bytes"] == pytest.approx(r["predicted_comm_bytes"], rel=1e-3) for r in records)
 
 
 @pytest.fixture(scope="module")

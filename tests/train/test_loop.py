@@ -31,7 +31,7 @@ def test_gradient_accumulation_gives_the_losses_of_the_full_batch(tmp_path, toke
 
 def test_batch_not_divisible_by_accumulation_is_an_error(tmp_path, token_file):
     from trainledger.errors import TrainledgerError
-    with pytest.raises(TrainledgerError, match="--batch-size 6 is not divisible by --grad-accum 4"):
+    with pytest.raises(TrainledgerError, match="--global-batch-size 6 is not divisible by --grad-accum 4"):
         run(tmp_path, token_file, batch_size=6, grad_accum=4)
 
 

@@ -20,7 +20,7 @@ from trainledger.train import checkpoint as ckpt
 from trainledger.train.metrics import read_metrics
 
 STEPS = 12
-BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--batch-size", 4, "--seq-len", 16, "--eval-every", 6,
+BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--global-batch-size", 4, "--seq-len", 16, "--eval-every", 6,
         "--eval-batches", 2, "--lr", "3e-3", "--no-plot", "--quiet"]
 REL = 1e-4        # the bound on the relative loss difference (fp32)
 COMM_REL = 0.10   # measured vs predicted bytes

@@ -135,20 +135,36 @@ def _lower(text: str) -> str:
     return text.strip().lower()
 
 
-def add_precision_flag(parser: argparse.ArgumentParser, default: str, why: str = "", names=None) -> None:
-    """--precision with the recipes of specs/recipes.py (or `names`, a subset) and a help text that states the default."""
+def _lower_refusing(refused: dict | None):
+    """An argparse type: the name in lower case; a name in `refused` (name -> what to use instead) is an error."""
+    if not refused:
+        return _lower
+
+    def name(text: str) -> str:
+        key = _lower(text)
+        if key in refused:
+            raise argparse.ArgumentTypeError(f"{key}: {refused[key]}")
+        return key
+    return name
+
+
+def add_precision_flag(parser, default: str, why: str = "", names=None, refused: dict | None = None) -> None:
+    """--precision with the recipes of specs/recipes.py (or `names`, a subset) and a help text that states the default.
+
+    `refused` maps recipes this command cannot run to a one-line hint (what to use instead).
+    """
     from trainledger.specs.recipes import RECIPES
     names = tuple(names or RECIPES)
-    parser.add_argument("--precision", type=_lower, choices=names, default=default, metavar="RECIPE",
+    parser.add_argument("--precision", type=_lower_refusing(refused), choices=names, default=default, metavar="RECIPE",
                         help=f"precision recipe: {', '.join(names)} (default {default}{'; ' + why if why else ''}; "
                              "bytes per state: `trainledger memory --help`)")
 
 
-def add_optimizer_flag(parser: argparse.ArgumentParser, default: str = "adamw", names=None) -> None:
-    """--optimizer with the optimizers of specs/recipes.py (or `names`, a subset)."""
+def add_optimizer_flag(parser, default: str = "adamw", names=None, refused: dict | None = None) -> None:
+    """--optimizer with the optimizers of specs/recipes.py (or `names`, a subset; `refused` as for --precision)."""
     from trainledger.specs.recipes import OPTIMIZERS
     names = tuple(names or OPTIMIZERS)
-    parser.add_argument("--optimizer", type=_lower, choices=names, default=default, metavar="NAME",
+    parser.add_argument("--optimizer", type=_lower_refusing(refused), choices=names, default=default, metavar="NAME",
                         help=f"optimizer: {', '.join(names)} (default {default})")
 
 

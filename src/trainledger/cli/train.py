@@ -7,6 +7,8 @@ import signal
 import sys
 
 from trainledger.cli import common
+from trainledger.errors import TrainledgerError
+from trainledger.train.config import OPTIMIZERS as TRAIN_OPTIMIZERS, PRECISIONS as TRAIN_PRECISIONS
 
 HELP = "train a model with live accounting (FLOP/s, MFU, memory), checkpoints, exact resume and DDP/FSDP"
 DESCRIPTION = """\
@@ -29,12 +31,22 @@ given keep the checkpoint's values. A NaN/Inf loss stops the run (exit 2) and na
 loss was finite and not a spike. One trainer per checkpoint directory (a lock file); keeping K checkpoints
 needs disk room for K+1. `trainledger checkpoints DIR` lists them.
 
+Batch flags, as in `memory` and `step`: --batch-size is the micro-batch per GPU (per data-parallel rank, per
+forward/backward), --global-batch-size the sequences per optimizer step, and global = micro × data-parallel ranks
+× --grad-accum, where data-parallel ranks = processes / (--tp × --pp). Until this release train's --batch-size
+was the global batch: on one process without --grad-accum both meanings coincide; scripts that passed it under
+torchrun or with --grad-accum keep their batch with --global-batch-size instead. Precisions and optimizers are
+those of `memory`: all six precision recipes (mixed-bf16/mixed-fp16: 16-bit weights and grads, an fp32 master
+copy stepped by the optimizer, on one process or with ddp) and every optimizer but the accounting-only
+adafactor and adam-8bit.
+
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
   trainledger train --text book.txt --steps 2000 --metrics m.jsonl
   trainledger train --model cruncher --steps 100
   trainledger train --resume                                 # continue the default run
-  torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --batch-size 16
+  trainledger train --batch-size 8 --global-batch-size 32      # 4 micro-batches of 8 per step
+  torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --global-batch-size 16
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --tp 2 --sp
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --pp 2 --grad-accum 4
   torchrun --nproc_per_node 4 -m trainledger.cli.main train --parallel fsdp --tp 2
@@ -51,9 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "batch_size, optionally under [train]); flags override it")
     g = parser.add_argument_group("optimization")
     g.add_argument("--steps", type=common.positive_int, help="optimizer steps (default: 600)")
-    g.add_argument("--batch-size", type=common.positive_int, help="GLOBAL sequences per optimizer step, split across "
-                                                                  "ranks and --grad-accum micro-batches (default: 32)")
-    g.add_argument("--grad-accum", type=common.positive_int, help="micro-batches per step on each rank (default: 1)")
+    g.add_argument("--batch-size", type=common.positive_int,
+                   help="micro-batch: sequences per GPU (per data-parallel rank) per forward/backward, as in `memory` "
+                        "and `step`; default: --global-batch-size / (data-parallel ranks × --grad-accum), so 32 on one "
+                        "process. Before this release it meant the global batch: the same on one process without "
+                        "--grad-accum; otherwise use --global-batch-size")
+    g.add_argument("--global-batch-size", type=common.positive_int,
+                   help="sequences per optimizer step over all ranks = --batch-size × data-parallel ranks × --grad-accum "
+                        "(default: 32)")
+    g.add_argument("--grad-accum", type=common.positive_int,
+                   help="micro-batches per optimizer step on each rank; default 1, or global / (micro × data-parallel "
+                        "ranks) when --batch-size and --global-batch-size are both given (then it may be left out)")
     g.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: 128)")
     g.add_argument("--lr", type=common.positive_float, help="peak learning rate per step (default: 3e-3)")
     g.add_argument("--min-lr", type=_nonnegative_float, help="learning rate at the end of the cosine (default: 3e-4)")
@@ -61,9 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-decay", type=_nonnegative_float, help="decoupled weight decay (AdamW) or L2 (default: 0.1)")
     g.add_argument("--grad-clip", type=common.positive_float, help="max global L2 norm of the gradient (default: 1.0)")
     g.add_argument("--no-grad-clip", dest="grad_clip", action="store_const", const=_NO_CLIP, help="do not clip gradients")
-    g.add_argument("--optimizer", choices=["sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"], help="from trainledger.optim; momentum = SGD with momentum 0.9 (default: adamw)")
-    g.add_argument("--precision", choices=["fp32", "amp-bf16", "amp-fp16", "bf16"],
-                   help="fp32; amp-bf16/amp-fp16: fp32 weights with autocast (fp16 with a GradScaler); bf16: all bf16 (default: fp32)")
+    common.add_optimizer_flag(g, "adamw", names=TRAIN_OPTIMIZERS, refused=ACCOUNTING_ONLY_OPTIMIZERS)
+    common.add_precision_flag(g, "fp32", "amp-*: fp32 weights with autocast; mixed-*: 16-bit weights and grads, fp32 "
+                              "master copy the optimizer steps (one process or ddp); bf16: all bf16; the fp16 ones "
+                              "scale the loss (GradScaler)", names=TRAIN_PRECISIONS)
+    parser.set_defaults(optimizer=None, precision=None)     # unset: --config, then the defaults above, apply
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
     g = parser.add_argument_group("checkpoints and outputs")
     g.add_argument("--out-dir", metavar="DIR", help="where metrics, checkpoints, loss.png and cached tokens go (default: runs/<model>-<name of --text/--data>, "
@@ -93,6 +115,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 _NO_CLIP = "none"
 
+# The optimizers of specs/recipes.py that the trainer implements (TRAIN_OPTIMIZERS, train/config.py), and a
+# hint for the others, which `memory`, `step` and `fit` account for but `train` cannot run.
+
+ACCOUNTING_ONLY_OPTIMIZERS = {
+    "adafactor": "train has no Adafactor; use adamw (or `trainledger memory --optimizer adafactor` for its bytes)",
+    "adam-8bit": "train has no 8-bit Adam; use adam or adamw (or `trainledger memory --optimizer adam-8bit` for its bytes)",
+}
+
 
 def _nonnegative_float(text: str) -> float:
     try:
@@ -113,17 +143,46 @@ def _config_and_given(args):
     """(TrainConfig, names of the fields set by a flag or --config)."""
     from trainledger.train.config import FIELDS, load_toml, resolve
     flags = {name: getattr(args, name, None) for name in FIELDS}
-    given = {name for name, value in flags.items() if value is not None}
-    if args.config:
-        given |= set(load_toml(args.config))
+    flags["global_batch_size"] = getattr(args, "global_batch_size", None)
     no_clip = flags.get("grad_clip") == _NO_CLIP
     if no_clip:
         flags["grad_clip"] = None
-    config = resolve(flags, args.config)
+    values = load_toml(args.config) if args.config else {}      # the file's keys mean what the flags mean
+    values.update({name: value for name, value in flags.items() if value is not None})
+    given = set(values)
+    _map_batch_flags(values)
+    given |= {"batch_size"} if given & {"batch_size", "global_batch_size"} else set()
+    given.discard("global_batch_size")
+    config = resolve(values)
     if no_clip:
         from dataclasses import replace
         config = replace(config, grad_clip=None)
     return config, given
+
+
+def _map_batch_flags(values: dict) -> None:
+    """Turns --batch-size (micro-batch per rank) and --global-batch-size into the config's fields, in place:
+    batch_size = the global batch, grad_accum = micro-batches per rank (train/config.py batch_layout)."""
+    import os
+
+    from trainledger.train.config import _coerce, batch_layout
+    micro, global_batch = values.pop("batch_size", None), values.pop("global_batch_size", None)
+    micro = _coerce("batch_size", micro)
+    global_batch = None if global_batch is None else _coerce("batch_size", global_batch)
+    accum = _coerce("grad_accum", values.get("grad_accum"))
+    for flag, value in (("--batch-size", micro), ("--global-batch-size", global_batch), ("--grad-accum", accum)):
+        if value is not None and value <= 0:
+            raise TrainledgerError(f"{flag} must be a positive integer, got {value}")
+    # data-parallel ranks = processes / (tp × pp); torchrun sets WORLD_SIZE (a layout that does not divide is
+    # refused by train/distributed.py check_layout, after this)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    model_parallel = _coerce("tp", values.get("tp", 1)) * _coerce("pp", values.get("pp", 1))
+    dp = world // model_parallel if model_parallel > 0 and world % model_parallel == 0 else 1
+    global_batch, accum = batch_layout(micro, global_batch, accum, dp)
+    if global_batch is not None:
+        values["batch_size"] = global_batch
+    if accum != 1 or "grad_accum" in values:
+        values["grad_accum"] = accum
 
 
 # Signals caught before the trainer installs its own handlers (while torch and the data load): the trainer

@@ -25,13 +25,14 @@ OPTIMIZERS = {
     "momentum": (SGD, {"momentum": 0.9}),
     "adagrad": (AdaGrad, {}),
     "rmsprop": (RMSProp, {}),
+    "rmsprop-centered": (RMSProp, {"centered": True}),
     "adam": (Adam, {}),
     "adamw": (AdamW, {}),
 }
 
 
 def build_optimizer(name: str, params, lr: float, **kwargs):
-    """An optimizer by name (sgd, momentum, adagrad, rmsprop, adam, adamw) over `params`; kwargs override defaults."""
+    """An optimizer by name (a key of OPTIMIZERS) over `params`; kwargs override defaults."""
     key = str(name).lower()
     if key not in OPTIMIZERS:
         raise TrainledgerError(f"unknown optimizer {name!r} (--optimizer). Known: {', '.join(OPTIMIZERS)}")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 
-PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw")  # names of optim.build_optimizer
+OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw")  # optim.build_optimizer
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class TrainConfig:
     text: str | None = None             # UTF-8 text file, byte-tokenized into <out_dir>/data/
     data: str | None = None             # token file (.tokens with header, or 1-D .npy)
     steps: int = 600                    # optimizer steps
-    batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches)
+    batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
+                                        # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
+                                        # through batch_layout()
     grad_accum: int = 1                 # micro-batches per optimizer step on each rank
     seq_len: int = 128                  # tokens per sequence (context length)
     lr: float = 3e-3                    # peak learning rate
@@ -82,6 +84,10 @@ CRUNCHER_DEFAULTS = {"steps": 200, "batch_size": 32, "seq_len": 1, "lr": 0.05, "
                      "eval_every": 50}
 
 
+# --config keys that are flags of the CLI but not fields: cli/train.py maps them (batch_layout) before resolve().
+CLI_KEYS = ("global_batch_size",)
+
+
 def load_toml(path: str | Path) -> dict:
     """The keys of a TOML config file (dashes or underscores), checked against the known fields."""
     path = Path(path)
@@ -95,9 +101,9 @@ def load_toml(path: str | Path) -> dict:
     values = {}
     for key, value in table.items():
         name = key.replace("-", "_")
-        if name not in FIELDS:
+        if name not in FIELDS and name not in CLI_KEYS:
             raise TrainledgerError(f"unknown key {key!r} in {path} (--config). Known: "
-                                   + ", ".join(f.replace("_", "-") for f in FIELDS))
+                                   + ", ".join(f.replace("_", "-") for f in (*FIELDS, *CLI_KEYS)))
         values[name] = value
     return values
 
@@ -108,6 +114,8 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
     `flags` maps field names to values, None for a flag that was not given.
     """
     values = load_toml(config_file) if config_file else {}
+    if "global_batch_size" in values:       # a --config key: the field batch_size is the global batch
+        values["batch_size"] = values.pop("global_batch_size")
     values.update({k: v for k, v in flags.items() if v is not None and k in FIELDS})
     if str(values.get("model", "")).lower() == "cruncher":
         values = {**CRUNCHER_DEFAULTS, **values}
@@ -163,6 +171,10 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"--grad-clip must be positive, got {config.grad_clip}")
     if not 0 < config.eval_fraction < 1:
         raise TrainledgerError(f"eval_fraction must be in (0, 1), got {config.eval_fraction}")
+    if config.precision.startswith("mixed-") and (config.parallel == "fsdp" or config.tp > 1 or config.pp > 1):
+        raise TrainledgerError(f"--precision {config.precision} runs on one process or with --parallel ddp; with "
+                               f"--parallel fsdp, --tp or --pp use amp-{config.precision[6:]} (fp32 weights and states, "
+                               "the same bytes as the master copy + states) or bf16")
     if config.precision not in PRECISIONS:
         raise TrainledgerError(f"unknown --precision {config.precision!r}. Known: {', '.join(PRECISIONS)}")
     if config.parallel not in PARALLEL:
@@ -174,7 +186,7 @@ def validate(config: TrainConfig) -> None:
     if config.text and config.data:
         raise TrainledgerError("give --text or --data, not both")
     if config.batch_size % config.grad_accum:
-        raise TrainledgerError(f"--batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
+        raise TrainledgerError(f"--global-batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
 
 
 def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None,
@@ -188,7 +200,7 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
     current = config.to_dict()
     changed = [k for k in IDENTITY if k in saved and saved[k] != current[k]]
     if changed:
-        detail = ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} (now {current[k]!r})" for k in changed)
+        detail = ", ".join(f"{_flag(k)} {saved[k]!r} (now {current[k]!r})" for k in changed)
         raise TrainledgerError(f"--resume: the checkpoint was written with {detail}, which a resumed run cannot "
                                "change; use the original value or another --out-dir/--checkpoint-dir")
     values, notes = {}, []
@@ -207,6 +219,11 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
     return merged, notes
 
 
+def _flag(name: str) -> str:
+    """The CLI flag of a field (batch_size holds the global batch: --global-batch-size)."""
+    return "--global-batch-size" if name == "batch_size" else "--" + name.replace("_", "-")
+
+
 def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
     """`config` with every IDENTITY and RESUMABLE setting not in `given` taken from `saved` (a checkpoint's
     config), so that `--resume` alone continues a run started with other flags; validated."""
@@ -220,15 +237,45 @@ def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
     return merged
 
 
+def batch_layout(micro: int | None, global_batch: int | None, accum: int | None, dp: int) -> tuple[int | None, int]:
+    """(global batch, micro-batches per rank) from the CLI's batch flags; None for a flag not given.
+
+    --batch-size is the micro-batch per data-parallel rank (sequences per forward/backward), --global-batch-size
+    the sequences per optimizer step over all ranks, as in `memory` and `step`:
+        global = micro × dp × accum.
+    Any two of the three fix the third; --grad-accum alone defaults to 1. A global batch of None means "not
+    given": the config default (or on --resume the checkpoint's) applies, split by with_world().
+    """
+    if micro is not None and global_batch is not None:
+        per_pass = micro * dp
+        if global_batch % per_pass:
+            raise TrainledgerError(f"--global-batch-size {global_batch} is not a multiple of --batch-size {micro} × {dp} "
+                                   f"data-parallel rank{'s' if dp > 1 else ''} = {per_pass}; allowed: multiples of {per_pass}")
+        derived = global_batch // per_pass
+        if accum is not None and accum != derived:
+            raise TrainledgerError(f"--grad-accum {accum} disagrees with --global-batch-size {global_batch} / (--batch-size "
+                                   f"{micro} × {dp} data-parallel rank{'s' if dp > 1 else ''}) = {derived}; give --grad-accum "
+                                   f"{derived} or leave it out")
+        return global_batch, derived
+    accum = 1 if accum is None else accum
+    if micro is not None:
+        return micro * dp * accum, accum
+    if global_batch is not None and global_batch % (dp * accum):
+        raise TrainledgerError(f"--global-batch-size {global_batch} is not divisible by {dp} data-parallel rank"
+                               f"{'s' if dp > 1 else ''} × --grad-accum {accum} = {dp * accum}; allowed: multiples of {dp * accum}")
+    return global_batch, accum
+
+
 def with_world(config: TrainConfig, world_size: int) -> tuple[int, int]:
-    """(sequences per rank per step, sequences per micro-batch) for `world_size` ranks; errors if not divisible."""
+    """(sequences per rank per step, sequences per micro-batch) for `world_size` data-parallel ranks."""
     if config.batch_size % world_size:
-        raise TrainledgerError(f"--batch-size {config.batch_size} is not divisible by the {world_size} ranks")
+        raise TrainledgerError(f"--global-batch-size {config.batch_size} is not divisible by the {world_size} "
+                               "data-parallel ranks")
     per_rank = config.batch_size // world_size
     if per_rank % config.grad_accum:
-        raise TrainledgerError(f"--batch-size {config.batch_size} / {world_size} ranks = {per_rank} sequences per rank, "
-                               f"not divisible by --grad-accum {config.grad_accum}")
+        raise TrainledgerError(f"--global-batch-size {config.batch_size} / {world_size} data-parallel ranks = {per_rank} "
+                               f"sequences per rank, not divisible by --grad-accum {config.grad_accum}")
     return per_rank, per_rank // config.grad_accum
 
 
-__all__ = ["TrainConfig", "resolve", "load_toml", "validate", "check_resume", "inherit", "with_world", "replace"]
+__all__ = ["TrainConfig", "batch_layout", "resolve", "load_toml", "validate", "check_resume", "inherit", "with_world", "replace"]

@@ -1,6 +1,7 @@
 """The training loop: gradient accumulation, clipping, warmup+cosine, precision recipes, eval, checkpoints, signals.
 
-One optimizer step, on each of W ranks with A micro-batches (B = --batch-size, the GLOBAL batch):
+One optimizer step, on each of W ranks with A micro-batches (B = --global-batch-size, the GLOBAL batch;
+the CLI's --batch-size is the micro-batch B / (W · A)):
 
     drawn = sampler.draw(B)                          # same draw on every rank (shared seeded generator)
     for a in range(A):                               # rank r trains rows r·B/W + a·B/(W·A) ... of `drawn`
@@ -47,7 +48,7 @@ from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, check_resume, with_world
 from trainledger.train.corpus import load_splits
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
-from trainledger.train.precision import autocast, grad_scaler, param_dtype
+from trainledger.train.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.train.rng import load_rng_state_dict, rng_state_dict
 
 # Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
@@ -99,6 +100,7 @@ class Trainer:
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
+        self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
@@ -129,6 +131,10 @@ class Trainer:
             self.model = torch.compile(self.model)
         # decay the matrices (and embeddings) only, not biases and norm gains (GPT-2/nanoGPT practice)
         params = list(self.model.parameters())
+        self.master = None
+        if self._fp32_init is not None:                   # mixed-*: the optimizer steps the fp32 master copy
+            self.master = MasterParams(list(dist_.unwrap(self.model).parameters()), self._fp32_init)
+            params = self.master.params
         groups = [{"params": [p for p in params if p.ndim >= 2]},
                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
         self.optimizer = build_optimizer(config.optimizer, [g for g in groups if g["params"]], lr=config.lr,
@@ -192,11 +198,15 @@ class Trainer:
         if self.fmt == "full":
             state["model"] = dist_.unwrap(self.model).state_dict()
             state["optimizer"] = self.optimizer.state_dict()
+            if self.master is not None:
+                state["master_params"] = self.master.state_dict()
         return state
 
     def load_state_dict(self, state: dict, path: Path) -> None:
         if self.fmt == "full":
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.master is not None:
+                self.master.load_state_dict(state["master_params"])
         else:
             from trainledger.train.sharded import load_sharded
             load_sharded(self.model, self.optimizer, path / ckpt.SHARDED_DIR)
@@ -302,12 +312,15 @@ class Trainer:
         loss_value = float(dist_.mean_across(loss_sum / accum, world))
         if not math.isfinite(loss_value):
             self.optimizer.zero_grad(set_to_none=True)
+            self.model.zero_grad(set_to_none=True)        # the 16-bit grads of a master-copy recipe
             raise TrainingDiverged(f"loss is {loss_value} at step {self.step + 1}; stopped before updating the weights. "
                                    + self._last_good_advice())
         self.last_loss_spike = (len(self.recent_losses) > 0
                                 and loss_value > SPIKE_FACTOR * statistics.median(self.recent_losses))
         self.last_loss = loss_value
         self.recent_losses.append(loss_value)
+        if self.master is not None:
+            self.master.to_master_grads()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip()
@@ -320,6 +333,8 @@ class Trainer:
             skipped = self.scaler.get_scale() < scale      # inf/NaN grads: step skipped, scale halved
         else:
             self.optimizer.step()
+        if self.master is not None:
+            self.master.to_model()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
         self.step += 1
@@ -332,7 +347,7 @@ class Trainer:
         Under FSDP the gradients are DTensor shards and the norm comes back as a DTensor: full_tensor()
         sums the squares across ranks.
         """
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in (self.master.params if self.master else self.model.parameters()) if p.grad is not None]
         max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
         if self.world.tp > 1 or self.world.pp > 1:
             return dist_.clip_grad_norm(params, max_norm, self.world)
@@ -467,11 +482,15 @@ class Trainer:
         self.expected_checkpoint_bytes = int((memory["params_bytes"] + memory.get("master_params_bytes", 0)
                                               + memory["optimizer_bytes"]) * (world.world_size if self.fmt == "dcp" else 1))
         self.log(f"model {self.spec.name}: {units.format_count(memory['n_params'])} parameters; "
-                 f"{config.batch_size} × {self.seq_len} tokens per step on {world.world_size} × {world.device.type}, "
+                 f"{config.batch_size} × {self.seq_len} tokens per step (--global-batch-size {config.batch_size} = "
+                 f"--batch-size {self.micro} × {world.dp_size} data-parallel rank{'s' if world.dp_size > 1 else ''} × "
+                 f"{config.grad_accum} micro-batch{'es' if config.grad_accum > 1 else ''}) on {world.world_size} × {world.device.type}, "
                  f"precision {config.precision}, optimizer {config.optimizer}")
         self.log(f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
                  f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
-                 f"grads {units.format_bytes(memory['grads_bytes'])}, optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
+                 f"grads {units.format_bytes(memory['grads_bytes'])}, "
+                 + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
+                 + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
                  f"activations {units.format_bytes(memory['activations_bytes'])}); peak "
                  f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
         metrics_path = config.resolved_metrics()
