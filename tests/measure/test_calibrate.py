@@ -166,6 +166,22 @@ def test_cuda_calibration(monkeypatch, tmp_path):
     assert cal.load_profile(cal.profile_path("cuda"))["device"] == "cuda"
 
 
+def test_a_busy_calibration_is_not_cached_and_a_cached_one_is_named(tmp_path, monkeypatch):
+    """Rates measured under load understate the machine for good once cached: first use does not cache them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    busy = synthetic_profile(load_average=3.0, cpu_count=2)
+    calls, lines = [], []
+    monkeypatch.setattr(cal, "calibrate", lambda device: calls.append(device) or busy)
+    cal.calibrated_device("cpu", log=lines.append)
+    assert not cal.profile_path("cpu").exists() and "not cached" in lines[-1]
+    cal.calibrated_device("cpu", log=lines.append)                 # measured again, as promised
+    assert calls == ["cpu", "cpu"]
+    cal.save_profile(busy, cal.profile_path("cpu"))                # an explicit bench --calibrate under load
+    lines.clear()
+    cal.calibrated_device("cpu", log=lines.append)
+    assert calls == ["cpu", "cpu"] and len(lines) == 1 and "load average 3.0 on 2 CPUs" in lines[0]
+
+
 def test_a_busy_machine_is_named():
     assert cal.busy_warning(synthetic_profile(load_average=0.5, cpu_count=2)) is None
     assert "load average 3.0 on 2 CPUs" in cal.busy_warning(synthetic_profile(load_average=3.0, cpu_count=2))

@@ -104,19 +104,23 @@ def save_profile(profile: dict, path) -> Path:
 def calibrated_device(device: str = "cpu", *, log=None):
     """The GPUSpec of this machine's `device` from its cached profile, calibrating first when there is none.
 
-    `log` (default: stderr) gets one line when a calibration runs."""
+    `log` (default: stderr) gets one line when a calibration runs. A calibration measured while the machine was
+    busy is used for this run but not cached (a later, quieter run measures again), and a cached busy one (from
+    an explicit `bench --calibrate`) is named every time it is used: its rates understate the machine."""
     _check_device(device)
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     path = profile_path(device)
     profile = load_profile(path)
     if profile is None:
-        say = log or (lambda line: print(line, file=sys.stderr, flush=True))
         say(f"calibrating this machine's {device} once (a few seconds; cached in {path}; "
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
-        save_profile(profile, path)
-        warning = busy_warning(profile)
-        if warning:
-            say(f"warning: {warning}")
+        if busy_warning(profile) is None:
+            save_profile(profile, path)
+        else:
+            say(f"warning: {busy_warning(profile)} (not cached: the next run measures again)")
+    elif busy_warning(profile):
+        say(f"warning: the cached calibration {path}: {busy_warning(profile)}")
     return gpu_from_profile(profile)
 
 
