@@ -97,13 +97,18 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(token_file, tmp_path, refe
     assert losses(out / "metrics.jsonl") == reference
 
 
-def test_truncated_latest_checkpoint_falls_back_and_finishes(token_file, tmp_path, reference, capsys, monkeypatch):
+def _stopped_after_checkpoint_9(token_file, tmp_path, capsys, monkeypatch):
+    """A run stopped by a NaN at step 11, after checkpoints 3, 6 and 9: (its out dir, its args, checkpoint 9)."""
     out = tmp_path / "run"
     args = ["--data", token_file, "--steps", STEPS, "--out-dir", out, "--checkpoint-every", 3, *SMALL]
-    monkeypatch.setenv("TRAINLEDGER_FAULT_NAN_STEP", "11")     # stops after checkpoints 3, 6, 9
+    monkeypatch.setenv("TRAINLEDGER_FAULT_NAN_STEP", "11")
     assert train_in_process(capsys, *args)[0] == 2
     monkeypatch.delenv("TRAINLEDGER_FAULT_NAN_STEP")
-    latest = ckpt.list_checkpoints(out / "checkpoints")[-1]
+    return out, args, ckpt.list_checkpoints(out / "checkpoints")[-1]
+
+
+def test_truncated_latest_checkpoint_falls_back_and_finishes(token_file, tmp_path, reference, capsys, monkeypatch):
+    out, args, latest = _stopped_after_checkpoint_9(token_file, tmp_path, capsys, monkeypatch)
     assert latest.step == 9
     data = (latest.path / "trainer.pt").read_bytes()
     (latest.path / "trainer.pt").write_bytes(data[: len(data) // 3])
@@ -210,12 +215,7 @@ def test_resume_when_every_checkpoint_is_corrupt_is_an_error_not_a_fresh_start(t
 @pytest.mark.parametrize("damage", [lambda data: data[: len(data) // 3], lambda data: b""], ids=["truncated", "empty"])
 def test_damaged_checkpoint_with_a_matching_manifest_falls_back_and_finishes(token_file, tmp_path, reference, capsys,
                                                                             monkeypatch, damage):
-    out = tmp_path / "run"
-    args = ["--data", token_file, "--steps", STEPS, "--out-dir", out, "--checkpoint-every", 3, *SMALL]
-    monkeypatch.setenv("TRAINLEDGER_FAULT_NAN_STEP", "11")     # stops after checkpoints 3, 6, 9
-    assert train_in_process(capsys, *args)[0] == 2
-    monkeypatch.delenv("TRAINLEDGER_FAULT_NAN_STEP")
-    latest = ckpt.list_checkpoints(out / "checkpoints")[-1]
+    out, args, latest = _stopped_after_checkpoint_9(token_file, tmp_path, capsys, monkeypatch)
     file = latest.path / ckpt.TRAINER_FILE
     file.write_bytes(damage(file.read_bytes()))
     manifest = json.loads((latest.path / ckpt.MANIFEST_FILE).read_text())
