@@ -503,7 +503,7 @@ class Trainer:
         peak_all = plan["peak_flops_per_s"] * world.world_size if plan["peak_flops_per_s"] else None
         predicted = predicted_step(self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
                                    precision=config.precision, optimizer=config.optimizer, device=world.device,
-                                   world_size=world.world_size, zero=3 if self.fmt == "dcp" else 0,
+                                   world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
                                    tp=config.tp, pp=config.pp)
         saved_at, started = None, time.perf_counter()
         try:
