@@ -273,3 +273,14 @@ def test_help_defaults_match_the_resolved_config():
         if name != "batch_size":
             flag = "--" + name.replace("_", "-")
             assert f"{flag} {value:g}" in train.description if isinstance(value, float) else f"{flag} {value}" in train.description
+
+
+def test_data_that_is_not_a_token_file_is_named_for_what_it_is(tmp_path, capsys):
+    """Issue 14 item 12: a text file given to --data is pointed to --text; no message names a flag that doesn't exist."""
+    text, raw = tmp_path / "book.txt", tmp_path / "raw.bin"
+    text.write_text("It was the best of times, it was the worst of times.\n" * 20)
+    raw.write_bytes(bytes(range(256)) * 20)
+    for path, expected in ((text, f"--text {text}"), (raw, "is not a token file")):
+        assert main(["train", "--data", str(path), "--steps", "1", "--out-dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err and "pass its dtype" not in err

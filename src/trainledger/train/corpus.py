@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from trainledger.data import TokenWriter, open_tokens, tokenize_file
+from trainledger.data.tokens import MAGIC as TOKEN_MAGIC
 from trainledger.errors import TrainledgerError
 from trainledger.train.config import TrainConfig
 
@@ -102,6 +103,27 @@ def _n_tokens(path: Path) -> int | None:
         return None
 
 
+def _check_token_file(path: Path) -> None:
+    """--data takes a token file (trainledger's header, or a 1-D .npy); anything else is named for what it is."""
+    try:
+        with path.open("rb") as f:
+            start = f.read(4096)
+    except OSError as error:
+        raise TrainledgerError(f"--data: cannot read {path}: {error.strerror or error}") from None
+    if start.startswith(TOKEN_MAGIC) or start.startswith(b"\x93NUMPY"):
+        return
+    try:
+        start.decode("utf-8")
+        looks_like_text = b"\x00" not in start
+    except UnicodeDecodeError as error:
+        looks_like_text = error.start > len(start) - 4          # only a character cut at the 4 KiB boundary
+    if looks_like_text:
+        raise TrainledgerError(f"--data: {path} looks like text, not a token file: train on it with --text {path} "
+                               f"(byte-tokenized once), or write a token file with `trainledger tokenize`")
+    raise TrainledgerError(f"--data: {path} is not a token file (no trainledger header, not a .npy array): write one "
+                           f"with `trainledger tokenize` (text) or numpy.save of a 1-D integer array")
+
+
 def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndarray, np.ndarray]:
     """(train tokens, held-out tokens) as memmap views; one-line errors for missing, empty, short or bad files."""
     if config.data:
@@ -114,6 +136,8 @@ def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndar
         raise TrainledgerError(f"{flag} {path} is a directory; give one token file")
     if not path.is_file():
         raise TrainledgerError(f"{flag} file {path} does not exist")
+    if flag == "--data":
+        _check_token_file(path)
     try:
         tokens = open_tokens(path)
     except TrainledgerError as error:
