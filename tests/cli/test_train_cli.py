@@ -284,3 +284,13 @@ def test_data_that_is_not_a_token_file_is_named_for_what_it_is(tmp_path, capsys)
         assert main(["train", "--data", str(path), "--steps", "1", "--out-dir", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err and "pass its dtype" not in err
+
+
+def test_devices_and_negative_token_ids_are_named_for_what_they_are(tmp_path, capsys):
+    """Issue 14 item 12: /dev/zero is not 'missing'; negative ids are not reported as 'up to 255'."""
+    negative = tmp_path / "neg.npy"
+    np.save(negative, np.array([-1, 5, 3] * 100, dtype=np.int32))
+    for path, expected in (("/dev/zero", "is not a regular file"), (str(negative), "from -1 to 5")):
+        assert main(["train", "--data", path, "--steps", "1", "--seq-len", "8", "--out-dir", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err, err

@@ -134,8 +134,11 @@ def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndar
         path, flag = build_stdlib_corpus(Path(config.out_dir), log), "(built-in corpus)"
     if path.is_dir():
         raise TrainledgerError(f"{flag} {path} is a directory; give one token file")
-    if not path.is_file():
+    if not path.exists():
         raise TrainledgerError(f"{flag} file {path} does not exist")
+    if not path.is_file():               # a FIFO, a device such as /dev/zero, a socket: endless or unmappable
+        raise TrainledgerError(f"{flag} {path} is not a regular file (a pipe or device cannot be memory-mapped); "
+                               f"give a token file")
     if flag == "--data":
         _check_token_file(path)
     try:
@@ -147,8 +150,9 @@ def load_splits(config: TrainConfig, vocab_size: int, log=None) -> tuple[np.ndar
     if len(tokens) - n_eval < need:
         raise TrainledgerError(f"{flag} {path} holds {len(tokens)} tokens: too short for --seq-len {config.seq_len} "
                                f"(needs at least {2 * need}: {need} to train on and {need} held out)")
-    top = int(tokens.max()) if len(tokens) else 0
-    if top >= vocab_size or (tokens.dtype.kind == "i" and int(tokens.min()) < 0):
-        raise TrainledgerError(f"{flag} {path} holds token ids up to {top}, outside the model's vocabulary "
+    low, top = (int(tokens.min()), int(tokens.max())) if len(tokens) else (0, 0)
+    if low < 0 or top >= vocab_size:
+        span = f"from {low} to {top}" if low < 0 else f"up to {top}"
+        raise TrainledgerError(f"{flag} {path} holds token ids {span}, outside the model's vocabulary "
                                f"[0, {vocab_size}) (--model {config.model})")
     return tokens[: len(tokens) - n_eval], tokens[len(tokens) - n_eval:]
