@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 
@@ -198,10 +199,8 @@ def _catch_early(signum, frame):
 
 def _install_early_handlers() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
+        with contextlib.suppress(ValueError):   # not the main thread (an embedding program): leave its handlers alone
             signal.signal(sig, _catch_early)
-        except ValueError:      # not the main thread (an embedding program): leave its handlers alone
-            pass
 
 
 def _early_stop() -> str | None:

@@ -20,11 +20,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from trainledger.errors import TrainledgerError, first_line
 from trainledger.measure.flops import count_step_flops
 from trainledger.measure.memory import storage_bytes, track_step
+from trainledger.measure.timing import DTYPES as _TORCH_DTYPES
 
 DEVICES = ("fake", "meta", "cpu", "cuda")
 KEYS = ("n_params", "forward_flops_per_step", "train_flops_per_step", "hardware_flops_per_step", "params_bytes",
         "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes")
-_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def optimizer_class(name: str, torch_only: bool = False):

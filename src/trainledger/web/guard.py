@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -211,11 +212,9 @@ def resolve_model(value: str, config_dir: Path | None) -> str:
         return value
     if config_dir is not None and CONFIG_NAME.fullmatch(value):
         path = config_dir / value
-        try:
+        with contextlib.suppress(OSError):          # unreadable: answered like a missing file, below
             if path.is_file() and path.stat().st_size <= MAX_CONFIG_FILE_BYTES:
                 return str(path)
-        except OSError:
-            pass
     from trainledger.specs import PRESETS
     where = "a file name from the server's --config-dir, " if config_dir is not None else ""
     shown = value if len(value) <= 80 else value[:77] + "..."
