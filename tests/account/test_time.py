@@ -300,3 +300,16 @@ def test_llama3_table4_mfu_within_15_percent():
     """Llama 3 (arXiv:2407.21783) Table 4: 43 %, 41 %, 38 % BF16 MFU (assumptions in account/validation.py)."""
     for case in llama3_cases():
         assert abs(case["error"]) <= 0.15, case
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3-8b", "qwen2.5-7b", "mixtral-8x7b", "gemma-2-2b", "qwen3-8b",
+                                  "qwen1.5-moe-a2.7b", "mpt-7b"])
+def test_parameter_tensors_equal_the_torch_model(name):
+    """The tensor count the optimizer's launches are costed from is the torch model's, built on the meta device
+    (biases, sandwich and q/k norms, MoE experts, shared experts and their gates, learned positions, the head)."""
+    torch = pytest.importorskip("torch")
+    from trainledger.models.transformer import build_model
+    spec = get_model(name)
+    with torch.device("meta"):
+        model = build_model(spec, device="meta")
+    assert T.parameter_tensors(spec) == len(list(model.parameters()))

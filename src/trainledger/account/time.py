@@ -275,7 +275,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     # 4. the optimizer on this GPU's shard
     placement = params_per_gpu(spec, tp, pp)
     shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
-    n_tensors = _parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
+    n_tensors = parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
                                            framework=framework))
@@ -411,12 +411,26 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
     return groups, edges
 
 
-def _parameter_tensors(spec) -> int:
-    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over."""
-    per_layer = 4 + (3 if spec.gated_mlp else 2) * spec.n_experts + (1 if spec.is_moe else 0)
-    per_layer += 3 * spec.qkv_bias + spec.attn_out_bias + (3 if spec.gated_mlp else 2) * spec.mlp_bias * spec.n_experts
-    per_layer += 2 * (2 if spec.norm_bias else 1)
-    return spec.n_layers * per_layer + 2 + (spec.position == "learned") + (not spec.tied_embeddings)
+def parameter_tensors(spec) -> int:
+    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over.
+
+    Per layer: q, k, v, o (+ their biases); the MLP's 2 or 3 matrices (+ biases), or in an MoE layer the router,
+    each expert's matrices, the shared expert's and its gate; 2 norms (4 with sandwich norms, + the q/k norms),
+    each a weight (+ a bias). Outside the layers: the embedding, the final norm, learned positions, an untied
+    head. Equals len(list(model.parameters())) of models/ (tests/account/test_time.py)."""
+    mats = 3 if spec.gated_mlp else 2
+    norm = 2 if spec.norm_bias else 1
+    total = 0
+    for layer, count in spec.layer_groups():
+        tensors = 4 + 3 * spec.qkv_bias + spec.attn_out_bias
+        tensors += norm * (2 + 2 * spec.sandwich_norm + 2 * spec.qk_norm)
+        if spec.is_moe_layer(layer):
+            tensors += 1 + mats * spec.n_experts * (1 + spec.mlp_bias)
+            tensors += mats * (spec.shared_expert_d_ff is not None) + spec.shared_expert_gate
+        else:
+            tensors += mats * (1 + spec.mlp_bias)
+        total += count * tensors
+    return total + 1 + norm + (spec.position == "learned") + (not spec.tied_embeddings)
 
 
 def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
