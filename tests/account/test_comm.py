@@ -47,6 +47,40 @@ def test_nvlink3_bus_bandwidth_is_the_published_measurement():
     assert a100.inter_node_link.effective_bytes_per_s == pytest.approx(24e9)     # 192 GB/s per DGX node / 8
 
 
+def test_measured_busbw_curve_replaces_alpha_beta():
+    """A link with a measured all_reduce busbw curve: ring bytes / busbw(S), interpolated in log2(S).
+
+    Azure ND A100 v4 (8 × A100-SXM4-80GB, NCCL 2.18.5): 166.63 GB/s at 64 MiB, 174.18 at 128 MiB."""
+    from trainledger.specs.hardware import get_gpu
+    nvlink = get_gpu("a100-80gb").intra_node_link
+    mib64, mib128 = 2**26, 2**27
+    assert comm.collective_seconds("all_reduce", mib64, 8, nvlink) == pytest.approx(1.75 * mib64 / 166.63e9)
+    assert comm.collective_seconds("all_reduce", mib128, 8, nvlink) == pytest.approx(1.75 * mib128 / 174.18e9)
+    # halfway in log2 between the two points: the mean rate
+    s = 2**26.5
+    assert comm.collective_seconds("all_reduce", s, 8, nvlink) == pytest.approx(1.75 * s / ((166.63e9 + 174.18e9) / 2))
+    # reduce-scatter and all-gather move half an all-reduce's bytes at the same bus bandwidth
+    assert comm.collective_seconds("reduce_scatter", mib64, 8, nvlink) == pytest.approx(0.875 * mib64 / 166.63e9)
+    # a 100 MB tensor-parallel all-reduce costs ~30 % more than the large-message 235 GB/s suggests
+    flat = comm.collective_seconds("all_reduce", 100e6, 8, Link("flat", 300 * GB, 235 / 300))
+    assert 1.25 < comm.collective_seconds("all_reduce", 100e6, 8, nvlink) / flat < 1.45
+    # below the smallest measured size (32 KiB): that size's time, a latency floor
+    tiny = comm.collective_seconds("all_reduce", 32 * 1024, 8, nvlink)
+    assert comm.collective_seconds("all_reduce", 8, 8, nvlink) == pytest.approx(tiny)
+    assert tiny == pytest.approx(1.75 * 32 * 1024 / 1.37e9)            # ~42 µs
+    # above the largest (8 GiB): its rate; point-to-point keeps α–β
+    assert comm.collective_seconds("all_reduce", 2**34, 8, nvlink) == pytest.approx(1.75 * 2**34 / 231.58e9)
+    assert comm.collective_seconds("send_recv", 1e9, 2, nvlink) == pytest.approx(
+        nvlink.call_latency_seconds + nvlink.step_latency_seconds + 1e9 / nvlink.effective_bytes_per_s)
+
+
+def test_busbw_curve_must_ascend():
+    with pytest.raises(TrainledgerError, match="busbw_curve"):
+        Link("bad", 100 * GB, busbw_curve=((2e6, 1e10), (1e6, 2e10)))
+    with pytest.raises(TrainledgerError, match="busbw_curve"):
+        Link("bad", 100 * GB, busbw_curve=((1e6, 0.0),))
+
+
 def test_ddp_sends_the_gradients_once():
     """DDP over 2 ranks: one all-reduce of every fp32 gradient (amp keeps fp32 grads): 2·1/2·S = S bytes each."""
     gpt2 = get_model("gpt2")

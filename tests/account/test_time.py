@@ -97,14 +97,17 @@ def test_wave_quantization_by_hand():
 
 
 def test_gemm_efficiency_is_the_measured_ceiling_times_utilisation():
-    """A100: 271.2 of 312 TFLOP/s measured at 1024×10240×5120 (stas00/ml-engineering MAMF table), whose own wave
-    utilisation on 108 SMs is divided out; a shape with full waves gets the ceiling, a ragged one less."""
+    """A100: 253.7 of 312 TFLOP/s measured at 8192³ and 228.0 at 4096³ (Azure ND A100 v4, cuBLASLt fp16, random
+    data), whose own wave utilisation on 108 SMs is divided out; at a measured shape the model returns the
+    measurement, a shape with full waves gets the ceiling, a ragged one less."""
     a100 = get_gpu("a100-80gb")
-    at_point = roofline.gemm_efficiency(a100, 1024, 10240, 5120, "bf16")
-    assert at_point["efficiency"] == pytest.approx(271.2 / 312)
-    ragged = roofline.gemm_efficiency(a100, 128 * 109, 128, 512, "bf16")       # 109 tiles on 108 SMs: 2 waves
+    at_point = roofline.gemm_efficiency(a100, 8192, 8192, 8192, "fp16")
+    assert at_point["efficiency"] == pytest.approx(253.7 / 312)
+    assert roofline.gemm_efficiency(a100, 4096, 4096, 4096, "fp16")["efficiency"] == pytest.approx(228.0 / 312)
+    ragged = roofline.gemm_efficiency(a100, 128 * 109, 128, 512, "fp16")       # 109 tiles on 108 SMs: 2 waves
     assert ragged["utilization"] == pytest.approx(109 / 216) and ragged["efficiency"] < 0.5
-    assert roofline.gemm_efficiency(a100, 1024, 10240, 5120, "fp16")["efficiency"] == at_point["efficiency"]
+    # bf16 has the same tensor-core peak and no table of its own: the fp16 measurements serve it
+    assert roofline.gemm_efficiency(a100, 8192, 8192, 8192, "bf16")["efficiency"] == at_point["efficiency"]
 
 
 def test_calibrated_table_is_interpolated_in_log_shape():
@@ -264,33 +267,28 @@ def test_missing_network_names_the_flag():
 
 
 def test_korthikanti_table5():
-    """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheet and published measurements.
-
-    The honest model predicts every cell faster than measured: mean |error| 13.6 %, worst 16.9 % (22B seq+sel);
-    the issue's target (mean ≤ 5 %, each ≤ 10 %) is NOT met — see docs/time.md for what drives the gap (matmul rate
-    at mid-sized shapes below the best-shape measurement). These bounds guard the current result.
-    """
+    """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5, all 8 cells, from datasheets and published measurements
+    of the A100-SXM4-80GB (specs/performance.py: cuBLASLt GEMM rates, STREAM bandwidth and the NCCL all-reduce
+    curve of Azure ND A100 v4), nothing fitted to this table. The issue's target: mean |error| ≤ 5 %, every
+    cell ≤ 10 % (Calculon, SC'23: 3.65 % / 8.87 %)."""
     cases = korthikanti_cases()
     assert len(cases) == 8
     errors = [abs(c["error"]) for c in cases]
-    assert sum(errors) / 8 == pytest.approx(0.136, abs=0.01)
-    assert max(errors) < 0.18
-    assert all(c["error"] < 0 for c in cases)           # every cell predicted too fast: the gap is one-sided
+    assert sum(errors) / 8 <= 0.05
+    assert max(errors) <= 0.10
     by = {(c["model"], c["setting"]): c["predicted_seconds"] for c in cases}
     for name in ("22B", "175B", "530B", "1T"):          # the published ordering: seq+sel is faster than full
         assert by[(name, "seq+sel")] < by[(name, "full")]
 
 
 def test_korthikanti_table4_one_layer():
-    """Korthikanti et al. 2022 Table 4: one 22B layer (micro-batch 4, seq 2048, TP 8) in 5 settings.
-
-    The absolute times are 12-16 % fast, like the whole steps of Table 5 (the same matmul-rate gap); the
-    recomputation overheads relative to the baseline are reproduced within 4 points (published +39 % full,
-    +7 % selective, +4 % selective + SP, −3 % SP alone)."""
+    """Korthikanti et al. 2022 Table 4: one 22B layer (micro-batch 4, seq 2048, TP 8) in 5 settings: forward +
+    backward within 5 % of the published milliseconds, and the recomputation overheads relative to the baseline
+    within 4 points (published +39 % full, +7 % selective, +4 % selective + SP, −3 % SP alone)."""
     rows = korthikanti_layer_cases()
     assert len(rows) == 5
     for r in rows:
-        assert -0.18 < r["error"] < -0.08, r
+        assert abs(r["error"]) <= 0.05, r
         assert abs(r["predicted_overhead"] - r["published_overhead"]) < 0.04, r
     by = {r["setting"]: r["predicted_backward_ms"] for r in rows}
     assert by["baseline, full recompute"] > by["selective recompute"] > by["baseline, no recompute"]

@@ -59,17 +59,40 @@ def ring_steps(kind: str, n: int) -> int:
 
 
 def collective_seconds(kind: str, payload_bytes: float, n: int, link) -> float:
-    """α–β time of one collective (seconds): call latency + steps·α + ring bytes sent / achieved bandwidth.
+    """Time of one collective (seconds): α–β, or the link's measured bus bandwidth at this message size.
 
-    `link` is a specs.performance.Link (its effective bandwidth is the datasheet rate × NCCL's measured bus-
-    bandwidth fraction, its α NCCL's per-step latency). All-reduce: 2(n−1)·α + 2(n−1)/n·S/β (Thakur et al.
-    2005; facts.md). 0 for a group of one.
+    `link` is a specs.performance.Link. α–β: call latency + steps·α + ring bytes sent / achieved bandwidth (its
+    datasheet rate × NCCL's measured bus-bandwidth fraction, α NCCL's per-step latency); all-reduce: 2(n−1)·α +
+    2(n−1)/n·S/β (Thakur et al. 2005; facts.md). A link with a measured all_reduce busbw curve instead costs
+    ring bytes sent / busbw(S), busbw interpolated in log2(S) (it includes every latency; below the smallest
+    measured size the time is that size's, a latency floor; above the largest, the largest's rate). nccl-tests
+    defines busbw so that it compares across group sizes and between all-reduce, reduce-scatter and all-gather
+    (nccl-tests PERFORMANCE.md): the curve serves them all, an assumption for n other than the measured 8.
+    Point-to-point sends keep α–β. 0 for a group of one.
     """
     steps = ring_steps(kind, n)
     if steps == 0:
         return 0.0
     sent = ring_bytes_sent(kind, payload_bytes, n)
+    curve = getattr(link, "busbw_curve", ())
+    if curve and kind != "send_recv":
+        smallest = curve[0][0]
+        if payload_bytes < smallest:
+            return ring_bytes_sent(kind, smallest, n) / curve[0][1]
+        return sent / _log_interpolate(curve, payload_bytes)
     return link.call_latency_seconds + steps * link.step_latency_seconds + sent / link.effective_bytes_per_s
+
+
+def _log_interpolate(points, x: float) -> float:
+    """y at x, linear in log2(x) between ascending (x, y) points, clamped at the ends."""
+    import math
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
+    return points[-1][1]
 
 
 @dataclass(frozen=True)

@@ -480,6 +480,8 @@ def assumptions(gpu, result: dict, records) -> list[str]:
             continue
         seen.add(c.name)
         link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
+        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
+        rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
         lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
-                     f"({link.effective_bytes_per_s / 1e9:.3g} GB/s achieved), overlap {c.overlap}")
+                     f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
     return lines

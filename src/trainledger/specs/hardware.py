@@ -117,10 +117,10 @@ A100_40GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
-    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
+    sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
-    performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
+    performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; matmul rates and the NVLink curve measured on the 80GB part (same chip, clocks and 400 W limit); specs/performance.py"
 )
 
 # NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column); tensor peaks are the dense figures
@@ -130,8 +130,8 @@ A100_80GB = GPUSpec(
                       "int8": 624 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
     source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
-    sm_count=108, gemm_efficiency={"bf16": perf.A100_SXM_BF16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
-    memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
+    sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
+    memory_bandwidth_fraction=perf.A100_80GB_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
     performance_source="A100 whitepaper (108 SMs); DGX A100: 8 GPUs on NVSwitch, one HDR NIC per GPU; specs/performance.py"
 )

@@ -39,6 +39,10 @@ class Link:
     fixed per collective call (NCCL `baseLat`); sm_channels: the SMs a running collective occupies (NCCL launches
     one CTA per channel and does not share the SM with compute kernels: NVIDIA, NVIDIA/nccl#689), which the
     GEMMs it overlaps lose; 0 where no channel count is published (then no interference is modelled).
+    busbw_curve: measured nccl-tests all_reduce bus bandwidth by message size, ((bytes, bytes/s), ...) ascending,
+    where one is published: it replaces the α–β terms for collectives on this link (account.comm), since NCCL's
+    achieved rate below ~1 GB falls short of what fixed latencies predict (protocol, channel and algorithm
+    choices change with size).
     """
 
     name: str
@@ -48,12 +52,17 @@ class Link:
     call_latency_seconds: float = 0.0
     source: str = ""
     sm_channels: int = 0          # SMs NCCL's kernel holds while a collective runs (one CTA per channel); 0: unknown
+    busbw_curve: tuple[tuple[float, float], ...] = ()   # measured (message bytes, all_reduce busbw bytes/s)
 
     def __post_init__(self):
         if not self.bandwidth_bytes_per_s > 0:
             raise TrainledgerError(f"link {self.name!r}: bandwidth must be positive, got {self.bandwidth_bytes_per_s!r}")
         if not 0 < self.bus_bandwidth_fraction <= 1:
             raise TrainledgerError(f"link {self.name!r}: bus_bandwidth_fraction must be in (0, 1]")
+        sizes = [size for size, _ in self.busbw_curve]
+        if sizes != sorted(sizes) or any(not (size > 0 and rate > 0) for size, rate in self.busbw_curve):
+            raise TrainledgerError(f"link {self.name!r}: busbw_curve needs positive (bytes, bytes/s) points in "
+                                   "ascending size")
 
     @property
     def effective_bytes_per_s(self) -> float:
@@ -111,11 +120,22 @@ NCCL_CALL_LATENCY = 8.4 * US
 # --- inside a node --------------------------------------------------------------------------------------------
 # NVIDIA A100 datasheet: NVLink 600 GB/s (both directions) = 300 GB/s per direction. Measured nccl-tests
 # all_reduce bus bandwidth on 8 × A100 SXM: 235 GB/s (stas00/ml-engineering, network/README.md, "case study");
-# 232.5 GB/s in NVIDIA/nccl-tests#175.
+# 232.5 GB/s in NVIDIA/nccl-tests#175; NVIDIA: "~230GB/s", reached only near 8 GB messages (nccl-tests#149).
+# By message size (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md: 8 × A100-SXM4-80GB on
+# NVSwitch, NCCL 2.18.5, all_reduce_perf -b 8 -e 8G -f 2 -g 8, in-place busbw, GB/s):
+#   32K 1.37, 256K 10.11, 1M 36.22, 4M 71.43, 16M 109.22, 32M 132.77, 64M 166.63, 128M 174.18, 256M 213.87,
+#   512M 221.58, 1G 228.10, 2G 230.22, 4G 230.48, 8G 231.58 (sizes are powers of two: "64M" = 2^26 bytes)
 # NCCL builds 24 ring channels on an HGX A100 with NVSwitch (NCCL INFO "Channel 23/24" log in NVIDIA/nccl-tests#100).
+_KIB = 1024
+A100_NVSWITCH_ALLREDUCE_BUSBW = tuple((size * _KIB, gbps * GB) for size, gbps in (
+    (32, 1.37), (256, 10.11), (1024, 36.22), (4096, 71.43), (16384, 109.22), (32768, 132.77), (65536, 166.63),
+    (131072, 174.18), (262144, 213.87), (524288, 221.58), (1048576, 228.10), (2097152, 230.22),
+    (4194304, 230.48), (8388608, 231.58)))
 NVLINK3 = Link("NVLink 3 (NVSwitch)", 300 * GB, 235 / 300, 3.4 * US, NCCL_CALL_LATENCY,
                "A100 datasheet (600 GB/s bidirectional); busbw 235 GB/s on 8x A100 (stas00/ml-engineering network/README.md); "
-               + _NCCL + "; 24 channels on HGX A100 (NVIDIA/nccl-tests#100)", sm_channels=24)
+               "busbw by message size on 8x A100-SXM4-80GB, NCCL 2.18.5 (Azure/AI-benchmarking-guide ND_A100_v4_results.md); "
+               + _NCCL + "; 24 channels on HGX A100 (NVIDIA/nccl-tests#100)", sm_channels=24,
+               busbw_curve=A100_NVSWITCH_ALLREDUCE_BUSBW)
 # NVIDIA H100 datasheet: NVLink 900 GB/s = 450 GB/s per direction. Ring all_reduce (NVLS/SHARP off) on 8 × H200
 # (same NVLink 4): 367.61 GB/s busbw (stas00/ml-engineering, network/benchmarks/results/all-reduce-8xH200.md).
 NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CALL_LATENCY,
@@ -147,16 +167,29 @@ IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_
 
 # --- memory bandwidth achieved by a streaming kernel --------------------------------------------------------
 # A100 40GB: a device memcopy measures 1355 GB/s of the 1555 GB/s datasheet (PTsolvers/gpu-workshop-JuliaCon23#7,
-# the JuliaCon 2023 GPU workshop's reference figure): 87.1%. Applied to both A100s (same HBM2e generation).
+# the JuliaCon 2023 GPU workshop's reference figure): 87.1%.
 A100_MEMORY_FRACTION = 1355 / 1555
 A100_MEMORY_SOURCE = "A100 40GB memcopy 1355 of 1555 GB/s (PTsolvers/gpu-workshop-JuliaCon23#7)"
+# A100 80GB SXM: STREAM Copy 1.61 TB/s of the 2039 GB/s datasheet (Add/Triad 1.70, Dot 1.75): 79.0%
+# (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, "HBM Bandwidth", A100-SXM4-80GB).
+A100_80GB_MEMORY_FRACTION = 1610 / 2039
+A100_80GB_MEMORY_SOURCE = "A100-SXM4-80GB STREAM Copy 1.61 of 2.039 TB/s (Azure/AI-benchmarking-guide ND_A100_v4_results.md)"
 
-# --- GEMM efficiency: maximum achievable matmul FLOP/s (MAMF) --------------------------------------------------
-# stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (v2:
-# mean of 100 iterations after 50 warm-up, caches reset, best of a brute-force shape search; torch matmul).
+# --- GEMM efficiency ------------------------------------------------------------------------------------------
+# A100 SXM, sustained: Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, "GEMM CuBLASLt": FP16,
+# random inputs, 10,000 warm-up iterations (the clocks a long training run settles at: random data draws more
+# power than zeros, and the A100 throttles to stay within 400 W), A100-SXM4-80GB, CUDA 12.5, TFLOP/s by (m, n, k).
+# Corroborated at 8192³: 257 TFLOP/s with random inputs vs 295 with zeros on an A100 (Horace He, "Strangely,
+# Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!", thonking.ai, 2024). The maximum
+# over a brute-force shape search after 50 warm-ups, 271.2 TFLOP/s at 1024x10240x5120 (stas00/ml-engineering
+# MAMF table), is a best case (the top of a search, short runs) and is not used where a sustained fixed-shape
+# table exists; H100, MI300X below have only that best case, which makes them optimistic.
+_AZURE_A100 = "Azure/AI-benchmarking-guide ND_A100_v4_results.md (cuBLASLt fp16, random data, 10k warm-up, A100-SXM4-80GB)"
+A100_SXM_FP16 = GemmEfficiency(tuple((m, n, k, tflops / 312) for m, n, k, tflops in (
+    (1024, 1024, 1024, 119.4), (2048, 2048, 2048, 221.8), (4096, 4096, 4096, 228.0), (8192, 8192, 8192, 253.7),
+    (16384, 16384, 16384, 256.5), (1024, 2145, 1024, 132.8), (6144, 12288, 12288, 250.8),
+    (802816, 192, 768, 157.8))), source=_AZURE_A100)
 _MAMF = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
-A100_SXM_BF16 = GemmEfficiency(((1024, 10240, 5120, 271.2 / 312),),
-                               source=_MAMF + ": A100 SXM bf16 271.2 of 312 TFLOP/s at 1024x10240x5120 (torch 2.6.0+cu126)")
 H100_SXM_BF16 = GemmEfficiency(((2048, 2048, 13312, 794.5 / 989.5),),
                                source=_MAMF + ": H100 SXM bf16 794.5 of 989 TFLOP/s at 2048x2048x13312 (torch 2.7.0+cu126)")
 H100_SXM_FP8 = GemmEfficiency(((1024, 9216, 14336, 1402.6 / 1979),),
