@@ -311,3 +311,66 @@ def test_parameter_tensors_equal_the_torch_model(name):
     with torch.device("meta"):
         model = build_model(spec, device="meta")
     assert T.parameter_tensors(spec) == len(list(model.parameters()))
+
+
+class _ForeachLog:
+    """Records each torch._foreach_* op our optimizers dispatch with the bytes it reads and writes: every distinct
+    tensor of its list arguments read once, and the tensors it writes (the first list of an in-place op, the
+    outputs of an out-of-place one)."""
+
+    def __new__(cls):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Log(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                if name.startswith("_foreach_"):
+                    lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+                    read = {id(t): t.nbytes for group in lists for t in group}
+                    written = lists[0] if name.endswith("_") else (out if isinstance(out, (list, tuple)) else [])
+                    self.ops.append((name[len("_foreach_"):], sum(read.values()) + sum(t.nbytes for t in written)))
+                return out
+        return Log()
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw"])
+def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
+    """account.kernels.FOREACH_PASSES against the aten ops of trainledger.optim's step (+ clip_grad_norm_), op by
+    op, and the bytes each moves (fp32: 4 bytes per gradient, weight and state element)."""
+    torch = pytest.importorskip("torch")
+    from trainledger.account.kernels import CLIP_PASSES, FOREACH_PASSES, optimizer_kernels
+    from trainledger.optim import build_optimizer, clip_grad_norm_
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32)),
+              torch.nn.Parameter(torch.randn(16, 16))]
+    n_params = sum(p.numel() for p in params)
+    optimizer = build_optimizer(name, params, lr=1e-3)
+    for _ in range(2):                        # the second step: momentum buffers exist (the first clones them)
+        for p in params:
+            p.grad = torch.randn_like(p)
+        with _ForeachLog() as log:
+            clip_grad_norm_(params, 1.0)
+            optimizer.step()
+    expected = CLIP_PASSES + FOREACH_PASSES[name]
+    assert [op for op, _ in log.ops] == [op for op, _, _ in expected]
+    kernels = optimizer_kernels(n_params, len(params), "fp32", framework="trainledger", optimizer=name)
+    assert len(kernels) == len(expected)
+    for (op, moved), kernel in zip(log.ops, kernels):
+        scalars = 4 * len(params) * 2     # 0-dim step counters (read + write), or the per-tensor norms written
+        assert kernel.bytes <= moved <= kernel.bytes + scalars, (op, moved, kernel.bytes)
+        assert kernel.count == len(params)
+
+
+def test_adamw_moves_80_bytes_per_parameter_in_fp32():
+    """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 32: read g, read
+    and write w and both states), + 12 for clipping (norm: read g; scale: read and write g)."""
+    from trainledger.account.kernels import optimizer_kernels
+    kernels = optimizer_kernels(1.0, 1, "fp32", framework="trainledger", optimizer="adamw")
+    assert sum(k.bytes for k in kernels) == pytest.approx(80 + 12)
+    assert all(k.working_set_bytes == k.bytes for k in kernels)      # each pass sweeps every tensor

@@ -335,23 +335,80 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
 
 
 def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
-                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger") -> list[Kernel]:
+                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger",
+                      optimizer: str | None = None) -> list[Kernel]:
     """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
 
-    Per parameter: read the gradient and the fp32 weight (master copy when there is one), read and write each
-    state and the weight, write the 16-bit model copy of a mixed-precision recipe; gradient-norm clipping
-    reads the gradients once more. ~10 elementwise ops per tensor (a foreach AdamW's updates).
+    `optimizer` named and implemented in trainledger.optim (framework "trainledger"): its foreach passes one by
+    one (`FOREACH_PASSES`). Megatron's mixed-precision optimizer: `megatron_optimizer_kernels`. Otherwise (an
+    optimizer we only account for, e.g. adafactor, adam-8bit) the least traffic: read the gradient and the
+    weight (the fp32 master copy when there is one), read and write each state and the weight, write the
+    16-bit model copy of a mixed-precision recipe, read the gradients once more for clipping.
     """
     recipe = get_recipe(precision)
     if framework == "megatron" and recipe.master_params_bytes_per_param:
         return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
     grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
     weight = master if master else recipe.params_bytes_per_param
+    if framework == "trainledger" and optimizer in FOREACH_PASSES:
+        return foreach_optimizer_kernels(n_params, n_tensors, optimizer, grad, weight, state_bytes, clip,
+                                         model_copy_bytes=recipe.params_bytes_per_param if master else 0)
     per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
     if clip:
         per_param += grad
     return [Kernel("optimizer_step", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16",
                    max(1, int(n_tensors)) * (10 + n_states), "forward")]
+
+
+# trainledger.optim's step counters (torch.optim's 0-dim "step" tensors), one add per tensor: launches, no bytes
+STEP_COUNT = ("add_", "", "")
+# The torch._foreach_* passes of trainledger.optim's default configurations, in order: (op, tensors read, tensors
+# written) per parameter, each tensor a gradient "g", a weight "w" or a state "s" (an optimizer state, or a
+# temporary of the state's dtype: Adam's denominator). A tensor read twice by one op (addcmul(v, g, g)) is read
+# once. tests/account/test_time.py checks these against the aten ops our optimizers dispatch.
+FOREACH_PASSES = {
+    "sgd": (("add_", "wg", "w"),),                                                  # w ← w − lr·g
+    "momentum": (("mul_", "s", "s"), ("add_", "sg", "s"), ("add_", "ws", "w")),      # b ← μb + g; w ← w − lr·b
+    "adagrad": (STEP_COUNT, ("addcmul_", "sg", "s"), ("sqrt", "s", "s"), ("add_", "s", "s"),
+                ("addcdiv_", "wgs", "w")),
+    "rmsprop": (STEP_COUNT, ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("sqrt", "s", "s"), ("add_", "s", "s"),
+                ("addcdiv_", "wgs", "w")),
+    "rmsprop-centered": (STEP_COUNT, ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("lerp_", "sg", "s"),
+                         ("addcmul", "ss", "s"), ("sqrt_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wgs", "w")),
+    "adam": (STEP_COUNT, ("lerp_", "sg", "s"), ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("sqrt", "s", "s"),
+             ("div_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wss", "w")),
+    "adamw": (STEP_COUNT, ("mul_", "w", "w"), ("lerp_", "sg", "s"), ("mul_", "s", "s"), ("addcmul_", "sg", "s"),
+              ("sqrt", "s", "s"), ("div_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wss", "w")),
+}
+# trainledger.optim.clip_grad_norm_: one norm per gradient, then every gradient scaled by the clip factor
+CLIP_PASSES = (("norm", "g", ""), ("mul_", "g", "g"))
+
+
+def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, grad_bytes: float,
+                              weight_bytes: float, state_bytes: float, clip: bool = True,
+                              model_copy_bytes: float = 0.0) -> list[Kernel]:
+    """trainledger.optim's `optimizer` step (+ clip_grad_norm_) pass by pass, as memory traffic.
+
+    Each torch._foreach_* pass reads and writes its tensors for every parameter, one launch per tensor (a CPU
+    runs foreach ops tensor by tensor; a GPU's multi-tensor kernels launch fewer, at no modelled cost). A pass
+    sweeps every tensor before the next begins, so what it streams is the whole pass (`working_set_bytes`):
+    nothing it touched is still cached when the next pass comes back to the same tensor, unless the whole
+    pass fits. AdamW in fp32: 80 bytes per parameter (+ 12 for clipping), against the 32 a fused kernel needs.
+    """
+    size = {"g": grad_bytes, "w": weight_bytes, "s": state_bytes}
+    launches = max(1, int(n_tensors))
+    passes = (CLIP_PASSES if clip else ()) + FOREACH_PASSES[optimizer]
+    out = []
+    for i, (op, read, written) in enumerate(passes):
+        per_param = sum(size[t] for t in read) + sum(size[t] for t in written)
+        moved = n_params * per_param
+        out.append(Kernel(f"optimizer_{i}_{op}", "optimizer", "elementwise", 0.0, moved, (), "bf16", launches,
+                          "forward", working_set_bytes=moved))
+    if model_copy_bytes:     # a master copy: the updated fp32 weights cast into the model's 16-bit ones
+        moved = n_params * (weight_bytes + model_copy_bytes)
+        out.append(Kernel("optimizer_copy_to_model", "optimizer", "elementwise", 0.0, moved, (), "bf16", launches,
+                          "forward", working_set_bytes=moved))
+    return out
 
 
 def megatron_optimizer_kernels(n_params: float, n_tensors: int, recipe, n_states: int = 2,

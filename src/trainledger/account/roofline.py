@@ -58,6 +58,7 @@ class Kernel:
     count: int = 1
     role: str = "forward"
     core: bool = False
+    working_set_bytes: float = 0.0   # bytes streamed before the data is touched again (0: one launch's bytes)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -166,7 +167,8 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms
     limits GEMMs to that many SMs (a concurrent collective holds the rest: see gemm_efficiency)."""
     if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
         own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)
-        return memory_seconds(gpu, kernel.bytes, kernel.bytes / max(kernel.count, 1), own)
+        op_bytes = kernel.working_set_bytes or kernel.bytes / max(kernel.count, 1)
+        return memory_seconds(gpu, kernel.bytes, op_bytes, own)
     peak = gpu.peak(kernel.dtype)
     if kernel.kind == "flash_attention":
         seq_len, backward, causal = kernel.shape

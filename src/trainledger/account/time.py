@@ -278,7 +278,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     n_tensors = parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                           framework=framework))
+                                           framework=framework, optimizer=opt.name))
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():

@@ -164,7 +164,7 @@ def optimizer_overhead_seconds(spec, gpu, precision: str, optimizer: str) -> flo
     from trainledger.account.time import parameter_tensors
     from trainledger.specs.recipes import get_optimizer
     n_states = get_optimizer(optimizer).n_states
-    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, n_states)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, n_states, optimizer=optimizer)
     return sum(k.count for k in kernels) * gpu.op_overhead_seconds
 
 
@@ -241,13 +241,14 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
 
     from trainledger.data import get_batch
     from trainledger.models import build_model
-    from trainledger.optim import build_optimizer
+    from trainledger.optim import build_optimizer, clip_grad_norm_
     from trainledger.train.precision import autocast, grad_scaler, param_dtype
 
     torch.manual_seed(seed)
     dev = torch.device(device)
     model = build_model(spec).to(device=dev, dtype=param_dtype(precision))
-    opt = build_optimizer(optimizer, model.parameters(), lr=1e-4)
+    params = list(model.parameters())
+    opt = build_optimizer(optimizer, params, lr=1e-4)
     scaler = grad_scaler(precision, dev)
     tokens = np.random.default_rng(seed).integers(0, spec.vocab_size, size=max(1 << 16, 4 * batch_size * seq_len),
                                                   dtype=np.int64)
@@ -259,7 +260,10 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
             with autocast(precision, dev):
                 _, loss = model(x, y)
             (scaler.scale(loss) if scaler else loss).backward()
-        with record_function("trainledger.optimizer"):
+        with record_function("trainledger.optimizer"):     # as the trainer steps: unscale, clip, step
+            if scaler:
+                scaler.unscale_(opt)
+            clip_grad_norm_(params, 1.0)
             if scaler:
                 scaler.step(opt)
                 scaler.update()
