@@ -28,7 +28,11 @@ BASE = ["--steps", STEPS, "--checkpoint-every", 3, "--global-batch-size", 4, *SM
 def torchrun(*args, extra_env=None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "-m", "trainledger.cli.main", "train", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=240, env={**env(), **(extra_env or {})})
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env={**env(), **(extra_env or {})})
+    if result.returncode:      # the ranks' own errors, which torchrun's summary at the end of stderr hides:
+        marks = ("error", "Error", "terminate", "what()", "Abort", "Signal")     # pytest shows them on a failure
+        print("\n".join(line for line in result.stderr.splitlines() if any(m in line for m in marks)))
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +183,33 @@ def test_sigterm_under_torchrun_saves_and_every_rank_exits_0(token_file, tmp_pat
         assert process.returncode == 0, stderr[-2000:]
     refs = ckpt.list_checkpoints(out / "checkpoints")
     assert [r.step for r in refs] == [last] and ckpt.verify(refs[0].path) == ("full", None)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_teardown_closes_the_other_ranks_first(monkeypatch, rank):
+    """Rank 1 closes its process group, then says so through the store; rank 0 waits for that, then closes."""
+    from datetime import timedelta
+
+    from trainledger.train import distributed as D
+
+    events = []
+
+    class Store:
+        def set(self, key, value):
+            events.append(("set", key))
+
+        def wait(self, keys, timeout):
+            assert timeout == timedelta(seconds=D.TEARDOWN_WAIT_SECONDS)
+            events.append(("wait", tuple(keys)))
+
+    monkeypatch.setattr(D.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(D.dist.distributed_c10d, "_get_default_store", lambda: Store())
+    monkeypatch.setattr(D.dist, "destroy_process_group", lambda: events.append(("destroy",)))
+    D.teardown(D.World(rank=rank, world_size=3))
+    if rank:
+        assert events == [("destroy",), ("set", "trainledger/closed/1")]
+    else:
+        assert events == [("wait", ("trainledger/closed/1", "trainledger/closed/2")), ("destroy",)]
+    events.clear()
+    D.teardown(D.World(rank=0, world_size=1))            # one process: nothing to close
+    assert events == []

@@ -17,6 +17,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -263,6 +264,27 @@ def broadcast_object(obj, world: World):
     return box[0]
 
 
+TEARDOWN_WAIT_SECONDS = 10.0
+
+
 def teardown(world: World) -> None:
-    if world.distributed and dist.is_initialized():
+    """Closes the process group, the other ranks first, rank 0 last.
+
+    gloo can abort a process (SIGABRT, exit -6 after a run that finished) when a peer's connection closes
+    while it is closing its own: seen here in about one of 8 two-rank runs whose ranks tore down together,
+    after the final barrier or after the same error. So ranks other than 0 close first and then say so through
+    the rendezvous store (a TCP store, not gloo); rank 0 waits for them, its connections idle, and closes last.
+    A rank that died never says so: rank 0 closes after TEARDOWN_WAIT_SECONDS anyway.
+    """
+    if not (world.distributed and dist.is_initialized()):
+        return
+    store = dist.distributed_c10d._get_default_store()
+    if world.rank != 0:
         dist.destroy_process_group()
+        with contextlib.suppress(Exception):     # rank 0 gone already: nothing to tell
+            store.set(f"trainledger/closed/{world.rank}", "1")
+        return
+    keys = [f"trainledger/closed/{rank}" for rank in range(1, world.world_size)]
+    with contextlib.suppress(Exception):         # a rank that died never sets its key
+        store.wait(keys, timedelta(seconds=TEARDOWN_WAIT_SECONDS))
+    dist.destroy_process_group()
