@@ -122,3 +122,26 @@ def test_peak_takes_every_dtype_name_the_dtype_table_knows():
             h100.peak(name)
     with pytest.raises(TrainledgerError, match="tpu-v4 has no float32 peak; it has: bf16, int8"):
         get_gpu("tpu-v4").peak("float32")
+
+
+@pytest.mark.parametrize("name, shape, dtype, tflops", [
+    ("a100-80gb", (8192, 8192, 8192), "fp16", 253.7),          # Azure ND A100 v4, cuBLASLt, random data
+    ("a100-80gb", (6144, 12288, 12288), "fp16", 250.8),
+    ("a100-40gb", (4096, 4096, 4096), "bf16", 228.0),           # same chip and clocks: the 80GB's table
+    ("h200", (8192, 8192, 8192), "fp8", 1300.6),                # Azure ND H200 v5, cuBLASLt fp8
+    ("h200", (16384, 16384, 16384), "fp8", 1366.3),
+])
+def test_sustained_matmul_measurements_are_reproduced(name, shape, dtype, tflops):
+    """At a measured shape the model returns the published measurement (its wave utilisation divided out, then
+    multiplied back in)."""
+    from trainledger.account.roofline import gemm_efficiency
+    gpu = get_gpu(name)
+    assert gemm_efficiency(gpu, *shape, dtype)["efficiency"] * gpu.peak(dtype) == pytest.approx(tflops * 1e12)
+
+
+def test_published_stream_bandwidth_fractions():
+    """STREAM Copy: A100-SXM4-80GB 1.61 of 2.039 TB/s, H200 4.01 of 4.8 TB/s (Azure); A100 40GB memcopy 1355 of
+    1555 GB/s (JuliaCon 2023 GPU workshop)."""
+    assert get_gpu("a100-80gb").memory_bandwidth_fraction * 2039e9 == pytest.approx(1610e9)
+    assert get_gpu("h200").memory_bandwidth_fraction * 4.8e12 == pytest.approx(4010e9)
+    assert get_gpu("a100-40gb").memory_bandwidth_fraction * 1555e9 == pytest.approx(1355e9)

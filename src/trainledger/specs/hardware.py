@@ -167,10 +167,12 @@ H200 = GPUSpec(
                       "fp8": 1979 * T, "int8": 1979 * T},
     memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
-    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H200_SXM_FP8},
+    memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION,
     attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
-    performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its matmul and "
-                       "attention efficiencies are the H100 SXM measurements; HGX H200: NVLink 4, 8 x 400 Gb/s NICs"
+    performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its bf16 matmul "
+                       "and attention efficiencies are the H100 SXM measurements; fp8 matmuls and STREAM bandwidth "
+                       "measured on H200 (Azure ND H200 v5); HGX H200: NVLink 4, 8 x 400 Gb/s NICs"
 )
 
 # NVIDIA HGX B200 datasheet (8-GPU board figures / 8), dense = half of the printed sparse tensor-core figures

@@ -175,6 +175,10 @@ A100_MEMORY_SOURCE = "A100 40GB memcopy 1355 of 1555 GB/s (PTsolvers/gpu-worksho
 A100_80GB_MEMORY_FRACTION = 1610 / 2039
 A100_80GB_MEMORY_SOURCE = "A100-SXM4-80GB STREAM Copy 1.61 of 2.039 TB/s (Azure/AI-benchmarking-guide ND_A100_v4_results.md)"
 
+# H200 SXM: STREAM Copy 4.01 TB/s of the 4.8 TB/s datasheet (Add/Triad 4.15, Dot 4.48): 83.5%
+# (Azure/AI-benchmarking-guide, Azure_Results/ND_H200_v5_results.md, "HBM Bandwidth", NVIDIA H200 141GB).
+H200_MEMORY_FRACTION = 4010 / 4800
+
 # --- GEMM efficiency ------------------------------------------------------------------------------------------
 # A100 SXM, sustained: Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, "GEMM CuBLASLt": FP16,
 # random inputs, 10,000 warm-up iterations (the clocks a long training run settles at: random data draws more
@@ -190,6 +194,13 @@ A100_SXM_FP16 = GemmEfficiency(tuple((m, n, k, tflops / 312) for m, n, k, tflops
     (16384, 16384, 16384, 256.5), (1024, 2145, 1024, 132.8), (6144, 12288, 12288, 250.8),
     (802816, 192, 768, 157.8))), source=_AZURE_A100)
 _MAMF = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
+# H200 SXM fp8, sustained: the same Azure benchmark (ND_H200_v5_results.md, "GEMM CuBLASLt": FP8, random
+# inputs, 10,000 warm-up iterations, CUDA 12.6), TFLOP/s by (m, n, k) of the 1979 TFLOP/s dense fp8 peak.
+_AZURE_H200 = "Azure/AI-benchmarking-guide ND_H200_v5_results.md (cuBLASLt fp8, random data, 10k warm-up, H200 141GB)"
+H200_SXM_FP8 = GemmEfficiency(tuple((m, n, k, tflops / 1979) for m, n, k, tflops in (
+    (1024, 1024, 1024, 290.8), (2048, 2048, 2048, 1013.4), (4096, 4096, 4096, 1249.1), (8192, 8192, 8192, 1300.6),
+    (16384, 16384, 16384, 1366.3), (32768, 32768, 32768, 1349.5), (1024, 2145, 1024, 407.9),
+    (6144, 12288, 12288, 1318.0), (802816, 192, 768, 717.5))), source=_AZURE_H200)
 H100_SXM_BF16 = GemmEfficiency(((2048, 2048, 13312, 794.5 / 989.5),),
                                source=_MAMF + ": H100 SXM bf16 794.5 of 989 TFLOP/s at 2048x2048x13312 (torch 2.7.0+cu126)")
 H100_SXM_FP8 = GemmEfficiency(((1024, 9216, 14336, 1402.6 / 1979),),
