@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainledger.account.roofline import interpolate_log2
 from trainledger.errors import TrainledgerError
 from trainledger.specs.dtypes import bytes_per_element
 from trainledger.specs.recipes import get_recipe
@@ -79,20 +80,8 @@ def collective_seconds(kind: str, payload_bytes: float, n: int, link) -> float:
         smallest = curve[0][0]
         if payload_bytes < smallest:
             return ring_bytes_sent(kind, smallest, n) / curve[0][1]
-        return sent / _log_interpolate(curve, payload_bytes)
+        return sent / interpolate_log2(list(curve), payload_bytes)
     return link.call_latency_seconds + steps * link.step_latency_seconds + sent / link.effective_bytes_per_s
-
-
-def _log_interpolate(points, x: float) -> float:
-    """y at x, linear in log2(x) between ascending (x, y) points, clamped at the ends."""
-    import math
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x <= x1:
-            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-            return y0 + t * (y1 - y0)
-    return points[-1][1]
 
 
 @dataclass(frozen=True)

@@ -128,13 +128,14 @@ def attention_efficiency(gpu, seq_len: int, backward: bool, causal: bool, kernel
     if table is None:
         return None
     column = 2 if backward else 1
-    value = _interpolate([(p[0], p[column]) for p in table.points], seq_len)
+    value = interpolate_log2([(p[0], p[column]) for p in table.points], seq_len)
     if causal and table.causal_ratio:
-        value *= _interpolate(list(table.causal_ratio), seq_len)
+        value *= interpolate_log2(list(table.causal_ratio), seq_len)
     return value
 
 
-def _interpolate(points: list[tuple[int, float]], x: float) -> float:
+def interpolate_log2(points: list[tuple[int, float]], x: float) -> float:
+    """y at x from (x, y) points, linear in log2(x) between neighbours, clamped at the ends."""
     points = sorted(points)
     if x <= points[0][0]:
         return points[0][1]
@@ -155,7 +156,7 @@ def memory_seconds(gpu, n_bytes: float, op_bytes: float | None = None, curve=Non
     default all of `n_bytes`) is interpolated in log2(size), clamped at the measured ends."""
     curve = curve or getattr(gpu, "memory_bandwidth_curve", ())
     if curve:
-        rate = _interpolate(list(curve), max(op_bytes if op_bytes is not None else n_bytes, 1.0))
+        rate = interpolate_log2(list(curve), max(op_bytes if op_bytes is not None else n_bytes, 1.0))
         return n_bytes / (rate * gpu.memory_bandwidth_fraction)
     return n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_bandwidth_fraction)
 
