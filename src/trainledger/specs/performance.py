@@ -169,11 +169,9 @@ IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_
 # A100 40GB: a device memcopy measures 1355 GB/s of the 1555 GB/s datasheet (PTsolvers/gpu-workshop-JuliaCon23#7,
 # the JuliaCon 2023 GPU workshop's reference figure): 87.1%.
 A100_MEMORY_FRACTION = 1355 / 1555
-A100_MEMORY_SOURCE = "A100 40GB memcopy 1355 of 1555 GB/s (PTsolvers/gpu-workshop-JuliaCon23#7)"
 # A100 80GB SXM: STREAM Copy 1.61 TB/s of the 2039 GB/s datasheet (Add/Triad 1.70, Dot 1.75): 79.0%
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, "HBM Bandwidth", A100-SXM4-80GB).
 A100_80GB_MEMORY_FRACTION = 1610 / 2039
-A100_80GB_MEMORY_SOURCE = "A100-SXM4-80GB STREAM Copy 1.61 of 2.039 TB/s (Azure/AI-benchmarking-guide ND_A100_v4_results.md)"
 
 # H200 SXM: STREAM Copy 4.01 TB/s of the 4.8 TB/s datasheet (Add/Triad 4.15, Dot 4.48): 83.5%
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_H200_v5_results.md, "HBM Bandwidth", NVIDIA H200 141GB).

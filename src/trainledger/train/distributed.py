@@ -271,7 +271,7 @@ def teardown(world: World) -> None:
     """Closes the process group, the other ranks first, rank 0 last.
 
     gloo can abort a process (SIGABRT, exit -6 after a run that finished) when a peer's connection closes
-    while it is closing its own: seen here in about one of 8 two-rank runs whose ranks tore down together,
+    while it is closing its own: seen here twice in about 150 two-rank runs whose ranks tore down together,
     after the final barrier or after the same error. So ranks other than 0 close first and then say so through
     the rendezvous store (a TCP store, not gloo); rank 0 waits for them, its connections idle, and closes last.
     A rank that died never says so: rank 0 closes after TEARDOWN_WAIT_SECONDS anyway.
