@@ -36,6 +36,7 @@ from trainledger.account.flops import check_choice, hardware_flops_per_token, tr
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
+from trainledger.account.schedule import check_schedule
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
 from trainledger.units import format_bytes
@@ -204,9 +205,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
-    if interleave > 1 and (pp == 1 or m % pp):
-        raise TrainledgerError(f"--interleave {interleave} needs --pp > 1 and a number of micro-batches ({m}) that is a "
-                               f"multiple of --pp {pp} (Megatron-LM's interleaved schedule)")
+    check_schedule(spec.n_layers, pp, interleave, m)
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
