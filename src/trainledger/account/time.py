@@ -32,6 +32,7 @@ beyond embedding/head, the interleaved schedule's extra activation memory.
 from __future__ import annotations
 
 from trainledger.account import comm as comm_mod
+from trainledger.account.advice import bottleneck_advice
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
@@ -43,14 +44,6 @@ from trainledger.units import format_bytes
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
          "pipeline_bubble")
-WORDS = {
-    "compute": "matrix multiplications (GEMMs)", "attention": "the attention core",
-    "memory_bound": "memory-bound ops (norms, activations, casts, residual adds, the loss)",
-    "overhead": "per-op dispatch overhead", "optimizer": "the optimizer step",
-    "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel communication",
-    "pp_comm": "pipeline point-to-point communication", "dp_comm": "data-parallel communication",
-    "pipeline_bubble": "the pipeline bubble",
-}
 
 
 def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -> float:
@@ -297,7 +290,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
         "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
-        "breakdown": breakdown, "bottleneck": bottleneck(breakdown, pp, m, interleave), "dp": dp, "tp": tp,
+        "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp,
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
@@ -306,6 +299,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
     }
+    result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
+                                      setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
@@ -432,24 +427,10 @@ def parameter_tensors(spec) -> int:
     return total + 1 + norm + (spec.position == "learned") + (not spec.tied_embeddings)
 
 
-def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
-    """The largest part of the step in words, with its share and what usually helps."""
-    total = sum(breakdown.values())
-    part = max(breakdown, key=breakdown.get)
-    share = breakdown[part] / total if total else 0.0
-    hints = {
-        "compute": "the GPUs are busy with matmuls: the layout is compute-bound",
-        "attention": "use flash attention (--flash) or a shorter sequence",
-        "memory_bound": "fuse elementwise ops (torch.compile) or use larger matmuls",
-        "overhead": "launch/dispatch overhead dominates: use a larger batch or fewer, larger ops",
-        "optimizer": "shard the optimizer states (--zero 1+) or use a fused optimizer",
-        "tp_comm": "use less tensor parallelism or keep it inside a node",
-        "cp_comm": "use less context parallelism",
-        "pp_comm": "use fewer pipeline stages",
-        "dp_comm": "overlap or shard data-parallel communication, or use a larger global batch",
-        "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
-    }
-    return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
+def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int, setup: dict | None = None) -> str:
+    """The largest part of the step in words, with its share and what would help given the flags in effect
+    (`setup`: the step's settings, account.advice.bottleneck_advice)."""
+    return bottleneck_advice(breakdown, dict(setup or {}, pp=pp, micro_batches=micro_batches, interleave=interleave))
 
 
 def assumptions(gpu, result: dict, records) -> list[str]:

@@ -94,6 +94,7 @@ def compute(args) -> dict:
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     result["assumptions"] = first + result["assumptions"]
+    result["suggestion"] = suggestion(spec, gpu, result)
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:
         warnings.append(f"this layout needs {units.format_bytes(result['memory_bytes'])} per GPU, more than the "
@@ -101,6 +102,22 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def suggestion(spec, gpu, result: dict) -> dict | None:
+    """A faster micro-batch / ZeRO / recompute / interleave on the same GPUs, or one that fits when this step does
+    not (account.advice.faster_setting), with a one-line summary under "line"; None when there is none."""
+    from trainledger.account.advice import faster_setting
+    found = faster_setting(spec, gpu, result)
+    if found is None:
+        return None
+    m = found["micro_batches"]
+    this = (f"{units.format_seconds(result['step_seconds'])}, {100 * result['mfu']:.1f}%" if result["fits"]
+            else "does not fit")
+    found["line"] = (f"{' '.join(found['changes'])} ({m} accumulation step{'s' if m > 1 else ''}): "
+                     f"{units.format_seconds(found['step_seconds'])}, MFU {100 * found['mfu']:.1f}% (this layout: {this}), "
+                     f"{units.format_bytes(found['memory_bytes'])} per GPU; `trainledger layout` searches every layout")
+    return found
 
 
 def render(result: dict, args) -> None:
@@ -114,6 +131,8 @@ def render(result: dict, args) -> None:
         if seconds > 0:
             rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
     rows.append(("bottleneck", result["bottleneck"]))
+    if result.get("suggestion"):
+        rows.append(("faster" if result["suggestion"]["why"] == "faster" else "fits with", result["suggestion"]["line"]))
     rows.append((f"memory per GPU ({result['gpu']})",
                  f"{units.format_bytes(result['memory_bytes'])} of {units.format_bytes(result['memory_per_gpu_bytes'])}: "
                  f"{'fits' if result['fits'] else 'does NOT fit'}"))
