@@ -72,6 +72,10 @@ def compute(args) -> dict:
         if layout_lines:
             extra["layout"] = layout_lines[1]
     result = {**compute_optimal(budget, args.law, args.tokens_per_param), **extra}
+    from trainledger.cli.sanity import check_optimal_size
+    check_optimal_size(result["n_params"], result["n_tokens"],
+                       f"--budget-flops {budget:.3g}" if args.budget_flops is not None else
+                       f"--num-gpus × --days × --mfu = {budget:.3g} FLOPs")
     law = (f"chinchilla-20: D = {args.tokens_per_param:g}·N, N = sqrt(C / {6 * args.tokens_per_param:g})"
            if args.law == "chinchilla-20" else "approach3: closed-form minimum of E + A/N^α + B/D^β under C = 6ND")
     if args.budget_flops is None and layout_lines:
