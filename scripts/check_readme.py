@@ -6,7 +6,8 @@ next `$` line). Other shell blocks list commands one per line (`trainledger ...`
 `# comments`). Each command runs in document order, through bash, in a scratch directory laid out like a fresh
 clone after the quick start: the repository's files linked in, a copy of the quick start's `runs/tiny-stdlib`
 (when it has finished), `trainledger` and `python` from this interpreter's environment first on PATH, the
-checkout's `src/` first on PYTHONPATH, COLUMNS=80 (the width the printed tables were made at). A command passes
+checkout's `src/` first on PYTHONPATH, COLUMNS=80 (the width the printed tables were made at), and a HOME of its
+own (calibrations and other caches start empty, and the user's are left alone). A command passes
 when its exit status is the one printed: 2 when its printed output starts with `error:`, 0 otherwise.
 
 Tiers (--tier; each includes the ones before it):
@@ -196,7 +197,9 @@ def environment(scratch: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(scratch / ".venv" / "bin"), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(COLUMNS="80", LINES="50", PYTHONUNBUFFERED="1", NO_COLOR="1", TERM="dumb")
+    env.update(COLUMNS="80", LINES="50", PYTHONUNBUFFERED="1", NO_COLOR="1", TERM="dumb",
+               HOME=str(scratch / "home"))      # caches (calibration, matplotlib) as on a fresh machine, not the user's
+    (scratch / "home").mkdir(exist_ok=True)
     env.pop("FORCE_COLOR", None)
     return env
 
