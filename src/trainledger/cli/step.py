@@ -130,10 +130,12 @@ def render(result: dict, args) -> None:
     for part, seconds in sorted(result["breakdown"].items(), key=lambda kv: -kv[1]):
         if seconds > 0:
             rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
-    rows.append(("bottleneck", result["bottleneck"]))
-    if result.get("suggestion"):
-        rows.append(("faster" if result["suggestion"]["why"] == "faster" else "fits with", result["suggestion"]["line"]))
     rows.append((f"memory per GPU ({result['gpu']})",
                  f"{units.format_bytes(result['memory_bytes'])} of {units.format_bytes(result['memory_per_gpu_bytes'])}: "
                  f"{'fits' if result['fits'] else 'does NOT fit'}"))
     print_table(f"One training step of {result['model']}", rows, result["assumptions"])
+    out = common.console()       # the advice in whole lines under the table, as `layout` prints its bottleneck
+    out.print(f"bottleneck: {result['bottleneck']}", soft_wrap=True)
+    if result.get("suggestion"):
+        label = "faster" if result["suggestion"]["why"] == "faster" else "fits with"
+        out.print(f"{label}: {result['suggestion']['line']}", soft_wrap=True)
