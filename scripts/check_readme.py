@@ -44,8 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHELL_LANGS = ("", "bash", "sh", "shell", "console", "text")
 COMMAND_START = re.compile(r"^(trainledger|torchrun|python|\.venv/bin/|bash |echo |OMP_NUM_THREADS=|pip |scripts/|curl )")
-FAST = ("plan", "fit", "optimal", "params", "flops", "memory", "step", "layout", "mfu", "tensor", "matmul", "dtypes",
-        "hardware", "models", "tokenize")
+# subcommands that train, measure or run torch (minutes): the slow tier; every other command is fast
+SLOW = ("train", "measure", "profile", "bench", "tour", "checkpoints", "generate", "export")
 TIERS = ("fast", "slow", "all")
 # torch's own timestamped log lines (torchrun's OMP_NUM_THREADS notice, its row of asterisks): left out of outputs
 TORCH_LOG = re.compile(r"^[WIE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\.py:\d+\]")
@@ -111,11 +111,7 @@ def classify(text: str) -> tuple[str, str]:
     words = re.findall(r"trainledger (\w+)", run)
     if "torchrun" in run or "torch.distributed.run" in run or "trainledger.cli.main" in run:
         return "slow", ""
-    if words and all(w in FAST for w in words):
-        return "fast", ""
-    if words:
-        return "slow", ""
-    return "fast", ""
+    return ("slow" if any(w in SLOW for w in words) else "fast"), ""
 
 
 def extract(path: Path) -> list[Command]:
