@@ -148,6 +148,26 @@ H100_SXM = GPUSpec(
     performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
 )
 
+# The H100 of Meta's Grand Teton hosts, on which torchtitan's published benchmarks ran (pytorch/torchtitan
+# docs/performance.md, 2024-12): "8 NVIDIA H100 GPUs fully connected with NVLink", "96GB HBM2e with 2.4 TB/sec
+# peak memory bandwidth", "backend RDMA network with 400 Gb/s per GPU", "the default 500W power limit"; "HBM2e
+# based lower TDP SXM H100 ... the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact
+# value" (same file, 2024-08), so torchtitan states MFU against the SXM peak, as here. No matmul rate is published
+# at 500 W: the 700 W SXM measurement is used (optimistic; a lower power limit lowers the sustained clock).
+H100_HBM2E = GPUSpec(
+    name="h100-hbm2e", aliases=("h100-96gb", "h100-sxm-96gb", "h100-hbm2e-96gb", "grand-teton-h100"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
+                      "fp8": 1979 * T, "int8": 1979 * T},
+    memory_bytes=96e9, memory_bandwidth_bytes_per_s=2.4e12,
+    source="pytorch/torchtitan docs/performance.md (Grand Teton: H100 SXM, 96GB HBM2e, 2.4 TB/s, 500 W); peaks of the "
+           "H100 SXM datasheet, against which torchtitan states MFU",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
+    performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
+                       "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
+)
+
 # NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures
 H100_PCIE = GPUSpec(
     name="h100-pcie", aliases=("h100-pcie-80gb",), vendor="NVIDIA",
@@ -272,13 +292,13 @@ TPU_V5P = GPUSpec(
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
-GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
                        MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
 DEVICE_NAME_PATTERNS = [
-    (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
+    (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
 ]
