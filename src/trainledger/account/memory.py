@@ -195,6 +195,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "activations_modeled": activations is not None,
         "activations": activations,
         "fsdp_buffers": buffers["detail"] if buffers else None,
+        "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
         "sp": bool(sp), "recompute": recompute, "flash": flash, "batch_size": batch_size if spec is not None else None,
         "seq_len": seq_len if spec is not None else None,

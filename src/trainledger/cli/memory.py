@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free (CUDA context, fragmentation), e.g. 2GiB (default 0)")
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
+    common.add_fsdp_flags(parser)
     common.add_json_flag(parser)
 
 
@@ -71,6 +72,9 @@ def compute(args) -> dict:
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
                     reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
+    fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
+    if fsdp is not None:
+        settings["fsdp"] = fsdp
     warnings = []
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of
@@ -113,6 +117,13 @@ def compute(args) -> dict:
         activations,
         "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
     ]
+    if fsdp is not None:
+        b = result["fsdp_buffers"]
+        result["assumptions"].insert(len(first) + 2, f"{fsdp.describe()}: its unsharded buffers are in params "
+                                     f"({units.format_bytes(b['root_params'] + b['block_params'])}: the root unit and "
+                                     f"{b['blocks_held']} block{'s' if b['blocks_held'] > 1 else ''}) and grads "
+                                     f"({units.format_bytes(b['root_grads'] + b['block_grads'] + b['accumulated_grads'])}); "
+                                     f"activations in {result['activations_precision']}")
     if args.model is not None:
         result["assumptions"] += common.approximation_notes(spec)
     if args.zero is not None and args.zero > 0 and args.dp == 1:

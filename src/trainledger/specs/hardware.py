@@ -110,13 +110,17 @@ GiB = 2**30
 # AMD fp32 is the matrix-core figure. Aliases: "a100" means the 80GB SXM part, "h100" the SXM part,
 # as cloud catalogues and the lecture's "H100" (989.5 TFLOP/s bf16) mean.
 
+# A100 memory: the datasheet prints "40GB" / "80GB" HBM2(e); the devices hold 40 GiB / 80 GiB (HBM stacks come in
+# binary sizes): nvidia-smi reports "40960MiB" for an A100-SXM4-40GB and "81920MiB" for an A100-SXM4-80GB
+# (e.g. the nvidia-smi outputs quoted in NVIDIA/nccl-tests and NVIDIA/nccl issues), what training can fill.
+
 # NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column); tensor peaks are the dense figures
 A100_40GB = GPUSpec(
     name="a100-40gb", aliases=("a100-40gb-sxm", "a100-sxm4-40gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
+    memory_bytes=40 * GiB, memory_bandwidth_bytes_per_s=1555e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks; 40 GiB (nvidia-smi 40960MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -128,8 +132,8 @@ A100_80GB = GPUSpec(
     name="a100-80gb", aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
+    memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2039e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks; 80 GiB (nvidia-smi 81920MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_80GB_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
