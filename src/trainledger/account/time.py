@@ -18,7 +18,8 @@ How a step is built (each piece is a small function a test checks by hand):
    max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
    gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
    input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
-   when pp = 1; FSDP prefetch behind the neighbouring layer). Everything else is exposed. A TP collective holds
+   when pp = 1; ZeRO-3 in PyTorch as FSDP2 runs it, unit by unit, account.fsdp via account.overlap.fsdp_step).
+   Everything else is exposed. A TP collective holds
    its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
 3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
@@ -437,8 +438,10 @@ def assumptions(gpu, result: dict, records) -> list[str]:
             continue
         seen.add(c.name)
         link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
+        seconds = collective_seconds(gpu, replace(c, count=1))
         rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
+        where = link.name if c.link == "intra" or c.ranks_per_node <= 1 else \
+            f"{c.ranks_per_node} × {link.name} ({c.ranks_per_node} GPUs of each node in the group)"
+        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {where} "
                      f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
     return lines
