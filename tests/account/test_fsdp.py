@@ -3,7 +3,7 @@
 import pytest
 
 from trainledger.account import comm, fsdp
-from trainledger.account.memory import memory_per_gpu
+from trainledger.account.memory import memory_per_gpu, params_per_gpu
 from trainledger.account.time import step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
@@ -16,10 +16,11 @@ LLAMA3_8B = get_model("llama-3-8b")
 # Llama 3 8B: one block = q, o (4096²) + k, v (4096·1024) + gate, up, down (4096·14336) + 2 norms (4096)
 BLOCK = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
 ROOT = 2 * 128256 * 4096 + 4096            # token embedding + untied head + final norm
+UNITS = fsdp.units(LLAMA3_8B, params_per_gpu(LLAMA3_8B))
 
 
 def test_units_of_llama3_8b():
-    assert fsdp.units(LLAMA3_8B) == {"block": pytest.approx(BLOCK), "root": pytest.approx(ROOT), "blocks": 32}
+    assert UNITS == {"block": pytest.approx(BLOCK), "root": pytest.approx(ROOT), "blocks": 32}
 
 
 def test_one_pass_by_hand():
@@ -72,8 +73,8 @@ def test_bf16_policy_gathers_two_bytes_per_parameter():
     8.03B parameters in 2 bytes (16.1 GB), the backward all but the last block and the root again, and the gradients
     are reduce-scattered in fp32 (32.1 GB)."""
     n = BLOCK * 32 + ROOT
-    c = {x.name: x for x in fsdp.collectives(LLAMA3_8B, fsdp.fsdp_settings(AMP, param_dtype="auto", dp=64), tp=1,
-                                             cp=1, pp=1, dp=64, micro_batches=1, gpus_per_node=8)}
+    c = {x.name: x for x in fsdp.collectives(UNITS, fsdp.fsdp_settings(AMP, param_dtype="auto", dp=64), tp=1,
+                                             cp=1, dp=64, micro_batches=1, gpus_per_node=8)}
     assert c["fsdp_allgather_root"].payload_bytes + c["fsdp_allgather_forward"].payload_bytes == pytest.approx(2 * n)
     assert c["fsdp_allgather_backward"].payload_bytes == pytest.approx(2 * 31 * BLOCK)
     assert c["fsdp_reducescatter"].payload_bytes == pytest.approx(4 * n)
@@ -82,7 +83,7 @@ def test_bf16_policy_gathers_two_bytes_per_parameter():
 
 def test_buffers_copies_and_cpu_by_hand():
     s = fsdp.fsdp_settings(AMP, param_dtype="auto", dp=64)
-    b = fsdp.buffers(LLAMA3_8B, s)
+    b = fsdp.buffers(UNITS, s)
     assert b["params_bytes"] == pytest.approx(2 * ROOT + 2 * 2 * BLOCK)         # the root and two blocks in bf16
     assert b["grads_bytes"] == pytest.approx(2 * ROOT + (2 + 4) * BLOCK)        # root grads, a block's + its fp32 copy
     # one micro-batch: copy-out of every gather (read + write 2 B), copy-in of every reduce (read 2, write 4)
@@ -99,12 +100,12 @@ def test_memory_with_fsdp_policy_fits_what_torchtitan_ran():
     m = memory_per_gpu(LLAMA3_8B, batch_size=1, seq_len=8192, precision="amp-bf16", zero=3, dp=64,
                        recompute="selective-op", memory_per_gpu_bytes=get_gpu("a100-80gb").memory_bytes, fsdp=s)
     assert m["fits"] and m["activations_precision"] == "mixed-bf16"
-    assert m["params_bytes"] == pytest.approx(4 * (32 * BLOCK + ROOT) / 64 + fsdp.buffers(LLAMA3_8B, s)["params_bytes"])
+    assert m["params_bytes"] == pytest.approx(4 * (32 * BLOCK + ROOT) / 64 + fsdp.buffers(UNITS, s)["params_bytes"])
 
 
 def test_hsdp_shards_inside_a_node_and_all_reduces_across():
     s = fsdp.fsdp_settings(AMP, param_dtype="auto", replicate=8, dp=64)
-    c = {x.name: x for x in fsdp.collectives(LLAMA3_8B, s, tp=1, cp=1, pp=1, dp=64, micro_batches=1, gpus_per_node=8)}
+    c = {x.name: x for x in fsdp.collectives(UNITS, s, tp=1, cp=1, dp=64, micro_batches=1, gpus_per_node=8)}
     assert c["fsdp_allgather_forward"].group_size == 8 and c["fsdp_allgather_forward"].link == "intra"
     ar = c["hsdp_allreduce"]
     assert (ar.group_size, ar.link, ar.ranks_per_node) == (8, "inter", 1)

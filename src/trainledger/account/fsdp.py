@@ -117,16 +117,14 @@ def compute_precision(precision: str, settings: FsdpSettings | None, zero: int) 
     return {"amp-bf16": "mixed-bf16", "amp-fp16": "mixed-fp16"}.get(precision, precision)
 
 
-def units(spec, tp: int = 1, pp: int = 1) -> dict:
+def units(spec, placement: dict, tp: int = 1, pp: int = 1) -> dict:
     """Parameters (a count, per GPU after TP, before sharding) of one FSDP2 block unit and of the root unit on the
     busiest pipeline stage, and the blocks on it: {"block", "root", "blocks"}.
 
-    The root holds what is outside the blocks (account.memory.params_per_gpu's stages): the token embedding and
-    learned positions on the first stage, the final norm and the head (a tied head: the embedding) on the last;
-    the vocabulary-split embedding and head divided by tp. Blocks share the rest equally."""
-    from trainledger.account.memory import params_per_gpu
+    `placement` is account.memory.params_per_gpu(spec, tp, pp). The root holds what is outside the blocks: the
+    token embedding and learned positions on the first stage, the final norm and the head (a tied head: the
+    embedding) on the last; the vocabulary-split embedding and head divided by tp. Blocks share the rest equally."""
     from trainledger.account.params import norm_params, param_counts
-    placement = params_per_gpu(spec, tp, pp)
     c = param_counts(spec)["components"]
     blocks = spec.n_layers if pp == 1 else placement["layers_per_stage"]
     token, head = c["token_embedding"], c["lm_head"] if not spec.tied_embeddings else c["token_embedding"]
@@ -146,15 +144,14 @@ def groups(tp: int, cp: int, dp: int, gpus_per_node: int, replicate: int) -> dic
             "replicate": ("intra" if tp * cp * dp <= g else "inter", per_node["dp_replicate"], replicate)}
 
 
-def collectives(spec, settings: FsdpSettings, *, tp: int, cp: int, pp: int, dp: int, micro_batches: int,
+def collectives(u: dict, settings: FsdpSettings, *, tp: int, cp: int, dp: int, micro_batches: int,
                 gpus_per_node: int) -> list:
     """The FSDP2 collectives of one step on one rank of the busiest stage (account.comm.Collective, count per step).
 
     Payloads are whole units' worth summed over the stage (the time model splits them per unit): the root's and
     the blocks' forward gathers, the blocks' backward re-gathers (all but the last block), the reduce-scatters
-    of every unit, and under HSDP the all-reduce of each reduced shard over the replicas.
+    of every unit, and under HSDP the all-reduce of each reduced shard over the replicas. `u`: `units`.
     """
-    u = units(spec, tp, pp)
     (link, k, shard), (rlink, rk, replicas) = groups(tp, cp, dp, gpus_per_node, settings.replicate).values()
     m = micro_batches
     gathers = m if settings.accumulate == "sharded" else 1
@@ -243,16 +240,15 @@ def cpu_seconds(settings: FsdpSettings, blocks: int) -> dict:
     return {"forward": forward, "backward": backward}
 
 
-def buffers(spec, settings: FsdpSettings, *, tp: int = 1, pp: int = 1) -> dict:
+def buffers(u: dict, settings: FsdpSettings) -> dict:
     """Bytes of FSDP2's unsharded buffers at the start of backward (the peak of a step), per GPU, by part.
 
     params: the root unit, gathered for forward and kept until its reduce-scatter; blocks: the current and the
     prefetched one (all of them without resharding after forward or with unsharded accumulation); grads: the
     root's unsharded gradients (the head's exist from the start of backward), the current block's and its
     reduce-scatter input in the reduce dtype (all blocks' in the reduce dtype under unsharded accumulation,
-    where FSDP2 accumulates in it). Returns {"params_bytes", "grads_bytes", "detail"}.
+    where FSDP2 accumulates in it). `u`: `units`. Returns {"params_bytes", "grads_bytes", "detail"}.
     """
-    u = units(spec, tp, pp)
     pb, rb = settings.param_bytes, settings.reduce_bytes
     keep_all = not settings.reshard_after_forward or settings.accumulate == "unsharded"
     held_blocks = u["blocks"] if keep_all else min(2, u["blocks"])

@@ -166,8 +166,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
     buffers = None
     if fsdp is not None:
-        from trainledger.account.fsdp import buffers as fsdp_buffers, compute_precision
-        buffers = fsdp_buffers(spec, fsdp, tp=tp, pp=pp)
+        from trainledger.account.fsdp import buffers as fsdp_buffers, compute_precision, units
+        buffers = fsdp_buffers(units(spec, placement, tp, pp), fsdp)
         parts["params_bytes"] += buffers["params_bytes"]
         parts["grads_bytes"] += buffers["grads_bytes"]
 

@@ -65,9 +65,10 @@ def fsdp_step(spec, gpu, settings, fwd: dict, bwd: dict, rec: dict, *, tp: int, 
     collective holds its link's NCCL SMs, slowing the compute it hides behind (overlapped_exposed).
     """
     from trainledger.account.roofline import memory_seconds
-    u = fsdp_mod.units(spec, tp, pp)
+    from trainledger.account.memory import params_per_gpu
+    u = fsdp_mod.units(spec, params_per_gpu(spec, tp, pp), tp, pp)
     blocks = u["blocks"]
-    collectives = fsdp_mod.collectives(spec, settings, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=micro_batches,
+    collectives = fsdp_mod.collectives(u, settings, tp=tp, cp=cp, dp=dp, micro_batches=micro_batches,
                                        gpus_per_node=gpu.gpus_per_node)
     by_name = {c.name: c for c in collectives}
 
