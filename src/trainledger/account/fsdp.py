@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainledger.account import comm as comm_mod
+from trainledger.account.params import norm_params, param_counts
 from trainledger.errors import TrainledgerError
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -124,7 +125,6 @@ def units(spec, placement: dict, tp: int = 1, pp: int = 1) -> dict:
     `placement` is account.memory.params_per_gpu(spec, tp, pp). The root holds what is outside the blocks: the
     token embedding and learned positions on the first stage, the final norm and the head (a tied head: the
     embedding) on the last; the vocabulary-split embedding and head divided by tp. Blocks share the rest equally."""
-    from trainledger.account.params import norm_params, param_counts
     c = param_counts(spec)["components"]
     blocks = spec.n_layers if pp == 1 else placement["layers_per_stage"]
     token, head = c["token_embedding"], c["lm_head"] if not spec.tied_embeddings else c["token_embedding"]
