@@ -136,10 +136,11 @@ TORCHTITAN = [
 ]
 
 
-def _compile_supported() -> bool:
-    """Whether account.time.step_time models torch.compile (a `compile` keyword)."""
+def _compile_keyword() -> str | None:
+    """The keyword with which account.time.step_time models torch.compile (`compile` or `compiled`), or None."""
     import inspect
-    return "compile" in inspect.signature(step_time).parameters
+    parameters = inspect.signature(step_time).parameters
+    return next((name for name in ("compile", "compiled") if name in parameters), None)
 
 
 def torchtitan_cli(row) -> str:
@@ -160,7 +161,7 @@ def torchtitan_cases() -> list[dict]:
     from trainledger.account.zero_choice import default_zero
     from trainledger.specs import get_model
     from trainledger.specs.recipes import get_recipe
-    compile_ok = _compile_supported()
+    keyword = _compile_keyword()
     rows = []
     for row in TORCHTITAN:
         label, model, gpu_name, n, tp, b, seq, recompute, compiled, published, source = row
@@ -169,9 +170,9 @@ def torchtitan_cases() -> list[dict]:
         fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", dp=dp)
         out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": dp, "batch_size": b,
                "seq_len": seq, "recompute": recompute, "compile": compiled, "published_tokens_per_s_per_gpu": published,
-               "source": source, "cli": torchtitan_cli(row), "modelled": compile_ok or not compiled}
+               "source": source, "cli": torchtitan_cli(row), "modelled": keyword is not None or not compiled}
         if out["modelled"]:
-            extra = {"compile": True} if compiled else {}
+            extra = {keyword: True} if compiled else {}
             r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=b * dp, num_gpus=n, tp=tp, sp=tp > 1,
                           precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp, **extra)
             predicted = r["tokens_per_s"] / n
