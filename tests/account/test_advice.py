@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trainledger.account.advice import bottleneck_advice, faster_setting, hints
+from trainledger.account.advice import bottleneck_advice, hints
+from trainledger.account.suggest import faster_setting
 from trainledger.account.time import step_time
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import trainledger.account.layout as layout_mod
+from trainledger.account.fsdp import fsdp_settings
 from trainledger.account.layout import search
 from trainledger.account.memory import memory_per_gpu
 from trainledger.account.schedule import check_schedule, schedule_problem, valid_interleaves
@@ -17,6 +18,7 @@ from trainledger.cli import main as cli_main
 from trainledger.errors import TrainledgerError
 from trainledger.specs import PRESETS, TransformerSpec, get_model
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs.recipes import get_recipe
 
 TRANSFORMERS = [name for name, spec in PRESETS.items() if isinstance(spec, TransformerSpec)]
 
@@ -98,7 +100,10 @@ def test_returned_layouts_are_valid_and_fit(name, gpu, num_gpus, global_batch, s
     for layout in found["layouts"]:
         assert_valid(spec.n_layers, layout)
         assert layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"] == num_gpus
-        memory = memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
+        # ZeRO-3 is FSDP2 with the bf16 policy the search assumes (account.layout)
+        fsdp = (fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=layout["pp"], dp=layout["dp"])
+                if layout["zero"] == 3 else None)
+        memory = memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"], fsdp=fsdp,
                                 dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                                 recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw", flash=True,
                                 memory_per_gpu_bytes=device.memory_bytes)

@@ -1,4 +1,4 @@
-"""Advice that knows the set-up: the bottleneck line of a predicted step, and a faster setting when one exists. Pure.
+"""Advice that knows the set-up: the bottleneck line of a predicted step, in words. Pure, no torch.
 
 `bottleneck_advice(breakdown, setup)` names the largest part of the step and what would shrink it, given the flags
 in effect (`setup`: the keys of an account.time.step_time result: flash, zero, dp, tp, pp, interleave,
@@ -7,15 +7,13 @@ already on: no "--flash" when flash is on, no fused optimizer to Megatron-LM's f
 states are already sharded, no torch.compile to a compiled or Megatron-fused model, no interleaving that the
 schedule does not allow (account.schedule).
 
-`faster_setting(...)` is a bounded search around a step: the same tp, sp, pp, cp and dp, with every micro-batch
-size (powers of two dividing the per-rank batch, and the quotient), ZeRO stage, valid interleave and a recompute
-no heavier than the given one (any, when the given step does not fit); it returns the fastest that fits in memory when it beats the step by more than the
-model's accuracy (FASTER_BY), or, when the step does not fit, the fastest that does. At most ~8 micro-batches × 4 stages × 3 policies × 8 interleaves step_time calls
-sharing one kernel cache (milliseconds each).
+The search for a faster setting around a step is account/suggest.py (it times steps with account.time, which
+imports this module for its bottleneck line).
 """
 
 from __future__ import annotations
 
+from trainledger.account.kernels import FOREACH_PASSES
 from trainledger.account.schedule import valid_interleaves
 
 WORDS = {
@@ -26,14 +24,11 @@ WORDS = {
     "pp_comm": "pipeline point-to-point communication", "dp_comm": "data-parallel communication",
     "pipeline_bubble": "the pipeline bubble",
 }
-# A faster setting is reported only when the model predicts it faster by more than this fraction: the layout
-# search's rule that layouts within a few percent are equal within the model's accuracy.
-FASTER_BY = 0.05
 # Below this fraction of the dense peak while the GEMMs run, the matmuls are called small rather than the step compute-bound.
 SMALL_GEMM_FRACTION = 0.5
 MAX_INTERLEAVE = 8
-RECOMPUTE_ORDER = ("none", "selective", "full")
-FOREACH_OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw")
+# trainledger.optim runs these as torch._foreach_* passes (account.kernels): a fused kernel would move fewer bytes
+FOREACH_OPTIMIZERS = tuple(FOREACH_PASSES)
 
 
 def _larger_micro_batch(setup: dict) -> str:
@@ -124,50 +119,3 @@ def bottleneck_advice(breakdown: dict, setup: dict) -> str:
     part = max(breakdown, key=breakdown.get)
     share = breakdown[part] / total if total else 0.0
     return f"{WORDS[part]}: {share:.0%} of the step ({hints(breakdown, setup)[part]})"
-
-
-def _micro_batches(per_rank: int) -> list[int]:
-    return sorted({b for b in range(1, per_rank + 1) if per_rank % b == 0 and b & (b - 1) == 0} | {per_rank})
-
-
-def faster_setting(spec, gpu, result: dict, **step_kwargs) -> dict | None:
-    """The fastest setting near `result` (same tp, sp, pp, cp, dp) that fits and beats it by more than FASTER_BY.
-
-    `result`: an account.time.step_time answer for `spec` on `gpu`; its settings (every key that is a step_time
-    parameter) are reused, with `step_kwargs` for any that the result does not carry. Returns None or
-    {"batch_size", "zero", "recompute", "interleave", "micro_batches", "step_seconds", "mfu", "memory_bytes",
-    "changes": ["--batch-size 8", ...], "why"}; when the step itself does not fit, the fastest setting that does
-    ("why": "fits"), faster or not.
-    """
-    import inspect
-
-    from trainledger.account.time import step_time   # account.time imports this module for its bottleneck line
-    parameters = set(inspect.signature(step_time).parameters) - {"spec", "gpu", "with_memory", "cache", "dp"}
-    step_kwargs = {**{k: result[k] for k in parameters if k in result}, **step_kwargs}
-    dp, per_rank = result["dp"], result["global_batch_size"] // result["dp"]
-    # recomputation only adds time: no heavier policy than the step's, unless the step does not fit
-    heavier = RECOMPUTE_ORDER.index(result["recompute"]) if result.get("fits", True) else len(RECOMPUTE_ORDER) - 1
-    zeros = (0, 1, 2, 3) if dp > 1 else (0,)
-    if step_kwargs.get("framework") == "megatron":
-        zeros = tuple(z for z in zeros if z <= 1)
-    cache: dict = {}
-    best = None
-    for b in _micro_batches(per_rank):
-        m = per_rank // b
-        for zero in zeros:
-            for recompute in RECOMPUTE_ORDER[:heavier + 1]:
-                interleaves = valid_interleaves(spec.n_layers, result["pp"], m, MAX_INTERLEAVE)
-                for v in interleaves if result["pp"] > 1 else (1,):
-                    r = step_time(spec, gpu, **dict(step_kwargs, batch_size=b, zero=zero, recompute=recompute,
-                                                    interleave=v), cache=cache)
-                    if r["fits"] and (best is None or r["step_seconds"] < best["step_seconds"]):
-                        best = r
-    fits = result.get("fits", True)
-    if best is None or (fits and best["step_seconds"] >= (1 - FASTER_BY) * result["step_seconds"]):
-        return None
-    changes = [f"--{key.replace('_', '-')} {best[key]}" for key in ("batch_size", "zero", "recompute", "interleave")
-               if best[key] != result[key]]
-    return {"batch_size": best["batch_size"], "zero": best["zero"], "recompute": best["recompute"],
-            "interleave": best["interleave"], "micro_batches": best["micro_batches"],
-            "step_seconds": best["step_seconds"], "mfu": best["mfu"], "memory_bytes": best["memory_bytes"],
-            "changes": changes, "why": "faster" if fits else "fits"}
