@@ -41,7 +41,8 @@ def test_every_returned_layout_fits_by_the_memory_command(gpt3_layouts, capsys):
             argv.append("--sp")
         assert cli_main.main(argv) == 0
         memory = json.loads(capsys.readouterr().out)
-        assert memory["fits"] and memory["total_bytes"] == pytest.approx(layout["memory_bytes"])
+        assert memory["fits"] and memory["peak_bytes"] == pytest.approx(layout["memory_bytes"])
+        assert memory["reserve_bytes"] == pytest.approx(layout["reserve_bytes"])
 
 
 def test_gpt2_on_8_h100_is_data_parallel():

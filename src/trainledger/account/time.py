@@ -34,7 +34,7 @@ from __future__ import annotations
 from trainledger.account import comm as comm_mod
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
-from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
+from trainledger.account.memory import check_parallel, check_positive_int, default_reserve, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
@@ -190,11 +190,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None) -> dict:
+              with_memory: bool = True, cache: dict | None = None, reserve_bytes: float | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
     times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.default_reserve of `gpu`).
     """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
@@ -310,8 +311,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes)
-        result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes,
+                                reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes)
+        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                      reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     result["assumptions"] = assumptions(gpu, result, records)

@@ -6,7 +6,8 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.reserve import add_reserve_flag, reserve_of
 
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
@@ -39,28 +40,6 @@ examples:
   trainledger memory --model llama-2-7b --precision mixed-bf16 --tp 8 --sp --recompute selective --gpu a100
   trainledger memory --model config.json --impl hf --attn-impl eager   (transformers' own model, `measure --impl hf`)
 """
-
-
-RESERVE_HELP = ("bytes per GPU kept back besides the step's peak, e.g. 2GiB, or 'auto' (default: on NVIDIA and AMD "
-                "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.62 GiB + two cuBLAS workspaces "
-                "64 MiB + 10%% of the peak for the caching allocator's cache; 0 on other devices)")
-
-
-def reserve_size(text: str) -> float | None:
-    """An argparse type for --reserve: 'auto' (None: the device's default) or a non-negative size."""
-    return None if str(text).strip().lower() == "auto" else nonnegative_bytes(text)
-
-
-def add_reserve_flag(parser: argparse.ArgumentParser) -> None:
-    """--reserve, as `memory`, `layout`, `step` and `plan --mfu auto` take it (account.memory.cuda_reserve_bytes)."""
-    parser.add_argument("--reserve", type=reserve_size, default=None, help=RESERVE_HELP)
-
-
-def reserve_of(args, gpu) -> float | None:
-    """The reserve_bytes for account.memory: --reserve when given, else the device's default (None = CUDA's)."""
-    from trainledger.account.memory import default_reserve
-    value = getattr(args, "reserve", None)
-    return default_reserve(gpu) if value is None else value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
