@@ -259,10 +259,10 @@ def _check_memory_first(spec, batch_size, seq_len, precision, optimizer, recompu
         from trainledger.measure.resources import check_fits
         check_fits(predict(spec, batch_size, seq_len, precision, optimizer, recompute)["later_step_peak_bytes"], device)
     elif device == "cuda":
-        from trainledger.measure.device_memory import check_cuda_fits, peak_of_batch_fn
+        from trainledger.measure.device_memory import check_before_run
         _context(device)            # no CUDA here: the usual one-line error first
-        check_cuda_fits(peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute),
-                        batch_size, what="one measured training step")
+        check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                         recompute=recompute, what="one measured training step")
 
 
 def _count(model, batch, loss_fn, autocast_dtype, device):

@@ -141,3 +141,13 @@ def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, reco
         return memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                               recompute=recompute, zero=0, **settings)["peak_bytes"]
     return peak
+
+
+def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
+                     recompute: str = "none", what: str = "this training step", mem_get_info=None) -> dict | None:
+    """The pre-check of `train`, `profile` and `measure` on a GPU: check_cuda_fits of `spec`'s step at `batch_size`
+    (account.memory's peak of a later step, one GPU, no sharding). Nothing is checked off CUDA (None)."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute)
+    return check_cuda_fits(peak, batch_size, what=what, mem_get_info=mem_get_info)

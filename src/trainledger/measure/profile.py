@@ -258,7 +258,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
             x, y = get_batch(tokens, batch_size, seq_len, device)
         with record_function("trainledger.forward_backward"):
             with autocast(precision, dev):
-                _, loss = model(x, y)
+                loss = model(x, y)[1]      # not `_, loss = ...`: the logits would live through backward
             (scaler.scale(loss) if scaler else loss).backward()
         with record_function("trainledger.optimizer"):     # as the trainer steps: unscale, clip, step
             if scaler:
@@ -324,7 +324,10 @@ def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimiz
             warmup: int = 2, device: str = "cpu", trace_path=None) -> dict:
     """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
     from trainledger.account.time import step_time
+    from trainledger.measure.device_memory import check_before_run
 
+    check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                     what="a profiled training step")
     prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
                            optimizer=optimizer, zero=0, flash=True, with_memory=False)
     measured = profile_steps(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
