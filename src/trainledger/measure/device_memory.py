@@ -53,7 +53,7 @@ def largest_batch(peak_of_batch, free_bytes: float, below: int) -> int:
 
 
 def check_cuda_fits(peak_of_batch, batch_size: int, *, what: str = "this training step", flag: str = "--batch-size",
-                    mem_get_info=None, environ=None) -> dict:
+                    hint: str = "", mem_get_info=None, environ=None) -> dict:
     """Raise a one-line TrainledgerError when the step at `batch_size` cannot fit the CUDA device's free memory.
 
     `peak_of_batch(b)` is the predicted peak bytes at batch size b (monotone in b). Returns {"needed_bytes",
@@ -69,8 +69,8 @@ def check_cuda_fits(peak_of_batch, batch_size: int, *, what: str = "this trainin
     if need <= free:
         return {"needed_bytes": need, "free_bytes": free, "total_bytes": total, "checked": True}
     best = largest_batch(peak_of_batch, free, batch_size)
-    advice = (f"the largest that fits is {flag} {best}" if best else
-              f"even {flag} 1 does not fit: use --recompute, a shorter --seq-len, a lighter --precision or more GPUs")
+    advice = (f"the largest that fits is {flag} {best}{hint}" if best else
+              f"even {flag} 1 does not fit: a shorter --seq-len, a lighter --precision, more GPUs or a smaller model")
     raise TrainledgerError(
         f"{flag} {batch_size}: {what} needs about {format_bytes(need)} on the GPU (peak {format_bytes(peak)} + "
         f"{format_bytes(need - peak)} for the caching allocator and cuBLAS) but {format_bytes(free)} of "
@@ -137,17 +137,21 @@ def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, reco
     """b -> the predicted peak bytes of a later training step of `spec` at batch size b (account.memory, one GPU)."""
     from trainledger.account.memory import memory_per_gpu
 
+    settings = {"zero": 0, **settings}
+
     def peak(batch_size: int) -> float:
         return memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-                              recompute=recompute, zero=0, **settings)["peak_bytes"]
+                              recompute=recompute, **settings)["peak_bytes"]
     return peak
 
 
 def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
-                     recompute: str = "none", what: str = "this training step", mem_get_info=None) -> dict | None:
-    """The pre-check of `train`, `profile` and `measure` on a GPU: check_cuda_fits of `spec`'s step at `batch_size`
-    (account.memory's peak of a later step, one GPU, no sharding). Nothing is checked off CUDA (None)."""
+                     recompute: str = "none", what: str = "this training step", flag: str = "--batch-size",
+                     hint: str = "", mem_get_info=None, **sharding) -> dict | None:
+    """The pre-check of `train`, `profile` and `measure` on a GPU: check_cuda_fits of `spec`'s step at the micro-batch
+    `batch_size` (account.memory's peak of a later step on one GPU; `sharding`: zero, dp, tp, pp of a distributed
+    run, as memory_per_gpu takes them). Nothing is checked off CUDA (returns None)."""
     if getattr(device, "type", device) != "cuda":
         return None
-    peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute)
-    return check_cuda_fits(peak, batch_size, what=what, mem_get_info=mem_get_info)
+    peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute, **sharding)
+    return check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info)
