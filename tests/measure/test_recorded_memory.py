@@ -25,8 +25,11 @@ def test_gpt2_8x1024_stays_exact_at_8_15_gib():
     result = measure_model(get_model("gpt2"), 8, 1024, precision="amp-bf16", device="fake")
     for key in ("params_bytes", "grads_bytes", "master_params_bytes", "activations_bytes"):
         assert result["predicted"][key] == result["measured"][key], key
-    for key in ("peak_bytes", "later_step_peak_bytes"):     # a few bytes of scalars (the loss) aside
-        assert result["predicted"][key] == pytest.approx(result["measured"][key], abs=64), key
+    # a few bytes aside: the loss scalar; in later steps also the optimizer's 4-byte step counter per tensor
+    assert result["predicted"]["peak_bytes"] == pytest.approx(result["measured"]["peak_bytes"], abs=64)
+    n_tensors = 148
+    assert result["predicted"]["later_step_peak_bytes"] == pytest.approx(result["measured"]["later_step_peak_bytes"],
+                                                                         abs=64 + 8 * n_tensors)
     assert result["relative_error"]["optimizer_bytes"] == pytest.approx(0, abs=1e-3)   # 4-byte step counters
     assert round(result["measured"]["peak_bytes"] / GIB, 2) == 8.15                     # as measured on the H100
 
