@@ -286,7 +286,8 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
 
 def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
                     recompute: str = "none", optimizer_states: int = 2,
-                    optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1) -> dict:
+                    optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1,
+                    grad_accum: int = 1) -> dict:
     """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment.
 
     `memory` holds the model-state parts of account.memory.memory_per_gpu (params_bytes, grads_bytes,
@@ -304,7 +305,10 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     Total = the largest. The first step creates the optimizer states during its optimizer step; `later_steps`
     (every step after the first: the steady state of a run) holds them through forward and backward too, so
     optimizer_bytes is added to the other moments. Under tensor parallelism the head and the loss are
-    vocabulary-parallel: the logits-sized buffers are divided by `tp`. Derived from what the tracker in
+    vocabulary-parallel: the logits-sized buffers are divided by `tp`. With gradient accumulation
+    (`grad_accum` > 1 micro-batches per step) the micro-batches after the first run forward and backward with
+    the gradients of the earlier ones held (backward adds into .grad; zero_grad comes after the optimizer
+    step), so grads_bytes is added to those moments too. Derived from what the tracker in
     measure.memory sees in our Transformer (first and second steps); the caching allocator's reserve and
     the CUDA context are not included (account.memory.cuda_reserve_bytes).
     """
@@ -318,12 +322,12 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     acts, grads, states = memory["activations_bytes"], memory["grads_bytes"], memory["optimizer_bytes"]
     stages = memory.get("activations") or {}
     first_stage, last_stage = stages.get("first_stage", acts), stages.get("last_stage", acts)
-    held = states if later_steps else 0
+    held = (states if later_steps else 0) + (grads if grad_accum > 1 else 0)
     logits = n_tokens * vocab * (a if a == _FP32 else a + _FP32)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
         "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held,
-        "backward_end": grads + n_tokens * d * r + held,
+        "backward_end": grads + n_tokens * d * r + (states if later_steps else 0),
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),
     }
@@ -350,8 +354,9 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         tokens = n_tokens * spec.experts_per_token / spec.n_experts if spec.is_moe else n_tokens
         hidden = tokens * spec.d_ff * a
         extra_hidden = hidden * (2 if spec.gated_mlp else 1)
-        moments["backward_recompute_last"] = (grads - grad_bytes * (embed + layer_params - d * spec.d_ff)
-                                              + one_layer + extra_hidden + 2 * n_tokens * d * r + held)
+        not_yet = 0 if grad_accum > 1 else grad_bytes * (embed + layer_params - d * spec.d_ff)   # accumulating: all exist
+        moments["backward_recompute_last"] = (grads - not_yet + one_layer + extra_hidden + 2 * n_tokens * d * r
+                                              + (states if later_steps else 0))
     peak = {k: base + v for k, v in moments.items()}
     peak["total"] = max(peak.values())
     return peak

@@ -235,7 +235,7 @@ def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, prec
                                           "activations_bytes")}
     peaks = training_peak_bytes(spec, state_parts, None, n_params=result["n_params"], batch_size=batch_size,
                                 seq_len=seq_len, precision=result["precision"],
-                                optimizer=get_optimizer(result["optimizer"]))
+                                optimizer=get_optimizer(result["optimizer"]), grad_accum=settings.get("grad_accum", 1))
     result.update(peak_bytes=peaks["later_steps"], first_step_peak_bytes=peaks["first_step"], peak_moment=peaks["moment"])
     if settings.get("reserve_bytes", 0.0) is None:
         result["reserve_parts"] = cuda_reserve_bytes(peaks["later_steps"])

@@ -82,11 +82,12 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
         for zero in (stages if dp > 1 else (0,)):
             considered += 1
             chosen = None
+            micro_batches = global_batch_size // (dp * b)
             for recompute in order:
                 memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
                                         recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity,
-                                        reserve_bytes=reserve)
+                                        reserve_bytes=reserve, grad_accum=micro_batches)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -94,7 +95,6 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                 continue
             fitting += 1
             recompute, memory = chosen
-            micro_batches = global_batch_size // (dp * b)
             layers = -(-spec.n_layers // pp)
             for v in (d for d in _divisors(layers) if d <= MAX_INTERLEAVE):
                 if v > 1 and (pp == 1 or micro_batches % pp):

@@ -178,7 +178,8 @@ def zero_divisors(zero: int, dp: int) -> dict:
 def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
-                   reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None) -> dict:
+                   reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
+                   grad_accum: int = 1) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -187,6 +188,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     optimizer states appear only in its optimizer step; peak_moment: which moment). `reserve_bytes` is kept
     apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
     in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
+    `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -218,7 +220,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     total = sum(parts.values())
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
                                 batch_size=batch_size, seq_len=seq_len, precision=recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp)
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -239,7 +241,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "activations_modeled": activations is not None,
         "activations": activations,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
-        "sp": bool(sp), "recompute": recompute, "flash": flash, "batch_size": batch_size if spec is not None else None,
+        "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,
+        "batch_size": batch_size if spec is not None else None,
         "seq_len": seq_len if spec is not None else None,
     }
     if memory_per_gpu_bytes is not None:
@@ -250,7 +253,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
-                        seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1) -> dict:
+                        seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
+                        grad_accum: int = 1) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.activations.step_peak_bytes over the parts of memory_per_gpu).
 
@@ -275,7 +279,7 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
         else:
             peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
                                    optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
-                                   later_steps=later, tp=tp)
+                                   later_steps=later, tp=tp, grad_accum=grad_accum)
         peaks[key] = peak["total"]
         if later:
             peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)

@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
     parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    parser.add_argument("--grad-accum", type=common.positive_int, default=1,
+                        help="micro-batches per optimizer step: after the first, each runs with the gradients held (default 1)")
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation (default none)")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
     parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
@@ -75,7 +77,7 @@ def compute(args) -> dict:
     zero = DEFAULT_ZERO if args.zero is None else args.zero
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
-                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory)
+                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum)
     warnings = []
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of

@@ -147,11 +147,11 @@ def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, reco
 
 def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
                      recompute: str = "none", what: str = "this training step", flag: str = "--batch-size",
-                     hint: str = "", mem_get_info=None, **sharding) -> dict | None:
+                     hint: str = "", mem_get_info=None, environ=None, **sharding) -> dict | None:
     """The pre-check of `train`, `profile` and `measure` on a GPU: check_cuda_fits of `spec`'s step at the micro-batch
     `batch_size` (account.memory's peak of a later step on one GPU; `sharding`: zero, dp, tp, pp of a distributed
     run, as memory_per_gpu takes them). Nothing is checked off CUDA (returns None)."""
     if getattr(device, "type", device) != "cuda":
         return None
     peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute, **sharding)
-    return check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info)
+    return check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info, environ=environ)

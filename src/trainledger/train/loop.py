@@ -102,7 +102,7 @@ class Trainer(Checkpointing):
         check_before_run(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
                          precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
                          hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
-                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp)
+                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
