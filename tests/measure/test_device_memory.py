@@ -54,6 +54,34 @@ def test_a_step_that_does_not_fit_is_one_line_with_the_numbers_and_the_largest_b
     assert D.SKIP_ENV in message
 
 
+def test_between_the_bare_peak_and_the_allowance_the_replay_decides():
+    """Llama 1B 8 x 2048: peak 71.4 GiB, 78.7 GiB with the 10 % allowance. With 76 GiB free the allowance decides
+    nothing: the replayed reservation does (74.3 GiB fits; 77 GiB would not); without a replay, a warning."""
+    free = lambda: (76 * GIB, 79.18 * GIB)          # noqa: E731
+    asked = []
+    fits = D.check_cuda_fits(llama_peak, 8, mem_get_info=free, environ={},
+                             replay=lambda b: asked.append(b) or 74.26 * GIB)
+    assert asked == [8] and fits["how"] == "replay" and fits["needed_bytes"] == 74.26 * GIB
+    with pytest.raises(TrainledgerError, match=r"would reserve 77 GiB .* the largest that fits is --batch-size"):
+        D.check_cuda_fits(llama_peak, 8, mem_get_info=free, environ={}, replay=lambda b: 77 * GIB)
+    warned = D.check_cuda_fits(llama_peak, 8, mem_get_info=free, environ={})
+    assert "may run out of memory" in warned["warning"] and "\n" not in warned["warning"]
+
+
+def test_check_before_run_replays_trainledgers_model_in_the_band():
+    """gpt2 2 x 512: peak 2.55 GiB, 2.87 GiB with the allowance; its two steps replayed reserve 3.13 GiB (a 20 %
+    cache). With 2.8 GiB free the replay, not the allowance, stops it."""
+    with pytest.raises(TrainledgerError, match=r"would reserve 3.13 GiB for it \(its allocations replayed"):
+        D.check_before_run(get_model("gpt2"), "cuda", batch_size=2, seq_len=512, precision="amp-bf16",
+                           optimizer="adamw", mem_get_info=lambda: (2.8 * GIB, 16 * GIB), environ={})
+
+
+def test_when_the_bare_peak_does_not_fit_nothing_is_replayed():
+    with pytest.raises(TrainledgerError, match="needs about"):
+        D.check_cuda_fits(llama_peak, 8, mem_get_info=lambda: (70 * GIB, 79.18 * GIB), environ={},
+                          replay=lambda b: pytest.fail("replayed a step that cannot fit"))
+
+
 def test_when_even_one_sequence_does_not_fit_it_says_what_to_change():
     with pytest.raises(TrainledgerError, match="even --batch-size 1 does not fit"):
         D.check_cuda_fits(llama_peak, 8, mem_get_info=lambda: (10 * GIB, 16 * GIB), environ={})

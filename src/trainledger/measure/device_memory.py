@@ -1,13 +1,19 @@
 """GPU memory before and during a run: does the step fit in the device's free memory, and a CUDA OOM in one line.
 
 `check_cuda_fits` runs before `train`, `profile` or `measure` allocate anything on a GPU. It compares what the
-step will hold — the predicted peak of a training step after the first (account.memory.memory_per_gpu's
-peak_bytes: optimizer states, activations, the loss's fp32 logits-sized buffers) plus what PyTorch's caching
-allocator keeps besides (account.memory.cuda_reserve_bytes without the context) — with the free memory
-torch.cuda.mem_get_info() reports. Asking for it starts CUDA, so the context (and any other process) is already
-out of that figure. When the step does not fit: one TrainledgerError line with both numbers and the largest
-batch that fits (exit status 2). The prediction can be wrong for a model it does not describe: setting
-TRAINLEDGER_NO_MEMORY_CHECK=1 skips the check.
+step will hold with the free memory torch.cuda.mem_get_info() reports (asking for it starts CUDA, so the context
+and any other process are already out of that figure). The step's tensors peak at the predicted peak of a
+training step after the first (account.memory.memory_per_gpu's peak_bytes: optimizer states, activations, the
+loss's fp32 logits-sized buffers); PyTorch's caching allocator holds more, by an amount that depends on the order
+of allocations (1.5-20 % of the peak over the configurations replayed in docs/measure.md). So:
+- peak + cuBLAS workspaces > free: it cannot fit; stop;
+- peak + account.memory.cuda_reserve_bytes (10 % for the cache) <= free: it fits;
+- in between, when `replay` is given (one GPU, trainledger's Transformer: the step replayed on fake tensors through
+  measure.allocator, a few seconds), stop if the replayed reservation exceeds the free memory; without it, go on
+  with a warning line.
+A stop is one TrainledgerError line with the numbers and the largest batch that fits with the 10 % allowance
+(exit status 2). The prediction can be wrong for a model it does not describe: TRAINLEDGER_NO_MEMORY_CHECK=1
+skips the check.
 
 `oom_message` turns a torch.OutOfMemoryError that happens anyway into one line with the numbers PyTorch
 reports: asked, allocated, reserved (of which cached but unusable: fragmentation), free, total.
@@ -53,29 +59,42 @@ def largest_batch(peak_of_batch, free_bytes: float, below: int) -> int:
 
 
 def check_cuda_fits(peak_of_batch, batch_size: int, *, what: str = "this training step", flag: str = "--batch-size",
-                    hint: str = "", mem_get_info=None, environ=None) -> dict:
-    """Raise a one-line TrainledgerError when the step at `batch_size` cannot fit the CUDA device's free memory.
+                    hint: str = "", mem_get_info=None, environ=None, replay=None) -> dict:
+    """Raise a one-line TrainledgerError when the step at `batch_size` does not fit the CUDA device's free memory.
 
-    `peak_of_batch(b)` is the predicted peak bytes at batch size b (monotone in b). Returns {"needed_bytes",
-    "free_bytes", "total_bytes", "checked"} when it fits (checked False when TRAINLEDGER_NO_MEMORY_CHECK=1).
-    `mem_get_info` and `environ` replace torch.cuda.mem_get_info and os.environ (tests).
+    `peak_of_batch(b)` is the predicted peak bytes at batch size b (monotone in b); `replay(b)`, optional, the
+    bytes the caching allocator reserves for the step (measure.allocator), asked only when the 10 % allowance
+    decides nothing (module docstring). Returns {"needed_bytes", "free_bytes", "total_bytes", "checked", "how"}
+    when it fits, with a "warning" line when only the allowance said it might not (checked False when
+    TRAINLEDGER_NO_MEMORY_CHECK=1). `mem_get_info` and `environ` replace torch.cuda's and os.environ (tests).
     """
+    from trainledger.account.memory import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES
     environ = os.environ if environ is None else environ
     if environ.get(SKIP_ENV, "") not in ("", "0"):
         return {"checked": False}
     free, total = cuda_free_bytes(mem_get_info)
     peak = peak_of_batch(batch_size)
-    need = needed_bytes(peak)
+    floor, need = peak + CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES, needed_bytes(peak)
+    result = {"needed_bytes": need, "free_bytes": free, "total_bytes": total, "checked": True, "how": "allowance"}
     if need <= free:
-        return {"needed_bytes": need, "free_bytes": free, "total_bytes": total, "checked": True}
+        return result
+    if floor <= free and replay is None:
+        result["warning"] = (f"{flag} {batch_size}: {what} peaks at {format_bytes(peak)}; with the caching allocator's "
+                             f"usual cache it needs about {format_bytes(need)} and {format_bytes(free)} is free: "
+                             f"it may run out of memory")
+        return result
+    reserved = replay(batch_size) if floor <= free else None
+    if reserved is not None and reserved <= free:
+        return {**result, "needed_bytes": reserved, "how": "replay"}
     best = largest_batch(peak_of_batch, free, batch_size)
     advice = (f"the largest that fits is {flag} {best}{hint}" if best else
               f"even {flag} 1 does not fit: a shorter --seq-len, a lighter --precision, more GPUs or a smaller model")
-    raise TrainledgerError(
-        f"{flag} {batch_size}: {what} needs about {format_bytes(need)} on the GPU (peak {format_bytes(peak)} + "
-        f"{format_bytes(need - peak)} for the caching allocator and cuBLAS) but {format_bytes(free)} of "
-        f"{format_bytes(total)} is free (torch.cuda.mem_get_info); {advice} "
-        f"(or set {SKIP_ENV}=1 to run anyway)")
+    needs = (f"needs about {format_bytes(need)} on the GPU (peak {format_bytes(peak)} + {format_bytes(need - peak)} "
+             "for the caching allocator and cuBLAS)" if reserved is None else
+             f"peaks at {format_bytes(peak)} and PyTorch's caching allocator would reserve {format_bytes(reserved)} "
+             "for it (its allocations replayed on fake tensors)")
+    raise TrainledgerError(f"{flag} {batch_size}: {what} {needs} but {format_bytes(free)} of {format_bytes(total)} is "
+                           f"free (torch.cuda.mem_get_info); {advice} (or set {SKIP_ENV}=1 to run anyway)")
 
 
 def is_cuda_oom(error: BaseException) -> bool:
@@ -154,4 +173,16 @@ def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: 
     if getattr(device, "type", device) != "cuda":
         return None
     peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute, **sharding)
-    return check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info, environ=environ)
+    one_gpu = all(sharding.get(k, 1) == 1 for k in ("dp", "tp", "pp", "grad_accum"))
+    replay = None
+    if one_gpu and getattr(spec, "kind", None) == "transformer":
+        def replay(batch):          # two steps of this model on fake tensors through the allocator model
+            from trainledger.measure.compare import measure_model
+            return measure_model(spec, batch, seq_len, precision=precision, optimizer=optimizer, recompute=recompute,
+                                 device="fake")["measured"]["reserved_bytes"]
+    result = check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info,
+                             environ=environ, replay=replay)
+    if result.get("warning"):
+        import sys
+        sys.stderr.write(f"warning: {result['warning']}\n")
+    return result
