@@ -71,9 +71,10 @@ def test_between_the_bare_peak_and_the_allowance_the_replay_decides():
 def test_check_before_run_replays_trainledgers_model_in_the_band():
     """gpt2 2 x 512: peak 2.55 GiB, 2.87 GiB with the allowance; its two steps replayed reserve 3.13 GiB (a 20 %
     cache). With 2.8 GiB free the replay, not the allowance, stops it."""
+    from trainledger.measure.compare import check_gpu_memory
     with pytest.raises(TrainledgerError, match=r"would reserve 3.13 GiB for it \(its allocations replayed"):
-        D.check_before_run(get_model("gpt2"), "cuda", batch_size=2, seq_len=512, precision="amp-bf16",
-                           optimizer="adamw", mem_get_info=lambda: (2.8 * GIB, 16 * GIB), environ={})
+        check_gpu_memory(get_model("gpt2"), "cuda", batch_size=2, seq_len=512, precision="amp-bf16",
+                         optimizer="adamw", mem_get_info=lambda: (2.8 * GIB, 16 * GIB), environ={})
 
 
 def test_when_the_bare_peak_does_not_fit_nothing_is_replayed():

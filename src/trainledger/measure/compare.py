@@ -26,8 +26,7 @@ DEVICES = ("fake", "meta", "cpu", "cuda")
 KEYS = ("n_params", "forward_flops_per_step", "train_flops_per_step", "hardware_flops_per_step", "params_bytes",
         "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes",
         "later_step_peak_bytes", "reserved_bytes")
-# cuBLAS workspace per handle (account.memory.CUBLAS_WORKSPACE_BYTES, Hopper/Blackwell) in the allocator replay
-STEPS = 2          # the first step (optimizer states appear in its optimizer step) and one later step
+
 
 
 def optimizer_class(name: str, torch_only: bool = False):
@@ -220,36 +219,20 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
 
 def _two_steps(model, batch, opt, device: str, **kwargs):
     """(first step's MemoryReport, a later step's, the allocator replay of both) of a model and its optimizer."""
-    from trainledger.account.memory import CUBLAS_WORKSPACE_BYTES
-    from trainledger.measure.memory import track_steps
-    extra = opt.masters if isinstance(opt, MasterWeights) else ()
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    (report, later), replayed = track_steps(model, batch, opt, steps=STEPS, extra_storages=extra,
-                                            workspace_bytes=CUBLAS_WORKSPACE_BYTES, count_flops=True, **kwargs)
-    return report, later, replayed
+    from trainledger.measure.memory import two_steps
+    return two_steps(model, batch, opt, device, extra_storages=opt.masters if isinstance(opt, MasterWeights) else (),
+                     **kwargs)
 
 
 def _memory_rows(report, later, opt, device: str, replayed: dict) -> dict:
-    """The measured memory rows: the first step's parts and peak, a later step's peak (optimizer states held
-    throughout), and the bytes reserved: torch.cuda's on CUDA, else the caching allocator's replay."""
-    masters = storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0
-    rows = dict(params_bytes=report.params_bytes, grads_bytes=report.grads_bytes, master_params_bytes=masters,
-                optimizer_bytes=report.optimizer_bytes, activations_bytes=report.activations_bytes,
-                peak_bytes=report.peak_bytes - report.inputs_bytes + masters,
-                later_step_peak_bytes=later.peak_bytes - later.inputs_bytes + masters,
-                reserved_bytes=replayed["peak_reserved_bytes"])
-    if device == "cuda":
-        rows["reserved_bytes"] = torch.cuda.max_memory_reserved()
-        rows["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    return rows
+    from trainledger.measure.memory import memory_rows
+    return memory_rows(report, later, storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0, device,
+                       replayed)
 
 
 def _reserved_note(device: str) -> str:
-    if device == "cuda":
-        return "reserved: torch.cuda.max_memory_reserved() over both steps (the caching allocator's segments)"
-    return ("reserved: what PyTorch's CUDA caching allocator would reserve for these two steps, replayed from their "
-            "allocations (measure/allocator.py); a CUDA process also holds its context (~0.6 GiB)")
+    from trainledger.measure.memory import reserved_note
+    return reserved_note(device)
 
 
 def _check_memory_first(spec, batch_size, seq_len, precision, optimizer, recompute, device) -> None:
@@ -259,10 +242,24 @@ def _check_memory_first(spec, batch_size, seq_len, precision, optimizer, recompu
         from trainledger.measure.resources import check_fits
         check_fits(predict(spec, batch_size, seq_len, precision, optimizer, recompute)["later_step_peak_bytes"], device)
     elif device == "cuda":
-        from trainledger.measure.device_memory import check_before_run
         _context(device)            # no CUDA here: the usual one-line error first
-        check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+        check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                          recompute=recompute, what="one measured training step")
+
+
+def check_gpu_memory(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
+                     recompute: str = "none", **kwargs) -> dict | None:
+    """The pre-check of `train`, `profile` and `measure` before they allocate on a GPU: measure.device_memory's
+    check_before_run, with the replay of this step's allocations on fake tensors for trainledger's Transformer
+    (asked only when the analytic margin decides nothing). kwargs: what, flag, hint, sharding, mem_get_info."""
+    from trainledger.measure.device_memory import check_before_run
+    replay = None
+    if getattr(spec, "kind", None) == "transformer":
+        def replay(batch):
+            return measure_model(spec, batch, seq_len, precision=precision, optimizer=optimizer, recompute=recompute,
+                                 device="fake")["measured"]["reserved_bytes"]
+    return check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                            optimizer=optimizer, recompute=recompute, replay=replay, **kwargs)
 
 
 def _count(model, batch, loss_fn, autocast_dtype, device):

@@ -8,9 +8,9 @@ loss's fp32 logits-sized buffers); PyTorch's caching allocator holds more, by an
 of allocations (1.5-20 % of the peak over the configurations replayed in docs/measure.md). So:
 - peak + cuBLAS workspaces > free: it cannot fit; stop;
 - peak + account.memory.cuda_reserve_bytes (10 % for the cache) <= free: it fits;
-- in between, when `replay` is given (one GPU, trainledger's Transformer: the step replayed on fake tensors through
-  measure.allocator, a few seconds), stop if the replayed reservation exceeds the free memory; without it, go on
-  with a warning line.
+- in between, when `replay` is given (measure.compare.check_gpu_memory gives it for one-GPU runs of trainledger's
+  Transformer: the step replayed on fake tensors through measure.allocator, a few seconds), stop if the replayed
+  reservation exceeds the free memory; without it, go on with a warning line.
 A stop is one TrainledgerError line with the numbers and the largest batch that fits with the 10 % allowance
 (exit status 2). The prediction can be wrong for a model it does not describe: TRAINLEDGER_NO_MEMORY_CHECK=1
 skips the check.
@@ -166,22 +166,17 @@ def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, reco
 
 def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
                      recompute: str = "none", what: str = "this training step", flag: str = "--batch-size",
-                     hint: str = "", mem_get_info=None, environ=None, **sharding) -> dict | None:
-    """The pre-check of `train`, `profile` and `measure` on a GPU: check_cuda_fits of `spec`'s step at the micro-batch
-    `batch_size` (account.memory's peak of a later step on one GPU; `sharding`: zero, dp, tp, pp of a distributed
-    run, as memory_per_gpu takes them). Nothing is checked off CUDA (returns None)."""
+                     hint: str = "", mem_get_info=None, environ=None, replay=None, **sharding) -> dict | None:
+    """check_cuda_fits of `spec`'s step at the micro-batch `batch_size` (account.memory's peak of a later step on one
+    GPU; `sharding`: zero, dp, tp, pp, grad_accum of the run, as memory_per_gpu takes them). `replay(b)` is used only
+    when the run is one GPU without accumulation (it replays that step). Nothing is checked off CUDA (None).
+    `train`, `profile` and `measure` call it through measure.compare.check_gpu_memory, which supplies the replay."""
     if getattr(device, "type", device) != "cuda":
         return None
     peak = peak_of_batch_fn(spec, seq_len, precision=precision, optimizer=optimizer, recompute=recompute, **sharding)
     one_gpu = all(sharding.get(k, 1) == 1 for k in ("dp", "tp", "pp", "grad_accum"))
-    replay = None
-    if one_gpu and getattr(spec, "kind", None) == "transformer":
-        def replay(batch):          # two steps of this model on fake tensors through the allocator model
-            from trainledger.measure.compare import measure_model
-            return measure_model(spec, batch, seq_len, precision=precision, optimizer=optimizer, recompute=recompute,
-                                 device="fake")["measured"]["reserved_bytes"]
     result = check_cuda_fits(peak, batch_size, what=what, flag=flag, hint=hint, mem_get_info=mem_get_info,
-                             environ=environ, replay=replay)
+                             environ=environ, replay=replay if one_gpu else None)
     if result.get("warning"):
         import sys
         sys.stderr.write(f"warning: {result['warning']}\n")

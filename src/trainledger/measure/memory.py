@@ -254,3 +254,37 @@ def track_steps(model: torch.nn.Module, batch, optimizer, *, steps: int = 2, ext
     replayed = replay(events, capacity_bytes)
     del trackers
     return reports, replayed
+
+
+def two_steps(model, batch, opt, device: str, *, extra_storages=(), **kwargs) -> tuple:
+    """(first step's MemoryReport, a later step's, the allocator replay of both): track_steps with two steps, the
+    cuBLAS workspaces of a Hopper-class GPU (account.memory.CUBLAS_WORKSPACE_BYTES) and FLOPs counted in the first.
+    On CUDA the device's own peak statistics are reset first (memory_rows reads them)."""
+    from trainledger.account.memory import CUBLAS_WORKSPACE_BYTES
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    (report, later), replayed = track_steps(model, batch, opt, steps=2, extra_storages=extra_storages,
+                                            workspace_bytes=CUBLAS_WORKSPACE_BYTES, count_flops=True, **kwargs)
+    return report, later, replayed
+
+
+def memory_rows(report, later, masters_bytes: int, device: str, replayed: dict) -> dict:
+    """The measured memory rows of `measure`: the first step's parts and peak, a later step's peak (optimizer states
+    held throughout) and the bytes reserved: torch.cuda's on CUDA, else the caching allocator's replay."""
+    rows = dict(params_bytes=report.params_bytes, grads_bytes=report.grads_bytes, master_params_bytes=masters_bytes,
+                optimizer_bytes=report.optimizer_bytes, activations_bytes=report.activations_bytes,
+                peak_bytes=report.peak_bytes - report.inputs_bytes + masters_bytes,
+                later_step_peak_bytes=later.peak_bytes - later.inputs_bytes + masters_bytes,
+                reserved_bytes=replayed["peak_reserved_bytes"])
+    if device == "cuda":
+        rows["reserved_bytes"] = torch.cuda.max_memory_reserved()
+        rows["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    return rows
+
+
+def reserved_note(device: str) -> str:
+    """What the "reserved" row of `measure` is on `device`."""
+    if device == "cuda":
+        return "reserved: torch.cuda.max_memory_reserved() over both steps (the caching allocator's segments)"
+    return ("reserved: what PyTorch's CUDA caching allocator would reserve for these two steps, replayed from their "
+            "allocations (measure/allocator.py); a CUDA process also holds its context (~0.6 GiB)")

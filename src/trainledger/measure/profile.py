@@ -324,9 +324,9 @@ def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimiz
             warmup: int = 2, device: str = "cpu", trace_path=None) -> dict:
     """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
     from trainledger.account.time import step_time
-    from trainledger.measure.device_memory import check_before_run
+    from trainledger.measure.compare import check_gpu_memory
 
-    check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+    check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                      what="a profiled training step")
     prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
                            optimizer=optimizer, zero=0, flash=True, with_memory=False)
