@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from trainledger.errors import TrainledgerError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op", "selective-layer")   # account.recompute.POLICIES
 
 # precision recipe -> (a: bytes of matmul inputs / activations, r: bytes of residual stream, norms and loss,
 #                      w: bytes of the per-forward weight copies autocast saves (0: none))
@@ -135,6 +135,7 @@ class _Layer:
 
     def __init__(self, spec, batch_size: int, seq_len: int, precision: str, recompute: str, flash: bool):
         self.spec, self.B, self.T, self.recompute, self.flash = spec, batch_size, seq_len, recompute, flash
+        self._precision = precision
         self.a, self.r, w = recipe_bytes(precision)
         self.amp = w > 0
         self.n = batch_size * seq_len
@@ -204,6 +205,16 @@ class _Layer:
     def bytes(self, layer: int, shard) -> float:
         """Bytes layer `layer` keeps (sharded per `shard`)."""
         spec, n, d = self.spec, self.n, self.spec.d_model
+        if self.recompute in ("selective-op", "selective-layer"):    # torchtitan's policies (account.recompute)
+            from trainledger.account import recompute as policies
+            if self.recompute == "selective-op" and not spec.is_moe_layer(layer):
+                row, col = policies.selective_op_layer_bytes(spec, n, self.a, self.r)
+                return shard(row, replicated_without_sp=True) + shard(col)
+            w = policies.checkpointed_fraction(spec.n_layers, "selective-layer" if self.recompute != "selective-op"
+                                               else "none")
+            args = (spec, self.B, self.T)
+            kept, full = _Layer(*args, self._precision, "none", self.flash), _Layer(*args, self._precision, "full", self.flash)
+            return w * full.bytes(layer, shard) + (1 - w) * kept.bytes(layer, shard)
         if self.recompute == "full":
             return shard(n * d * self.r, replicated_without_sp=True)   # the block's input only
         moe = spec.is_moe_layer(layer)
@@ -292,7 +303,8 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
 
     `memory` holds the model-state parts of account.memory.memory_per_gpu (params_bytes, grads_bytes,
     master_params_bytes, optimizer_bytes, activations_bytes, and optionally its "activations" parts, whose
-    first_stage / last_stage put the loss on the last pipeline stage). Every moment adds params + master params:
+    first_stage / last_stage put the loss on the last pipeline stage, and backward_buffers_bytes, gradient buffers
+    held at the start of backward: FSDP2's unsharded ones). Every moment adds params + master params:
       forward:   activations + the logits (16-bit under autocast/16-bit weights) + their fp32 copy for the loss;
       backward (start): activations + the fp32 gradients of the log-softmax and of the logits (2·N·V·4);
       backward (end): grads + the gradient of the embedding output (N·d);
@@ -326,7 +338,8 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     logits = n_tokens * vocab * (a if a == _FP32 else a + _FP32)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
-        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held,
+        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held
+                          + memory.get("backward_buffers_bytes", 0.0),
         "backward_end": grads + n_tokens * d * r + (states if later_steps else 0),
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),

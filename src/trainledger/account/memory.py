@@ -179,7 +179,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
                    reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
-                   grad_accum: int = 1) -> dict:
+                   grad_accum: int = 1, fsdp=None) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -189,6 +189,10 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
     in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
     `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
+    `fsdp` (account.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
+    HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
+    its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
+    peak, the gradient buffers are held at the start of backward too).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -206,21 +210,32 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         per_gpu = placement["n_params_per_gpu"]
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
-    divisors = zero_divisors(zero, dp)
+    fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
+                    and getattr(spec, "kind", None) == "transformer") else None
+    divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
     parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
+    buffers = None
+    if fsdp is not None:
+        from trainledger.account.fsdp import buffers as fsdp_buffers, compute_precision, units
+        buffers = fsdp_buffers(units(spec, placement, tp, pp), fsdp)
+        parts["params_bytes"] += buffers["params_bytes"]
+        parts["grads_bytes"] += buffers["grads_bytes"]
 
     activations = None
     if spec is not None:
         seq_len = seq_len if seq_len is not None else getattr(spec, "default_seq_len", 1)  # pre-training context
         check_positive_int(batch_size, "--batch-size")
         check_positive_int(seq_len, "--seq-len")
-        activations = _activations_bytes(spec, batch_size, seq_len, precision=recipe.name, recompute=recompute,
+        computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
+        activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
                                          flash=flash, tp=tp, sp=sp, pp=pp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     total = sum(parts.values())
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
-                                batch_size=batch_size, seq_len=seq_len, precision=recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
+                                batch_size=batch_size, seq_len=seq_len,
+                                precision=computes_in if spec is not None else recipe.name, optimizer=opt,
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"),
+                                backward_buffers_bytes=buffers["grads_bytes"] if buffers else 0.0)
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -240,6 +255,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "bytes_per_param_parts": per_param,
         "activations_modeled": activations is not None,
         "activations": activations,
+        "fsdp_buffers": buffers["detail"] if buffers else None,
+        "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
         "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,
         "batch_size": batch_size if spec is not None else None,
@@ -254,18 +271,19 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
                         seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
-                        grad_accum: int = 1) -> dict:
+                        grad_accum: int = 1, backward_buffers_bytes: float = 0.0) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.activations.step_peak_bytes over the parts of memory_per_gpu).
 
-    Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
+    `backward_buffers_bytes`: gradient buffers alive at the start of backward besides the activations (FSDP2's
+    unsharded gradients, account.fsdp.buffers). Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
     (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
     """
     from trainledger.account.activations import step_peak_bytes
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
-    memory = {**parts, "n_params": n_params, "activations": activations}
+    memory = {**parts, "n_params": n_params, "activations": activations, "backward_buffers_bytes": backward_buffers_bytes}
     peaks = {}
     for key, later in (("first_step", False), ("later_steps", True)):
         if spec is None:
