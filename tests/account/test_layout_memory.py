@@ -8,9 +8,11 @@ memory, and `near_limit` marks exactly those within account.layout.NEAR_LIMIT_FR
 import pytest
 
 from trainledger.account import memory as M
+from trainledger.account.fsdp import fsdp_settings
 from trainledger.account.layout import NEAR_LIMIT_FRACTION, search
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs.recipes import get_recipe
 
 CASES = [  # (model, gpu, GPUs, global batch, seq len, reserve): None = the device's default
     ("gpt2", "h100", 8, 64, 1024, None),
@@ -30,10 +32,12 @@ def test_no_pick_above_memory_minus_reserve(model, gpu_name, num_gpus, global_ba
                    reserve_bytes=reserve)
     assert found["layouts"]
     for layout in found["layouts"]:
+        fsdp = (fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=layout["pp"], dp=layout["dp"])
+                if layout["zero"] == 3 else None)        # ZeRO-3 layouts are FSDP2 as it runs (account.fsdp)
         m = M.memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
                              dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                              recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw",
-                             grad_accum=layout["micro_batches"],
+                             grad_accum=layout["micro_batches"], fsdp=fsdp,
                              reserve_bytes=M.default_reserve(gpu) if reserve is None else reserve)
         assert layout["memory_bytes"] == pytest.approx(m["peak_bytes"])
         assert layout["reserve_bytes"] == pytest.approx(m["reserve_bytes"])

@@ -183,3 +183,15 @@ def test_zero3_parameters_stored_per_gpu_are_sharded():
     assert sharded["n_params_per_gpu_before_zero"] == replicated["n_params_per_gpu"] == n
     assert sharded["n_params_per_gpu"] == pytest.approx(n / 8)
     assert sharded["params_bytes"] == pytest.approx(2 * sharded["n_params_per_gpu"])  # bf16 weights
+
+
+def test_expandable_segments_keep_no_allocator_cache(capsys):
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps and unmaps pages instead of splitting cached segments:
+    the reserve is the context and the cuBLAS workspaces only (`--reserve expandable`)."""
+    import json
+
+    from trainledger.cli import main as cli_main
+    parts = M.cuda_reserve_bytes(50e9, expandable_segments=True)
+    assert parts["allocator"] == 0 and parts["total"] == M.CUDA_CONTEXT_BYTES + 2 * M.CUBLAS_WORKSPACE_BYTES
+    assert cli_main.main(["memory", "--params", "1e9", "--reserve", "expandable", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reserve_bytes"] == parts["total"]

@@ -303,8 +303,7 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
 
     `memory` holds the model-state parts of account.memory.memory_per_gpu (params_bytes, grads_bytes,
     master_params_bytes, optimizer_bytes, activations_bytes, and optionally its "activations" parts, whose
-    first_stage / last_stage put the loss on the last pipeline stage, and backward_buffers_bytes, gradient buffers
-    held at the start of backward: FSDP2's unsharded ones). Every moment adds params + master params:
+    first_stage / last_stage put the loss on the last pipeline stage). Every moment adds params + master params:
       forward:   activations + the logits (16-bit under autocast/16-bit weights) + their fp32 copy for the loss;
       backward (start): activations + the fp32 gradients of the log-softmax and of the logits (2·N·V·4);
       backward (end): grads + the gradient of the embedding output (N·d);
@@ -338,8 +337,7 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     logits = n_tokens * vocab * (a if a == _FP32 else a + _FP32)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
-        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held
-                          + memory.get("backward_buffers_bytes", 0.0),
+        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held,
         "backward_end": grads + n_tokens * d * r + (states if later_steps else 0),
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),

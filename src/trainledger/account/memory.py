@@ -81,17 +81,19 @@ def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
         raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
 
 
-def cuda_reserve_bytes(peak_bytes: float, *, context: bool = True) -> dict:
+def cuda_reserve_bytes(peak_bytes: float, *, context: bool = True, expandable_segments: bool = False) -> dict:
     """Bytes a CUDA training process holds beyond its tensors' peak `peak_bytes`, by part, and their "total".
 
     context (CUDA_CONTEXT_BYTES; context=False when the free memory is read after CUDA started, as
     torch.cuda.mem_get_info() does, so the context is already taken), two cuBLAS workspaces
-    (CUBLAS_WORKSPACE_BYTES each) and the caching allocator's cache (ALLOCATOR_SLACK_FRACTION of the peak).
-    Sources beside the constants.
+    (CUBLAS_WORKSPACE_BYTES each) and the caching allocator's cache (ALLOCATOR_SLACK_FRACTION of the peak; none
+    with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, where segments grow and are unmapped by 2 or 20 MiB
+    pages instead of being split: c10/cuda/CUDACachingAllocator.cpp, "Expandable Segments"; torchtitan's
+    run_train.sh sets it). Sources beside the constants.
     """
     parts = {"context": float(CUDA_CONTEXT_BYTES) if context else 0.0,
              "workspaces": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
-             "allocator": ALLOCATOR_SLACK_FRACTION * float(peak_bytes)}
+             "allocator": 0.0 if expandable_segments else ALLOCATOR_SLACK_FRACTION * float(peak_bytes)}
     parts["total"] = sum(parts.values())
     return parts
 
@@ -192,7 +194,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     `fsdp` (account.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
     its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
-    peak, the gradient buffers are held at the start of backward too).
+    peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -234,8 +236,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
                                 batch_size=batch_size, seq_len=seq_len,
                                 precision=computes_in if spec is not None else recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"),
-                                backward_buffers_bytes=buffers["grads_bytes"] if buffers else 0.0)
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -271,19 +272,18 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
                         seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
-                        grad_accum: int = 1, backward_buffers_bytes: float = 0.0) -> dict:
+                        grad_accum: int = 1) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.activations.step_peak_bytes over the parts of memory_per_gpu).
 
-    `backward_buffers_bytes`: gradient buffers alive at the start of backward besides the activations (FSDP2's
-    unsharded gradients, account.fsdp.buffers). Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
+    Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
     (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
     """
     from trainledger.account.activations import step_peak_bytes
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
-    memory = {**parts, "n_params": n_params, "activations": activations, "backward_buffers_bytes": backward_buffers_bytes}
+    memory = {**parts, "n_params": n_params, "activations": activations}
     peaks = {}
     for key, later in (("first_step", False), ("later_steps", True)):
         if spec is None:

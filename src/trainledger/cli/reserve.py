@@ -7,15 +7,21 @@ import argparse
 from trainledger import units
 from trainledger.errors import TrainledgerError
 
-HELP = ("bytes per GPU kept back besides the training step's peak, e.g. 2GiB, or 'auto' (default: on NVIDIA and AMD "
+HELP = ("bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (the default: on NVIDIA and AMD "
         "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.62 GiB + two cuBLAS workspaces 64 MiB "
-        "+ 10%% of the peak for the caching allocator's cache, account/memory.py; 0 on other devices)")
+        "+ 10%% of the peak for the caching allocator's cache, account/memory.py; 0 on other devices); or "
+        "'expandable' (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: context and workspaces only)")
+EXPANDABLE = "expandable"
 
 
 def reserve_size(text: str) -> float | None:
-    """An argparse type for --reserve: 'auto' (None: the device's default) or a non-negative size like 2GiB."""
+    """An argparse type for --reserve: 'auto' (None: the device's default), 'expandable' (the context and cuBLAS
+    workspaces of account.memory.cuda_reserve_bytes, no allocator cache) or a non-negative size like 2GiB."""
     if str(text).strip().lower() == "auto":
         return None
+    if str(text).strip().lower() == EXPANDABLE:
+        from trainledger.account.memory import cuda_reserve_bytes
+        return cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
     try:
         value = units.parse_bytes(text)
     except TrainledgerError as error:
