@@ -63,3 +63,22 @@ def test_a_larger_reserve_drops_the_picks_it_no_longer_leaves_room_for():
 def test_tpus_get_no_cuda_reserve_by_default():
     assert M.default_reserve(get_gpu("h100")) is None and M.default_reserve(get_gpu("mi300x")) is None
     assert M.default_reserve(get_gpu("tpu-v5p")) == 0.0
+
+
+@pytest.mark.parametrize("argv", [
+    ["step", "--model", "gpt2", "--num-gpus", "1", "--batch-size", "8", "--reserve", "63GiB", "--json"],
+    ["layout", "--model", "gpt2", "--num-gpus", "1", "--global-batch-size", "8", "--reserve", "63GiB", "--json"],
+], ids=["step", "layout"])
+def test_a_pick_within_5_percent_of_the_limit_gets_one_warning_line(argv, capsys):
+    """gpt2 8 x 1024 peaks at 9.08 GiB; with 63 GiB reserved on a 74.5 GiB H100, 2.4 GiB (3.3 %) are left."""
+    import json
+
+    from trainledger.cli import main as cli_main
+    assert cli_main.main(argv) == 0
+    out = capsys.readouterr()
+    warnings = [line for line in out.err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "to spare" in warnings[0]
+    result = json.loads(out.out)
+    pick = result["layouts"][0] if "layouts" in result else result
+    assert pick["memory_bytes"] + pick["reserve_bytes"] <= get_gpu("h100").memory_bytes
+    assert get_gpu("h100").memory_bytes - pick["memory_bytes"] - pick["reserve_bytes"] < NEAR_LIMIT_FRACTION * get_gpu("h100").memory_bytes
