@@ -90,6 +90,25 @@ def test_the_diagnosis_opens_with_the_largest_part(recorded):
     assert "--flash" not in " ".join(result["diagnosis"])                       # flash ran
 
 
+def test_a_live_cuda_profile_puts_the_unprofiled_step_beside_the_kernels():
+    """What `profile --device cuda` reports for gpt2 8 × 1024 from this trace and the unprofiled step recorded with
+    it (profile_steps.jsonl, 49.8 ms): the GPU was busy 46 ms of it, so it was GPU-bound, and the matmuls, not the
+    idle time the profiler's own CPU cost makes, are the largest part."""
+    from trainledger.measure.profile import unprofiled_categories
+    from trainledger.measure.trace import gpu_breakdown, read_trace
+
+    records = [json.loads(line) for line in (DATA / "profile_steps.jsonl").read_text().splitlines()]
+    record = next(r for r in records if r["model"] == "gpt2" and r["batch_size"] == 8 and r["seq_len"] == 1024
+                  and r["precision"] == "amp-bf16")
+    gpu = gpu_breakdown(read_trace(RECORDED["gpt2"]))
+    categories = unprofiled_categories(gpu, record["measured_step_seconds"])
+    assert sum(categories.values()) == pytest.approx(record["measured_step_seconds"])
+    assert categories["idle"] == pytest.approx(record["measured_step_seconds"] - gpu["busy_seconds"])
+    assert categories["idle"] < 0.1 * record["measured_step_seconds"] < gpu["idle_seconds"]
+    assert largest_part(categories) == "matmul"
+    assert unprofiled_categories(gpu, 0.01)["idle"] == 0.0              # kernels longer than the step: no idle
+
+
 # --- hand-built traces with known answers ---------------------------------------------------------------------
 def cpu(name, ts, dur, tid=1, cat="cpu_op", ext=None):
     return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": tid, "ts": ts, "dur": dur,

@@ -257,8 +257,9 @@ def render_trace(result: dict) -> None:
     if meas["device"] == "cuda":
         notes.append(f"GPU busy {units.format_seconds(meas['busy_seconds'])} per step: the union of its "
                      f"{meas['n_kernels_per_step']:.0f} kernels, copies and memsets over streams "
-                     f"({units.format_seconds(meas['overlap_seconds'])} overlapped); CPU op durations and the "
-                     f"{meas['n_runtime_pseudo_events']} runtime pseudo-events (Command Buffer Full) are not GPU time")
+                     f"({units.format_seconds(meas['overlap_seconds'])} overlapped); CPU op durations and runtime "
+                     "pseudo-events" + (f" ({meas['n_runtime_pseudo_events']} Command Buffer Full and the like here)"
+                                        if meas["n_runtime_pseudo_events"] else "") + " are never GPU time")
     if result.get("predicted"):
         notes.append(f"prediction: account/time.py for {result['model']}, batch {result['batch_size']} × "
                      f"{result['seq_len']}, {result['precision']} + {result['optimizer']}; {result['assumptions'][0]}")
