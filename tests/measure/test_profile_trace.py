@@ -378,6 +378,10 @@ def gz(path, data: bytes):
     (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"a\", \"ts\": 1, \"pid\": [1]}]}", "pid"),
     (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, \"args\": 7}]}", "args"),
     (b"{\"traceEvents\": [" + b"[" * 100000 + b"]" * 100000 + b"]}", "nested deeper"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1e300, \"dur\": 1e300}]}",
+     "finite number"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#1\", \"ts\": 5, "
+     b"\"dur\": 0}, {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 5, \"dur\": 0}]}", "0 µs"),
     (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"a\", \"ts\": 1, \"dur\": 2}", "not valid JSON"),
 ])
 def test_wrong_structure_is_one_line(capsys, tmp_path, content, says):

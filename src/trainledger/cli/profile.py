@@ -218,7 +218,7 @@ def render(result: dict, args) -> None:
 
     if result.get("source") == "trace":
         return render_trace(result)
-    pred, meas = result["predicted"], result["measured"]
+    meas = result["measured"]
     steps = result["steps"]
     if result["device"] == "cuda":
         how = (f"categories: GPU kernels of {steps} profiled steps (busy {units.format_seconds(meas['busy_seconds'])}"

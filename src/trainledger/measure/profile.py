@@ -35,9 +35,10 @@ import statistics
 import time
 from pathlib import Path
 
+from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
-from trainledger.measure.categories import (  # noqa: F401  (re-exported: the grouping's vocabulary)
-    CATEGORIES, GPU_CATEGORIES, MATMUL_OPS, METADATA_OPS, OPTIMIZER_SPANS, REGIONS, WORDS, op_category)
+from trainledger.measure.categories import (  # noqa: F401  (GPU_CATEGORIES, WORDS re-exported)
+    CATEGORIES, GPU_CATEGORIES, REGIONS, WORDS, op_category)
 from trainledger.measure.diagnosis import SetUp, diagnose, largest_part  # noqa: F401
 
 # account.time's breakdown parts -> categories (a single device has no communication or bubble; kept for CUDA).
@@ -184,6 +185,9 @@ def measured_from_trace(path, max_bytes: int | None = None) -> dict:
                "categories": measured_categories(nodes, wall_us * 1e-6, n), "top_ops": top_ops(nodes, n),
                "flash_used": tr.flash_used((), names), "optimizer_impl": tr.optimizer_impl(in_optimizer),
                "compiled": tr.compiled((), names), "n_runtime_pseudo_events": trace.n_runtime_pseudo_events}
+    if not out["step_seconds"] > 0:
+        raise TrainledgerError(f"--from-trace {path}: its {out['windows']} window{'s' if out['n_steps'] > 1 else ''} "
+                               "last 0 µs; there is no time to group")
     out["categories_sum_seconds"] = sum(out["categories"].values())
     out["largest_part"] = largest_part(out["categories"])
     return out
