@@ -113,6 +113,7 @@ def _launch_hint(setup: SetUp) -> str:
         if not setup.compiled:
             cures.append("torch.compile (fuses elementwise ops: fewer launches)")
         cures.append("CUDA graphs (one launch for the whole step; torch.compile(mode=\"reduce-overhead\"))")
+        cures.append("fewer, larger ops (no Python loops over small tensors)")
         text = "the step is CPU-bound (launch overhead, Python between ops): " + ", ".join(cures)
         if setup.profiled_steps:
             text += ("; these steps ran under the profiler, which slows the CPU side (it records every op and "
