@@ -415,6 +415,12 @@ def test_many_tiny_events_stop_before_memory_does(capsys, tmp_path):
     assert "more than 16,384 ops and kernels" in err
 
 
+def test_many_empty_events_stop_early(capsys, tmp_path):
+    path = gz(tmp_path / "empty.json.gz", b"[" + b",".join([b"{}"] * 100000) + b"]")        # 300 KB, 3 B per event
+    err = fail(capsys, "profile", "--from-trace", str(path), "--max-trace-mib", "1")
+    assert "more than 32,768 events" in err
+
+
 def test_a_corrupt_gzip_is_one_line(capsys, tmp_path):
     data = gzip.compress(json.dumps({"traceEvents": one_step_trace()}).encode())
     path = tmp_path / "cut.json.gz"

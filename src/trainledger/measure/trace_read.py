@@ -32,8 +32,12 @@ from dataclasses import dataclass, field
 from trainledger.errors import TrainledgerError
 
 DEFAULT_MAX_BYTES = 1024 ** 3          # decompressed JSON; a Kineto event is 200-700 bytes: ~2-5M events
-BYTES_PER_KEPT_EVENT = 128             # at most max_bytes / 128 events kept (~200 B each in memory): a file of
-                                       # tiny planted events cannot take more memory than a real trace would
+# Per max_bytes of JSON, at most one event per 32 bytes (Kineto's smallest are ~80) and one kept event (an op,
+# a launch, a kernel: ~200 B each in memory) per 128: a file of planted tiny events is refused, not parsed for
+# minutes or held in more memory than a real trace of its size would take.
+BYTES_PER_EVENT = 32
+BYTES_PER_KEPT_EVENT = 128
+HEAD_BYTES = 16 * 2 ** 20              # the device's name is looked for in the first 16 MiB (Kineto writes it first)
 FLAG = "--from-trace"
 CPU_CATS = {"cpu_op", "user_annotation", "operator"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
@@ -185,7 +189,7 @@ def _head(path: str, max_bytes: int) -> tuple[str, str | None]:
                         break
                 elif prefix == "deviceProperties.item.name" and name is None and isinstance(value, str):
                     name = value
-                elif prefix == "traceEvents" and event == "start_array":
+                elif (prefix == "traceEvents" and event == "start_array") or reader.count > HEAD_BYTES:
                     break
     except ijson.JSONError as error:
         if reader.count == 0:
@@ -206,12 +210,16 @@ def read_trace(path, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
     shape, device_name = _head(path, max_bytes)
     trace = Trace(path=path, device_name=device_name)
     steps, names, max_kept, kept = {}, {}, max_bytes // BYTES_PER_KEPT_EVENT, 0
+    max_events = max_bytes // BYTES_PER_EVENT
     handle, reader = _stream(path, max_bytes)
     prefix = "traceEvents.item" if shape == "object" else "item"
     try:
         with handle:
             for index, event in enumerate(ijson.items(reader, prefix, use_float=True)):
                 trace.n_events += 1
+                if trace.n_events > max_events:
+                    raise TrainledgerError(f"{FLAG} {path}: more than {max_events:,} events; raise --max-trace-mib "
+                                           "if the trace is really that large")
                 if not isinstance(event, dict):
                     raise TrainledgerError(f"{FLAG} {path}: traceEvents[{index}] is not an object; expected "
                                            "events like {\"ph\": \"X\", \"name\": ..., \"ts\": ..., \"dur\": ...}")
