@@ -1,4 +1,5 @@
-"""`trainledger profile`: real training steps under torch.profiler, time by part, predicted vs measured, a diagnosis."""
+"""`trainledger profile`: real training steps under torch.profiler (or a recorded trace), time by part, predicted vs
+measured, a diagnosis."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ import argparse
 from trainledger.cli import common
 from trainledger.errors import TrainledgerError
 
-HELP = "run a few real training steps here under torch.profiler: where the time goes, predicted vs measured"
+HELP = ("run a few real training steps under torch.profiler, or read a recorded trace (--from-trace): where the "
+        "time goes, predicted vs measured")
 DESCRIPTION = """Runs --warmup + --steps training steps of --model on this machine (CPU, or CUDA when present), then
 --steps more under torch.profiler, and groups the measured time into the parts of the prediction:
 matmul, attention, memory_bound, optimizer, communication, data_loading, overhead (Python, dispatch, idle).
 The prediction is `trainledger step` (account/time.py) on this machine's calibrated device: matmul rates by
 shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `trainledger bench --calibrate`
-(run automatically the first time, a few seconds, then cached). The diagnosis names the largest gaps and what
-to try. The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
+(run automatically the first time, a few seconds, then cached). The diagnosis names the largest part first,
+then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
+optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
 add up to their wall time (the profiler's own cost shows as the difference).
 
 examples:
