@@ -246,6 +246,21 @@ def test_kernel_names_and_contexts_map_to_parts(name, kind, context, part):
     assert kernel_category(name, kind, context) == part
 
 
+def test_the_set_up_read_from_names():
+    from trainledger.measure.trace import compiled, flash_used, optimizer_impl
+    # CPU op names of a torch.compile'd module under torch 2.13's profiler; Inductor's Triton kernels on a GPU
+    assert compiled((), {"Torch-Compiled Region: 0/0", "CompiledFunction"}) is True
+    assert compiled(["triton_poi_fused_add_0"], ()) is True and compiled(["ampere_sgemm"], {"aten::mm"}) is False
+    assert flash_used((), {"aten::_scaled_dot_product_flash_attention_for_cpu"}) is True
+    assert flash_used(["ampere_sgemm", "softmax_warp_forward"], {"aten::scaled_dot_product_attention",
+                                                                 "aten::_scaled_dot_product_attention_math"}) is False
+    assert flash_used(["ampere_sgemm"], {"aten::mm"}) is None
+    assert optimizer_impl(["multi_tensor_apply_kernel<FusedAdamMathFunctor>"]) == "fused"
+    assert optimizer_impl(["multi_tensor_apply_kernel<BinaryOpListAlphaFunctor>", "reduce_kernel"]) == "foreach"
+    assert optimizer_impl(["aten::_foreach_mul_"]) == "foreach"
+    assert optimizer_impl(["vectorized_elementwise_kernel<mul>"]) == "per-tensor" and optimizer_impl([]) is None
+
+
 def test_short_kernel_names_drop_arguments():
     name = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)")
     assert short_kernel_name(name) == "at::native::cunn_SoftMaxForward<4, float>"

@@ -319,7 +319,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
               "step_cpu_seconds": statistics.median(cpu_times), "step_min_seconds": min(times),
               "profiled_step_seconds": statistics.median(walls), "flash_used": tr.flash_used((), names),
               "optimizer_impl": "foreach",            # every optimizer of trainledger.optim is a foreach optimizer
-              "compiled": False,
+              "compiled": tr.compiled((), names),    # a compiled model's CPU ops show its compiled regions
               "n_ops_per_step": sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is not None
                                     and not e.cpu_parent.name.startswith("aten::")) / steps, "trace": None}
     if dev.type == "cuda":
