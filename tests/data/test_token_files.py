@@ -16,7 +16,8 @@ from trainledger.errors import TrainledgerError
 def test_header_round_trip(tmp_path, dtype):
     tokens = np.arange(1000) % np.iinfo(dtype).max
     path = write_tokens(tmp_path / "a.tokens", tokens, dtype=dtype)
-    assert read_header(path) == {"version": 1, "header_bytes": HEADER_BYTES, "dtype": dtype, "n_tokens": 1000}
+    assert read_header(path) == {"version": 1, "header_bytes": HEADER_BYTES, "dtype": dtype, "n_tokens": 1000,
+                                 "vocab_size": None, "tokenizer_sha256": None, "tokenizer_name": None}
     assert path.stat().st_size == HEADER_BYTES + 1000 * np.dtype(dtype).itemsize
     data = open_tokens(path)
     assert isinstance(data, np.memmap) and data.dtype == np.dtype(dtype)
