@@ -61,18 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("what to train")
     g.add_argument("--model", help="preset name (`trainledger models`), a Hugging Face config.json path, or 'cruncher' "
                                    "for the lecture's regression (default: tiny)")
-    g.add_argument("--text", metavar="FILE", help="UTF-8 text file, tokenized once with --tokenizer (default: bytes, "
-                                                  "vocabulary 256) and cached in <out-dir>/data/")
+    g.add_argument("--text", metavar="FILE", help="UTF-8 text file, tokenized once with --tokenizer (bytes unless "
+                                                  "given: vocabulary 256) and cached in <out-dir>/data/")
     g.add_argument("--dataset", metavar="FILE", help=".jsonl, .parquet or Arrow (.arrow/.feather) file: the strings of "
                                                      "--text-column, streamed, tokenized once and cached like --text")
     g.add_argument("--text-column", metavar="NAME", help="the dataset's text column or JSON field (default: text)")
     g.add_argument("--data", metavar="TOKENS_FILE", help="token file: .tokens with header (`trainledger tokenize`) or a 1-D integer .npy")
     g.add_argument("--tokenizer", metavar="bytes|FILE", help="'bytes', a tokenizer.json or a .tiktoken file; sets the "
-                                                             "model's vocabulary (default: the one --data records, "
-                                                             "else bytes); copied to <out-dir>/tokenizer.json")
+                                                             "model's vocabulary; unset: the one --data records, "
+                                                             "else bytes; copied to <out-dir>/tokenizer.json")
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
-                        "parameters and FLOPs it adds are shown (default: 1, no padding)")
+                        "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
                                                         "batch_size, optionally under [train]); flags override it")
     g = parser.add_argument_group("optimization")
