@@ -4,6 +4,7 @@ model's vocabulary following the tokenizer (--vocab-multiple padding counted), v
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -147,3 +148,23 @@ def test_text_and_dataset_flags_are_checked_against_the_file(docs, tmp_path, cap
     assert "is not a dataset" in capsys.readouterr().err
     assert main(["train", "--dataset", str(docs["root"] / "docs.parquet"), "--out-dir", str(tmp_path), *RUN]) == 2
     assert "has no column 'text' (--text-column); its columns: id, content" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flag, make", [
+    ("--text", lambda d: os.mkfifo(d / "f.txt") or d / "f.txt"),
+    ("--text", lambda d: "/dev/zero"),
+    ("--text", lambda d: d),
+    ("--dataset", lambda d: os.mkfifo(d / "f.jsonl") or d / "f.jsonl"),
+    ("--dataset", lambda d: "/dev/zero"),
+    ("--tokenizer", lambda d: os.mkfifo(d / "tokenizer.json") or d / "tokenizer.json"),
+    ("--tokenizer", lambda d: "/dev/zero"),
+    ("--tokenizer", lambda d: (d / "t.json").write_text("{corrupt") and d / "t.json"),
+], ids=["text-fifo", "text-dev-zero", "text-dir", "dataset-fifo", "dataset-dev-zero", "tokenizer-fifo",
+        "tokenizer-dev-zero", "tokenizer-corrupt"])
+def test_bad_inputs_to_train_are_one_line_exit_2_without_hanging(tmp_path, capsys, flag, make):
+    target = make(tmp_path)
+    status = main(["train", flag, str(target), "--out-dir", str(tmp_path / "run"), *RUN])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert flag in err

@@ -82,7 +82,8 @@ class HFTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """The ids of each text, encoded in parallel on all cores (the library's thread pool)."""
-        batch = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)   # _fast: no offsets (>= 0.21)
+        batch = encode(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=self.dtype) for e in batch]
 
     def decode(self, ids) -> str:
