@@ -57,7 +57,7 @@ def test_library_tokenizer_json_round_trips_and_matches_the_library(library_json
     assert ours.vocab_size == theirs.get_vocab_size() == 3000
     np.testing.assert_array_equal(ours.encode(corpus_text), theirs.encode(corpus_text).ids)
     assert ours.decode(ours.encode(corpus_text)) == corpus_text
-    assert ours.name == library_json.parent.name
+    assert ours.name == f"{library_json.parent.name}/tokenizer.json"
 
 
 @pytest.mark.parametrize("chunk_bytes", [1 << 24, 40_000, 777])

@@ -88,7 +88,7 @@ def run(args) -> int:
          + (f" saved as {saved}" if saved else "")],
         ["tokens", f"{result['n_tokens']:,}" + (f" ({units.format_count(result['n_tokens'])})"
                                                  if result["n_tokens"] >= 1000 else "")],
-        ["bytes per token", f"{result['input_bytes'] / result['n_tokens']:.2f}"],
+        ["input bytes per token", f"{result['input_bytes'] / result['n_tokens']:.2f}"],
         ["dtype", result["dtype"]],
         ["input bytes", units.format_bytes(result["input_bytes"])],
         ["output bytes", f"{units.format_bytes(result['output_bytes'])} (128 B header + tokens)"],

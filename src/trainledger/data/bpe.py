@@ -123,12 +123,12 @@ def _splits_after_newlines(backend) -> bool:
 
 
 def tokenizer_name(path: Path) -> str:
-    """A short name for a tokenizer file: its folder for `.../gpt2/tokenizer.json`, else the file's stem."""
+    """A short name for a tokenizer file: `gpt2/tokenizer.json` for `.../gpt2/tokenizer.json`, else the file's stem."""
     path = Path(path)
     if path.name == "tokenizer.json":
         parent = path.resolve().parent.name
-        return parent or "tokenizer"
-    return path.stem
+        return f"{parent}/{path.name}"[-48:] if parent else path.name
+    return path.stem[:48]
 
 
 def load_hf(path, flag: str = "--tokenizer") -> HFTokenizer:

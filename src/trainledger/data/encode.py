@@ -118,8 +118,7 @@ def encode_text_file(path: Path, out_path: Path, tokenizer, dtype: str, chunk_by
 def write_stream(chunks: Iterable[bytes], source, tokenizer, writer, flag: str = "INPUT", stats: dict | None = None,
                  errors: str = "strict") -> None:
     """Encodes a stream of byte chunks (one text) into `writer`: bytes as they are, other tokenizers by pieces."""
-    from trainledger.data.tokenizer import ByteTokenizer
-    if isinstance(tokenizer, ByteTokenizer):
+    if getattr(tokenizer, "bytewise", False):
         for chunk in chunks:                     # one token per byte: no decoding needed
             writer.write(np.frombuffer(chunk, dtype=np.uint8))
         return

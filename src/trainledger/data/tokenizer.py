@@ -57,6 +57,7 @@ class ByteTokenizer:
     sha256 = BYTES_SHA256
     eot_id = None                 # no end-of-text token: dataset documents are separated by "\n\n"
     chunk_safe = True             # a file may be cut at any byte
+    bytewise = True               # ids are the bytes themselves: encoders copy bytes without decoding
 
     def __init__(self, dtype: str = "uint16"):
         self.dtype = _check_dtype(dtype)
