@@ -10,12 +10,13 @@ import sys
 
 import numpy as np
 import pytest
+import tiktoken            # the test extras: an independent implementation of .tiktoken encoding
+import tokenizers          # a dependency of trainledger
 
 from trainledger.data import ByteTokenizer, load_tokenizer, open_tokens, read_header, run_tokenizer, tokenize_file
 from trainledger.data.bpe import bytes_to_unicode, train_bpe
 from trainledger.errors import TrainledgerError
 
-tokenizers = pytest.importorskip("tokenizers")     # a dependency of trainledger: present wherever it is installed
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,6 @@ CL100K = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s
 def test_tiktoken_ranks_encode_as_tiktoken_does(tmp_path, bpe, corpus_text, name, pattern, eot):
     """A rank file named like a published one takes that one's pre-tokenizer pattern and special tokens; the ids
     equal tiktoken's own Encoding of the same ranks (an independent implementation)."""
-    tiktoken = pytest.importorskip("tiktoken", reason="tiktoken is in the test extras")
     ranks = _rank_file(bpe, tmp_path / f"{name}.tiktoken")
     ours = load_tokenizer(tmp_path / f"{name}.tiktoken")
     reference = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": eot})

@@ -14,9 +14,9 @@ from trainledger.data.bpe import train_bpe
 from trainledger.data.datasets import iter_documents
 from trainledger.errors import TrainledgerError
 
-pa = pytest.importorskip("pyarrow")     # a dependency of trainledger
-import pyarrow.feather as feather  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow as pa                    # a dependency of trainledger
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
 
 DOCS = ["The first document.\nIt has two lines.", "Zweites Dokument — ünïcödé 数字", "", "x" * 5000, "last one"]
 

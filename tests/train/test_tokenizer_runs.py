@@ -15,8 +15,8 @@ from train_helpers import SMALL, env, train_in_process
 from trainledger.cli.main import main
 from trainledger.data import load_tokenizer, read_header, run_tokenizer
 
-pa = pytest.importorskip("pyarrow")
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 RUN = [*SMALL, "--steps", "3", "--json"]
 
