@@ -32,8 +32,11 @@ beyond embedding/head, the interleaved schedule's extra activation memory.
 from __future__ import annotations
 
 from trainledger.account import comm as comm_mod
+from trainledger.account import timeline
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
+from trainledger.account.eager_step import eager_cpu_op_seconds, exposed_cpu_seconds, host_op_seconds
+from trainledger.account.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
 from trainledger.errors import TrainledgerError
@@ -147,14 +150,30 @@ def overlapped_exposed(comm_seconds: float, gemm_seconds: float, narrow_gemm_sec
     return comm_seconds * (1.0 - gemm_seconds / narrow_gemm_seconds) if narrow_gemm_seconds > 0 else comm_seconds
 
 
-def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
+          cpu_op: float | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
     ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
-    on only that many SMs)."""
+    on only that many SMs).
+
+    `cpu_op` (eager PyTorch on an accelerator, which launches asynchronously): each launch also holds the device
+    for gpu.kernel_overhead_seconds, nothing is added to "overhead", and "block" is the list as the CPU and GPU
+    timelines see it (account/timeline.py), each launch costing the CPU `cpu_op` seconds."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
            "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
+    blocks = []
     for k in kernels:
+        if k.kind == "host":       # launches nothing: the CPU's dispatch only
+            host = host_op_seconds(gpu, cpu_op)
+            if cpu_op is None:
+                out["overhead"] += k.count * host
+            else:
+                blocks.append(timeline.Block(k.count * host, 0.0, k.count * host))
+            continue
         seconds = kernel_seconds(gpu, k, attention_kernel)
+        if cpu_op is not None:
+            seconds += k.count * gpu.kernel_overhead_seconds
+            blocks.append(timeline.op(cpu_op, seconds / k.count, k.count))
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds
@@ -166,14 +185,18 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
                 full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
                 full_narrow[0] += seconds
                 full_narrow[1] += narrow
-        out["overhead"] += k.count * gpu.op_overhead_seconds
+        if cpu_op is None:
+            out["overhead"] += k.count * gpu.op_overhead_seconds
         out["kernels"] += k.count
+    if cpu_op is not None:
+        out["block"] = timeline.sequence(blocks)
     return out
 
 
 def _add(total: dict, part: dict, times: float = 1.0) -> None:
     for key, value in part.items():
-        total[key] = total.get(key, 0.0) + value * times
+        if key != "block":
+            total[key] = total.get(key, 0.0) + value * times
 
 
 def _link(gpu, which: str):
@@ -221,11 +244,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
            recompute, narrow_sms)
+    cpu_op = eager_cpu_op_seconds(gpu, framework)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups())
+                                     recompute, narrow_sms, spec.layer_groups(), cpu_op)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -272,19 +296,27 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
 
-    # 4. the optimizer on this GPU's shard
+    # 4. the optimizer on this GPU's shard (and, past the first micro-batch, the gradients accumulated into .grad)
     placement = params_per_gpu(spec, tp, pp)
-    shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
-    n_tensors = parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
+    shards = dp if zero >= 1 else 1
+    shard_params = placement["n_params_per_gpu"] / shards
+    n_tensors = parameter_tensors(spec) / pp / shards
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
+    numels = parameter_numels(spec, tp, pp, shards) if cpu_op is not None else None
     optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                           framework=framework, optimizer=opt.name))
+                                         framework=framework, optimizer=opt.name, tensor_numels=numels), cpu_op=cpu_op)
+    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * shards, m, recipe, framework),
+                       cpu_op=cpu_op)
+    for part in ("memory_bound", "overhead"):
+        ideal[part] = ideal.get(part, 0.0) + accumulate[part]
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():
         breakdown[key] += value
     breakdown["optimizer"] = optim["optimizer"]
     breakdown["overhead"] += optim["overhead"]
+    if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/timeline.py)
+        breakdown["overhead"] = exposed_cpu_seconds(groups, edges, per_layer, m, accumulate, optim, breakdown)
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
@@ -396,41 +428,20 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]]):
+                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
-    its GEMMs take while a TP collective holds the others."""
+    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
-        fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
-        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-               "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+        fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
+        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak, cpu_op=cpu_op),
+               "full": lambda: _time(gpu, lk["forward"], ak, cpu_op=cpu_op),
+               "none": lambda: _time(gpu, [], cpu_op=cpu_op)}[recompute]()
         groups.append((count, fwd, bwd, rec))
-    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    edges = {name: _time(gpu, ks, cpu_op=cpu_op) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
     return groups, edges
-
-
-def parameter_tensors(spec) -> int:
-    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over.
-
-    Per layer: q, k, v, o (+ their biases); the MLP's 2 or 3 matrices (+ biases), or in an MoE layer the router,
-    each expert's matrices, the shared expert's and its gate; 2 norms (4 with sandwich norms, + the q/k norms),
-    each a weight (+ a bias). Outside the layers: the embedding, the final norm, learned positions, an untied
-    head. Equals len(list(model.parameters())) of models/ (tests/account/test_time.py)."""
-    mats = 3 if spec.gated_mlp else 2
-    norm = 2 if spec.norm_bias else 1
-    total = 0
-    for layer, count in spec.layer_groups():
-        tensors = 4 + 3 * spec.qkv_bias + spec.attn_out_bias
-        tensors += norm * (2 + 2 * spec.sandwich_norm + 2 * spec.qk_norm)
-        if spec.is_moe_layer(layer):
-            tensors += 1 + mats * spec.n_experts * (1 + spec.mlp_bias)
-            tensors += mats * (spec.shared_expert_d_ff is not None) + spec.shared_expert_gate
-        else:
-            tensors += mats * (1 + spec.mlp_bias)
-        total += count * tensors
-    return total + 1 + norm + (spec.position == "learned") + (not spec.tied_embeddings)
 
 
 def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
