@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from trainledger.account import eager
 from trainledger.account.activations import recipe_bytes
+from trainledger.account.compiled import edges as compiled_edges, layer as compiled_layer
 from trainledger.account.eager import ew, gemm, unaligned
 from trainledger.account.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
@@ -114,9 +115,10 @@ def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kerne
 
 def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
                   cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None, layer: int = 0) -> dict[str, list[Kernel]]:
+                  dropout: bool | None = None, layer: int = 0, compiled: bool = False) -> dict[str, list[Kernel]]:
     """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
-    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU."""
+    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
+    `compiled`: our Transformer under torch.compile (account/compiled.py)."""
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     recipe = get_recipe(precision)
@@ -137,7 +139,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
-    return eager.layer(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe)
+    build = compiled_layer if compiled else eager.layer
+    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe)
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
@@ -248,7 +251,7 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
 
 
 def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
-                 cp: int = 1, framework: str = "trainledger") -> dict[str, list[Kernel]]:
+                 cp: int = 1, framework: str = "trainledger", compiled: bool = False) -> dict[str, list[Kernel]]:
     """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
 
     Embedding: a gather (+ learned positions: arange, gather, add; RoPE: its cos/sin tables, a dozen tiny ops);
@@ -307,5 +310,8 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     head_bwd.insert(0, ew("cross_entropy_backward", logits * 5 * FP32, count=3, role="dgrad"))
     head_fwd += eager.host("logits_view", 1)
     head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
-    return {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
-            "head_backward": head_bwd}
+    out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+           "head_backward": head_bwd}
+    if compiled:
+        return compiled_edges(spec, out, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype)
+    return out

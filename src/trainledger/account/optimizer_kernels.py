@@ -138,9 +138,11 @@ def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, g
         out.append(Kernel(f"optimizer_{i}_{op}", "optimizer", "elementwise", 0.0, moved, (), "bf16", count,
                           "forward", working_set_bytes=moved))
     # per tensor, on the CPU: the clip's norm moved to the device (a no-op .to()) and the step counter read back
-    # (float(step)); on a GPU also the counter's increment, a CPU-tensor op (the "add_" pass above is skipped)
+    # (float(step)); on a GPU also the counter's increment, a CPU-tensor op (the "add_" pass above is skipped);
+    # and the optimizer's Python around them (kind "python": GPUSpec.optimizer_tensor_seconds each)
     out.append(Kernel("optimizer_per_tensor", "optimizer", "host", 0.0, 0.0, (), "bf16",
                       (2 + (tensor_numels is not None)) * launches, "forward"))
+    out.append(Kernel("optimizer_python", "optimizer", "python", 0.0, 0.0, (), "bf16", launches, "forward"))
     if model_copy_bytes:     # a master copy: the updated fp32 weights cast into the model's 16-bit ones
         moved = n_params * (weight_bytes + model_copy_bytes)
         count = launches if tensor_numels is None else multi_tensor_launches(tensor_numels, 2)

@@ -186,7 +186,7 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms
 
     `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default); `sms`
     limits GEMMs to that many SMs (a concurrent collective holds the rest: see gemm_efficiency)."""
-    if kernel.kind == "host":          # an op that launches nothing (a view): CPU time only (account.time)
+    if kernel.kind in ("host", "python"):   # launches nothing (a view; Python): CPU time only (account.time)
         return 0.0
     if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
         own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)

@@ -34,8 +34,12 @@ from __future__ import annotations
 from trainledger.account import comm as comm_mod
 from trainledger.account import timeline
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
+from trainledger.account.activations import recipe_bytes
+from trainledger.account.eager import unaligned
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
-from trainledger.account.eager_step import eager_cpu_op_seconds, exposed_cpu_seconds, host_op_seconds
+from trainledger.account.step_notes import assumptions
+from trainledger.account.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
+                                            host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
 from trainledger.account.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
@@ -163,8 +167,8 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
            "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
     blocks = []
     for k in kernels:
-        if k.kind == "host":       # launches nothing: the CPU's dispatch only
-            host = host_op_seconds(gpu, cpu_op)
+        if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
+            host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
             if cpu_op is None:
                 out["overhead"] += k.count * host
             else:
@@ -213,7 +217,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None) -> dict:
+              with_memory: bool = True, cache: dict | None = None, compiled: bool = False, loop: str = "train") -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
@@ -224,6 +228,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     check_choice(recompute, ("none", "selective", "full"), "--recompute")
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
+    check_choice(loop, LOOPS, "loop")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
@@ -245,11 +250,15 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
            recompute, narrow_sms)
     cpu_op = eager_cpu_op_seconds(gpu, framework)
+    if compiled and framework != "trainledger":
+        raise TrainledgerError("--compile models our torch Transformer under torch.compile (--framework trainledger)")
+    layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
+    key += (compiled,)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), cpu_op)
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -303,8 +312,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     n_tensors = parameter_tensors(spec) / pp / shards
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     numels = parameter_numels(spec, tp, pp, shards) if cpu_op is not None else None
-    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                         framework=framework, optimizer=opt.name, tensor_numels=numels), cpu_op=cpu_op)
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
     accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * shards, m, recipe, framework),
                        cpu_op=cpu_op)
     for part in ("memory_bound", "overhead"):
@@ -316,7 +326,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     breakdown["optimizer"] = optim["optimizer"]
     breakdown["overhead"] += optim["overhead"]
     if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/timeline.py)
-        breakdown["overhead"] = exposed_cpu_seconds(groups, edges, per_layer, m, accumulate, optim, breakdown)
+        norm = [k for k in optim_kernels if k.name.endswith("_norm")]
+        clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
@@ -334,7 +347,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
-        "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
+        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
+        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "unaligned_vocabulary": (framework == "trainledger" and not compiled
+                                 and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
@@ -428,19 +444,22 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None):
+                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
+                 compiled: bool = False):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
     its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
+                           compiled=compiled)
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak, cpu_op=cpu_op),
                "full": lambda: _time(gpu, lk["forward"], ak, cpu_op=cpu_op),
                "none": lambda: _time(gpu, [], cpu_op=cpu_op)}[recompute]()
         groups.append((count, fwd, bwd, rec))
-    edges = {name: _time(gpu, ks, cpu_op=cpu_op) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    edges = {name: _time(gpu, ks, cpu_op=cpu_op)
+             for name, ks in edge_kernels(spec, **shard, framework=framework, compiled=compiled).items()}
     return groups, edges
 
 
@@ -462,37 +481,3 @@ def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) ->
         "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
     }
     return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
-
-
-def assumptions(gpu, result: dict, records) -> list[str]:
-    """The modelling assumptions behind a step_time answer, one line each (printed under the title)."""
-    from trainledger.account.roofline import gemm_efficiency
-    lines = [f"framework {result['framework']}: the kernels of "
-             + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
-                else "Megatron-LM's GPT (fused kernels, dropout)"),
-             f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
-             + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
-             f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s "
-             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")
-             if not gpu.memory_bandwidth_curve else "memory-bound ops at the bandwidth measured for their size "
-             f"({', '.join(f'{r / 1e9:.3g}' for _, r in gpu.memory_bandwidth_curve)} GB/s from "
-             f"{format_bytes(gpu.memory_bandwidth_curve[0][0])} to {format_bytes(gpu.memory_bandwidth_curve[-1][0])} per op)"]
-    if result["flash"]:
-        table = gpu.attention_table(result.get("attention_kernel"))
-        lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
-                     "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
-    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
-    if narrow:
-        lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
-                     "the GEMMs it overlaps run on the rest")
-    seen = set()
-    for c, _ in records:
-        if c.name in seen:
-            continue
-        seen.add(c.name)
-        link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
-        rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
-                     f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
-    return lines

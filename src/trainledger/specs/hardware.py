@@ -41,6 +41,8 @@ class GPUSpec:
     async_launch: bool = True
     kernel_overhead_seconds: float = 0.0          # device time a kernel holds beyond its arithmetic (launch, ramp, tail)
     host_op_seconds: float = 0.0                  # CPU cost of an op that launches nothing (view); 0: a fraction of op_overhead
+    launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
+    optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
     unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
@@ -104,6 +106,7 @@ class GPUSpec:
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
                 "async_launch": self.async_launch, "kernel_overhead_seconds": self.kernel_overhead_seconds,
                 "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
+                "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
