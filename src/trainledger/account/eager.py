@@ -57,7 +57,7 @@ def unaligned(dtype_bytes: int, *dims: float) -> bool:
     (cuBLAS then leaves the Hopper tensor-core kernels: specs/performance.py). Token counts are never leading
     dimensions of the row-major GEMMs of a Linear (forward, input and weight gradients)."""
     per16 = max(1, 16 // dtype_bytes)
-    return any(round(d) % per16 for d in dims)
+    return any(d != int(d) or int(d) % per16 for d in dims)      # an uneven tensor-parallel shard is ragged too
 
 
 def linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, *, amp: bool, bias: bool = False,
