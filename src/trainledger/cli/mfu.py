@@ -43,13 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention-score FLOPs over the full T×T (default, PaLM) or half of it (Megatron)")
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                         help="activation recomputation of the run: HFU counts it, MFU does not (default none)")
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
     from trainledger.account import flops as F
 
-    gpu = common.resolve_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu, calibration=args.calibration)
     peak = gpu.peak(args.dtype)
     if args.tokens_per_s is not None:
         tokens_per_s, tokens_per_s_per_gpu = args.tokens_per_s, args.tokens_per_s / args.num_gpus

@@ -16,24 +16,29 @@ of each collective (α–β ring costs on the link it crosses), the pipeline bub
 The layout: --tp (with --sp), --pp (with --interleave V chunks per GPU), --cp (context parallel), and data
 parallelism over the rest: dp = num_gpus / (tp · pp · cp) (--dp may be given; it must agree). --batch-size is
 the micro-batch per GPU; global_batch / (dp · batch-size) micro-batches are accumulated per step.
-Defaults: --precision amp-bf16, --zero 3 over dp (as in `memory`; 0 = DDP), --seq-len the pre-training context,
---gpu h100, one micro-batch per GPU. Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
+Defaults: --precision amp-bf16 (fp32 on a CPU), --zero 3 over dp (as in `memory`; 0 = DDP), --seq-len the
+pre-training context, --gpu h100, one micro-batch per GPU. Time in seconds; MFU = model FLOPs / (step · GPUs ·
+dense peak). In eager PyTorch on a GPU the CPU launches ops ahead of the GPU: the step is the longer of the two
+timelines between the training loop's syncs (docs/time.md). --compile: the model under torch.compile.
+--calibration FILE: the rates and per-op costs `bench --calibrate --out FILE` measured on a GPU machine.
 
 examples:
   trainledger step --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64 --batch-size 8
+  trainledger step --model gpt2 --batch-size 8 --num-gpus 1 --calibration calibration-cuda-h100.json --compile
   trainledger step --model llama-2-7b --num-gpus 8 --zero 3 --recompute selective
   trainledger step --model gpt3-175b --gpu a100 --num-gpus 64 --tp 8 --sp --pp 8 --interleave 3 \\
       --recompute selective --precision mixed-fp16 --optimizer adam --global-batch-size 64 --framework megatron --no-flash
 """
 
 
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+def add_layout_arguments(parser: argparse.ArgumentParser, precision: str | None = "amp-bf16",
+                         why: str = "PyTorch autocast, fp32 weights and states") -> None:
     """The model, batch, precision and layout flags `step` shares with `memory` (and `profile`)."""
     parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
     parser.add_argument("--batch-size", type=common.positive_int, default=1,
                         help="micro-batch: sequences per GPU per forward/backward (default 1)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
+    common.add_precision_flag(parser, precision, why)
     common.add_optimizer_flag(parser)
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
                         help="ZeRO stage over the dp ranks (default 3, as in `memory`: FSDP full shard; 0 = DDP)")
@@ -47,7 +52,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_layout_arguments(parser)
+    add_layout_arguments(parser, None, "amp-bf16; fp32 on a device without a bf16 peak, e.g. --gpu cpu")
     parser.add_argument("--num-gpus", type=common.positive_int, help="GPUs of the job (default: tp · pp · cp · dp)")
     parser.add_argument("--dp", type=common.positive_int, help="data-parallel ranks (default: num_gpus / (tp · pp · cp))")
     parser.add_argument("--global-batch-size", type=common.positive_int,
@@ -56,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
     add_model_flags(parser)
+    common.add_compile_flag(parser)
+    common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
 
@@ -76,14 +83,15 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def compute(args) -> dict:
     from trainledger.account.time import step_time
 
-    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
     zero = 3 if args.zero is None else args.zero
+    precision, precision_note = default_precision(args.precision, gpu)
     result = step_time(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, global_batch_size=args.global_batch_size,
-                       num_gpus=args.num_gpus, precision=args.precision, optimizer=args.optimizer, tp=args.tp,
+                       num_gpus=args.num_gpus, precision=precision, optimizer=args.optimizer, tp=args.tp,
                        sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp, zero=zero,
                        recompute=args.recompute, flash=args.flash, attention=args.attention,
-                       framework=args.framework, attention_kernel=args.attention_kernel)
+                       framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile)
     first = [seq_len_assumption(spec, seq_len, args.seq_len),
              f"micro-batch {args.batch_size} × {result['micro_batches']} accumulation step"
              f"{'s' if result['micro_batches'] > 1 else ''} × dp {result['dp']} = global batch {result['global_batch_size']} "
@@ -91,6 +99,10 @@ def compute(args) -> dict:
              f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}), cp {args.cp}, "
              f"dp {result['dp']} with ZeRO {zero}{' (default)' if args.zero is None else ''} on {result['num_gpus']} × {gpu.name}; "
              f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
+    if precision_note:
+        first.append(precision_note)
+    if args.calibration is not None:
+        first.append(f"device measured by {args.calibration}: {gpu.performance_source.split(';')[0]} (--gpu ignored)")
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     result["assumptions"] = first + result["assumptions"]
@@ -101,6 +113,15 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def default_precision(asked: str | None, gpu) -> tuple[str, str | None]:
+    """(recipe, note): `asked`, or by default amp-bf16, fp32 on a device without a bf16 peak (a CPU), said once."""
+    if asked is not None:
+        return asked, None
+    if "bf16" in gpu.peak_flops_per_s:
+        return "amp-bf16", None
+    return "fp32", f"--precision fp32 (default here: {gpu.name} has no bf16 matmul peak; amp-bf16 elsewhere)"
 
 
 def render(result: dict, args) -> None:

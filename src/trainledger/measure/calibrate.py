@@ -131,7 +131,8 @@ def calibrated_device(device: str = "cpu", *, log=None):
         else:
             say(f"warning: {busy_warning(profile)} (not cached: the next run measures again)")
     elif busy_warning(profile):
-        say(f"warning: the cached calibration {path}: {busy_warning(profile)}")
+        say(f"warning: the cached calibration {path}: {busy_warning(profile)}; re-run `trainledger bench "
+            "--calibrate` when the machine is quiet (or with --threads 1)")
     return gpu_from_profile(profile)
 
 
@@ -393,6 +394,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     """Measures this machine's `device` and returns its profile (specs/calibration.py's format). A few seconds."""
     _check_device(device)
     started = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # others' load, before ours adds to it
     torch.manual_seed(0)
     dtypes = GRIDS[device][3]
     gemm, peaks, sources = {}, {}, []
@@ -421,16 +423,18 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     if device == "cuda":
         profile.update(gpu_timed=True, kernel_overhead_seconds=kernel_overhead())
     profile["calibration_seconds"] = time.perf_counter() - started
-    profile["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    profile["load_average"] = load
     profile["cpu_count"] = os.cpu_count()
     return check_profile(profile)
 
 
 def busy_warning(profile: dict) -> str | None:
-    """A warning when other processes kept the machine busy during calibration (1-minute load average above half
-    the CPUs): the rates then understate it, and a thread descheduled inside a parallel op stalls the others."""
+    """A warning when other processes kept the machine busy during calibration: the 1-minute load average when it
+    started left fewer free CPUs than its threads (one on CUDA, for the CPU side); the rates then understate the
+    machine, and a thread descheduled inside a parallel op stalls the others."""
     load, cpus = profile.get("load_average"), profile.get("cpu_count") or 1
-    if load is None or load <= cpus / 2:
+    threads = profile.get("threads") or 1
+    if load is None or load <= max(cpus - threads, cpus / 2):
         return None
     return (f"the machine was busy while calibrating (load average {load:.1f} on {cpus} CPUs): the measured rates "
-            "understate it; re-run `trainledger bench --calibrate` when it is quiet")
+            "understate it")
