@@ -39,3 +39,67 @@ def test_account_and_specs_do_not_import_torch():
                    "trainledger.account.time", "trainledger.account.comm", "trainledger.account.layout",
                    "trainledger.specs.performance"):
         assert module in report["modules"]
+
+
+# ----- the import graph of the package, read from the source (no imports run) -----------------------------------
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "trainledger"
+# DESIGN.md's layers, bottom (0) to top: a module may import its own layer and those below, never above.
+LAYERS = {"units": 0, "errors": 0, "files": 0, "specs": 1, "account": 2, "models": 3, "optim": 3, "data": 3,
+          "tensors": 3, "measure": 4, "train": 5, "cli": 6, "web": 6, "tour": 6}
+MAX_MODULE_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = ("trainledger",) + path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:]) if "." in name else Path()
+    return (PACKAGE / rel).with_suffix(".py").is_file() or (PACKAGE / rel / "__init__.py").is_file()
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: trainledger modules it imports, anywhere in its body}; `from pkg import sub` counts as pkg.sub."""
+    graph = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name, deps = _module_name(path), set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("trainledger")}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("trainledger"):
+                subs = [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
+                deps |= set(subs) if subs and len(subs) == len(node.names) else {node.module, *subs}
+        graph[name] = deps - {name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return LAYERS.get(top, 0)
+
+
+def test_import_graph_is_read():
+    graph = import_graph()
+    assert "trainledger.models.precision" in graph["trainledger.train.loop"]
+    assert "trainledger.specs.performance" in graph["trainledger.specs.hardware"]
+
+
+def test_no_import_from_a_layer_above():
+    upward = sorted(f"{m} -> {d}" for m, deps in import_graph().items() for d in deps if _layer(d) > _layer(m))
+    assert upward == []
+
+
+def test_no_two_modules_import_each_other():
+    graph = import_graph()
+    pairs = sorted(f"{a} <-> {b}" for a, deps in graph.items() for b in deps if a < b and a in graph.get(b, ()))
+    assert pairs == []
+
+
+def test_no_module_over_500_lines():
+    big = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert big == {}

@@ -27,6 +27,11 @@ def torch_dtype(name: str, flag: str = "--dtype") -> torch.dtype:
     return getattr(torch, TORCH_DTYPES[canonical])
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: the local value of a (replicated) DTensor, the tensor itself otherwise."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes the tensor's elements take: numel × element_size (a view's bytes, not its storage's)."""
     return t.numel() * t.element_size()

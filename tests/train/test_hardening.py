@@ -74,11 +74,11 @@ def test_a_write_limit_during_a_save_is_one_line_exit_2_and_leaves_no_temporary_
 
 
 def test_too_little_free_space_is_refused_before_writing(token_file, tmp_path, capsys, monkeypatch):
-    from trainledger.train import loop
+    from trainledger.train import checkpointing
 
     def disk_usage(path):
         return __import__("shutil")._ntuple_diskusage(100 << 30, 100 << 30, 1 << 20)   # 1 MiB free
-    monkeypatch.setattr(loop.shutil, "disk_usage", disk_usage)
+    monkeypatch.setattr(checkpointing.shutil, "disk_usage", disk_usage)
     status, _, err = train_in_process(capsys, "--data", token_file, "--steps", 2, "--out-dir", tmp_path, *SMALL)
     assert status == 2
     lines = err.strip().splitlines()

@@ -242,7 +242,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     from trainledger.data import get_batch
     from trainledger.models import build_model
     from trainledger.optim import build_optimizer, clip_grad_norm_
-    from trainledger.train.precision import autocast, grad_scaler, param_dtype
+    from trainledger.models.precision import autocast, grad_scaler, param_dtype
 
     torch.manual_seed(seed)
     dev = torch.device(device)

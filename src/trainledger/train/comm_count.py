@@ -154,7 +154,7 @@ def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1
     from trainledger.account.trainer_comm import trainer_bytes_sent
     from trainledger.models import build_model
     from trainledger.train import distributed as dist_
-    from trainledger.train.precision import autocast, param_dtype
+    from trainledger.models.precision import autocast, param_dtype
 
     world = dist_.setup(parallel, device, tp, pp)
     try:

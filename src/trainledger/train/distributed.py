@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainledger.errors import TrainledgerError
+from trainledger.tensors import local
 
 
 @dataclass(frozen=True)
@@ -160,11 +161,6 @@ def loss_context(world: World):
         from torch.distributed.tensor.parallel import loss_parallel
         return loss_parallel()
     return contextlib.nullcontext()
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    """A plain tensor: the local value of a (replicated) DTensor, the tensor itself otherwise."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def clip_grad_norm(params: list, max_norm: float, world: World) -> float:

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import signal
 import statistics
-import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -36,20 +33,21 @@ from trainledger.account.memory import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
 from trainledger.models import build_model
+from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
 from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s, peak_memory_bytes
 from trainledger.specs import get_model
 from trainledger.specs.recipes import get_recipe
+from trainledger.tensors import local
 from trainledger.train import checkpoint as ckpt
-from trainledger.train.safe_dcp import CheckpointException
 from trainledger.train import distributed as dist_
 from trainledger.train.batches import RegressionBatches, TokenBatches
+from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
-from trainledger.train.config import TrainConfig, check_resume, with_world
+from trainledger.train.config import TrainConfig, with_world
 from trainledger.train.corpus import load_splits
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
-from trainledger.train.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
-from trainledger.train.rng import load_rng_state_dict, rng_state_dict
+from trainledger.train.signals import install_signal_handlers, restore_signal_handlers
 
 # Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
 FAULT_NAN_STEP_ENV = "TRAINLEDGER_FAULT_NAN_STEP"
@@ -66,10 +64,11 @@ class TrainingDiverged(TrainledgerError):
     """The loss became NaN or Inf; the run stopped before the weights were updated with it."""
 
 
-class Trainer:
+class Trainer(Checkpointing):
     """Owns the model, optimizer, schedule, scaler, sampler and counters of one run; train() runs it.
 
-    Each stateful piece has state_dict()/load_state_dict(); `state_dict()` here gathers them for a checkpoint.
+    Each stateful piece has state_dict()/load_state_dict(); `state_dict()` (train/checkpointing.py) gathers
+    them for a checkpoint, and `save()` / `_resume()` write and find checkpoints.
     """
 
     def __init__(self, config: TrainConfig, world: dist_.World | None = None, log=print, quiet: bool = False,
@@ -143,142 +142,6 @@ class Trainer:
                                          min_lr_ratio=config.min_lr / config.lr)
         self.scaler = grad_scaler(config.precision, self.world.device)
 
-    def _restore(self, path: Path, requested: TrainConfig) -> str | None:
-        """Loads checkpoint `path` into every stateful piece (all ranks); None, or why it could not be loaded.
-
-        Settings that may not change raise (check_resume); any failure to read the files is returned, so
-        that the caller tries the previous checkpoint. A failed attempt leaves state that the next overwrites.
-        """
-        failed, state = None, None
-        try:
-            state = ckpt.load_trainer_state(path)
-        except ckpt.CorruptCheckpointError as error:
-            failed = str(error)
-        if dist_.any_across(failed is not None, self.world):
-            return failed or "it could not be loaded on another rank"
-        self.config, self.resume_notes = check_resume(state["config"], requested, self.given, int(state["step"]))
-        if state["format"] != self.fmt:
-            raise TrainledgerError(f"--resume: checkpoint {path} was written with format "
-                                   f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
-        try:
-            if self.fmt == "full":
-                dist_.unwrap(self.model).load_state_dict(state["model"])
-            self.load_state_dict(state, path)
-        except (Exception, CheckpointException) as error:       # DCP raises CheckpointException on every rank
-            failed = ckpt.os_reason(error)
-        if dist_.any_across(failed is not None, self.world):
-            return failed or "it could not be loaded on another rank"
-        self._continue_schedule()
-        return None
-
-    def _continue_schedule(self) -> None:
-        """After a resume: the schedule and optimizer take this run's --lr, --min-lr, --warmup-steps, --steps.
-
-        The cosine is recomputed over the new --steps from the checkpoint's step, so the lr continues at the
-        new curve's value there (the same value when nothing changed).
-        """
-        config, schedule = self.config, self.schedule
-        schedule.warmup_steps, schedule.total_steps = config.warmup_steps, config.steps
-        schedule.min_lr_ratio = config.min_lr / config.lr
-        schedule.base_lrs = [config.lr for _ in schedule.base_lrs]
-        lr = config.lr * schedule._factor(schedule.last_epoch)
-        for group in self.optimizer.param_groups:
-            group["initial_lr"], group["lr"] = config.lr, lr
-        schedule._last_lr = [lr for _ in self.optimizer.param_groups]
-
-    # ----- state ---------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything a checkpoint needs to continue exactly (model and optimizer only for the 'full' format)."""
-        state = {
-            "format": self.fmt, "step": self.step, "tokens": self.tokens, "world_size": self.world.world_size,
-            "config": self.config.to_dict(), "sampler": self.train_batches.state_dict(),
-            "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None,
-            "rng": rng_state_dict(), "recent_losses": list(self.recent_losses),
-        }
-        if self.fmt == "full":
-            state["model"] = dist_.unwrap(self.model).state_dict()
-            state["optimizer"] = self.optimizer.state_dict()
-            if self.master is not None:
-                state["master_params"] = self.master.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict, path: Path) -> None:
-        if self.fmt == "full":
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.master is not None:
-                self.master.load_state_dict(state["master_params"])
-        else:
-            from trainledger.train.sharded import load_sharded
-            load_sharded(self.model, self.optimizer, path / ckpt.SHARDED_DIR)
-        self.schedule.load_state_dict(state["schedule"])
-        if self.scaler is not None and state["scaler"]:
-            self.scaler.load_state_dict(state["scaler"])
-        self.train_batches.load_state_dict(state["sampler"])
-        load_rng_state_dict(state["rng"])
-        self.step, self.tokens = int(state["step"]), int(state["tokens"])
-        self.recent_losses.clear()
-        self.recent_losses.extend(float(v) for v in state.get("recent_losses", []))
-
-    def save(self) -> Path | None:
-        """Writes a checkpoint of the current step (every rank calls it); its path on rank 0.
-
-        Rank 0 first checks the free space against the expected size. On any write error the partial
-        temporary directory is deleted and every rank raises one TrainledgerError naming the path and the
-        OS reason (exit 2).
-        """
-        checkpoint_dir = self.config.resolved_checkpoint_dir()
-        tmp, problem = None, None
-        if self.world.is_main:
-            problem = self._space_problem(checkpoint_dir)
-            if problem is None:
-                try:
-                    tmp = ckpt.begin(checkpoint_dir, self.step)
-                except OSError as error:
-                    problem = f"cannot create a checkpoint in {checkpoint_dir}: {ckpt.os_reason(error)}"
-        tmp, problem = dist_.broadcast_object((str(tmp) if tmp else None, problem), self.world)
-        if problem:
-            raise TrainledgerError(problem)
-        tmp, failure = Path(tmp), None
-        if self.fmt == "dcp":
-            from trainledger.train.sharded import save_sharded
-            try:
-                save_sharded(self.model, self.optimizer, tmp / ckpt.SHARDED_DIR)
-            except (Exception, CheckpointException) as error:   # DCP gathers every rank's error: all ranks get here
-                failure = ckpt.os_reason(error)
-        final = None
-        if self.world.is_main and failure is None:
-            try:
-                ckpt.write_trainer_state(tmp, self.state_dict())
-                info = {"loss": self.last_loss, "loss_spike": self.last_loss_spike, "tokens": self.tokens,
-                        "config": self.config.to_dict()}
-                final = ckpt.commit(tmp, checkpoint_dir, self.step, self.fmt, info)
-                ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
-            except Exception as error:
-                failure = ckpt.os_reason(error)
-        failure = failure or dist_.broadcast_object(failure if self.world.is_main else None, self.world)
-        if failure:
-            if self.world.is_main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise TrainledgerError(f"could not write checkpoint {tmp}: {failure}; the partial directory was "
-                                   f"deleted. {self._space_advice(checkpoint_dir)}")
-        return final
-
-    def _space_problem(self, checkpoint_dir: Path) -> str | None:
-        """A one-line error when the free space in `checkpoint_dir` is below the expected checkpoint size."""
-        refs = [r for r in ckpt.list_checkpoints(checkpoint_dir) if ckpt.read_manifest(r.path)]
-        expected = ckpt.checkpoint_bytes(refs[-1].path) if refs else self.expected_checkpoint_bytes
-        free = shutil.disk_usage(checkpoint_dir).free
-        if free >= expected:
-            return None
-        return (f"not enough space to save the checkpoint of step {self.step} in {checkpoint_dir}: it needs about "
-                f"{units.format_bytes(expected)}, {units.format_bytes(free)} free. {self._space_advice(checkpoint_dir)}")
-
-    def _space_advice(self, checkpoint_dir: Path) -> str:
-        keep = self.config.keep_checkpoints
-        return (f"Keeping --keep-checkpoints {keep} needs room for {keep + 1} (the new one is written before the "
-                f"oldest is deleted); free space, lower --keep-checkpoints, or pass another --checkpoint-dir "
-                f"(then --resume)")
-
     # ----- one step ----------------------------------------------------------------------------------
     def _loss(self, x, y) -> torch.Tensor:
         with autocast(self.config.precision, self.world.device):
@@ -306,7 +169,7 @@ class Trainer:
                     loss = loss * float("nan")
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_sum += dist_.local(loss.detach().float())
+            loss_sum += local(loss.detach().float())
         if world.pp > 1 and os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
             loss_sum = loss_sum * float("nan")
         loss_value = float(dist_.mean_across(loss_sum / accum, world))
@@ -367,68 +230,11 @@ class Trainer:
                 total += self.model.eval_loss(x, y)
                 continue
             with dist_.loss_context(self.world):
-                total += dist_.local(self._loss(x, y).float())
+                total += local(self._loss(x, y).float())
         self.model.train()
         return float(dist_.mean_across(total / self.config.eval_batches, self.world))
 
     # ----- the run -----------------------------------------------------------------------------------
-    def _last_good_advice(self) -> str:
-        """Names the newest checkpoint whose loss was finite and not a spike, and how to resume from it."""
-        refs = ckpt.list_checkpoints(self.config.resolved_checkpoint_dir())
-        good, loss = ckpt.last_finite_checkpoint(refs)
-        if good is None:
-            return "No checkpoint with a finite loss to go back to: start again with a lower --lr or a --grad-clip"
-        newer = [r for r in refs if r.step > good.step]
-        spikes = all((ckpt.read_manifest(r.path) or {}).get("info", {}).get("loss_spike") for r in newer)
-        delete = (f"delete the newer {', '.join(r.path.name for r in newer)}"
-                  + (" (loss spikes), then " if spikes else " (no finite loss recorded), then ")) if newer else ""
-        return (f"Last good checkpoint: {good.path} (loss {loss:.4f}); to continue from it, {delete}"
-                "lower --lr or set --grad-clip and --resume")
-
-    def _resume(self) -> Path | None:
-        """With --resume, restores the newest checkpoint that loads; its path, or None for a fresh start.
-
-        Rank 0 checks each candidate, newest first (sha256s, then probe(): trainer.pt loads, DCP metadata
-        through the restricted unpickler, shard sizes); every rank then loads it. A checkpoint failing
-        either step is reported on stderr and the previous one is tried; one naming foreign code is refused.
-        """
-        directory = self.config.resolved_checkpoint_dir()
-        if not self.config.resume:
-            refs = ckpt.list_checkpoints(directory)
-            if refs:
-                raise TrainledgerError(f"{directory} already holds checkpoints "
-                                       f"(last: step {refs[-1].step}); pass --resume to continue that run, "
-                                       "or choose another --out-dir/--checkpoint-dir")
-            return None
-        newest_first = [str(r.path) for r in reversed(ckpt.list_checkpoints(directory))] if self.world.is_main else None
-        newest_first = dist_.broadcast_object(newest_first, self.world)
-        if not newest_first:
-            self.log(f"--resume: no checkpoint in {directory}; starting fresh")
-            return None
-        requested = self.config
-        for path in map(Path, newest_first):
-            problem, unsafe = None, None
-            if self.world.is_main:
-                fmt, problem = ckpt.verify(path)
-                try:
-                    if problem is None:
-                        ckpt.probe(path, fmt)
-                except ckpt.CorruptCheckpointError as error:
-                    problem = f"{error} although its manifest matches"
-                except ckpt.UnsafeCheckpointError as error:
-                    unsafe = str(error)
-            problem, unsafe = dist_.broadcast_object((problem, unsafe), self.world)
-            if unsafe:
-                raise ckpt.UnsafeCheckpointError(unsafe)
-            problem = problem or self._restore(path, requested)
-            if problem is None:
-                return path
-            if self.world.is_main:     # stderr, even --quiet
-                print(f"warning: checkpoint {path} is corrupt: {problem}; trying the previous one", file=sys.stderr)
-        # a fresh start would overwrite the metrics and, checkpoint by checkpoint, the old run: refuse
-        raise TrainledgerError(f"--resume: every checkpoint in {directory} is corrupt (see the warnings above); "
-                               "delete them to start fresh, or choose another --out-dir/--checkpoint-dir")
-
     def describe_plan(self) -> dict:
         """Predicted FLOPs per step and bytes per device (from trainledger.account), and the peak FLOP/s used for MFU."""
         config = self.config
@@ -450,19 +256,6 @@ class Trainer:
             return self._train()
         finally:
             ckpt.unlock_directory(lock)
-
-    def _lock(self):
-        """Rank 0 takes the checkpoint directory's lock; every rank raises if another trainer holds it."""
-        lock, problem = None, None
-        if self.world.is_main:
-            try:
-                lock = ckpt.lock_directory(self.config.resolved_checkpoint_dir())
-            except TrainledgerError as error:
-                problem = str(error)
-        problem = dist_.broadcast_object(problem, self.world)
-        if problem:
-            raise TrainledgerError(problem)
-        return lock
 
     def _train(self) -> dict:
         world = self.world
@@ -497,7 +290,7 @@ class Trainer:
         writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
         progress = Progress(config.steps, self.step, enabled=world.is_main and not self.quiet)
         self.log = progress.print if world.is_main and not self.quiet else self.log
-        old_handlers = _install_signal_handlers(self)
+        old_handlers = install_signal_handlers(self)
         if self.stop_signal is None and self.early_stop is not None:
             self.stop_signal = self.early_stop()     # caught before the handlers above were installed
         peak_all = plan["peak_flops_per_s"] * world.world_size if plan["peak_flops_per_s"] else None
@@ -536,7 +329,7 @@ class Trainer:
                              f"({saved_at}); continue with --resume")
                     break
         finally:
-            _restore_signal_handlers(old_handlers)
+            restore_signal_handlers(old_handlers)
             progress.close()
             if writer:
                 writer.close()
@@ -567,23 +360,3 @@ def _check_output_paths(config: TrainConfig) -> None:
             raise TrainledgerError(f"{flag}: cannot use {directory} as a directory ({error.strerror or error})") from None
     if metrics.is_dir():
         raise TrainledgerError(f"--metrics {metrics} is a directory; give a file name such as {metrics / 'metrics.jsonl'}")
-
-
-def _install_signal_handlers(trainer: Trainer) -> dict:
-    """SIGTERM and SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
-    def handler(signum, frame):
-        if trainer.stop_signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt      # a second Ctrl-C: stop now, without the checkpoint
-        trainer.stop_signal = signal.Signals(signum).name
-    old = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            old[sig] = signal.signal(sig, handler)
-        except ValueError:      # not the main thread: signals cannot be caught here
-            pass
-    return old
-
-
-def _restore_signal_handlers(old: dict) -> None:
-    for sig, previous in old.items():
-        signal.signal(sig, previous)

@@ -23,7 +23,7 @@ from torch import nn
 
 from trainledger.account.flops import forward_flops_breakdown
 from trainledger.errors import TrainledgerError
-from trainledger.train.distributed import local
+from trainledger.tensors import local
 
 
 def stage_layers(spec, seq_len: int, stages: int) -> list[range]:

@@ -1,4 +1,5 @@
-"""Precision recipes as the training loop applies them (names and byte counts live in specs/recipes.py).
+"""Precision recipes as a training step applies them: train/, measure/profile and the comm counter import them from
+here (names and byte counts live in specs/recipes.py).
 
     fp32       fp32 weights, grads, states and matmuls
     amp-bf16   fp32 weights, grads, states; torch.autocast runs matmuls in bf16
