@@ -88,12 +88,19 @@ def profile_path(device: str = "cpu") -> Path:
 
 
 def load_profile(path, device: str | None = None) -> dict | None:
-    """The profile stored at `path` (of `device` when given), or None when it is missing, unreadable or invalid
-    (then it is re-measured): specs.calibration.read_profile, which never unpickles and bounds every figure."""
+    """The profile stored at `path` (of `device`; by default the device a cache file is named for, as
+    profile_path names it), or None when it is missing, unreadable or invalid (then it is re-measured):
+    specs.calibration.read_profile, which never unpickles and bounds every figure."""
     try:
-        return read_profile(path, device)
+        return read_profile(path, device or cache_device(path))
     except TrainledgerError:
         return None
+
+
+def cache_device(path) -> str | None:
+    """The device a cache file is for ("calibration-cpu-...json" -> "cpu"), None for another name."""
+    match = re.match(r"calibration-(cpu|cuda)-", Path(path).name)
+    return match.group(1) if match else None
 
 
 def save_profile(profile: dict, path) -> Path:

@@ -226,7 +226,8 @@ def _hint(category: str, slower: bool, flash_used, batch_size: int, optimizer: s
 
 # --- running steps ------------------------------------------------------------------------------------------
 def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32", optimizer: str = "adamw",
-                  steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0) -> dict:
+                  steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0,
+                  compiled: bool = False) -> dict:
     """Runs `warmup` + `steps` timed steps, then `steps` steps under torch.profiler (after one profiler warm-up step).
 
     Returns {step_seconds (median of the timed steps), step_times_s, step_min_seconds (the fastest: the least
@@ -248,6 +249,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     dev = torch.device(device)
     model = build_model(spec).to(device=dev, dtype=param_dtype(precision))
     params = list(model.parameters())
+    if compiled:          # --compile: the steps run the model under torch.compile (the parameters are shared)
+        model = torch.compile(model)
     opt = build_optimizer(optimizer, params, lr=1e-4)
     scaler = grad_scaler(precision, dev)
     tokens = np.random.default_rng(seed).integers(0, spec.vocab_size, size=max(1 << 16, 4 * batch_size * seq_len),
@@ -321,14 +324,15 @@ def write_trace(prof, path) -> Path:
 
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
-            warmup: int = 2, device: str = "cpu", trace_path=None) -> dict:
+            warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False) -> dict:
     """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
     from trainledger.account.time import step_time
 
     prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
-                           optimizer=optimizer, zero=0, flash=True, with_memory=False)
+                           optimizer=optimizer, zero=0, flash=True, with_memory=False, compiled=compiled,
+                           loop="profile")
     measured = profile_steps(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-                             steps=steps, warmup=warmup, device=device, trace_path=trace_path)
+                             steps=steps, warmup=warmup, device=device, trace_path=trace_path, compiled=compiled)
     predicted = {"step_seconds": prediction["step_seconds"],
                  "categories": predicted_categories(prediction["breakdown"],
                                                     optimizer_overhead_seconds(spec, gpu, precision, optimizer))}
