@@ -160,11 +160,21 @@ def test_cuda_without_a_device_is_a_one_line_error():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_calibration(monkeypatch, tmp_path):
+    """Version 2 on CUDA: kernel rates timed on the GPU behind a full queue, apart from the CPU's launch costs.
+    A small matmul's GPU-timed rate beats its wall-clock rate (the CPU's dispatch, which version 1 measured)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setitem(cal.GRIDS, "cuda", ((512, 2048), (512, 2048), 2.0 ** 34, ("bf16",)))
+    monkeypatch.setitem(cal.GRIDS, "cuda", ((512, 2048), (128, 512, 2048), 2.0 ** 34, ("bf16",)))
     gpu = cal.calibrated_device("cuda", log=lambda line: None)
-    assert gpu.gemm_table("bf16") is not None and gpu.attention_table("sdpa") is not None
-    assert cal.load_profile(cal.profile_path("cuda"))["device"] == "cuda"
+    profile = cal.load_profile(cal.profile_path("cuda"))
+    assert profile["device"] == "cuda" and profile["version"] == 2 and profile["gpu_timed"]
+    assert gpu.gemm_table("bf16") is not None and gpu.attention_table("sdpa").head_dim == 128
+    assert [t.head_dim for t in gpu.attention_table("sdpa").at_head_dims()] == [64, 128]
+    assert 0 < profile["kernel_overhead_seconds"] < profile["op_overhead_seconds"]   # the GPU outruns the CPU
+    assert gpu.async_launch and gpu.kernel_overhead_seconds == profile["kernel_overhead_seconds"]
+    a = torch.randn(512, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
+    wall = cal._wall_seconds_per_call(lambda: torch.mm(a, b), "cuda")
+    assert cal.gpu_seconds_per_call(lambda: torch.mm(a, b)) < wall
 
 
 def test_a_busy_calibration_is_not_cached_and_a_cached_one_is_named(tmp_path, monkeypatch):

@@ -259,8 +259,11 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
         if kept:
             elementwise[name] = tuple(sorted((float(b) * ratio, float(r) * ratio) for b, r in kept))
     attention = _attention(profile, peaks, where, wall_clock)
-    if base is not None and base.attention_efficiency and wall_clock:
-        attention = dict(base.attention_efficiency) | attention      # the published kernels first (the default)
+    if base is not None and base.attention_efficiency:
+        if wall_clock:      # version 1's SDPA rates (dispatch-bound, one head size): the published kernels first
+            attention = dict(base.attention_efficiency) | attention
+        else:               # measured on the GPU at the head sizes that matter: the default, the published beside
+            attention = attention | {k: v for k, v in base.attention_efficiency.items() if k not in attention}
     fields = dict(gemm_efficiency=gemm, attention_efficiency=attention, memory_bandwidth_bytes_per_s=curve[-1][1],
                   memory_bandwidth_curve=curve, memory_bandwidth_fraction=1.0, elementwise_curves=elementwise,
                   op_overhead_seconds=float(profile["op_overhead_seconds"]),
