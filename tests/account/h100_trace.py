@@ -68,9 +68,33 @@ def launches(name: str, step: str = "ProfilerStep#2") -> tuple:
             region = "backward"
         else:
             region = "forward"
-        out.append((call["ts"], region, kind(k["name"]), k["dur"], k["name"]))
+        out.append((call["ts"], region, kind(k["name"]), k["dur"], k["name"], ops[0] if ops else ""))
     out.sort()
-    return tuple(row[1:] for row in out)
+    return tuple(row[1:5] for row in out)
+
+
+@functools.lru_cache(maxsize=4)
+def launches_with_ops(name: str, step: str = "ProfilerStep#2") -> tuple:
+    """launches(), each with the top-level CPU op that launched it: (region, kind, µs, kernel name, op name)."""
+    t0, t1 = step_window(name, step)
+    evs = events(name)
+    calls = {e["args"]["correlation"]: e for e in evs
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+             and t0 <= e["ts"] < t1}
+    ops = collections.defaultdict(list)
+    for e in evs:
+        if e.get("cat") == "cpu_op" and t0 <= e["ts"] < t1:
+            ops[e["tid"]].append(e)
+    rows = []
+    for k in evs:
+        call = calls.get(k.get("args", {}).get("correlation")) if k.get("cat") in GPU_EVENTS else None
+        if call is None:
+            continue
+        around = sorted((o for o in ops[call["tid"]] if o["ts"] <= call["ts"] <= o["ts"] + o["dur"]),
+                        key=lambda o: o["ts"])
+        rows.append((call["ts"], kind(k["name"]), k["dur"], k["name"], around[0]["name"] if around else ""))
+    rows.sort()
+    return tuple(row[1:] for row in rows)
 
 
 def back_to_back_gaps(name: str, step: str = "ProfilerStep#2") -> list[float]:

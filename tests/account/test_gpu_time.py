@@ -123,6 +123,30 @@ def test_the_h100_figures_taken_from_the_trace():
         assert measured == pytest.approx(paper * 1e12, rel=0.15)      # the paper's cuDNN rate, in our run
 
 
+def test_the_access_fractions_taken_from_the_trace():
+    """RoPE on Llama 1B's permuted q and k (the kernels of mul, neg, cat and add between the v projection and SDPA
+    in each layer) streams 10 × 2 bytes per rotated element at a third of the add's 2.92 TB/s; its RMSNorm's
+    broadcast products at 0.8."""
+    rows = trace.launches_with_ops(LLAMA)
+    stream = 2.92e12
+    spans, current = [], None
+    for kind, duration, _, op in rows:
+        if op == "aten::linear":
+            current = []
+        elif op == "aten::scaled_dot_product_attention" and current:
+            spans.append(sum(current))
+            current = None
+        elif current is not None and op in ("aten::mul", "aten::neg", "aten::cat", "aten::add"):
+            current.append(duration)
+    assert len(spans) == 16
+    rope_bytes = 10 * 2 * 4 * 2048 * (2048 + 512)          # q (32 heads) and k (8 heads) of 64, bf16
+    fraction = rope_bytes / (statistics.median(spans) * 1e-6) / stream
+    assert fraction == pytest.approx(perf.H100_ACCESS_FRACTIONS["strided"], rel=0.15)
+    scale = [d for kind, d, name, op in rows if op == "aten::mul" and "elementwise_kernel<128, 4" in name]
+    broadcast = 4 * 2048 * 2048 * 8 / (statistics.median(scale) * 1e-6) / stream   # fp32 x·rsqrt: read + write
+    assert broadcast == pytest.approx(perf.H100_ACCESS_FRACTIONS["broadcast"], rel=0.15)
+
+
 def test_the_lm_head_of_gpt2_is_unaligned_and_llamas_is_not(calibrated):
     gpt2 = edge_kernels(get_model("gpt2"), batch_size=8, seq_len=1024)["head_forward"]
     llama = edge_kernels(spec_of("llama1b"), batch_size=4, seq_len=2048)["head_forward"]

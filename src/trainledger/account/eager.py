@@ -30,9 +30,10 @@ FP32 = 4
 
 
 def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound", core: bool = False,
-       role: str = "forward") -> Kernel:
-    """`count` elementwise kernels that read and write `moved_bytes` in all."""
-    return Kernel(name, part, "elementwise", 0.0, moved_bytes, (), "bf16", count, role, core)
+       role: str = "forward", access: str = "stream") -> Kernel:
+    """`count` elementwise kernels that read and write `moved_bytes` in all (`access`: how they walk memory,
+    specs/performance.py H100_ACCESS_FRACTIONS)."""
+    return Kernel(name, part, "elementwise", 0.0, moved_bytes, (), "bf16", count, role, core, access=access)
 
 
 def host(name: str, count: float, role: str = "forward") -> list[Kernel]:
@@ -76,7 +77,8 @@ def linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: st
     bwd = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad", unaligned=odd),
            gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad", unaligned=odd)]
     if bias:      # grad_bias = grad_out summed over the tokens (a reduction kernel)
-        bwd.append(ew(f"{name}_bias_grad", batch * (n * fan_out * a + fan_out * FP32), role="wgrad"))
+        bwd.append(ew(f"{name}_bias_grad", batch * (n * fan_out * a + fan_out * FP32), role="wgrad",
+                      access="column_reduction"))
     if amp:       # the 16-bit weight (and bias) gradients cast back to the fp32 parameters' dtype
         weights = fan_in * fan_out + (fan_out if bias else 0)
         bwd.append(ew(f"{name}_weight_grad_cast", batch * weights * (a + FP32), count=1 + bias, role="wgrad"))
@@ -100,32 +102,41 @@ def norm(spec, n: float, d: float, r: int, out_bytes: int | None = None, name: s
     if spec.norm == "layernorm":     # one fused kernel each way (+ the weight/bias reduction backward)
         out = r if out_bytes is None else out_bytes
         return ([ew(f"{name}_layernorm", x * (r + out))],
-                [ew(f"{name}_layernorm_backward", x * (out + r + r) + x * (out + r), count=2, role="dgrad")]
+                [ew(f"{name}_layernorm_backward", x * (out + r + r), role="dgrad"),
+                 ew(f"{name}_layernorm_weight_grad", x * (out + r), role="wgrad", access="column_reduction")]
                 + host(f"{name}_norm_grad_handover", params, "wgrad"))
     up = x * (r + FP32) if r != FP32 else 0.0         # x.to(float32), a no-op for an fp32 stream
     down = x * (FP32 + r) if r != FP32 else 0.0       # normed.to(input dtype)
     casts = (r != FP32)
-    # pow (8), mean (4), add + rsqrt over the n row statistics, x·rsqrt (8), weight·normed (2r)
+    # pow (8), mean (4), add + rsqrt over the n row statistics; x·rsqrt (8) and weight·normed (2r) broadcast
     stats = n * FP32 * 4
-    fwd_bytes = up + 8 * x + 4 * x + stats + 8 * x + down + 2 * r * x
-    # backward: weight·normed (g·w 2r, g·normed 3r, sum over tokens r), cast (r+4), x·rsqrt (g·rs 8, g·x 12,
-    # row sum 4), rsqrt and add (n), mean (expand: 4), pow (copy 8, ·2 8, ·g 12), x's two gradients summed (12)
-    bwd_bytes = 6 * r * x + down + 24 * x + stats + 4 * x + 28 * x + 12 * x + up
-    return ([ew(f"{name}_rmsnorm", fwd_bytes, count=6 + 2 * casts)] + host(f"{name}_noop_casts", 2 * (not casts)),
-            [ew(f"{name}_rmsnorm_backward", bwd_bytes, count=14 + 2 * casts, role="dgrad")]
-            + host(f"{name}_norm_grad_handover", params + 1, "wgrad"))      # + the eps add's backward
+    forward = [ew(f"{name}_rmsnorm", up + 8 * x + 4 * x + stats + down, count=4 + 2 * casts),
+               ew(f"{name}_rmsnorm_scale", 8 * x + 2 * r * x, count=2, access="broadcast")]
+    # backward: weight·normed's (g·w 2r broadcast, g·normed 3r, sum over tokens r), the cast (r+4), x·rsqrt's
+    # (g·rs 8 broadcast, g·x 12, row sum 4), rsqrt and add (n), mean's (expand: 4, broadcast), pow's (copy 8,
+    # ·2 8, ·g 12), x's two gradients summed (12)
+    backward = [ew(f"{name}_rmsnorm_backward", 3 * r * x + down + 16 * x + stats + 28 * x + 12 * x + up,
+                   count=10 + 2 * casts, role="dgrad"),
+                ew(f"{name}_rmsnorm_backward_scale", 2 * r * x + 8 * x + 4 * x, count=3, role="dgrad",
+                   access="broadcast"),
+                ew(f"{name}_rmsnorm_weight_grad", r * x, role="wgrad", access="column_reduction")]
+    return (forward + host(f"{name}_noop_casts", 2 * (not casts)),
+            backward + host(f"{name}_norm_grad_handover", params + 1, "wgrad"))      # + the eps add's backward
 
 
 def rope(n: float, width: float, rotary: float, a: int) -> tuple[list[Kernel], list[Kernel]]:
     """x·cos + rotate_half(x)·sin over `rotary` of each `width` (q or k: n tokens × heads × head_dim). Forward: mul
     (2a), neg (a: half read, half written), cat (2a), mul (2a), add (3a) = 10a per rotated element; backward the
-    same amounts (mul, mul, neg, cat of the halves' gradients, the sum of x's two gradients). A partial rotary
-    slices and concatenates the passed-through dims back (2a per element of the head)."""
+    same amounts (mul, mul, neg, cat of the halves' gradients, the sum of x's two gradients), then the gradient
+    made contiguous again for the (b, t, h·d) view of the Linear's output (2a). q and k are permuted (b, h, t, d)
+    views of the Linears' outputs: every one of these kernels walks strided memory. A partial rotary slices and
+    concatenates the passed-through dims back (2a per element of the head)."""
     rot = n * rotary
     extra = 2 * a * n * width if rotary < width else 0.0
     count = 5 + (rotary < width)
-    return ([ew("rope", 10 * a * rot + extra, count=count)] + host("rope_chunk", 1),
-            [ew("rope_backward", 10 * a * rot + extra, count=count, role="dgrad")] + host("rope_backward_nodes", 2, "dgrad"))
+    return ([ew("rope", 10 * a * rot + extra, count=count, access="strided")] + host("rope_chunk", 1),
+            [ew("rope_backward", 10 * a * rot + extra + 2 * a * n * width, count=count + 1, role="dgrad",
+                access="strided")] + host("rope_backward_nodes", 2, "dgrad"))
 
 
 def residual(n: float, d: float, r: int, a: int) -> tuple[list[Kernel], list[Kernel]]:

@@ -61,6 +61,7 @@ class Kernel:
     core: bool = False
     working_set_bytes: float = 0.0   # bytes streamed before the data is touched again (0: one launch's bytes)
     unaligned: bool = False          # a GEMM whose leading dimensions are not multiples of 16 bytes (cuBLAS fallback)
+    access: str = "stream"           # how an elementwise kernel walks memory: stream, broadcast, strided, column_reduction
 
 
 @lru_cache(maxsize=1 << 16)
@@ -191,7 +192,8 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms
     if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
         own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)
         op_bytes = kernel.working_set_bytes or kernel.bytes / max(kernel.count, 1)
-        return memory_seconds(gpu, kernel.bytes, op_bytes, own)
+        fraction = gpu.access_fractions.get(kernel.access, 1.0) if kernel.access != "stream" else 1.0
+        return memory_seconds(gpu, kernel.bytes, op_bytes, own) / fraction
     peak = gpu.peak(kernel.dtype)
     if kernel.kind == "flash_attention":
         seq_len, backward, causal, *rest = kernel.shape

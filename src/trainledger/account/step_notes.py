@@ -7,8 +7,9 @@ from trainledger.specs.recipes import get_recipe
 from trainledger.units import format_bytes
 
 
-def assumptions(gpu, result: dict, records) -> list[str]:
-    """The modelling assumptions behind a step_time answer, one line each (printed under the title)."""
+def assumptions(gpu, result: dict, records, narrow: int | None = None) -> list[str]:
+    """The modelling assumptions behind a step_time answer, one line each (printed under the title); `narrow`:
+    the SMs a running TP collective leaves to the GEMMs (None: all)."""
     from trainledger.account.roofline import gemm_efficiency
     lines = [f"framework {result['framework']}: the kernels of "
              + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
@@ -26,8 +27,6 @@ def assumptions(gpu, result: dict, records) -> list[str]:
         lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
                      "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
     lines += _execution(gpu, result)
-    from trainledger.account.time import _sms_beside_tp_comm
-    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
     if narrow:
         lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
                      "the GEMMs it overlaps run on the rest")

@@ -362,8 +362,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
-    result["assumptions"] = assumptions(gpu, result, records)
+    result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
+
+
+def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
+    """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
+    views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
+    opt = get_optimizer(optimizer)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    return _time(gpu, kernels)["overhead"]
 
 
 def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:

@@ -156,7 +156,7 @@ def seconds_per_call(fn, device: str, samples: int = 3, kernels: int = 1) -> flo
 
     On CUDA the device's time (gpu_seconds_per_call) less the fixed overhead of fn's `kernels` launches (what
     account/ adds per kernel apart); elsewhere the wall clock."""
-    if device == "cuda":
+    if device == "cuda" and gpu_timed():
         total = gpu_seconds_per_call(fn, samples)
         return max(total - kernels * kernel_overhead(), 0.1 * total)
     synchronize(device)
@@ -174,6 +174,11 @@ def seconds_per_call(fn, device: str, samples: int = 3, kernels: int = 1) -> flo
         synchronize(device)
         times.append((time.perf_counter() - start) / calls)
     return min(times)
+
+
+def gpu_timed() -> bool:
+    """Whether kernels can be timed behind a full queue here (torch.cuda._sleep, in every CUDA build of torch)."""
+    return hasattr(torch.cuda, "_sleep")
 
 
 def gpu_seconds_per_call(fn, samples: int = 3, max_calls: int = 512) -> float:
@@ -367,6 +372,36 @@ def host_op_seconds(device: str, launching_op_seconds: float, chain: int = 200) 
     return max(_wall_seconds_per_call(run, device) - 3 * launching_op_seconds, 0.0) / (2 * chain)
 
 
+def launch_seconds(device: str) -> float:
+    """CPU seconds of a call that launches one kernel without autograd (a no-grad add of 8 elements): what a
+    compiled graph's wrapper pays per kernel."""
+    a = torch.ones(8, device=device)
+    c = torch.empty_like(a)
+    with torch.no_grad():
+        return _wall_seconds_per_call(lambda: torch.add(a, a, out=c), device)
+
+
+def optimizer_tensor_seconds(device: str, op_seconds: float, host_seconds: float, n: int = 256) -> float:
+    """CPU seconds per parameter tensor of trainledger's AdamW step with clipping and zero_grad, beyond the ops
+    account/ counts for it: n tensors of 8 elements, wall clock per step, less the foreach calls (one launch per
+    call on a GPU, one per tensor and call on a CPU) and 3 view-like ops per tensor, divided by n."""
+    from trainledger.optim import build_optimizer, clip_grad_norm_
+    params = [torch.zeros(8, device=device, requires_grad=True) for _ in range(n)]
+    opt = build_optimizer("adamw", params, lr=1e-3)
+
+    def step():
+        for p in params:
+            p.grad = torch.ones_like(p)
+        clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    grads = n * op_seconds                                 # the ones_like above: not part of a training step
+    calls = 11 * (n if device == "cpu" else 1)             # clip's norm and scale, AdamW's step count and 8 passes
+    counted = grads + calls * op_seconds + 3 * n * host_seconds
+    return max(_wall_seconds_per_call(step, device) - counted, 0.0) / n
+
+
 def _wall_seconds_per_call(fn, device: str) -> float:
     """The fastest of 5 wall-clock samples (the CPU's time: tiny tensors finish on the device before the next
     launch), each ≥ 2 ms."""
@@ -427,7 +462,11 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     host = host_op_seconds(device, op_seconds)
     if host > 0:
         profile["host_op_seconds"] = host
-    if device == "cuda":
+    profile["launch_seconds"] = launch_seconds(device)
+    python = optimizer_tensor_seconds(device, op_seconds, host or 0.0)
+    if python > 0:
+        profile["optimizer_tensor_seconds"] = python
+    if device == "cuda" and gpu_timed():
         profile.update(gpu_timed=True, kernel_overhead_seconds=kernel_overhead())
     profile["calibration_seconds"] = time.perf_counter() - started
     profile["load_average"] = load

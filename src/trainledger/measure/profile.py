@@ -160,12 +160,8 @@ def predicted_categories(breakdown: dict, optimizer_overhead_seconds: float = 0.
 def optimizer_overhead_seconds(spec, gpu, precision: str, optimizer: str) -> float:
     """Dispatch overhead of one optimizer step on one device: its ops (account.kernels.optimizer_kernels, one
     per parameter tensor and update) × the device's per-op overhead, as account.time counts it."""
-    from trainledger.account.kernels import optimizer_kernels
-    from trainledger.account.time import parameter_tensors
-    from trainledger.specs.recipes import get_optimizer
-    n_states = get_optimizer(optimizer).n_states
-    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, n_states, optimizer=optimizer)
-    return sum(k.count for k in kernels) * gpu.op_overhead_seconds
+    from trainledger.account.time import optimizer_dispatch_seconds
+    return optimizer_dispatch_seconds(spec, gpu, precision, optimizer)
 
 
 # --- the diagnosis ------------------------------------------------------------------------------------------

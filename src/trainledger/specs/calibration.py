@@ -23,6 +23,8 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
                                                           queue kept full), not wall time per call
     kernel_overhead_seconds (CUDA)                        device time per back-to-back tiny kernel
     host_op_seconds                                       CPU seconds per op that launches nothing (a view)
+    launch_seconds                                        CPU seconds per launch without autograd (compiled code)
+    optimizer_tensor_seconds                              CPU seconds of the optimizer's Python per parameter tensor
 
 Version 1 on CUDA timed each call by the wall clock: where the CPU's dispatch took longer than the kernel (small
 matmuls, adds and attention), a rate is the CPU's, not the GPU's. Such points are dropped on load: a point is
@@ -143,7 +145,7 @@ def check_profile(profile, device: str | None = None) -> dict:
             _number(other.get("head_dim"), f"attention.other_head_dims[{i}].head_dim", "head_dim")
             _rows(other.get("points"), ("seq_len", "flops_per_s", "flops_per_s"), f"attention.other_head_dims[{i}].points")
     _number(profile.get("op_overhead_seconds"), "op_overhead_seconds", "seconds")
-    for key in ("kernel_overhead_seconds", "host_op_seconds"):
+    for key in ("kernel_overhead_seconds", "host_op_seconds", "launch_seconds", "optimizer_tensor_seconds"):
         if profile.get(key) is not None:
             _number(profile[key], key, "seconds")
     _number(profile.get("memory_bytes"), "memory_bytes", "memory_bytes")
@@ -220,6 +222,12 @@ def _device_bound(rows: list, work_of, column: int = -1) -> list:
     return [row for row, t in zip(rows, times) if t > cut]
 
 
+def _dispatch_floor(profile: dict) -> float:
+    """A version-1 CUDA profile's CPU cost of a no-grad launch: the shortest wall-clock time per call of its adds
+    (the smallest are bound by the CPU's dispatch)."""
+    return min(b / r for b, r in profile["memory"])
+
+
 def gpu_from_profile(profile: dict) -> GPUSpec:
     """The GPUSpec of a profile: a CPU's own; a CUDA device's datasheet entry (by the name it reports) with the
     measured tables."""
@@ -268,6 +276,8 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
                   memory_bandwidth_curve=curve, memory_bandwidth_fraction=1.0, elementwise_curves=elementwise,
                   op_overhead_seconds=float(profile["op_overhead_seconds"]),
                   host_op_seconds=float(profile.get("host_op_seconds") or 0.0), async_launch=cuda,
+                  launch_seconds=float(profile.get("launch_seconds") or (_dispatch_floor(profile) if wall_clock else 0.0)),
+                  optimizer_tensor_seconds=float(profile.get("optimizer_tensor_seconds") or 0.0),
                   performance_source=f"{where}; peak: {profile['peak_source']}")
     if profile.get("kernel_overhead_seconds"):
         fields["kernel_overhead_seconds"] = float(profile["kernel_overhead_seconds"])

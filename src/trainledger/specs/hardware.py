@@ -43,6 +43,9 @@ class GPUSpec:
     host_op_seconds: float = 0.0                  # CPU cost of an op that launches nothing (view); 0: a fraction of op_overhead
     launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
     optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
+    # share of the streaming bandwidth an elementwise kernel reaches by how it walks memory ("broadcast", "strided",
+    # "column_reduction": account.roofline Kernel.access); empty: every kernel streams
+    access_fractions: dict[str, float] = field(default_factory=dict)
     unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
@@ -107,6 +110,7 @@ class GPUSpec:
                 "async_launch": self.async_launch, "kernel_overhead_seconds": self.kernel_overhead_seconds,
                 "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
                 "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
+                "access_fractions": dict(self.access_fractions),
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
@@ -158,7 +162,8 @@ H100_SXM = GPUSpec(
     # PyTorch's SDPA runs cuDNN's flash kernel on H100 (the recorded PyTorch 2.11 traces): the default, listed first
     attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100},
     memory_bandwidth_fraction=perf.H100_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
-    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; STREAM "
                        "bandwidth (Azure ND H100 v5); kernel overhead and unaligned GEMMs from a recorded H100 trace; "
                        "specs/performance.py"
@@ -185,7 +190,7 @@ H200 = GPUSpec(
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H200_SXM_FP8},
     memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
-    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
     attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its bf16 matmul "
                        "and attention efficiencies are the H100 SXM measurements; fp8 matmuls and STREAM bandwidth "

@@ -303,3 +303,14 @@ EAGER_LAUNCH_SECONDS = 5.75e-6
 # was held up by a full launch queue): 20.4, 22.4 and 19.2 µs per tensor; 20.4 µs, the median. A calibration
 # measures it (`optimizer_tensor_seconds`).
 OPTIMIZER_TENSOR_SECONDS = 20.4e-6
+# How PyTorch's elementwise kernels walk memory sets their speed as much as the bytes do. In the recorded Llama 1B
+# trace (one layer, 16.8 M-element q of 2 bytes, tensors of the Llama-3.2-1B shapes at 4 × 2048 tokens), against
+# the 2.92 TB/s an add streams at (the recorded calibration, 256 MiB):
+# - "strided": RoPE's mul, neg, cat, mul, add on q and k, which are permuted (b, h, t, d) views of the Linear's
+#   output: TensorIterator's generic kernel computes a 4-D offset per element. 335 MB in 352 µs for q, 84 MB in
+#   87 µs for k: 0.95 TB/s, 0.33 of the stream;
+# - "broadcast": RMSNorm's x·rsqrt(var) and weight·normed, an operand broadcast over rows or columns: 134 MB in
+#   57.2-58.1 µs, 2.33 TB/s: 0.80;
+# - "column_reduction": sums over the tokens (bias and norm-weight gradients): Llama's norm weight 67 MB in 42.6 µs,
+#   GPT-2's LayerNorm weight and bias 50 MB in 46 µs, its MLP bias 50 MB in 34 µs: 1.09-1.57 TB/s, 0.44 (median).
+H100_ACCESS_FRACTIONS = {"strided": 0.33, "broadcast": 0.80, "column_reduction": 0.44}
