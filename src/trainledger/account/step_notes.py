@@ -52,7 +52,10 @@ def _execution(gpu, result: dict) -> list[str]:
     if op is not None:
         syncs = ("the loss and gradient norm read back (trainledger's training loop)" if result["loop"] == "train"
                  else "one synchronize at the end (`profile`)")
-        source = "calibrated" if gpu.op_overhead_seconds > 0 else EAGER_OP_CPU_SOURCE
+        measured = [name for name, value in (("launching op", gpu.op_overhead_seconds), ("view", gpu.host_op_seconds),
+                                             ("optimizer Python", gpu.optimizer_tensor_seconds)) if value > 0]
+        source = (f"calibrated: {', '.join(measured)}; the rest from the recorded H100 traces" if measured
+                  else EAGER_OP_CPU_SOURCE)
         lines.append(f"eager PyTorch: the CPU launches ops ahead of the GPU; the step is the longer of the two "
                      f"timelines between syncs ({syncs}), not their sum. CPU: {op * 1e6:.1f} µs per launching op, "
                      f"{host_op_seconds(gpu, op) * 1e6:.1f} µs per view, {optimizer_tensor_seconds(gpu) * 1e6:.1f} µs of "

@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
     add_model_flags(parser)
     common.add_compile_flag(parser)
+    parser.add_argument("--loop", choices=("train", "profile"), default="train",
+                        help="whose synchronizations end the step's timelines: trainledger's training loop, which reads "
+                             "the loss and the gradient norm back after the backward (default), or `profile`'s steps, "
+                             "which synchronize once at the end")
     common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
@@ -91,7 +95,8 @@ def compute(args) -> dict:
                        num_gpus=args.num_gpus, precision=precision, optimizer=args.optimizer, tp=args.tp,
                        sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp, zero=zero,
                        recompute=args.recompute, flash=args.flash, attention=args.attention,
-                       framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile)
+                       framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
+                       loop=args.loop)
     first = [seq_len_assumption(spec, seq_len, args.seq_len),
              f"micro-batch {args.batch_size} × {result['micro_batches']} accumulation step"
              f"{'s' if result['micro_batches'] > 1 else ''} × dp {result['dp']} = global batch {result['global_batch_size']} "
