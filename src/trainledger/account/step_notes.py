@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from trainledger.account import comm as comm_mod
+from dataclasses import replace
+
+from trainledger.account.overlap import collective_seconds
 from trainledger.specs.recipes import get_recipe
 from trainledger.units import format_bytes
 
@@ -36,9 +38,11 @@ def assumptions(gpu, result: dict, records, narrow: int | None = None) -> list[s
             continue
         seen.add(c.name)
         link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
+        seconds = collective_seconds(gpu, replace(c, count=1))
         rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
+        where = link.name if c.link == "intra" or c.ranks_per_node <= 1 else \
+            f"{c.ranks_per_node} × {link.name} ({c.ranks_per_node} GPUs of each node in the group)"
+        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {where} "
                      f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
     return lines
 
