@@ -188,6 +188,9 @@ H100_HBM2E = GPUSpec(
            "H100 SXM datasheet, against which torchtitan states MFU",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
     attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    # the same GH100 die as h100-sxm: its per-kernel overhead, unaligned-GEMM rate and access-pattern fractions
+    kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS, unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION,
+    access_fractions=perf.H100_ACCESS_FRACTIONS,
     intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
     performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
                        "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
