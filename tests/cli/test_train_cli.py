@@ -158,7 +158,8 @@ def test_text_run_prints_plan_and_writes_outputs(tmp_path, capsys):
     assert status == 0
     assert "predicted:" in stdout and "FLOPs per step" in stdout and "memory per device" in stdout
     assert "outputs:" in stdout and str(out / "metrics.jsonl") in stdout
-    assert (out / "data" / "book.txt.tokens").exists() and (out / "loss.png").stat().st_size > 1000
+    assert len(list((out / "data").glob("book.txt-*.tokens"))) == 1 and (out / "loss.png").stat().st_size > 1000
+    assert "held-out split: the last" in stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     keys = {"step", "loss", "lr", "grad_norm", "tokens", "step_time_s", "tokens_per_s", "flops_per_s", "mfu",
             "peak_memory_bytes"}
