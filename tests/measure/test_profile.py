@@ -97,8 +97,12 @@ def test_optimizer_overhead_counts_its_dispatches():
     from trainledger.measure.profile import optimizer_overhead_seconds
     gpu = calibrated_gpu(synthetic_profile())                  # 2 µs per op
     tiny = PRESETS["tiny"]     # 4 layers × 16 tensors + token and position tables + final norm weight and bias
-    # one launch per tensor for each pass: clip_grad_norm_ (norm, scale), AdamW (step count + 8 foreach updates)
-    assert optimizer_overhead_seconds(tiny, gpu, "fp32", "adamw") == pytest.approx(68 * (2 + 1 + 8) * 2e-6)
+    # one launch per tensor for each pass: clip_grad_norm_ (norm, scale), AdamW (step count + 8 foreach updates);
+    # per tensor two view-like ops (a no-op .to(), float(step)) at 0.27 of a launch, and the optimizer's Python
+    # (20.4 µs: specs/performance.py, this profile does not measure it)
+    from trainledger.specs.performance import HOST_OP_FRACTION, OPTIMIZER_TENSOR_SECONDS
+    expected = 68 * ((2 + 1 + 8) * 2e-6 + 2 * HOST_OP_FRACTION * 2e-6 + OPTIMIZER_TENSOR_SECONDS)
+    assert optimizer_overhead_seconds(tiny, gpu, "fp32", "adamw") == pytest.approx(expected)
 
 
 SMALL = PRESETS["tiny"].with_(d_model=32, n_layers=2, n_heads=2, d_ff=64, vocab_size=64, max_seq_len=32)

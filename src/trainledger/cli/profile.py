@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to run (default: cuda when available, else cpu)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
                         help="torch intra-op threads on CPU (default: torch's, one per core); the calibration is per thread count")
+    common.add_compile_flag(parser)
     parser.add_argument("--trace", metavar="FILE", default=None,
                         help="write the profiled steps as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev)")
     g = parser.add_argument_group("a recorded trace instead of running steps")
@@ -111,7 +112,7 @@ def compute(args) -> dict:
                                f"{', '.join(gpu.gemm_efficiency)} matmuls only; use --precision {allowed}")
     result = compare(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, precision=precision,
                      optimizer=args.optimizer, steps=args.steps, warmup=args.warmup, device=device,
-                     trace_path=args.trace)
+                     trace_path=args.trace, compiled=args.compile)
     result["threads"] = torch.get_num_threads() if device == "cpu" else None
     return result
 

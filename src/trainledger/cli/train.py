@@ -116,7 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-plot", dest="plot", action="store_false", default=None, help="do not write loss.png")
     g = parser.add_argument_group("execution")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (the step time "
+                   "is then predicted for the compiled model)")
+    g.add_argument("--threads", type=common.positive_int, help="torch intra-op threads on CPU (torch.set_num_threads; "
+                   "default: one per core). On a machine shared with other work, 1 (or the free cores) avoids threads "
+                   "waiting for each other")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
     g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
@@ -229,7 +233,9 @@ def run(args) -> int:
         from trainledger.train.config import inherit
         saved = newest_config(config.resolved_checkpoint_dir())
         config = inherit(config, saved, given) if saved else config
-    import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
+    import torch  # (after argument checks: the help and bad flags stay fast)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.errors import TrainledgerError

@@ -152,12 +152,8 @@ def predicted_categories(breakdown: dict, optimizer_overhead_seconds: float = 0.
 def optimizer_overhead_seconds(spec, gpu, precision: str, optimizer: str) -> float:
     """Dispatch overhead of one optimizer step on one device: its ops (account.kernels.optimizer_kernels, one
     per parameter tensor and update) × the device's per-op overhead, as account.time counts it."""
-    from trainledger.account.kernels import optimizer_kernels
-    from trainledger.account.time import parameter_tensors
-    from trainledger.specs.recipes import get_optimizer
-    n_states = get_optimizer(optimizer).n_states
-    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, n_states, optimizer=optimizer)
-    return sum(k.count for k in kernels) * gpu.op_overhead_seconds
+    from trainledger.account.time import optimizer_dispatch_seconds
+    return optimizer_dispatch_seconds(spec, gpu, precision, optimizer)
 
 
 # --- a recorded trace ---------------------------------------------------------------------------------------
@@ -207,7 +203,7 @@ def compare_trace(path, *, measured: dict | None = None, spec=None, gpu=None, ba
                   compiled=measured["compiled"], calibrated=calibrated, profiled_steps=True)
     if spec is not None:
         prediction = _predict(spec, gpu, batch_size, seq_len, precision, optimizer, measured["device"],
-                              flash=measured["flash_used"] is not False)
+                              flash=measured["flash_used"] is not False, compiled=bool(measured["compiled"]))
         result.update(model=spec.name, gpu=gpu.name, batch_size=batch_size, seq_len=seq_len, precision=precision,
                       optimizer=optimizer, predicted=prediction["predicted"], assumptions=prediction["assumptions"],
                       relative_error=_relative_errors(prediction["predicted"], measured))
@@ -215,11 +211,13 @@ def compare_trace(path, *, measured: dict | None = None, spec=None, gpu=None, ba
     return result
 
 
-def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash=True) -> dict:
+def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash=True, compiled=False) -> dict:
+    """step_time of profile's own loop (loop="profile": its synchronizations and per-step host work)."""
     from trainledger.account.time import step_time
 
     prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
-                           optimizer=optimizer, zero=0, flash=flash, with_memory=False)
+                           optimizer=optimizer, zero=0, flash=flash, with_memory=False, compiled=compiled,
+                           loop="profile")
     moved = optimizer_overhead_seconds(spec, gpu, precision, optimizer) if device == "cpu" else 0.0
     return {"predicted": {"step_seconds": prediction["step_seconds"],
                           "categories": predicted_categories(prediction["breakdown"], moved, device)},
@@ -235,7 +233,8 @@ def _relative_errors(predicted: dict, measured: dict) -> dict:
 
 # --- running steps ------------------------------------------------------------------------------------------
 def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32", optimizer: str = "adamw",
-                  steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0) -> dict:
+                  steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0,
+                  compiled: bool = False) -> dict:
     """Runs `warmup` + `steps` timed steps, then `steps` steps under torch.profiler (after one profiler warm-up step).
 
     Returns {step_seconds (median of the timed steps), step_times_s, step_min_seconds (the fastest: the least
@@ -264,6 +263,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     dev = torch.device(device)
     model = build_model(spec).to(device=dev, dtype=param_dtype(precision))
     params = list(model.parameters())
+    if compiled:          # --compile: the steps run the model under torch.compile (the parameters are shared)
+        model = torch.compile(model)
     opt = build_optimizer(optimizer, params, lr=1e-4)
     scaler = grad_scaler(precision, dev)
     tokens = np.random.default_rng(seed).integers(0, spec.vocab_size, size=max(1 << 16, 4 * batch_size * seq_len),
@@ -368,11 +369,11 @@ MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds
 
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
-            warmup: int = 2, device: str = "cpu", trace_path=None) -> dict:
+            warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False) -> dict:
     """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
-    prediction = _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device)
+    prediction = _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, compiled=compiled)
     measured = profile_steps(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-                             steps=steps, warmup=warmup, device=device, trace_path=trace_path)
+                             steps=steps, warmup=warmup, device=device, trace_path=trace_path, compiled=compiled)
     predicted = prediction["predicted"]
     measured["largest_part"] = largest_part(measured["categories"])
     setup = SetUp(device=device, batch_size=batch_size, optimizer=optimizer, optimizer_impl=measured["optimizer_impl"],

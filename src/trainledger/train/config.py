@@ -64,6 +64,7 @@ class TrainConfig:
     sp: bool = False                    # sequence parallelism on the TP ranks (--tp > 1)
     pp: int = 1                         # pipeline stages (1F1B); needs torchrun and --grad-accum >= pp
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
+    threads: int | None = None          # torch intra-op threads (torch.set_num_threads); None: torch's default
     plot: bool = True                   # write <out_dir>/loss.png at the end
 
     def resolved_checkpoint_dir(self) -> Path:
@@ -150,7 +151,8 @@ def _coerce(name: str, value):
     default = FIELDS[name].default
     if value is None:
         return None
-    kind = type(default) if default is not None else {"grad_clip": float, "model_vocab_size": int}.get(name, str)
+    kind = type(default) if default is not None else {"grad_clip": float, "threads": int,
+                                                      "model_vocab_size": int}.get(name, str)
     if kind is bool:
         if not isinstance(value, bool):
             raise TrainledgerError(f"{flag} must be true or false, got {value!r}")
@@ -175,6 +177,8 @@ def validate(config: TrainConfig) -> None:
     for name in ("warmup_steps", "eval_every"):
         if getattr(config, name) < 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    if config.threads is not None and config.threads <= 0:
+        raise TrainledgerError(f"--threads must be a positive integer, got {config.threads}")
     if config.warmup_steps > config.steps:
         raise TrainledgerError(f"--warmup-steps {config.warmup_steps} exceeds --steps {config.steps}")
     if not config.lr > 0 or not 0 <= config.min_lr <= config.lr:

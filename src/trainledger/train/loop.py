@@ -314,7 +314,7 @@ class Trainer(Checkpointing):
         predicted = predicted_step(self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
                                    precision=config.precision, optimizer=config.optimizer, device=world.device,
                                    world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
-                                   tp=config.tp, pp=config.pp)
+                                   tp=config.tp, pp=config.pp, compiled=config.compile)
         saved_at, started = None, time.perf_counter()
         try:
             while self.step < config.steps:
