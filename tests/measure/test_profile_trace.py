@@ -319,7 +319,8 @@ def test_json_contract_without_and_with_a_model():
                     "--seq-len", "1024")
     assert full["gpu"] == "h100-sxm"                                  # the trace's device, by its datasheet
     expected = step_time(get_model("gpt2"), get_gpu("h100-sxm"), batch_size=8, seq_len=1024, num_gpus=1,
-                         precision="amp-bf16", optimizer="adamw", zero=0, flash=True, with_memory=False)
+                         precision="amp-bf16", optimizer="adamw", zero=0, flash=True, with_memory=False,
+                         loop="profile")                      # the trace was recorded by profile's loop
     assert full["predicted"]["step_seconds"] == pytest.approx(expected["step_seconds"])
     assert sum(full["predicted"]["categories"].values()) == pytest.approx(expected["step_seconds"])
     assert set(full["predicted"]["categories"]) == set(GPU_CATEGORIES)
@@ -338,7 +339,8 @@ def test_a_recorded_calibration_predicts_the_trace():
     result = run_json("profile", "--from-trace", str(RECORDED["llama1b"]), "--model", str(config), "--batch-size",
                       "4", "--seq-len", "2048", "--calibration", str(calibration))
     expected = step_time(get_model(str(config)), load_calibration(str(calibration)), batch_size=4, seq_len=2048,
-                         num_gpus=1, precision="amp-bf16", optimizer="adamw", zero=0, flash=True, with_memory=False)
+                         num_gpus=1, precision="amp-bf16", optimizer="adamw", zero=0, flash=True, with_memory=False,
+                         loop="profile")
     assert result["predicted"]["step_seconds"] == pytest.approx(expected["step_seconds"])
     assert "calibration" in result["assumptions"][0]
 
