@@ -66,7 +66,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
            recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto",
-           reserve_bytes: float | None = None) -> dict:
+           compiled: bool = False, reserve_bytes: float | None = None) -> dict:
     """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
 
     Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
@@ -113,7 +113,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp)
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],

@@ -131,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainledger.cli.reserve import add_reserve_flag
     add_reserve_flag(parser)              # for --mfu auto: memory kept back from each layout
     add_failure_arguments(parser)
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
@@ -200,12 +201,15 @@ def nonnegative_duration(text: str) -> float:
     return value
 
 
+def _datasheet(name: str):
+    from trainledger.specs.hardware import get_gpu
+    return get_gpu(name)
+
+
 def compute(args) -> dict:
     from trainledger.account import flops as F
     from trainledger.account.plan import gpus_needed, training_time
-    from trainledger.specs.hardware import get_gpu
-
-    gpu = get_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu, calibration=args.calibration) if args.calibration else _datasheet(args.gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
     if args.model is not None:
