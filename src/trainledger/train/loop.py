@@ -32,6 +32,7 @@ from trainledger.account.flops import flops_per_step
 from trainledger.account.memory import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
+from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
@@ -99,6 +100,10 @@ class Trainer(Checkpointing):
 
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
+        check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
+                         precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
+                         hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
+                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
