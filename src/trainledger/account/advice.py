@@ -2,7 +2,7 @@
 
 `bottleneck_advice(breakdown, setup)` names the largest part of the step and what would shrink it, given the flags
 in effect (`setup`: the keys of an account.time.step_time result: flash, zero, dp, tp, pp, interleave,
-micro_batches, batch_size, framework, optimizer, n_layers, gpus_per_node, compile). It never suggests what is
+micro_batches, batch_size, framework, optimizer, n_layers, gpus_per_node, compiled). It never suggests what is
 already on: no "--flash" when flash is on, no fused optimizer to Megatron-LM's fused Adam, no "--zero 1+" when the
 states are already sharded, no torch.compile to a compiled or Megatron-fused model, no interleaving that the
 schedule does not allow (account.schedule).
@@ -49,7 +49,7 @@ def hints(breakdown: dict, setup: dict) -> dict[str, str]:
     pp, m, v = setup.get("pp", 1), setup.get("micro_batches", 1), setup.get("interleave", 1)
     tp, dp, zero = setup.get("tp", 1), setup.get("dp", 1), setup.get("zero", 0)
     megatron = setup.get("framework") == "megatron"
-    compiled = bool(setup.get("compile"))
+    compiled = bool(setup.get("compiled") or setup.get("compile"))
 
     work = sum(breakdown.get(k, 0.0) for k in ("compute", "attention"))
     rate = setup["hfu"] * setup["step_seconds"] / work if work and setup.get("hfu") and setup.get("step_seconds") else None
