@@ -76,7 +76,8 @@ def test_layout_search_never_times_an_invalid_schedule(name, monkeypatch):
         return {"step_seconds": 1.0, "mfu": 0.1, "hfu": 0.1, "tokens_per_s": 1.0, "bottleneck": ""}
 
     monkeypatch.setattr(layout_mod, "step_time", fake_step_time)
-    monkeypatch.setattr(layout_mod, "memory_per_gpu", lambda *a, **k: {"fits": True, "total_bytes": 1.0})
+    monkeypatch.setattr(layout_mod, "memory_per_gpu", lambda *a, **k: {"fits": True, "total_bytes": 1.0, "peak_bytes": 1.0,
+                                                                        "reserve_bytes": 0.0, "headroom_bytes": 1e12})
     for num_gpus, global_batch in ((96, 384), (1024, 4096), (100000, 100000)):
         search(spec, get_gpu("h100"), num_gpus=num_gpus, global_batch_size=global_batch, seq_len=spec.default_seq_len,
                top=1)
@@ -106,8 +107,9 @@ def test_returned_layouts_are_valid_and_fit(name, gpu, num_gpus, global_batch, s
         memory = memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"], fsdp=fsdp,
                                 dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                                 recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw", flash=True,
-                                memory_per_gpu_bytes=device.memory_bytes)
-        assert memory["fits"] and memory["total_bytes"] == pytest.approx(layout["memory_bytes"])
+                                memory_per_gpu_bytes=device.memory_bytes, grad_accum=layout["micro_batches"],
+                                reserve_bytes=layout["reserve_bytes"])
+        assert memory["fits"] and memory["peak_bytes"] == pytest.approx(layout["memory_bytes"])
 
 
 @pytest.mark.parametrize("name", TRANSFORMERS)
