@@ -22,7 +22,8 @@ Never run: set-up (scripts/setup.sh, pip install, install_chromium.sh) and what 
 Commands run under `bash -o pipefail`; torch's own timestamped log lines (torchrun's OMP_NUM_THREADS notice)
 are left out of the outputs. --update rewrites, in place, the printed output of every transcript command it ran whose output is complete (an
 output with a `...` line, or a line ending in `...`, is an excerpt and is left alone), then prints a summary of
-what changed (--diff: the unified diff too). Review with `git diff` before committing.
+what changed (--diff: the unified diff too). Review with `git diff` before committing. (A line that is, starts
+or ends with `...` marks an excerpt.)
 
 usage: python scripts/check_readme.py [--tier fast|slow|all] [--update] [--diff] [--only TEXT] [FILE.md ...]
 """
@@ -75,14 +76,18 @@ class Command:
 
     @property
     def excerpt(self) -> bool:
-        return any(line.strip() in ("...", "…") or line.rstrip().endswith("...") for line in self.output)
+        return any(line.strip() in ("...", "…") or line.strip().startswith("...") or line.rstrip().endswith("...")
+                   for line in self.output)
 
 
 def normalized(lines: list[str]) -> list[str]:
-    """Output lines as the documents keep them: trailing spaces (rich pads its tables) and trailing blank lines cut."""
+    """Output lines as the documents keep them: trailing spaces (rich pads its tables) and leading and trailing blank
+    lines (a progress bar's leftovers) cut."""
     out = [line.rstrip() for line in lines]
     while out and not out[-1]:
         out.pop()
+    while out and not out[0]:
+        out.pop(0)
     return out
 
 
