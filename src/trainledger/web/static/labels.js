@@ -46,7 +46,10 @@
     bytes_per_param: ["bytes per parameter (unsharded)", (x) => `${Fmt.sig(x, 4)} B`],
     bytes_per_param_per_gpu: ["bytes per parameter per GPU (after ZeRO)", (x) => `${Fmt.sig(x, 4)} B`],
     memory_per_gpu_bytes: ["memory per GPU", Fmt.bytes],
-    headroom_bytes: ["headroom (memory − total − reserve)", Fmt.bytes],
+    headroom_bytes: ["headroom (memory − peak − reserve)", Fmt.bytes],
+    peak_bytes: ["peak of a training step (after the first)", Fmt.bytes],
+    first_step_peak_bytes: ["peak of the first step (before the optimizer states exist)", Fmt.bytes],
+    grad_accum: ["micro-batches accumulated per step", Fmt.whole],
     // optimal
     budget_flops: ["budget", (v) => `${Fmt.flops(v)} FLOPs`],
     tokens_per_param: ["tokens per parameter", (x) => Fmt.sig(x, 3)],
