@@ -8,7 +8,8 @@ clone after the quick start: the repository's files linked in, a copy of the qui
 (when it has finished), `trainledger` and `python` from this interpreter's environment first on PATH, the
 checkout's `src/` first on PYTHONPATH, COLUMNS=80 (the width the printed tables were made at), and a HOME of its
 own (calibrations and other caches start empty, and the user's are left alone). A command passes
-when its exit status is the one printed: 2 when its printed output starts with `error:`, 0 otherwise.
+when its exit status is the one printed: 2 when a line of its printed output starts with `error:` (the CLI's one
+line for bad input, after whatever it printed first), 0 otherwise.
 
 Tiers (--tier; each includes the ones before it):
   fast  the planning commands (plan, fit, optimal, params, flops, memory, step, layout, mfu, tensor, matmul, dtypes,
@@ -71,8 +72,7 @@ class Command:
 
     @property
     def expected_status(self) -> int:
-        first = next((line for line in self.output if line.strip()), "")
-        return 2 if first.startswith("error:") else 0
+        return 2 if any(line.startswith("error:") for line in self.output) else 0
 
     @property
     def excerpt(self) -> bool:
