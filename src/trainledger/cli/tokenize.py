@@ -29,6 +29,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_json_flag(parser)
 
 
+def _check_paths(source: str, output: str) -> None:
+    """INPUT must be a regular file (a FIFO or /dev/zero never ends); an existing OUTPUT too (/dev/full, a pipe):
+    one line naming which, before anything is read or written."""
+    import os
+    import stat
+    from pathlib import Path
+
+    from trainledger.files import check_regular_file, not_regular
+    path = Path(source)
+    if path.exists() or path.is_symlink():      # a missing input keeps tokenize_file's own message
+        check_regular_file(path, "INPUT.txt")
+    try:
+        mode = os.stat(output).st_mode
+    except OSError:
+        return                                  # a new file (or an unusable directory: tokenize_file names it)
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise not_regular("OUTPUT.tokens", output, mode, "give a file name to write the tokens to")
+
+
 def run(args) -> int:
     from trainledger import units
     from trainledger.data.tokenizer import tokenize_file
@@ -36,8 +55,15 @@ def run(args) -> int:
     if args.chunk_size != int(args.chunk_size):
         from trainledger.errors import TrainledgerError
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
-    result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
-                           progress=not args.json)
+    _check_paths(args.input, args.output)
+    try:
+        result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
+                               progress=not args.json)
+    except OSError as error:          # a full disk, a file-size limit: one line, never a traceback
+        from trainledger.errors import TrainledgerError
+        reason = error.strerror or str(error)
+        raise TrainledgerError(f"cannot write {args.output} (OUTPUT.tokens): {reason}; free space or choose "
+                               "another OUTPUT") from None
     if args.json:
         common.print_json(result)
         return 0

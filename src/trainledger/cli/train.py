@@ -150,7 +150,7 @@ def _config_and_given(args):
         flags["grad_clip"] = None
     values = load_toml(args.config) if args.config else {}      # the file's keys mean what the flags mean
     values.update({name: value for name, value in flags.items() if value is not None})
-    given = set(values)
+    given = set(values) | ({"grad_clip"} if no_clip else set())     # --no-grad-clip is a value given: None
     _map_batch_flags(values)
     given |= {"batch_size"} if given & {"batch_size", "global_batch_size"} else set()
     given.discard("global_batch_size")
