@@ -219,8 +219,10 @@ def run(args) -> int:
     import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
+    from trainledger.train.signals import LAUNCHER_EXIT
     from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
+    trainer = None
     try:
         trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):
@@ -234,8 +236,8 @@ def run(args) -> int:
         if world.is_main:
             raise
         return 2        # every rank meets the same error; rank 0 alone prints it
-    finally:
-        distributed.teardown(world)
+    finally:      # a launcher that died took its rendezvous store along: close without it
+        distributed.teardown(world, through_store=getattr(trainer, "stop_signal", None) != LAUNCHER_EXIT)
     if summary["stopped_by"] and world.distributed:    # every rank says it stopped cleanly (exit 0)
         print(f"rank {world.rank}: stopped by {summary['stopped_by']} at step {summary['steps']}, exit 0",
               file=sys.stderr, flush=True)

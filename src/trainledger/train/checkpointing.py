@@ -285,7 +285,7 @@ class Checkpointing:
             raise TrainledgerError(problem)
 
     def _lock(self) -> RunLocks:
-        """Rank 0 locks the run (checkpoint dir, out-dir, an outside --metrics file: train/runlock.py); every rank
+        """Rank 0 locks the run (checkpoint dir, out-dir, --metrics file: train/runlock.py); every rank
         raises if another trainer holds one of them. The locks (none on other ranks), released by unlock_all()."""
         locks, problem = RunLocks(), None
         if self.world.is_main:

@@ -50,7 +50,8 @@ from trainledger.train.config import TrainConfig, with_world
 from trainledger.train.corpus import load_splits
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.runlock import unlock_all
-from trainledger.train.signals import install_signal_handlers, launcher_gone, launcher_pid, restore_signal_handlers
+from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
+                                      restore_signal_handlers)
 
 # Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
 FAULT_NAN_STEP_ENV = "TRAINLEDGER_FAULT_NAN_STEP"
@@ -369,7 +370,7 @@ class Trainer(Checkpointing):
                 if os.environ.get(STEP_DELAY_ENV):
                     time.sleep(float(os.environ[STEP_DELAY_ENV]))
                 if self.stop_signal is None and launcher_gone(self.launcher_pid):
-                    self.stop_signal = "launcher exit"       # torchrun was killed: stop with a checkpoint
+                    self.stop_signal = LAUNCHER_EXIT         # torchrun was killed: stop with a checkpoint
                 stop = dist_.any_across(self.stop_signal is not None, world)
                 if self.step % config.checkpoint_every == 0 or self.step == config.steps or stop:
                     saved_at = self.save()

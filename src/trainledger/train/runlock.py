@@ -3,12 +3,13 @@
 A run writes into its --out-dir (the token cache under data/, metrics.jsonl, loss.png), its --checkpoint-dir
 and its --metrics file, which may lie outside the out-dir. `lock_run()` locks each of them:
 
-    <checkpoint-dir>/.lock    <out-dir>/.lock    the --metrics file itself, when it is outside the out-dir
+    <checkpoint-dir>/.lock    <out-dir>/.lock    the --metrics file itself (created empty if missing)
 
 so a second trainer sharing any one of them (the same out-dir with another --checkpoint-dir, the same
-checkpoint dir from another out-dir, the same --metrics file) stops with one line naming the holder's pid before
-it has touched a file, instead of rewriting the token cache the first one has memory-mapped (SIGBUS) or
-truncating its metrics. The kernel drops a lock when its holder dies (SIGKILL included): no stale lock files.
+checkpoint dir from another out-dir, another out-dir with the same --metrics file) stops with one line naming
+the holder before it has touched a file, instead of rewriting the token cache the first one has memory-mapped
+(SIGBUS) or truncating its metrics. The kernel drops a lock when its holder dies (SIGKILL included): no stale
+lock files.
 """
 
 from __future__ import annotations
@@ -117,14 +118,6 @@ def unlock_directory(fd: int | None) -> None:
         os.close(fd)
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    try:
-        path.resolve().relative_to(directory.resolve())
-    except ValueError:
-        return False
-    return True
-
-
 @dataclass
 class RunLocks:
     """The locks of one run (fds) and the metrics file the checkpoint dir's previous trainer wrote (or None)."""
@@ -141,7 +134,7 @@ class RunLocks:
 
 
 def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
-    """Locks a run's checkpoint dir, out-dir and (outside the out-dir) metrics file, in that order.
+    """Locks a run's checkpoint dir, out-dir and metrics file, in that order.
 
     Once the run has started, RunLocks.claim_metrics() records the resolved metrics path in the checkpoint dir's
     lock file, so that a later run can tell that run's metrics (killed before its first checkpoint) from another
@@ -153,13 +146,8 @@ def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
         locks.fds.append(lock_directory(checkpoint_dir, locks.previous_metrics or ""))
         if out_dir.resolve() != checkpoint_dir.resolve():
             locks.fds.append(lock_directory(out_dir))
-        if not _inside(metrics, out_dir):
-            metrics.parent.mkdir(parents=True, exist_ok=True)
-            locks.fds.append(lock_file(metrics, "--metrics"))
-        elif metrics.exists() or metrics.is_symlink():
-            mode = metrics.stat().st_mode if metrics.exists() else 0
-            if not stat.S_ISREG(mode):
-                raise not_regular("--metrics", metrics, mode, _APPENDED)
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        locks.fds.append(lock_file(metrics, "--metrics"))
     except BaseException:
         unlock_all(locks)
         raise

@@ -15,6 +15,7 @@ import os
 import signal
 
 # Environment variables torchrun's elastic agent sets in every worker it starts.
+LAUNCHER_EXIT = "launcher exit"      # the stop_signal of a rank whose launcher died
 LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
 
 
@@ -39,13 +40,17 @@ def restore_signal_handlers(old: dict) -> None:
         signal.signal(sig, previous)
 
 
+def parent_pid() -> int:
+    return os.getppid()
+
+
 def launcher_pid() -> int | None:
     """The pid of the torchrun agent that started this process (its parent), or None when torchrun did not."""
     if not any(name in os.environ for name in LAUNCHER_ENV):
         return None
-    return os.getppid()
+    return parent_pid()
 
 
 def launcher_gone(pid: int | None) -> bool:
     """Whether the launcher `pid` (from launcher_pid) has died: this process was re-parented (one getppid call)."""
-    return pid is not None and os.getppid() != pid
+    return pid is not None and parent_pid() != pid
