@@ -29,8 +29,11 @@ SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0 (also wh
 is still loading); --resume continues exactly (the same losses as an uninterrupted run). --resume may change
 --lr, --min-lr, --warmup-steps, --grad-clip, --steps (to extend), eval and checkpoint intervals; settings not
 given keep the checkpoint's values. A NaN/Inf loss stops the run (exit 2) and names the last checkpoint whose
-loss was finite and not a spike. One trainer per checkpoint directory (a lock file); keeping K checkpoints
-needs disk room for K+1. `trainledger checkpoints DIR` lists them.
+loss was finite and not a spike. One trainer per run: locks on the checkpoint directory, the out-dir and the
+metrics file, taken before anything is written; a fresh start never overwrites another run's metrics. Keeping K
+checkpoints needs disk room for K+1. A checkpoint whose files or content are damaged (sha256, zip CRC-32, its
+step) is skipped for the previous one; `trainledger checkpoints DIR` lists them. Under torchrun, ranks whose
+launcher was killed stop with a checkpoint.
 
 Batch flags, as in `memory` and `step`: --batch-size is the micro-batch per GPU (per data-parallel rank, per
 forward/backward), --global-batch-size the sequences per optimizer step, and global = micro × data-parallel ranks
@@ -94,7 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
     g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
     g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
-    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none); settings not given keep "
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none, "
+                        "unless the metrics file holds another run's records); settings not given keep "
                         "the checkpoint's values, and --lr, --min-lr, --warmup-steps, --grad-clip, --steps and the "
                         "eval/checkpoint intervals may change")
     g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
