@@ -32,7 +32,7 @@ import warnings
 warnings.filterwarnings("ignore", message=r"'trainledger\.cli\.main' found in sys\.modules", category=RuntimeWarning)
 
 POLL_SECONDS = 0.05
-PRELOAD = ["trainledger.web.api"]      # imported once by the fork server, inherited by every worker
+PRELOAD = ["trainledger.web.preload"]  # imported once by the fork server (the API, warmed), inherited by every worker
 
 _lock = threading.Lock()
 _live: set = set()
