@@ -51,21 +51,6 @@ def not_regular(flag: str, path, mode: int, hint: str = "give a regular file") -
     return TrainledgerError(f"{flag} {path} is not a regular file (it is {file_kind(mode)}); {hint}")
 
 
-def check_regular_file(path, flag: str) -> Path:
-    """`path` when it is an existing regular file (symlinks followed); else a one-line TrainledgerError naming `flag`:
-    missing, a directory, or a pipe/device/socket (which would block, never end, or cannot be memory-mapped)."""
-    path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise TrainledgerError(f"{flag} file {path} does not exist") from None
-    except OSError as error:
-        raise TrainledgerError(f"{flag}: cannot read {path} ({error.strerror or error})") from None
-    if not stat.S_ISREG(mode):
-        raise not_regular(flag, path, mode)
-    return path
-
-
 def read_regular_file(path, flag: str, max_bytes: int) -> bytes:
     """The bytes of `path` when it is a regular file of at most `max_bytes`; a one-line TrainledgerError naming
     `flag` otherwise. Opened with O_NONBLOCK (a FIFO never blocks the open) and checked with fstat on the opened

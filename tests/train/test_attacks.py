@@ -343,7 +343,7 @@ ODD = [
     (lambda d: ["optimal", "--budget-flops", "5e-324"], "--budget-flops", "too small"),  # ZeroDivisionError
     (lambda d: ["bench", "--size", "1e9"], "--size", "available on cpu"),                # tried to allocate 12 EB
     (lambda d: ["tokenize", d / "x.txt", "/dev/full"], "OUTPUT.tokens", "is not a regular file"),
-    (lambda d: ["tokenize", d / "fifo", d / "x.tokens"], "INPUT.txt", "is not a regular file"),
+    (lambda d: ["tokenize", d / "fifo", d / "x.tokens"], "INPUT", "is not a regular file"),
 ]
 
 

@@ -78,7 +78,7 @@ def test_only_allow_listed_flags_become_argv(monkeypatch):
     parser.add_argument("--fresh-flag")
     monkeypatch.setattr(api, "command_parsers", lambda: {"fake": parser})
     monkeypatch.setitem(flags.WEB_FLAGS, "fake", frozenset({"model"}))
-    for key, message in (("calibration", "reads a calibration file"), ("fresh-flag", "command line only"),
+    for key, message in (("calibration", "from a file of the machine it runs on"), ("fresh-flag", "command line only"),
                          ("modle", "unrecognized arguments: --modle=x (did you mean --model?)")):
         status, body, argv = api.answer("fake", [(key, "x")])
         assert status == 422 and argv is None, key

@@ -18,27 +18,43 @@ How a step is built (each piece is a small function a test checks by hand):
    max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
    gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
    input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
-   when pp = 1; FSDP prefetch behind the neighbouring layer). Everything else is exposed. A TP collective holds
+   when pp = 1; ZeRO-3 in PyTorch as FSDP2 runs it, unit by unit, account.fsdp via account.overlap.fsdp_step).
+   Everything else is exposed. A TP collective holds
    its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
 3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
 Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
-published channel count, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
-beyond embedding/head, the interleaved schedule's extra activation memory.
+published channel count, imbalanced stages beyond embedding/head, the interleaved schedule's extra activation memory.
+5. Eager PyTorch on an accelerator (framework trainledger): the CPU launches ops ahead of the GPU, so the step is
+   the longer of the two timelines between the loop's synchronizations (account/timeline.py, eager_step.py);
+   the time the GPU waits for the CPU is "overhead". --compile: account/compiled.py.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainledger.account import comm as comm_mod
+from trainledger.account import fsdp as fsdp_mod
+from trainledger.account import recompute as recompute_mod
+from trainledger.account import timeline
+from trainledger.account.activations import recipe_bytes
+from trainledger.account.eager import unaligned
+from trainledger.account.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
+                                            host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
+from trainledger.account.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
+from trainledger.account.step_notes import assumptions
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
+from trainledger.account.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
+                                         fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
+                                         sms_beside as _sms_beside)
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
-from trainledger.units import format_bytes
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
          "pipeline_bubble")
@@ -89,72 +105,32 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
 
 
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
-DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
 
 
-def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd: float, stage_bwd: float, pp: int,
-                          n_layers: int, style: str) -> float:
-    """Exposed seconds of one data-parallel collective (`seconds` for all its calls in a step).
-
-    DDP / ZeRO-1/2 gradient reduction runs in buckets during the last micro-batch's backward: hidden behind it
-    except the last bucket (25 MB in torch DDP); with pipelining it starts after the flush (Megatron-LM 2022) and
-    is exposed. ZeRO-3 / FSDP gathers and reduces one layer at a time, prefetched behind the neighbouring
-    layer's compute: the first gather of a pass and the last reduce-scatter are exposed, the rest only when longer
-    than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
-    gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
-    of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
-    buffers and copies nothing). While a hidden collective runs, its NCCL kernel holds `link.sm_channels` SMs:
-    the compute it hides behind runs SMs/(SMs − channels) slower meanwhile (overlapped_exposed; all of that
-    compute is treated as SM-bound, an upper bound for its memory-bound part).
-    """
-    from trainledger.account.roofline import memory_seconds
-    link = _link(gpu, c.link)
-    free = _sms_beside(gpu, link)
-    slow = gpu.sm_count / free if free else 1.0
-
-    def exposed(comm: float, hidden: float) -> float:
-        return overlapped_exposed(comm, hidden, hidden * slow)
-
-    per_call = seconds / c.count if c.count else 0.0
-    copies = 0.0
-    if style == "torch":
-        copies = c.count * memory_seconds(gpu, (4 if c.kind == "all_reduce" else 2) * c.payload_bytes)
-    if c.hides_behind == "backward_last":
-        bucket = comm_mod.collective_seconds(c.kind, min(DDP_BUCKET_BYTES, c.payload_bytes), c.group_size, link)
-        hidden = stage_bwd if pp == 1 else 0.0
-        return copies + (seconds if pp > 1 else bucket + exposed(seconds - bucket, hidden))
-    if c.hides_behind in ("forward", "backward"):
-        unit = comm_mod.collective_seconds(c.kind, c.payload_bytes / n_layers, c.group_size, link)
-        edge = unit if (c.kind == "all_gather" and c.hides_behind == "forward") or c.kind == "reduce_scatter" else 0.0
-        hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
-        return copies + micro_batches * (edge + exposed(per_call - edge, hidden))
-    return copies + seconds
-
-
-def overlapped_exposed(comm_seconds: float, gemm_seconds: float, narrow_gemm_seconds: float) -> float:
-    """Seconds a collective adds to the GEMMs it overlaps when its NCCL kernel holds some of their SMs.
-
-    The GEMMs take `gemm_seconds` on all SMs and `narrow_gemm_seconds` on the SMs the collective leaves free.
-    While the collective runs (comm_seconds) they progress at the narrow rate; the rest of their work then runs
-    at the full rate. If the collective outlasts even the slowed GEMMs, it sets the time:
-        comm ≥ narrow: comm − gemm;   else: comm · (1 − gemm / narrow)
-    With narrow = gemm (no SMs taken) this is max(0, comm − gemm), the plain exposed part.
-    """
-    if comm_seconds <= 0:
-        return 0.0
-    if comm_seconds >= narrow_gemm_seconds:
-        return comm_seconds - gemm_seconds
-    return comm_seconds * (1.0 - gemm_seconds / narrow_gemm_seconds) if narrow_gemm_seconds > 0 else comm_seconds
-
-
-def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
+          cpu_op: float | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
     ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
-    on only that many SMs)."""
+    on only that many SMs).
+
+    `cpu_op` (eager PyTorch on an accelerator, which launches asynchronously): each launch also holds the device
+    for gpu.kernel_overhead_seconds, nothing is added to "overhead", and "block" is the list as the CPU and GPU
+    timelines see it (account/timeline.py), each launch costing the CPU `cpu_op` seconds."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
            "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
+    blocks = []
     for k in kernels:
+        if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
+            host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
+            if cpu_op is None:
+                out["overhead"] += k.count * host
+            else:
+                blocks.append(timeline.Block(k.count * host, 0.0, k.count * host))
+            continue
         seconds = kernel_seconds(gpu, k, attention_kernel)
+        if cpu_op is not None:
+            seconds += k.count * gpu.kernel_overhead_seconds
+            blocks.append(timeline.op(cpu_op, seconds / k.count, k.count))
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds
@@ -166,23 +142,18 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
                 full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
                 full_narrow[0] += seconds
                 full_narrow[1] += narrow
-        out["overhead"] += k.count * gpu.op_overhead_seconds
+        if cpu_op is None:
+            out["overhead"] += k.count * gpu.op_overhead_seconds
         out["kernels"] += k.count
+    if cpu_op is not None:
+        out["block"] = timeline.sequence(blocks)
     return out
 
 
 def _add(total: dict, part: dict, times: float = 1.0) -> None:
     for key, value in part.items():
-        total[key] = total.get(key, 0.0) + value * times
-
-
-def _link(gpu, which: str):
-    link = gpu.intra_node_link if which == "intra" else gpu.inter_node_link
-    if link is None:
-        flag = "--intra-node-bandwidth" if which == "intra" else "--inter-node-bandwidth"
-        where = "inside a node" if which == "intra" else "between nodes"
-        raise TrainledgerError(f"no published interconnect {where} for {gpu.name}: give {flag} (e.g. 25GB/s)")
-    return link
+        if key != "block":
+            total[key] = total.get(key, 0.0) + value * times
 
 
 def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
@@ -190,17 +161,25 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None) -> dict:
+              with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
+              loop: str = "train") -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
     times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `fsdp`: account.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
+    accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
+    `compiled`: the model under torch.compile (account/compiled.py). `loop`: whose synchronizations end the
+    timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/eager_step.py).
     """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
-    check_choice(recompute, ("none", "selective", "full"), "--recompute")
+    check_choice(recompute, recompute_mod.POLICIES, "--recompute")
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
+    check_choice(loop, LOOPS, "loop")
+    if compiled and framework != "trainledger":
+        raise TrainledgerError("--compile models our torch Transformer under torch.compile (--framework trainledger)")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
@@ -211,26 +190,36 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     peak = gpu.peak(recipe.compute_dtype)
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp and tp > 1, cp=cp)
     style = "megatron" if framework == "megatron" else "torch"
+    settings = None
+    if zero == 3 and style == "torch" and dp > 1:
+        settings = fsdp if fsdp is not None else fsdp_mod.fsdp_settings(recipe, pp=pp, dp=dp)
+        fsdp_mod.fsdp_settings(recipe, replicate=settings.replicate, dp=dp)     # HSDP must divide dp
+    elif fsdp is not None and fsdp.replicate > 1:
+        raise TrainledgerError(f"--dp-replicate {fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 sharding "
+                               "inside each replica group), with dp > 1")
+    compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
 
     # 1. kernels of one layer and of the edges, for one micro-batch
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
     narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
-    key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms)
+    cpu_op = eager_cpu_op_seconds(gpu, framework)
+    layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
+    key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
+           recompute, narrow_sms, compiled)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups())
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled)
         if cache is not None:
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
     fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
 
@@ -257,10 +246,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     stage_fwd = stage_layers * (fwd["compute"] + fwd["attention"] + fwd["memory_bound"])
     stage_bwd = stage_layers * (bwd["compute"] + bwd["attention"] + bwd["memory_bound"] + rec["compute"]
                                 + rec["attention"] + rec["memory_bound"])
+    fsdp_detail = None
+    if settings is not None:
+        step_comm = [c for c in step_comm if c.part != "dp_comm"]
+        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m)
+        after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
+        records += fsdp_detail.pop("records")
     for c in step_comm:
         if c.part not in ("pp_comm", "dp_comm"):
             continue
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        seconds = collective_seconds(gpu, c)
         records.append((c, seconds))
         if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
@@ -272,13 +267,21 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
 
-    # 4. the optimizer on this GPU's shard
+    # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
     placement = params_per_gpu(spec, tp, pp)
-    shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
-    n_tensors = parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
+    sharded_over = (dp // settings.replicate if settings is not None else dp) if zero >= 1 else 1
+    shard_params = placement["n_params_per_gpu"] / sharded_over
+    n_tensors = parameter_tensors(spec) / pp / sharded_over
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
-    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                           framework=framework, optimizer=opt.name))
+    numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
+    # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
+    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
+                                                 m if settings is None else 1, recipe, framework), cpu_op=cpu_op)
+    for part in ("memory_bound", "overhead"):
+        ideal[part] = ideal.get(part, 0.0) + accumulate[part]
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():
@@ -288,6 +291,13 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
+    if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/timeline.py)
+        norm = [k for k in optim_kernels if k.name.endswith("_norm")]
+        clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
+    if fsdp_detail is not None:
+        breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
     step_seconds = sum(breakdown.values())
 
     tokens = global_batch_size * seq_len
@@ -302,20 +312,34 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
-        "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
+        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
+        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "unaligned_vocabulary": (framework == "trainledger" and not compiled
+                                 and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
+        "compute_precision": compute,
     }
+    if fsdp_detail is not None:
+        result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes)
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings)
         result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
-    result["assumptions"] = assumptions(gpu, result, records)
+    result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
+
+
+def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
+    """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
+    views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
+    opt = get_optimizer(optimizer)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    return _time(gpu, kernels)["overhead"]
 
 
 def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
@@ -323,11 +347,6 @@ def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
     if tp == 1:
         return None
     return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
-
-
-def _sms_beside(gpu, link) -> int | None:
-    """SMs left to compute while a collective on `link` runs (it holds `link.sm_channels`); None: not modelled."""
-    return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
 
 
 def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
@@ -355,7 +374,7 @@ def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dic
     column = COLUMN_PARALLEL.get(framework, ())
     records = []
     for c in layer_comm:
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        seconds = collective_seconds(gpu, c)
         records.append((c, seconds))
         own = [bwd.get("gemms", {}).get(f"{name}_{c.hides_behind}") for name in column]
         if c.hides_behind in hide and column and c.count == len(column) and all(own):
@@ -396,41 +415,25 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]]):
+                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
+                 compiled: bool = False):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
-    its GEMMs take while a TP collective holds the others."""
+    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
-        fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
-        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-               "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
+                           compiled=compiled)
+        fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
+        kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
+        timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
+        rec = {k: v * weight for k, v in timed.items() if k not in ("gemms", "block")}
+        if cpu_op is not None:
+            rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    edges = {name: _time(gpu, ks, cpu_op=cpu_op)
+             for name, ks in edge_kernels(spec, **shard, framework=framework, compiled=compiled).items()}
     return groups, edges
-
-
-def parameter_tensors(spec) -> int:
-    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over.
-
-    Per layer: q, k, v, o (+ their biases); the MLP's 2 or 3 matrices (+ biases), or in an MoE layer the router,
-    each expert's matrices, the shared expert's and its gate; 2 norms (4 with sandwich norms, + the q/k norms),
-    each a weight (+ a bias). Outside the layers: the embedding, the final norm, learned positions, an untied
-    head. Equals len(list(model.parameters())) of models/ (tests/account/test_time.py)."""
-    mats = 3 if spec.gated_mlp else 2
-    norm = 2 if spec.norm_bias else 1
-    total = 0
-    for layer, count in spec.layer_groups():
-        tensors = 4 + 3 * spec.qkv_bias + spec.attn_out_bias
-        tensors += norm * (2 + 2 * spec.sandwich_norm + 2 * spec.qk_norm)
-        if spec.is_moe_layer(layer):
-            tensors += 1 + mats * spec.n_experts * (1 + spec.mlp_bias)
-            tensors += mats * (spec.shared_expert_d_ff is not None) + spec.shared_expert_gate
-        else:
-            tensors += mats * (1 + spec.mlp_bias)
-        total += count * tensors
-    return total + 1 + norm + (spec.position == "learned") + (not spec.tied_embeddings)
 
 
 def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
@@ -451,37 +454,3 @@ def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) ->
         "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
     }
     return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
-
-
-def assumptions(gpu, result: dict, records) -> list[str]:
-    """The modelling assumptions behind a step_time answer, one line each (printed under the title)."""
-    from trainledger.account.roofline import gemm_efficiency
-    lines = [f"framework {result['framework']}: the kernels of "
-             + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
-                else "Megatron-LM's GPT (fused kernels, dropout)"),
-             f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
-             + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
-             f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s "
-             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")
-             if not gpu.memory_bandwidth_curve else "memory-bound ops at the bandwidth measured for their size "
-             f"({', '.join(f'{r / 1e9:.3g}' for _, r in gpu.memory_bandwidth_curve)} GB/s from "
-             f"{format_bytes(gpu.memory_bandwidth_curve[0][0])} to {format_bytes(gpu.memory_bandwidth_curve[-1][0])} per op)"]
-    if result["flash"]:
-        table = gpu.attention_table(result.get("attention_kernel"))
-        lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
-                     "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
-    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
-    if narrow:
-        lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
-                     "the GEMMs it overlaps run on the rest")
-    seen = set()
-    for c, _ in records:
-        if c.name in seen:
-            continue
-        seen.add(c.name)
-        link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
-        rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
-                     f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
-    return lines

@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
     add_model_flags(parser)
+    common.add_compile_flag(parser)
+    common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
 
@@ -44,13 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def compute(args) -> dict:
     from trainledger.account.layout import search
 
-    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
                    precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
                    framework=args.framework, attention_kernel=args.attention_kernel, top=args.top,
-                   memory_per_gpu_bytes=args.memory_per_gpu)
+                   memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile)
     capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     result = {"model": spec.name, "gpu": gpu.name, "num_gpus": args.num_gpus, "global_batch_size": global_batch,
               "seq_len": seq_len, "precision": args.precision, "optimizer": args.optimizer, "flash": args.flash,
@@ -58,7 +60,9 @@ def compute(args) -> dict:
     result["assumptions"] = [
         seq_len_assumption(spec, seq_len, args.seq_len),
         f"global batch {global_batch} sequences{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
-        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}",
+        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}"
+        + ("; torch.compile" if args.compile else "")
+        + (f"; device measured by {args.calibration}" if args.calibration else ""),
         f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "
         f"(account/memory.py), {found['timed']} timed with interleaving (account/time.py)",
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "

@@ -129,6 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "lightest that fits each layout); hardware FLOPs count it")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
     add_failure_arguments(parser)
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
@@ -197,12 +198,15 @@ def nonnegative_duration(text: str) -> float:
     return value
 
 
+def _datasheet(name: str):
+    from trainledger.specs.hardware import get_gpu
+    return get_gpu(name)
+
+
 def compute(args) -> dict:
     from trainledger.account import flops as F
     from trainledger.account.plan import gpus_needed, training_time
-    from trainledger.specs.hardware import get_gpu
-
-    gpu = get_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu, calibration=args.calibration) if args.calibration else _datasheet(args.gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
     if args.model is not None:

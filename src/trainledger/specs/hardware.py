@@ -36,6 +36,17 @@ class GPUSpec:
     # keyed by the kernel name of account/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
     elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
+    # How ops run (account/timeline.py): True on accelerators, where the CPU launches kernels ahead of the device
+    # and a step costs the longer of the two timelines; False on a calibrated CPU, where each op runs in turn.
+    async_launch: bool = True
+    kernel_overhead_seconds: float = 0.0          # device time a kernel holds beyond its arithmetic (launch, ramp, tail)
+    host_op_seconds: float = 0.0                  # CPU cost of an op that launches nothing (view); 0: a fraction of op_overhead
+    launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
+    optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
+    # share of the streaming bandwidth an elementwise kernel reaches by how it walks memory ("broadcast", "strided",
+    # "column_reduction": account.roofline Kernel.access); empty: every kernel streams
+    access_fractions: dict[str, float] = field(default_factory=dict)
+    unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
     inter_node_link: Link | None = None
@@ -96,6 +107,10 @@ class GPUSpec:
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
                 "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
+                "async_launch": self.async_launch, "kernel_overhead_seconds": self.kernel_overhead_seconds,
+                "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
+                "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
+                "access_fractions": dict(self.access_fractions),
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
@@ -110,13 +125,17 @@ GiB = 2**30
 # AMD fp32 is the matrix-core figure. Aliases: "a100" means the 80GB SXM part, "h100" the SXM part,
 # as cloud catalogues and the lecture's "H100" (989.5 TFLOP/s bf16) mean.
 
+# A100 memory: the datasheet prints "40GB" / "80GB" HBM2(e); the devices hold 40 GiB / 80 GiB (HBM stacks come in
+# binary sizes): nvidia-smi reports "40960MiB" for an A100-SXM4-40GB and "81920MiB" for an A100-SXM4-80GB
+# (e.g. the nvidia-smi outputs quoted in NVIDIA/nccl-tests and NVIDIA/nccl issues), what training can fill.
+
 # NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column); tensor peaks are the dense figures
 A100_40GB = GPUSpec(
     name="a100-40gb", aliases=("a100-40gb-sxm", "a100-sxm4-40gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
+    memory_bytes=40 * GiB, memory_bandwidth_bytes_per_s=1555e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks; 40 GiB (nvidia-smi 40960MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -128,8 +147,8 @@ A100_80GB = GPUSpec(
     name="a100-80gb", aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
+    memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2039e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks; 80 GiB (nvidia-smi 81920MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_80GB_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -144,8 +163,37 @@ H100_SXM = GPUSpec(
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
-    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
-    performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
+    # PyTorch's SDPA runs cuDNN's flash kernel on H100 (the recorded PyTorch 2.11 traces): the default, listed first
+    attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100},
+    memory_bandwidth_fraction=perf.H100_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; STREAM "
+                       "bandwidth (Azure ND H100 v5); kernel overhead and unaligned GEMMs from a recorded H100 trace; "
+                       "specs/performance.py"
+)
+
+# The H100 of Meta's Grand Teton hosts, on which torchtitan's published benchmarks ran (pytorch/torchtitan
+# docs/performance.md, 2024-12): "8 NVIDIA H100 GPUs fully connected with NVLink", "96GB HBM2e with 2.4 TB/sec
+# peak memory bandwidth", "backend RDMA network with 400 Gb/s per GPU", "the default 500W power limit"; "HBM2e
+# based lower TDP SXM H100 ... the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact
+# value" (same file, 2024-08), so torchtitan states MFU against the SXM peak, as here. No matmul rate is published
+# at 500 W: the 700 W SXM measurement is used (optimistic; a lower power limit lowers the sustained clock).
+H100_HBM2E = GPUSpec(
+    name="h100-hbm2e", aliases=("h100-96gb", "h100-sxm-96gb", "h100-hbm2e-96gb", "grand-teton-h100"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
+                      "fp8": 1979 * T, "int8": 1979 * T},
+    memory_bytes=96e9, memory_bandwidth_bytes_per_s=2.4e12,
+    source="pytorch/torchtitan docs/performance.md (Grand Teton: H100 SXM, 96GB HBM2e, 2.4 TB/s, 500 W); peaks of the "
+           "H100 SXM datasheet, against which torchtitan states MFU",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    # the same GH100 die as h100-sxm: its per-kernel overhead, unaligned-GEMM rate and access-pattern fractions
+    kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS, unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION,
+    access_fractions=perf.H100_ACCESS_FRACTIONS,
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
+    performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
+                       "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
 )
 
 # NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures
@@ -168,8 +216,9 @@ H200 = GPUSpec(
     memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H200_SXM_FP8},
-    memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION,
-    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its bf16 matmul "
                        "and attention efficiencies are the H100 SXM measurements; fp8 matmuls and STREAM bandwidth "
                        "measured on H200 (Azure ND H200 v5); HGX H200: NVLink 4, 8 x 400 Gb/s NICs"
@@ -272,13 +321,13 @@ TPU_V5P = GPUSpec(
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
-GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
                        MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
 DEVICE_NAME_PATTERNS = [
-    (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
+    (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
 ]

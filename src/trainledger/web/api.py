@@ -71,6 +71,8 @@ def _not_allowed(command: str, name: str, value: str, parser, web_flags, action)
     """The 422 for a flag name outside WEB_FLAGS[command]: a refused flag says why; an unknown one gets the
     command line's own "unrecognized arguments" line (with its "did you mean")."""
     flag = "--" + name
+    if action is not None and action.dest in guard.CLI_ONLY_FLAGS:     # a flag naming a file of the server
+        return ApiError(guard.CLI_ONLY_FLAGS[action.dest], flag)
     if isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or name in REFUSED:
         reason = REFUSED.get(name, "prints and exits instead of answering")
         return ApiError(f"{flag} is not a query parameter of the web server ({reason})", flag)

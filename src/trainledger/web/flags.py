@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+# FSDP2's policy flags of `memory` and `step` (dtypes, resharding, accumulation, HSDP replicas): numbers and names.
+FSDP_FLAGS = ("fsdp-param-dtype", "fsdp-reduce-dtype", "reshard-after-forward", "fsdp-accumulate", "dp-replicate")
 # One literal per command (its flags as `trainledger <command> --help` lists them, without --json: implied).
 WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
     "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "seq-len", "attention",
@@ -27,13 +29,14 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
     "params": ("model",),
     "flops": ("model", "batch-size", "global-batch-size", "seq-len", "attention", "recompute", "impl", "attn-impl"),
     "memory": ("model", "params", "batch-size", "seq-len", "precision", "optimizer", "zero", "dp", "tp", "sp", "pp",
-               "recompute", "flash", "gpu", "memory-per-gpu", "reserve", "impl", "attn-impl"),
+               "recompute", "flash", "gpu", "memory-per-gpu", "reserve", "impl", "attn-impl", *FSDP_FLAGS),
     "step": ("model", "batch-size", "seq-len", "precision", "optimizer", "zero", "tp", "sp", "pp", "recompute", "flash",
              "gpu", "num-gpus", "dp", "global-batch-size", "interleave", "cp", "attention", "framework",
-             "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth"),
+             "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth", "compile", "loop",
+             *FSDP_FLAGS),
     "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
                "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",
-               "inter-node-bandwidth"),
+               "inter-node-bandwidth", "compile"),
     "dtypes": (),
     "hardware": (),
     "models": (),
