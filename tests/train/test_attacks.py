@@ -275,6 +275,22 @@ def test_a_full_disk_while_drawing_loss_png_keeps_the_run(token_file, tmp_path, 
     assert [r.step for r in ckpt.list_checkpoints(tmp_path / "checkpoints")] == [2]
 
 
+def test_a_full_disk_while_appending_metrics_is_one_line(token_file, tmp_path):
+    """A 1,000-byte file-size limit: the fourth metrics line cannot be written (EFBIG, as ENOSPC would)."""
+    import resource
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+    result = subprocess.run(train_cmd("--data", token_file, "--steps", 50, "--out-dir", tmp_path,
+                                      "--checkpoint-every", 1000, *SMALL), capture_output=True, text=True,
+                            timeout=120, env=env(), preexec_fn=limit)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --metrics: cannot append to {tmp_path / 'metrics.jsonl'}")
+    assert "File too large" in lines[0] and "unexpected" not in lines[0]
+
+
 def test_the_advice_after_a_full_disk_works(token_file, tmp_path, capsys, monkeypatch):
     """Room for 3.5 checkpoints: keeping 3 fails at the 4th save with "lower --keep-checkpoints"; the advised
     `--resume --keep-checkpoints 1` deletes the excess first, then saves."""

@@ -11,6 +11,7 @@ A line cut short by a kill is dropped when the file is reopened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,14 +40,29 @@ class MetricsWriter:
             self._file.write(json.dumps(clean) + "\n")
             self._file.flush()
         except OSError as error:          # a full disk: one line naming the file (the checkpoints are intact)
-            raise TrainledgerError(f"--metrics: cannot append to {self.path}: {error.strerror or error}; free space "
-                                   "and continue with --resume") from None
+            raise self._failed(error) from None
+
+    def _failed(self, error: OSError) -> TrainledgerError:
+        self.failure = getattr(self, "failure", None) or TrainledgerError(
+            f"--metrics: cannot append to {self.path}: {error.strerror or error}; free space and continue with --resume")
+        return self.failure
 
     def close(self) -> None:
-        if not self._file.closed:
+        """Flushes to disk and closes; a write that still fails is the same one line as in write(), once."""
+        if self._file.closed:
+            return
+        try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            self._file.close()
+        except OSError as error:
+            already = getattr(self, "failure", None)
+            failure = self._failed(error)
+            with contextlib.suppress(OSError):
+                self._file.close()        # the buffered line that could not be written is dropped
+            if already is None:
+                raise failure from None
+            return
+        self._file.close()
 
 
 def _drop_partial_line(path: Path) -> None:
