@@ -44,7 +44,7 @@ def test_a_second_trainer_touches_nothing_of_a_running_one(tmp_path, capsys):
     text = tmp_path / "big.txt"
     text.write_text("It was the best of times, it was the worst of times.\n" * 4000)
     out = tmp_path / "run"
-    metrics, cache = out / "metrics.jsonl", out / "data" / "big.txt.tokens"
+    metrics = out / "metrics.jsonl"
     args = ["--text", text, "--steps", 12, "--out-dir", out, "--checkpoint-every", 4, *SMALL]
     first = subprocess.Popen(train_cmd(*args), env={**env(), "TRAINLEDGER_TEST_STEP_DELAY_S": "0.05"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -54,6 +54,7 @@ def test_a_second_trainer_touches_nothing_of_a_running_one(tmp_path, capsys):
     first.send_signal(signal.SIGSTOP)
     try:
         assert first.poll() is None, "the first trainer ended before the second one started"
+        (cache,) = (out / "data").glob("*.tokens")                       # the token cache it has memory-mapped
         cache_before = (cache.stat().st_ino, cache.stat().st_mtime_ns, cache.read_bytes())
         metrics_before = metrics.read_bytes()
         time.sleep(0.01)
