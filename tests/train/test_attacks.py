@@ -349,10 +349,10 @@ ODD = [
     (lambda d: [*TRAIN, "--config", d / "folder"], "--config", "is a directory"),
     (lambda d: [*TRAIN, "--config", d / "train5.toml"], "--config", "must be a table"),
     (lambda d: [*TRAIN, "--seed", "1180591620717411303424"], "--seed", "0..2^63-1"),
-    (lambda d: [*TRAIN, "--batch-size", "100000000"], "--batch-size", "available on cpu"),   # 48 GiB, MemoryError
-    (lambda d: [*TRAIN, "--global-batch-size", "4611686018427387904"], "--global-batch-size", "available on cpu"),
+    (lambda d: [*TRAIN, "--batch-size", "100000000"], "--batch-size", "of RAM"),        # 48 GiB, MemoryError
+    (lambda d: [*TRAIN, "--global-batch-size", "4611686018427387904"], "--global-batch-size", "of RAM"),
     (lambda d: [*TRAIN, "--global-batch-size", "4611686018427387904", "--batch-size", "1"], "--global-batch-size",
-     "available on cpu"),
+     "of RAM"),
     (lambda d: [*TRAIN, "--text", "/dev/zero"], "--text", "is not a regular file"),   # said "does not exist"
     (lambda d: [*TRAIN, "--text", d / "fifo"], "--text", "is not a regular file"),
     (lambda d: [*TRAIN, "--metrics", "/dev/full"], "--metrics", "is not a regular file"),
@@ -390,7 +390,7 @@ def test_the_memory_check_compares_the_prediction_with_what_is_available(token_f
     args = ["--data", token_file, "--steps", 1, "--out-dir", tmp_path, *SMALL]
     monkeypatch.setattr(resources, "available_cpu_bytes", lambda: (2.0**20, "a test's 1 MiB"))
     status, _, err = train_in_process(capsys, *args)
-    assert status == 2 and "more than the 1 MiB available on cpu (a test's 1 MiB)" in err
+    assert status == 2 and "more than the 1 MiB available (a test's 1 MiB)" in err
     monkeypatch.setattr(resources, "available_cpu_bytes", lambda: (2.0**30, "a test's 1 GiB"))
     assert train_in_process(capsys, *args)[0] == 0
 

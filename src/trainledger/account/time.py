@@ -48,7 +48,7 @@ from trainledger.account.flops import check_choice, hardware_flops_per_token, tr
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.step_notes import assumptions
-from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
+from trainledger.account.memory import check_parallel, check_positive_int, default_reserve, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
 from trainledger.account.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
@@ -162,11 +162,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
-              loop: str = "train") -> dict:
+              loop: str = "train", reserve_bytes: float | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
     times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.default_reserve of `gpu`).
     `fsdp`: account.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
     `compiled`: the model under torch.compile (account/compiled.py). `loop`: whose synchronizations end the
@@ -326,8 +327,11 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings)
-        result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
+                                reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
+                                grad_accum=m)
+        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                      reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)

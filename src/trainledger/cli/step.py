@@ -7,6 +7,7 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
 HELP = "time of one training iteration of --model on --num-gpus GPUs under a parallel layout, by part, with MFU"
 DESCRIPTION = """One iteration predicted by account/time.py: every kernel of a layer (GEMMs on a shape-dependent
@@ -66,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", type=common.positive_int, default=1,
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
+    add_reserve_flag(parser)
     add_model_flags(parser)
     common.add_compile_flag(parser)
     parser.add_argument("--loop", choices=("train", "profile"), default="train",
@@ -106,7 +108,7 @@ def compute(args) -> dict:
                     sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp,
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
-                    loop=args.loop)
+                    loop=args.loop, reserve_bytes=reserve_of(args, gpu))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
     if max(result["breakdown"], key=result["breakdown"].get) == "dp_comm":
@@ -135,8 +137,12 @@ def compute(args) -> dict:
     result["assumptions"] = first + result["assumptions"]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:
-        warnings.append(f"this layout needs {units.format_bytes(result['memory_bytes'])} per GPU, more than the "
+        warnings.append(f"this layout peaks at {units.format_bytes(result['memory_bytes'])} per GPU + "
+                        f"{units.format_bytes(result['reserve_bytes'])} reserve, more than the "
                         f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: try `trainledger layout`")
+    else:
+        near = near_limit_warning("this layout", result["memory_bytes"], result["reserve_bytes"], gpu.memory_bytes)
+        warnings += [near] if near else []
     if warnings:
         result["warnings"] = warnings
     return result
@@ -163,6 +169,6 @@ def render(result: dict, args) -> None:
             rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
     rows.append(("bottleneck", result["bottleneck"]))
     rows.append((f"memory per GPU ({result['gpu']})",
-                 f"{units.format_bytes(result['memory_bytes'])} of {units.format_bytes(result['memory_per_gpu_bytes'])}: "
-                 f"{'fits' if result['fits'] else 'does NOT fit'}"))
+                 f"peak {units.format_bytes(result['memory_bytes'])} + reserve {units.format_bytes(result['reserve_bytes'])} "
+                 f"of {units.format_bytes(result['memory_per_gpu_bytes'])}: {'fits' if result['fits'] else 'does NOT fit'}"))
     print_table(f"One training step of {result['model']}", rows, result["assumptions"])

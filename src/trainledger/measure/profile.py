@@ -275,7 +275,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
             x, y = get_batch(tokens, batch_size, seq_len, device)
         with record_function("trainledger.forward_backward"):
             with autocast(precision, dev):
-                _, loss = model(x, y)
+                loss = model(x, y)[1]      # not `_, loss = ...`: the logits would live through backward
             (scaler.scale(loss) if scaler else loss).backward()
         with record_function("trainledger.optimizer"):     # as the trainer steps: unscale, clip, step
             if scaler:
@@ -371,6 +371,10 @@ MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
             warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False) -> dict:
     """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
+    from trainledger.measure.compare import check_gpu_memory
+
+    check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                     what="a profiled training step")
     prediction = _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, compiled=compiled)
     measured = profile_steps(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                              steps=steps, warmup=warmup, device=device, trace_path=trace_path, compiled=compiled)

@@ -34,6 +34,7 @@ from trainledger.account.memory import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
+from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
@@ -116,6 +117,10 @@ class Trainer(Checkpointing):
         self.train_batches, self.eval_source = self._data(generator)
         if self.is_lm and self.spec.vocab_size != self.preset_vocab_size:
             self._check_fits()                          # again with the tokenizer's vocabulary (logits grow with it)
+        check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
+                         precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
+                         hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
+                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
@@ -274,23 +279,25 @@ class Trainer(Checkpointing):
                               dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp)
 
     def _check_fits(self) -> None:
-        """Refuses, before anything is allocated, a run whose predicted bytes per device exceed what the device can
-        give (measure/resources.py: MemAvailable, cgroup and ulimit on CPU; free memory on CUDA): account.memory's
-        total for the micro-batch, plus the global batch's drawn rows (8-byte starts, or the Cruncher's inputs),
-        which every rank holds. A --batch-size of 10^8 is one line instead of a MemoryError after minutes."""
+        """Refuses, before anything is allocated, a run that cannot fit in this machine's RAM (measure/resources.py:
+        MemAvailable, cgroup and ulimit): the global batch's drawn rows (8-byte starts, or the Cruncher's inputs),
+        which every rank holds in RAM, plus on CPU account.memory's total for the micro-batch. A --batch-size of
+        10^8 is one line instead of a MemoryError after minutes. The GPU's own memory is checked by
+        measure.compare.check_gpu_memory once the data is loaded."""
         config, device = self.config, self.world.device
         if device.type not in ("cpu", "cuda"):
             return
-        from trainledger.measure.resources import available_cpu_bytes, available_cuda_bytes
-        drawn_bytes = config.batch_size * (8 if self.is_lm else 4 * self.spec.dim)
-        need = self._memory()["total_bytes"] + drawn_bytes
-        have, source = available_cpu_bytes() if device.type == "cpu" else available_cuda_bytes()
+        from trainledger.measure.resources import available_cpu_bytes
+        need = config.batch_size * (8 if self.is_lm else 4 * self.spec.dim)
+        if device.type == "cpu":
+            need += self._memory()["total_bytes"]
+        have, source = available_cpu_bytes()
         if need > have:
             raise TrainledgerError(
                 f"--batch-size {self.micro} (--global-batch-size {config.batch_size}) × --seq-len {self.seq_len} needs "
-                f"about {units.format_bytes(need)} per device (predicted by account.memory, with the drawn batch), "
-                f"more than the {units.format_bytes(have)} available on {device.type} ({source}); lower --batch-size, "
-                "--global-batch-size or --seq-len")
+                f"about {units.format_bytes(need)} of RAM (predicted by account.memory, with the drawn batch), more "
+                f"than the {units.format_bytes(have)} available ({source}); lower --batch-size, --global-batch-size "
+                "or --seq-len")
 
     def describe_plan(self) -> dict:
         """Predicted FLOPs per step and bytes per device (from trainledger.account), and the peak FLOP/s used for MFU."""
