@@ -20,7 +20,8 @@ clock's resolution does not matter:
   half the T×T square, backward 2.5 × the forward);
 - the per-op overhead: a chain of multiplications of 8-element tensors under autograd, forward and backward,
   divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping: what every op costs beyond its
-  arithmetic).
+  arithmetic); and per operator of our Transformer's KV-cache decoding step at a negligible size, in inference
+  mode (module calls, views and the cache's bookkeeping included), for account/inference.py.
 The profile is keyed by device, its name, the host, torch's version and its thread count: any change
 re-calibrates. Numbers measured on a busy machine are slower; run `trainledger bench --calibrate` on a quiet
 one to refresh the cache.
@@ -268,6 +269,49 @@ def op_overhead_seconds(device: str, chain: int = 200) -> float:
     return seconds_per_call(run, device, samples=5) / (2 * chain + 2)
 
 
+def decode_op_overhead_seconds(device: str) -> float:
+    """Seconds per dispatched operator of a KV-cache decoding step of our Transformer, at sizes where arithmetic is
+    negligible (d_model 8, 2 layers): the Python calls, dispatcher and allocator work every operator costs in eager
+    inference, beyond the tight chain of op_overhead_seconds. The mean of a GPT-2-style and a Llama-style model
+    (LayerNorm/GELU/learned positions vs RMSNorm/SwiGLU/RoPE/grouped-query attention: their mixes of module calls
+    and plain ops differ), each the fastest sample of steps at a fixed position, over the operators it dispatches
+    (a TorchDispatchMode count)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainledger.models.kv_cache import KVCache
+    from trainledger.models.transformer import Transformer
+    from trainledger.specs.model import TransformerSpec
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    small = dict(vocab_size=16, d_model=8, n_layers=2, n_heads=2, d_ff=16, max_seq_len=64)
+    specs = (TransformerSpec(name="gpt2-like", position="learned", norm="layernorm", norm_bias=True, mlp="gelu",
+                             qkv_bias=True, attn_out_bias=True, mlp_bias=True, tied_embeddings=True, **small),
+             TransformerSpec(name="llama-like", n_kv_heads=1, **small))
+    per_op = []
+    torch.manual_seed(0)
+    for spec in specs:
+        model = Transformer(spec, device=device).eval()
+        with torch.inference_mode():
+            cache = KVCache(spec, 1, 32, device=device)
+            model.forward_cached(torch.zeros(1, 16, dtype=torch.long, device=device), cache)
+            token = torch.zeros(1, 1, dtype=torch.long, device=device)
+
+            def step():
+                cache.length = 16                  # the same position every time: the same work
+                model.forward_cached(token, cache)
+            counter = Count()
+            with counter:
+                step()
+            per_op.append(seconds_per_call(step, device, samples=5) / counter.ops)
+    return sum(per_op) / len(per_op)
+
+
 def _memory_bytes(device: str) -> float:
     if device == "cuda":
         return float(torch.cuda.get_device_properties(0).total_memory)
@@ -302,6 +346,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "peak_flops_per_s": peaks, "peak_source": "; ".join(sources), "gemm": gemm,
         "memory": memory_rates(device), "elementwise": elementwise_rates(device), "attention": attention_rates(device),
         "op_overhead_seconds": op_overhead_seconds(device), "memory_bytes": _memory_bytes(device),
+        "decode_op_overhead_seconds": decode_op_overhead_seconds(device),
     }
     profile["calibration_seconds"] = time.perf_counter() - started
     profile["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

@@ -14,6 +14,8 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
     attention {dtype, head_dim, points [[seq_len, fwd_flops_per_s, bwd_flops_per_s], ...]}
                                                           causal SDPA, FLOPs as executed (half the T×T square)
     op_overhead_seconds                                   per dispatched op under autograd (tiny tensors)
+    decode_op_overhead_seconds                            (optional) per dispatched op of a KV-cache decoding step
+                                                          of our Transformer at a negligible size (inference mode)
     memory_bytes                                          RAM (CPU) or device memory (CUDA)
 
 `check_profile` rejects anything else (a bad file is then treated as absent and the machine re-calibrated);
@@ -85,6 +87,8 @@ def check_profile(profile) -> dict:
             raise TrainledgerError("calibration profile: attention must name a dtype of peak_flops_per_s")
         _rows(attention.get("points"), 3, "attention.points")
     _number(profile.get("op_overhead_seconds"), "op_overhead_seconds", positive=False)
+    if profile.get("decode_op_overhead_seconds") is not None:
+        _number(profile["decode_op_overhead_seconds"], "decode_op_overhead_seconds")
     _number(profile.get("memory_bytes"), "memory_bytes")
     return profile
 
@@ -118,6 +122,8 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
                   elementwise_curves={name: tuple(sorted((float(b), float(r)) for b, r in rows))
                                       for name, rows in profile.get("elementwise", {}).items()},
                   op_overhead_seconds=float(profile["op_overhead_seconds"]),
+                  decode_op_overhead_seconds=(float(profile["decode_op_overhead_seconds"])
+                                              if profile.get("decode_op_overhead_seconds") is not None else None),
                   performance_source=f"{where}; peak: {profile['peak_source']}")
     if base is not None:
         return replace(base, peak_flops_per_s=dict(base.peak_flops_per_s) | peaks, **fields)

@@ -36,6 +36,9 @@ class GPUSpec:
     # keyed by the kernel name of account/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
     elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
+    # per operator of our Transformer's eager decoding step (a calibrated device: measure/calibrate.py); None: not
+    # measured, account.inference uses op_overhead_seconds
+    decode_op_overhead_seconds: float | None = None
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
     inter_node_link: Link | None = None
@@ -96,6 +99,7 @@ class GPUSpec:
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
                 "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
+                "decode_op_overhead_seconds": self.decode_op_overhead_seconds,
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
