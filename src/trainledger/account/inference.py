@@ -48,6 +48,7 @@ from trainledger.specs.dtypes import get_dtype
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+SKINNY_ROWS = 64      # GEMMs with at most this many rows are timed without tile quantization (see _kernel_time)
 PARTS = ("weights_read", "kv_cache_read", "compute", "attention", "memory_bound", "overhead", "tp_comm")
 WORDS = {
     "weights_read": "memory bandwidth, reading the weights",
@@ -172,10 +173,14 @@ def _kernel_time(gpu, kernel: Kernel, working_set: float) -> tuple[str, float]:
     peak = gpu.peak(kernel.dtype)
     if kernel.kind == "gemm":
         m, n, k, batch = kernel.shape
-        efficiency = gemm_efficiency(gpu, m, n, k, kernel.dtype, batch)["efficiency"]
-    else:                           # decoding attention: g query heads per KV head against `positions` keys
+        shape = (m, n, k, batch)
+    else:                           # decoding attention: one query per sequence against `positions` keys
         b, positions, dh = kernel.shape
-        efficiency = gemm_efficiency(gpu, max(1, b), max(1, round(positions)), dh, kernel.dtype)["efficiency"]
+        shape = (max(1, b), max(1, round(positions)), dh, 1)
+    eff = gemm_efficiency(gpu, shape[0], shape[1], shape[2], kernel.dtype, shape[3])
+    # a skinny GEMM (a few rows: decoding) runs as a memory-bound GEMV-like kernel, not in tensor-core output
+    # tiles: the measured rate without wave quantization, whose 128-row tiles would waste all but m of their rows
+    efficiency = eff["measured"] if shape[0] <= SKINNY_ROWS else eff["efficiency"]
     compute = kernel.flops / (peak * efficiency)
     memory = memory_seconds(gpu, kernel.bytes, working_set)
     if compute >= memory:

@@ -27,6 +27,7 @@ class TrainConfig:
     model: str = "tiny"                 # preset name or config.json path; "cruncher" = the lecture's regression
     text: str | None = None             # UTF-8 text file, byte-tokenized into <out_dir>/data/
     data: str | None = None             # token file (.tokens with header, or 1-D .npy)
+    init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
     steps: int = 600                    # optimizer steps
     batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
                                         # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
@@ -71,7 +72,7 @@ class TrainConfig:
 FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
 IDENTITY = ("model", "text", "data", "batch_size", "seq_len", "weight_decay", "optimizer", "precision", "seed",
-            "eval_fraction")
+            "eval_fraction", "init_from")
 # Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
 # changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
 RESUMABLE = ("lr", "min_lr", "warmup_steps", "grad_clip", "steps", "eval_every", "eval_batches",
@@ -121,7 +122,9 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
         values = {**CRUNCHER_DEFAULTS, **values}
     elif values.get("text") or values.get("data"):
         name = Path(values.get("text") or values.get("data")).stem
-        values.setdefault("out_dir", f"runs/{values.get('model', 'tiny')}-{name}")
+        model = Path(str(values.get("model", "tiny")))     # a config.json path or an --init-from directory: its name
+        label = model.parent.name if model.suffix == ".json" else model.name
+        values.setdefault("out_dir", f"runs/{label or 'model'}-{name}")
     if "warmup_steps" not in values:   # the default warmup never exceeds a tenth of a short run
         steps = values.get("steps", FIELDS["steps"].default)
         values["warmup_steps"] = min(FIELDS["warmup_steps"].default, steps // 10 if isinstance(steps, int) else 0)

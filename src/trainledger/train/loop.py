@@ -99,6 +99,9 @@ class Trainer(Checkpointing):
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
+        if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
+            from trainledger.train.hf_io import init_from
+            init_from(model, config.init_from)            # a Hugging Face checkpoint's weights (safetensors only)
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
