@@ -177,6 +177,8 @@ def _model_from_init(values: dict) -> None:
     if not (directory / "config.json").is_file():
         raise TrainledgerError(f"--init-from {str(init)!r}: no config.json there; give a Hugging Face model directory "
                                "(config.json + model.safetensors, e.g. one written by `trainledger export`)")
+    from trainledger.train.hf_io import weight_files
+    weight_files(directory, "--init-from")            # safetensors there, or the refusal of a pickle, before any work
     resolved = str(directory.resolve())
     if values.get("model") not in (None, resolved, str(init)):
         raise TrainledgerError(f"--init-from takes the model from {directory}/config.json; leave --model "

@@ -3,7 +3,7 @@
 GPT-2 (transformers' modeling_gpt2): parameters under `transformer.`; its Conv1D layers store weights as
 (in_features, out_features), the transpose of nn.Linear's (out, in), so every matrix is transposed; `c_attn` is
 q, k and v in one matrix (columns q | k | v) with one bias; `c_fc` / `c_proj` are the MLP's up and down; the head
-is tied to `wte` (transformers drops the shared tensor when saving). GELU is "gelu_new" (tanh) or "gelu" (erf).
+is tied to `wte` (transformers drops the shared tensor when saving). GELU is "gelu_new" (tanh).
 Llama (modeling_llama): parameters under `model.`, the same nn.Linear layout as ours, q/k/v/o_proj, gate/up/down_proj,
 input_layernorm / post_attention_layernorm, `lm_head` when untied. RoPE: ours rotates pairs (i, i + d/2) with the
 "rotate half" layout (models/rope.py), exactly transformers' `rotate_half` / `apply_rotary_pos_emb`, so q and k
@@ -39,7 +39,8 @@ def family_of(spec, flag: str = "RUN_OR_CHECKPOINT") -> str:
     differs = [what for field, plain, what in _COMMON if getattr(spec, field) != plain]
     if spec.position == "learned":
         family = "gpt2"
-        need = (("norm", "layernorm", "LayerNorm"), ("norm_bias", True, "LayerNorm biases"), ("mlp", "gelu", "a GELU MLP"))
+        need = (("norm", "layernorm", "LayerNorm"), ("norm_bias", True, "LayerNorm biases"), ("mlp", "gelu", "a GELU MLP"),
+                ("gelu_approximate", "tanh", "tanh GELU (gelu_new, which config.json readers assume for gpt2)"))
         if spec.kv_heads != spec.n_heads:
             differs.append("grouped-query attention")
         if spec.head_dim * spec.n_heads != spec.d_model:
@@ -68,7 +69,7 @@ def hf_config(spec, dtype: torch.dtype) -> dict:
         return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": spec.vocab_size,
                 "n_embd": spec.d_model, "n_layer": spec.n_layers, "n_head": spec.n_heads, "n_inner": spec.d_ff,
                 "n_positions": spec.max_seq_len, "layer_norm_epsilon": spec.norm_eps,
-                "activation_function": "gelu_new" if spec.gelu_approximate == "tanh" else "gelu",
+                "activation_function": "gelu_new",
                 "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": True,
                 "tie_word_embeddings": spec.tied_embeddings, "bos_token_id": None, "eos_token_id": None,
                 "use_cache": True, "dtype": name}
