@@ -10,10 +10,11 @@ from trainledger.specs.hardware import GPUS, get_gpu
 
 T, GB, GiB = 1e12, 1e9, 2**30
 
-# facts.md "Hardware (dense peaks, TFLOP/s)": name, {dtype: TFLOP/s}, memory bytes, bandwidth GB/s
+# facts.md "Hardware (dense peaks, TFLOP/s)": name, {dtype: TFLOP/s}, memory bytes, bandwidth GB/s. The A100s hold
+# 40 / 80 GiB, what nvidia-smi reports (40960MiB, 81920MiB); facts.md prints the datasheet's "40 / 80 GB".
 FACTS = [
-    ("a100-40gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 40 * GB, 1555),
-    ("a100-80gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 80 * GB, 2039),
+    ("a100-40gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 40 * GiB, 1555),
+    ("a100-80gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 80 * GiB, 2039),
     ("h100-sxm", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 80 * GB, 3350),
     ("h100-pcie", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513}, 80 * GB, 2000),
     ("h200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 141 * GB, 4800),

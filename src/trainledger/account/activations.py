@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from trainledger.errors import TrainledgerError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op", "selective-layer")   # account.recompute.POLICIES
 
 # precision recipe -> (a: bytes of matmul inputs / activations, r: bytes of residual stream, norms and loss,
 #                      w: bytes of the per-forward weight copies autocast saves (0: none))
@@ -131,6 +131,7 @@ class _Layer:
 
     def __init__(self, spec, batch_size: int, seq_len: int, precision: str, recompute: str, flash: bool):
         self.spec, self.B, self.T, self.recompute, self.flash = spec, batch_size, seq_len, recompute, flash
+        self._precision = precision
         self.a, self.r, w = recipe_bytes(precision)
         self.amp = w > 0
         self.n = batch_size * seq_len
@@ -200,6 +201,16 @@ class _Layer:
     def bytes(self, layer: int, shard) -> float:
         """Bytes layer `layer` keeps (sharded per `shard`)."""
         spec, n, d = self.spec, self.n, self.spec.d_model
+        if self.recompute in ("selective-op", "selective-layer"):    # torchtitan's policies (account.recompute)
+            from trainledger.account import recompute as policies
+            if self.recompute == "selective-op" and not spec.is_moe_layer(layer):
+                row, col = policies.selective_op_layer_bytes(spec, n, self.a, self.r)
+                return shard(row, replicated_without_sp=True) + shard(col)
+            w = policies.checkpointed_fraction(spec.n_layers, "selective-layer" if self.recompute != "selective-op"
+                                               else "none")
+            args = (spec, self.B, self.T)
+            kept, full = _Layer(*args, self._precision, "none", self.flash), _Layer(*args, self._precision, "full", self.flash)
+            return w * full.bytes(layer, shard) + (1 - w) * kept.bytes(layer, shard)
         if self.recompute == "full":
             return shard(n * d * self.r, replicated_without_sp=True)   # the block's input only
         moe = spec.is_moe_layer(layer)

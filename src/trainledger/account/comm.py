@@ -10,6 +10,9 @@ API (others build on it: the distributed trainer compares `bytes_sent_per_rank` 
   (n−1)/n·S, send/recv S (Patarasuk & Yuan 2009; NCCL's "bus bandwidth" definition, nccl-tests PERFORMANCE.md).
 - `collective_seconds(kind, S, n, link)`: α–β time = call latency + steps·α + ring bytes / bandwidth, with
   steps 2(n−1) for all-reduce, n−1 for reduce-scatter/all-gather, 1 for send/recv.
+- `group_seconds(c, intra, inter)`: the time of Collective `c` on the links its group crosses: a group that
+  spans nodes with k members on each node drives k NICs at once (NCCL runs one ring per NIC and channel), so
+  its ring moves k × one NIC's bus bandwidth, capped by NVLink's (`ranks_per_node`, `group_ranks_per_node`).
 - `step_collectives(spec, ...)`: every collective of one step of a layout, for an implementation `style`:
   "megatron" (Megatron-LM: TP all-reduce / SP all-gather + reduce-scatter with its backward re-gather,
   DP all-reduce or distributed-optimizer reduce-scatter + all-gather, 1F1B point-to-point) or "torch" (what
@@ -23,7 +26,7 @@ gradient dtype, parameter all-gathers in the parameter dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainledger.account.roofline import interpolate_log2
 from trainledger.errors import TrainledgerError
@@ -97,6 +100,7 @@ class Collective:
     count: float
     overlap: str = "none: exposed"
     hides_behind: str = ""        # what account.time hides it behind: wgrad, dgrad, forward, backward, backward_last
+    ranks_per_node: int = 1       # members of the group on one node (their NICs carry an inter-node ring together)
 
 
     @property
@@ -113,7 +117,7 @@ class Collective:
         return {"name": self.name, "part": self.part, "kind": self.kind, "payload_bytes": self.payload_bytes,
                 "group_size": self.group_size, "link": self.link, "count": self.count, "overlap": self.overlap,
                 "bytes_per_call": self.bytes_per_call, "bytes_per_step": self.bytes_per_step,
-                "hides_behind": self.hides_behind}
+                "hides_behind": self.hides_behind, "ranks_per_node": self.ranks_per_node}
 
 
 def group_links(tp: int, cp: int, pp: int, dp: int, gpus_per_node: int) -> dict:
@@ -125,6 +129,56 @@ def group_links(tp: int, cp: int, pp: int, dp: int, gpus_per_node: int) -> dict:
     g = gpus_per_node
     return {"tp": "intra" if tp <= g else "inter", "cp": "intra" if tp * cp <= g else "inter",
             "dp": "intra" if tp * cp * dp <= g else "inter", "pp": "intra" if tp * cp * dp * pp <= g else "inter"}
+
+
+def group_ranks_per_node(tp: int, cp: int, dp: int, gpus_per_node: int, replicate: int = 1) -> dict:
+    """Members of each parallel group on one node (ranks placed TP fastest, then CP, DP, PP; an HSDP data-parallel
+    group shards over its inner dp/replicate ranks and replicates over the outer `replicate`).
+
+    A group whose members are s ranks apart has min(size, g // s) of them on a node (at least 1): TP (s = 1),
+    CP (s = tp), DP and the HSDP shard group (s = tp·cp), the HSDP replicate group (s = tp·cp·dp/replicate).
+    """
+    g = gpus_per_node
+
+    def per_node(size: int, stride: int) -> int:
+        return max(1, min(size, g // stride)) if stride <= g else 1
+
+    shard = dp // replicate if replicate and dp % replicate == 0 else dp
+    return {"tp": per_node(tp, 1), "cp": per_node(cp, tp), "dp": per_node(dp, tp * cp),
+            "dp_shard": per_node(shard, tp * cp), "dp_replicate": per_node(replicate, tp * cp * shard)}
+
+
+def group_seconds(c: "Collective", intra, inter) -> float:
+    """Seconds of all `c.count` calls of Collective `c` on the links its group crosses (`intra`, `inter`: Links).
+
+    Inside a node: `collective_seconds` on the NVLink. Across nodes with k = c.ranks_per_node members per node:
+    NCCL builds one ring per NIC (channel), each crossing the network through a different NIC, so the group
+    moves k NICs' worth of bus bandwidth ("DGX-A100 ... 8x200Gbit/s IB cards and we measure 192GB/s AllReduce
+    BusBW", NVIDIA in NVIDIA/nccl#812; "add more NICs and you should get more bandwidth, up to ... the NVLink
+    intra-node bandwidth", NVIDIA/nccl#412), capped by the NVLink bus bandwidth at that size (the rings also
+    pass through NVLink inside each node). Latency as NCCL's ring model (src/graph/tuning.cc): call latency +
+    (steps − inter-node steps)·α_NVLink + inter-node steps·α_net, with nodes − 1 inter-node steps for
+    reduce-scatter and all-gather and 2(nodes − 1) for all-reduce. With k = 1 (one member per node, e.g. DP
+    across TP-8 nodes) this is `collective_seconds` on the network link.
+    """
+    if c.count == 0:
+        return 0.0
+    if c.link == "intra":
+        return c.count * collective_seconds(c.kind, c.payload_bytes, c.group_size, intra)
+    k = max(1, min(c.ranks_per_node, c.group_size))
+    if k == 1 or c.kind == "send_recv" or intra is None:
+        return c.count * collective_seconds(c.kind, c.payload_bytes, c.group_size, inter)
+    n = c.group_size
+    nodes = -(-n // k)
+    sent = ring_bytes_sent(c.kind, c.payload_bytes, n)
+    network = sent / (k * inter.effective_bytes_per_s)
+    curve = getattr(intra, "busbw_curve", ())
+    nvlink_rate = interpolate_log2(list(curve), max(c.payload_bytes, curve[0][0])) if curve else intra.effective_bytes_per_s
+    steps = ring_steps(c.kind, n)
+    inter_steps = 2 * (nodes - 1) if c.kind == "all_reduce" else nodes - 1
+    latency = (inter.call_latency_seconds + (steps - inter_steps) * intra.step_latency_seconds
+               + inter_steps * inter.step_latency_seconds)
+    return c.count * (latency + max(network, sent / nvlink_rate))
 
 
 def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "amp-bf16",
@@ -142,6 +196,7 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     recipe = get_recipe(precision)
     act = bytes_per_element(recipe.activation_dtype)
     links = group_links(tp, cp, pp, dp, gpus_per_node)
+    per_node = group_ranks_per_node(tp, cp, dp, gpus_per_node)
     L = layers_per_stage if layers_per_stage is not None else -(-spec.n_layers // pp)
     d = spec.d_model
     tokens = batch_size * seq_len / cp                  # tokens of one micro-batch on this rank's sequence shard
@@ -153,11 +208,13 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
         out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"])
     if cp > 1:
         kv = tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
-        passes = 2 if recompute in ("selective", "full") else 1              # the recompute re-gathers K, V
+        # the recompute re-gathers K, V (per-op selective keeps the attention output; per-layer: half the blocks)
+        passes = {"selective": 2, "full": 2, "selective-layer": 1.5}.get(recompute, 1)
         out.append(Collective("cp_kv_allgather", "cp_comm", "all_gather", kv, cp, links["cp"], passes * per_mb,
-                              "none: exposed (Llama 3 Sec. 3.3.2 all-gathers K, V before attention)"))
+                              "none: exposed (Llama 3 Sec. 3.3.2 all-gathers K, V before attention)",
+                              ranks_per_node=per_node["cp"]))
         out.append(Collective("cp_kv_grad_reducescatter", "cp_comm", "reduce_scatter", kv, cp, links["cp"], per_mb,
-                              "none: exposed"))
+                              "none: exposed", ranks_per_node=per_node["cp"]))
     if pp > 1:
         sends = 2 * micro_batches * interleave                         # activations forward, gradients backward
         if style == "megatron" and tp > 1:
@@ -179,7 +236,8 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
         if params_per_gpu is None:
             from trainledger.account.memory import params_per_gpu as placement
             params_per_gpu = placement(spec, tp, pp)["n_params_per_gpu"]
-        out += _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"])
+        out += [replace(c, ranks_per_node=per_node["dp"])
+                for c in _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"])]
     return out
 
 
@@ -187,7 +245,8 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
     """Tensor-parallel collectives, `passes` = layer passes per step (layers × micro-batches). Each of attention and
     MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3)."""
     out = []
-    refwd = 1 if recompute == "full" else 0                 # a full recompute re-runs the layer's forward collectives
+    # a full recompute re-runs the layer's forward collectives (per-layer selective: in half the blocks)
+    refwd = {"full": 1, "selective-layer": 0.5}.get(recompute, 0)
     if not sp:
         out.append(Collective("tp_allreduce_forward", "tp_comm", "all_reduce", hidden, tp, link, 2 * (1 + refwd) * passes,
                               "none: exposed (the row-parallel output is needed at once)"))

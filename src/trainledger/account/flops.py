@@ -29,7 +29,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, ModelSpec
 
 ATTENTION = ("full", "causal")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op", "selective-layer")   # account.recompute.POLICIES
 
 
 def matmul_flops(m: float, k: float, n: float) -> float:
@@ -137,6 +137,13 @@ def recompute_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "f
     attention_core = attention_flops_per_token(spec, seq_len, attention)
     if recompute == "selective":
         return attention_core
+    if recompute in ("selective-op", "selective-layer"):   # torchtitan's policies (account.recompute)
+        from trainledger.account.recompute import checkpointed_fraction, recomputed_matmuls
+        mats = recomputed_matmuls(weight_matmuls(spec), recompute)
+        gemms = sum(2.0 * fan_in * fan_out * times for _, fan_in, fan_out, times in mats)
+        if recompute == "selective-op":
+            return gemms
+        return checkpointed_fraction(spec.n_layers, recompute) * (gemms + attention_core)
     head = sum(2.0 * fan_in * fan_out * times for name, fan_in, fan_out, times in weight_matmuls(spec) if name in ("lm_head", "head"))
     return forward_flops_per_token(spec, seq_len, attention) - head
 

@@ -11,7 +11,9 @@ Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus)
   schedule is valid (micro-batches a multiple of pp), up to 8.
 - micro-batch b: divisors of global_batch/dp (powers of two and the quotient itself).
 - ZeRO 0-3 over dp (0 only when dp = 1); for framework "megatron" only 0 and 1 (DDP or Megatron-LM's distributed
-  optimizer, which shards optimizer states like ZeRO-1).
+  optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.fsdp: a bf16
+  mixed-precision policy unless `fsdp_param_dtype` says otherwise; with pipelining, gathered once per step), so the
+  stage that is fastest under the model wins; on a tie the lower stage is listed first.
 Pruning (keeps the answer exact under the model): recomputation only adds time and only saves memory, so for each
 (tp, sp, pp, cp, b, zero) only the lightest recompute that fits is timed; interleaving does not change memory in
 account.memory, so it is timed only for layouts that fit.
@@ -55,13 +57,17 @@ def candidates(spec, num_gpus: int, global_batch_size: int, seq_len: int, gpus_p
 def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
-           recomputes: tuple[str, ...] | None = None) -> dict:
+           recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto") -> dict:
     """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
 
     Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
     batch_size recompute step_seconds mfu memory_bytes (+ tokens_per_s, hfu, micro_batches, bottleneck).
-    `recomputes` restricts the recomputation policies tried (default all, lightest first).
+    `recomputes` restricts the recomputation policies tried (default all, lightest first). `fsdp_param_dtype`: the
+    dtype ZeRO-3 layouts gather in (account.fsdp.fsdp_settings; "auto": the recipe's compute dtype).
     """
+    from trainledger.account.fsdp import fsdp_settings
+    from trainledger.specs.recipes import get_recipe
+    recipe = get_recipe(precision)
     order = tuple(r for r in RECOMPUTE_ORDER if recomputes is None or r in recomputes)
     capacity = memory_per_gpu_bytes if memory_per_gpu_bytes is not None else gpu.memory_bytes
     results, considered, fitting, timed = [], 0, 0, 0
@@ -71,10 +77,12 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
         for zero in (stages if dp > 1 else (0,)):
             considered += 1
             chosen = None
+            fsdp = (fsdp_settings(recipe, param_dtype=fsdp_param_dtype, pp=pp, dp=dp)
+                    if zero == 3 and framework != "megatron" else None)
             for recompute in order:
                 memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
-                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity)
+                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -92,7 +100,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache)
+                              with_memory=False, cache=cache, fsdp=fsdp)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],

@@ -134,12 +134,15 @@ def zero_divisors(zero: int, dp: int) -> dict:
 def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
-                   reserve_bytes: float = 0.0, memory_per_gpu_bytes: float | None = None) -> dict:
+                   reserve_bytes: float = 0.0, memory_per_gpu_bytes: float | None = None, fsdp=None) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
     divide all parameters evenly). total_bytes is the sum of the five parts; `reserve_bytes` is kept
     apart and `fits` (when `memory_per_gpu_bytes` is given) means total_bytes + reserve_bytes <= memory.
+    `fsdp` (account.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
+    HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
+    its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -157,15 +160,24 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         per_gpu = placement["n_params_per_gpu"]
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
-    divisors = zero_divisors(zero, dp)
+    fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
+                    and getattr(spec, "kind", None) == "transformer") else None
+    divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
     parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
+    buffers = None
+    if fsdp is not None:
+        from trainledger.account.fsdp import buffers as fsdp_buffers, compute_precision, units
+        buffers = fsdp_buffers(units(spec, placement, tp, pp), fsdp)
+        parts["params_bytes"] += buffers["params_bytes"]
+        parts["grads_bytes"] += buffers["grads_bytes"]
 
     activations = None
     if spec is not None:
         seq_len = seq_len if seq_len is not None else getattr(spec, "default_seq_len", 1)  # pre-training context
         check_positive_int(batch_size, "--batch-size")
         check_positive_int(seq_len, "--seq-len")
-        activations = _activations_bytes(spec, batch_size, seq_len, precision=recipe.name, recompute=recompute,
+        computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
+        activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
                                          flash=flash, tp=tp, sp=sp, pp=pp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     total = sum(parts.values())
@@ -182,6 +194,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "bytes_per_param_parts": per_param,
         "activations_modeled": activations is not None,
         "activations": activations,
+        "fsdp_buffers": buffers["detail"] if buffers else None,
+        "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
         "sp": bool(sp), "recompute": recompute, "flash": flash, "batch_size": batch_size if spec is not None else None,
         "seq_len": seq_len if spec is not None else None,

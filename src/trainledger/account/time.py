@@ -18,7 +18,8 @@ How a step is built (each piece is a small function a test checks by hand):
    max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
    gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
    input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
-   when pp = 1; FSDP prefetch behind the neighbouring layer). Everything else is exposed. A TP collective holds
+   when pp = 1; ZeRO-3 in PyTorch as FSDP2 runs it, unit by unit, account.fsdp via account.overlap.fsdp_step).
+   Everything else is exposed. A TP collective holds
    its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
 3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
@@ -31,11 +32,18 @@ beyond embedding/head, the interleaved schedule's extra activation memory.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainledger.account import comm as comm_mod
+from trainledger.account import fsdp as fsdp_mod
+from trainledger.account import recompute as recompute_mod
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
+from trainledger.account.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
+                                         fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
+                                         sms_beside as _sms_beside)
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
 from trainledger.units import format_bytes
@@ -89,64 +97,6 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
 
 
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
-DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
-
-
-def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd: float, stage_bwd: float, pp: int,
-                          n_layers: int, style: str) -> float:
-    """Exposed seconds of one data-parallel collective (`seconds` for all its calls in a step).
-
-    DDP / ZeRO-1/2 gradient reduction runs in buckets during the last micro-batch's backward: hidden behind it
-    except the last bucket (25 MB in torch DDP); with pipelining it starts after the flush (Megatron-LM 2022) and
-    is exposed. ZeRO-3 / FSDP gathers and reduces one layer at a time, prefetched behind the neighbouring
-    layer's compute: the first gather of a pass and the last reduce-scatter are exposed, the rest only when longer
-    than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
-    gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
-    of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
-    buffers and copies nothing). While a hidden collective runs, its NCCL kernel holds `link.sm_channels` SMs:
-    the compute it hides behind runs SMs/(SMs − channels) slower meanwhile (overlapped_exposed; all of that
-    compute is treated as SM-bound, an upper bound for its memory-bound part).
-    """
-    from trainledger.account.roofline import memory_seconds
-    link = _link(gpu, c.link)
-    free = _sms_beside(gpu, link)
-    slow = gpu.sm_count / free if free else 1.0
-
-    def exposed(comm: float, hidden: float) -> float:
-        return overlapped_exposed(comm, hidden, hidden * slow)
-
-    per_call = seconds / c.count if c.count else 0.0
-    copies = 0.0
-    if style == "torch":
-        copies = c.count * memory_seconds(gpu, (4 if c.kind == "all_reduce" else 2) * c.payload_bytes)
-    if c.hides_behind == "backward_last":
-        bucket = comm_mod.collective_seconds(c.kind, min(DDP_BUCKET_BYTES, c.payload_bytes), c.group_size, link)
-        hidden = stage_bwd if pp == 1 else 0.0
-        return copies + (seconds if pp > 1 else bucket + exposed(seconds - bucket, hidden))
-    if c.hides_behind in ("forward", "backward"):
-        unit = comm_mod.collective_seconds(c.kind, c.payload_bytes / n_layers, c.group_size, link)
-        edge = unit if (c.kind == "all_gather" and c.hides_behind == "forward") or c.kind == "reduce_scatter" else 0.0
-        hidden = stage_fwd if c.hides_behind == "forward" else stage_bwd
-        return copies + micro_batches * (edge + exposed(per_call - edge, hidden))
-    return copies + seconds
-
-
-def overlapped_exposed(comm_seconds: float, gemm_seconds: float, narrow_gemm_seconds: float) -> float:
-    """Seconds a collective adds to the GEMMs it overlaps when its NCCL kernel holds some of their SMs.
-
-    The GEMMs take `gemm_seconds` on all SMs and `narrow_gemm_seconds` on the SMs the collective leaves free.
-    While the collective runs (comm_seconds) they progress at the narrow rate; the rest of their work then runs
-    at the full rate. If the collective outlasts even the slowed GEMMs, it sets the time:
-        comm ≥ narrow: comm − gemm;   else: comm · (1 − gemm / narrow)
-    With narrow = gemm (no SMs taken) this is max(0, comm − gemm), the plain exposed part.
-    """
-    if comm_seconds <= 0:
-        return 0.0
-    if comm_seconds >= narrow_gemm_seconds:
-        return comm_seconds - gemm_seconds
-    return comm_seconds * (1.0 - gemm_seconds / narrow_gemm_seconds) if narrow_gemm_seconds > 0 else comm_seconds
-
-
 def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
     ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
@@ -176,29 +126,22 @@ def _add(total: dict, part: dict, times: float = 1.0) -> None:
         total[key] = total.get(key, 0.0) + value * times
 
 
-def _link(gpu, which: str):
-    link = gpu.intra_node_link if which == "intra" else gpu.inter_node_link
-    if link is None:
-        flag = "--intra-node-bandwidth" if which == "intra" else "--inter-node-bandwidth"
-        where = "inside a node" if which == "intra" else "between nodes"
-        raise TrainledgerError(f"no published interconnect {where} for {gpu.name}: give {flag} (e.g. 25GB/s)")
-    return link
-
-
 def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
               num_gpus: int | None = None, precision: str = "amp-bf16", optimizer: str = "adamw", tp: int = 1,
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None) -> dict:
+              with_memory: bool = True, cache: dict | None = None, fsdp=None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
     times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `fsdp`: account.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
+    accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
     """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
-    check_choice(recompute, ("none", "selective", "full"), "--recompute")
+    check_choice(recompute, recompute_mod.POLICIES, "--recompute")
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
@@ -211,15 +154,23 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     peak = gpu.peak(recipe.compute_dtype)
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp and tp > 1, cp=cp)
     style = "megatron" if framework == "megatron" else "torch"
+    settings = None
+    if zero == 3 and style == "torch" and dp > 1:
+        settings = fsdp if fsdp is not None else fsdp_mod.fsdp_settings(recipe, pp=pp, dp=dp)
+        fsdp_mod.fsdp_settings(recipe, replicate=settings.replicate, dp=dp)     # HSDP must divide dp
+    elif fsdp is not None and fsdp.replicate > 1:
+        raise TrainledgerError(f"--dp-replicate {fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 sharding "
+                               "inside each replica group), with dp > 1")
+    compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
 
     # 1. kernels of one layer and of the edges, for one micro-batch
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
     narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
-    key = (batch_size, seq_len, recipe.name, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
+    key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
            recompute, narrow_sms)
     if cache is not None and key in cache:
         groups, edges = cache[key]
@@ -230,7 +181,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=shard["sp"], cp=cp,
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn)
     fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
 
@@ -257,10 +208,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     stage_fwd = stage_layers * (fwd["compute"] + fwd["attention"] + fwd["memory_bound"])
     stage_bwd = stage_layers * (bwd["compute"] + bwd["attention"] + bwd["memory_bound"] + rec["compute"]
                                 + rec["attention"] + rec["memory_bound"])
+    fsdp_detail = None
+    if settings is not None:
+        step_comm = [c for c in step_comm if c.part != "dp_comm"]
+        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m)
+        after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
+        records += fsdp_detail.pop("records")
     for c in step_comm:
         if c.part not in ("pp_comm", "dp_comm"):
             continue
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        seconds = collective_seconds(gpu, c)
         records.append((c, seconds))
         if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
@@ -272,10 +229,11 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
 
-    # 4. the optimizer on this GPU's shard
+    # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
     placement = params_per_gpu(spec, tp, pp)
-    shard_params = placement["n_params_per_gpu"] / (dp if zero >= 1 else 1)
-    n_tensors = parameter_tensors(spec) / pp / (dp if zero >= 1 else 1)
+    sharded_over = (dp // settings.replicate if settings is not None else dp) if zero >= 1 else 1
+    shard_params = placement["n_params_per_gpu"] / sharded_over
+    n_tensors = parameter_tensors(spec) / pp / sharded_over
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
                                            framework=framework, optimizer=opt.name))
@@ -288,6 +246,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
+    if fsdp_detail is not None:
+        breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
     step_seconds = sum(breakdown.values())
 
     tokens = global_batch_size * seq_len
@@ -306,11 +266,14 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
+        "compute_precision": compute,
     }
+    if fsdp_detail is not None:
+        result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes)
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings)
         result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
@@ -323,11 +286,6 @@ def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
     if tp == 1:
         return None
     return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
-
-
-def _sms_beside(gpu, link) -> int | None:
-    """SMs left to compute while a collective on `link` runs (it holds `link.sm_channels`); None: not modelled."""
-    return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
 
 
 def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
@@ -355,7 +313,7 @@ def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dic
     column = COLUMN_PARALLEL.get(framework, ())
     records = []
     for c in layer_comm:
-        seconds = c.count * comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, _link(gpu, c.link))
+        seconds = collective_seconds(gpu, c)
         records.append((c, seconds))
         own = [bwd.get("gemms", {}).get(f"{name}_{c.hides_behind}") for name in column]
         if c.hides_behind in hide and column and c.count == len(column) and all(own):
@@ -404,8 +362,8 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
     for layer, count in layers:
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
         fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
-        rec = {"selective": lambda: _time(gpu, [k for k in lk["forward"] if k.core], ak),
-               "full": lambda: _time(gpu, lk["forward"], ak), "none": lambda: _time(gpu, [])}[recompute]()
+        kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
+        rec = {k: v * weight for k, v in _time(gpu, kernels, ak).items() if k != "gemms"}
         groups.append((count, fwd, bwd, rec))
     edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
     return groups, edges
@@ -480,8 +438,10 @@ def assumptions(gpu, result: dict, records) -> list[str]:
             continue
         seen.add(c.name)
         link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = comm_mod.collective_seconds(c.kind, c.payload_bytes, c.group_size, link)
+        seconds = collective_seconds(gpu, replace(c, count=1))
         rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {link.name} "
+        where = link.name if c.link == "intra" or c.ranks_per_node <= 1 else \
+            f"{c.ranks_per_node} × {link.name} ({c.ranks_per_node} GPUs of each node in the group)"
+        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {where} "
                      f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
     return lines

@@ -105,3 +105,88 @@ def llama3_cases(interleave: int = LLAMA3_INTERLEAVE, attention_kernel: str | No
                      "predicted_mfu": r["mfu"], "error": r["mfu"] / published - 1, "step_seconds": r["step_seconds"],
                      "breakdown": r["breakdown"]})
     return rows
+
+
+# --- PyTorch-native runs: torchtitan (FSDP2, + TP), tokens/s per GPU as published --------------------------------
+# pytorch/torchtitan docs/performance.md, A100 version (its last, 2024-08; the Llama 2 rows unchanged since 2024-04):
+# "Llama 3 (8B and 70B) ... Llama 2 (13B and 70B) ... with FSDP2 on 64 A100 (80GB) GPUs", bf16 mixed precision,
+# no torch.compile, local batch × 64 ranks = global batch, seq 8192 (Llama 3) and 4096 (Llama 2); "selective layer"
+# = torchtitan's selective_ac_option "2" (every second block), "selective op" = its per-op policy. WPS per GPU.
+_A100_DOC = "pytorch/torchtitan docs/performance.md (A100 version, 2024-08): FSDP2 on 64 A100 (80GB)"
+_H100_DOC = ("pytorch/torchtitan docs/performance.md (2024-12; TorchTitan, arXiv:2410.06511, Tables 1 and 3): "
+             "Grand Teton H100 96GB HBM2e, 500 W, 400 Gb/s RDMA per GPU")
+_H100_405B = ("pytorch/torchtitan docs/performance.md (2024-08): Llama 3.1 405B on 128 H100 (HBM2e, lower TDP), "
+              "2D FSDP2 + TP, optimizations 'None' (train_configs/llama3_405b.toml: compile = false)")
+# (label, preset, gpu, GPUs, tp, local batch, seq, recompute, torch.compile, published tokens/s per GPU, source)
+TORCHTITAN = [
+    ("Llama 3 8B, selective layer", "llama-3-8b", "a100-80gb", 64, 1, 1, 8192, "selective-layer", False, 2904, _A100_DOC),
+    ("Llama 3 8B, selective op", "llama-3-8b", "a100-80gb", 64, 1, 1, 8192, "selective-op", False, 2973, _A100_DOC),
+    ("Llama 3 70B, full AC", "llama-3-70b", "a100-80gb", 64, 1, 1, 8192, "full", False, 331, _A100_DOC),
+    ("Llama 2 13B, no AC", "llama-2-13b", "a100-80gb", 64, 1, 2, 4096, "none", False, 2162, _A100_DOC),
+    ("Llama 2 13B, selective layer", "llama-2-13b", "a100-80gb", 64, 1, 2, 4096, "selective-layer", False, 1914, _A100_DOC),
+    ("Llama 2 13B, selective op", "llama-2-13b", "a100-80gb", 64, 1, 2, 4096, "selective-op", False, 1904, _A100_DOC),
+    ("Llama 2 70B, selective op, batch 1", "llama-2-70b", "a100-80gb", 64, 1, 1, 4096, "selective-op", False, 355, _A100_DOC),
+    ("Llama 2 70B, full AC", "llama-2-70b", "a100-80gb", 64, 1, 2, 4096, "full", False, 353, _A100_DOC),
+    ("Llama 3.1 8B, FSDP, 8 GPUs", "llama-3-8b", "h100-hbm2e", 8, 1, 2, 8192, "selective-op", False, 5762, _H100_DOC),
+    ("Llama 3.1 8B, FSDP + compile, 8 GPUs", "llama-3-8b", "h100-hbm2e", 8, 1, 2, 8192, "selective-op", True, 6667, _H100_DOC),
+    ("Llama 3.1 8B, FSDP, 128 GPUs", "llama-3-8b", "h100-hbm2e", 128, 1, 2, 8192, "selective-op", False, 5605, _H100_DOC),
+    ("Llama 3.1 8B, FSDP + compile, 128 GPUs", "llama-3-8b", "h100-hbm2e", 128, 1, 2, 8192, "selective-op", True, 6514,
+     _H100_DOC),
+    ("Llama 3.1 405B, FSDP 16 + TP 8", "llama-3.1-405b", "h100-hbm2e", 128, 8, 2, 8192, "full", False, 109, _H100_405B),
+]
+
+
+def _compile_keyword() -> str | None:
+    """The keyword with which account.time.step_time models torch.compile (`compile` or `compiled`), or None."""
+    import inspect
+    parameters = inspect.signature(step_time).parameters
+    return next((name for name in ("compile", "compiled") if name in parameters), None)
+
+
+def torchtitan_cli(row) -> str:
+    """The `trainledger step` command a user would type for a TORCHTITAN row (defaults: amp-bf16, ZeRO 3 = FSDP2
+    with a bf16 mixed-precision policy, fp32 reduce-scatters)."""
+    label, model, gpu, n, tp, b, seq, recompute, compiled, _, _ = row
+    dp = n // tp
+    return (f"trainledger step --model {model} --gpu {gpu} --num-gpus {n}" + (f" --tp {tp} --sp" if tp > 1 else "")
+            + f" --batch-size {b} --global-batch-size {b * dp} --seq-len {seq} --recompute {recompute}"
+            + (" --compile" if compiled else ""))
+
+
+def torchtitan_cases() -> list[dict]:
+    """Every TORCHTITAN row predicted as `torchtitan_cli` asks it: tokens/s per GPU, error (predicted/published − 1),
+    memory per GPU and whether it fits. Rows with torch.compile are predicted only when step_time models it
+    (`modelled` False otherwise)."""
+    from trainledger.account.fsdp import fsdp_settings
+    from trainledger.account.zero_choice import default_zero
+    from trainledger.specs import get_model
+    from trainledger.specs.recipes import get_recipe
+    keyword = _compile_keyword()
+    rows = []
+    for row in TORCHTITAN:
+        label, model, gpu_name, n, tp, b, seq, recompute, compiled, published, source = row
+        spec, gpu, dp = get_model(model), get_gpu(gpu_name), n // tp
+        zero, _ = default_zero(dp=dp, pp=1, framework="trainledger")
+        fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", dp=dp)
+        out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": dp, "batch_size": b,
+               "seq_len": seq, "recompute": recompute, "compile": compiled, "published_tokens_per_s_per_gpu": published,
+               "source": source, "cli": torchtitan_cli(row), "modelled": keyword is not None or not compiled}
+        if out["modelled"]:
+            extra = {keyword: True} if compiled else {}
+            r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=b * dp, num_gpus=n, tp=tp, sp=tp > 1,
+                          precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp, **extra)
+            predicted = r["tokens_per_s"] / n
+            out.update(predicted_tokens_per_s_per_gpu=predicted, error=predicted / published - 1, mfu=r["mfu"],
+                       step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],
+                       memory_per_gpu_bytes=r["memory_per_gpu_bytes"], breakdown=r["breakdown"])
+        rows.append(out)
+    return rows
+
+
+def summary(rows: list[dict], within: float = 0.15) -> dict:
+    """{"n", "mean_abs_error", "worst_abs_error", "share_within"} over the modelled rows (share within ±`within`)."""
+    errors = [abs(r["error"]) for r in rows if r.get("modelled", True) and "error" in r]
+    if not errors:
+        return {"n": 0, "mean_abs_error": None, "worst_abs_error": None, "share_within": None}
+    return {"n": len(errors), "mean_abs_error": sum(errors) / len(errors), "worst_abs_error": max(errors),
+            "share_within": sum(e <= within for e in errors) / len(errors)}

@@ -252,3 +252,44 @@ def approximation_notes(spec) -> list[str]:
     """One assumption line per part of a config.json that trainledger's Transformer does not reproduce
     (`spec.approximations`, filled by specs/hf_config.py: RoPE scaling, MPT's qk_ln, ...); [] for presets."""
     return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]
+
+
+RECOMPUTE_CHOICES = ("none", "selective", "full", "selective-op", "selective-layer")   # account.recompute.POLICIES
+RECOMPUTE_HELP = ("activation recomputation: none, selective (the attention core, Korthikanti), full (each block), "
+                  "selective-op (torchtitan's per-op policy: every second matmul and the elementwise ops re-run), "
+                  "selective-layer (torchtitan's per-layer policy: every second block fully)")
+
+
+def add_fsdp_flags(parser: argparse.ArgumentParser) -> None:
+    """How FSDP2 runs under --zero 3 (account/fsdp.py): mixed-precision policy, resharding, accumulation, HSDP."""
+    g = parser.add_argument_group("FSDP2 with --zero 3 (account/fsdp.py)")
+    g.add_argument("--fsdp-param-dtype", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                   help="dtype FSDP2 gathers and computes in (MixedPrecisionPolicy.param_dtype); auto: the recipe's "
+                        "compute dtype, as torchtitan, Lightning and Accelerate run it; fp32: no policy (autocast over "
+                        "fp32 gathers, as `train --parallel fsdp`) (default auto)")
+    g.add_argument("--fsdp-reduce-dtype", choices=("fp32", "bf16", "fp16"), default=None,
+                   help="dtype of the gradient reduce-scatter (default fp32 under a policy, as torchtitan)")
+    g.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
+                   help="free each block's gathered parameters after forward and gather them again in backward "
+                        "(default on; off with --pp, as torchtitan)")
+    g.add_argument("--fsdp-accumulate", choices=("sharded", "unsharded"), default=None,
+                   help="gradient accumulation: reduce-scatter every micro-batch (sharded, FSDP2's default) or keep "
+                        "unsharded gradients and parameters until the last (default sharded; unsharded with --pp)")
+    g.add_argument("--dp-replicate", type=positive_int, default=1,
+                   help="HSDP: replicate over this many groups, shard inside each (dp / replicate ranks) (default 1)")
+
+
+def fsdp_from_args(args, precision: str, zero: int, dp: int, pp: int):
+    """account.fsdp.FsdpSettings for these flags when the layout shards with FSDP2 (zero 3, dp > 1), else None;
+    --dp-replicate > 1 without such a layout is an error naming the flag."""
+    from trainledger.account.fsdp import fsdp_settings
+    from trainledger.specs.recipes import get_recipe
+    replicate = getattr(args, "dp_replicate", 1)
+    if zero != 3 or dp <= 1:
+        if replicate > 1:
+            raise TrainledgerError(f"--dp-replicate {replicate} needs --zero 3 and --dp > 1 (HSDP shards inside each "
+                                   "replica group)")
+        return None
+    return fsdp_settings(get_recipe(precision), param_dtype=args.fsdp_param_dtype, reduce_dtype=args.fsdp_reduce_dtype,
+                         reshard_after_forward=args.reshard_after_forward, accumulate=args.fsdp_accumulate,
+                         replicate=replicate, pp=pp, dp=dp)

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="also report the largest micro-batch of this model on one GPU (states sharded as above)")
     parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context it was pre-trained at)")
     parser.add_argument("--batch-size", type=common.positive_int, help="with --model: check this micro-batch (sequences per GPU) fits")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for --model")
+    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     common.add_json_flag(parser)
 
 

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per optimizer step over all GPUs and accumulation (default: --batch-size)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full", help="attention-score convention (default full)")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation for hardware FLOPs")
+    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
     common.add_json_flag(parser)

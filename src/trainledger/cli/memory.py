@@ -50,13 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
     parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation (default none)")
+    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
     parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free (CUDA context, fragmentation), e.g. 2GiB (default 0)")
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
+    common.add_fsdp_flags(parser)
     common.add_json_flag(parser)
 
 
@@ -71,6 +72,9 @@ def compute(args) -> dict:
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
                     reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
+    fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
+    if fsdp is not None:
+        settings["fsdp"] = fsdp
     warnings = []
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of
@@ -113,6 +117,13 @@ def compute(args) -> dict:
         activations,
         "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
     ]
+    if fsdp is not None:
+        b = result["fsdp_buffers"]
+        result["assumptions"].insert(len(first) + 2, f"{fsdp.describe()}: its unsharded buffers are in params "
+                                     f"({units.format_bytes(b['root_params'] + b['block_params'])}: the root unit and "
+                                     f"{b['blocks_held']} block{'s' if b['blocks_held'] > 1 else ''}) and grads "
+                                     f"({units.format_bytes(b['root_grads'] + b['block_grads'] + b['accumulated_grads'])}); "
+                                     f"activations in {result['activations_precision']}")
     if args.model is not None:
         result["assumptions"] += common.approximation_notes(spec)
     if args.zero is not None and args.zero > 0 and args.dp == 1:

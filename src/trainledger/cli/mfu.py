@@ -41,8 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence of the run (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
                         help="attention-score FLOPs over the full T×T (default, PaLM) or half of it (Megatron)")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
-                        help="activation recomputation of the run: HFU counts it, MFU does not (default none)")
+    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     common.add_json_flag(parser)
 
 
@@ -69,8 +68,8 @@ def compute(args) -> dict:
     else:
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params the FLOPs are 6·N per token)")
-        if args.recompute == "selective":
-            raise TrainledgerError("--recompute selective needs --model: it recomputes the attention core, which "
+        if args.recompute not in ("none", "full"):
+            raise TrainledgerError(f"--recompute {args.recompute} needs --model: it recomputes parts of a block, which "
                                    "--params does not describe (use none or full)")
         model_flops = F.kaplan_train_flops_per_token(args.params)
         hardware_flops = model_flops * (8 / 6 if args.recompute == "full" else 1)

@@ -16,12 +16,17 @@ of each collective (α–β ring costs on the link it crosses), the pipeline bub
 The layout: --tp (with --sp), --pp (with --interleave V chunks per GPU), --cp (context parallel), and data
 parallelism over the rest: dp = num_gpus / (tp · pp · cp) (--dp may be given; it must agree). --batch-size is
 the micro-batch per GPU; global_batch / (dp · batch-size) micro-batches are accumulated per step.
-Defaults: --precision amp-bf16, --zero 3 over dp (as in `memory`; 0 = DDP), --seq-len the pre-training context,
---gpu h100, one micro-batch per GPU. Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
+Defaults: --precision amp-bf16; --zero the stage a user of the layout runs (3 = FSDP2 for data parallelism alone,
+1 with pipelining or --framework megatron, 0 with dp 1; the reason is printed); --seq-len the pre-training context,
+--gpu h100, one micro-batch per GPU. With --zero 3 the step is FSDP2 as it runs, unit by unit: bf16 gathers under
+a mixed-precision policy (--fsdp-param-dtype), fp32 reduce-scatters, --reshard-after-forward, --fsdp-accumulate,
+HSDP with --dp-replicate. When data-parallel communication dominates, the bottleneck line names the faster stage.
+Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
 
 examples:
   trainledger step --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64 --batch-size 8
   trainledger step --model llama-2-7b --num-gpus 8 --zero 3 --recompute selective
+  trainledger step --model llama-3-8b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 8192 --recompute selective-op
   trainledger step --model gpt3-175b --gpu a100 --num-gpus 64 --tp 8 --sp --pp 8 --interleave 3 \\
       --recompute selective --precision mixed-fp16 --optimizer adam --global-batch-size 64 --framework megatron --no-flash
 """
@@ -36,11 +41,12 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
     common.add_optimizer_flag(parser)
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
-                        help="ZeRO stage over the dp ranks (default 3, as in `memory`: FSDP full shard; 0 = DDP)")
+                        help="ZeRO stage over the dp ranks (default: what a user of the layout runs: FSDP2 = 3 for data "
+                             "parallelism alone, 1 with --pp or --framework megatron, 0 with dp 1; 0 = DDP)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
     parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation (default none)")
+    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash attention (default on); --no-flash stores and streams the T×T scores")
     parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
@@ -56,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
     add_model_flags(parser)
+    common.add_fsdp_flags(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
 
@@ -74,23 +81,38 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.time import step_time
+    from trainledger.account import zero_choice
+    from trainledger.account.time import derive_layout, step_time
 
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
-    zero = 3 if args.zero is None else args.zero
-    result = step_time(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, global_batch_size=args.global_batch_size,
-                       num_gpus=args.num_gpus, precision=args.precision, optimizer=args.optimizer, tp=args.tp,
-                       sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp, zero=zero,
-                       recompute=args.recompute, flash=args.flash, attention=args.attention,
-                       framework=args.framework, attention_kernel=args.attention_kernel)
+    _, dp, _, _ = derive_layout(args.num_gpus, args.tp, args.pp, args.cp, args.dp, args.batch_size, args.global_batch_size)
+    zero, why = (args.zero, None) if args.zero is not None else zero_choice.default_zero(dp=dp, pp=args.pp,
+                                                                                        framework=args.framework)
+    settings = dict(batch_size=args.batch_size, seq_len=seq_len, global_batch_size=args.global_batch_size,
+                    num_gpus=args.num_gpus, precision=args.precision, optimizer=args.optimizer, tp=args.tp,
+                    sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp,
+                    recompute=args.recompute, flash=args.flash, attention=args.attention,
+                    framework=args.framework, attention_kernel=args.attention_kernel)
+    fsdp_for = lambda z: common.fsdp_from_args(args, args.precision, z, dp, args.pp)  # noqa: E731
+    result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
+    if max(result["breakdown"], key=result["breakdown"].get) == "dp_comm":
+        found = zero_choice.lever(spec, gpu, settings, result, fsdp_for=lambda z: fsdp_for(z) if args.dp_replicate == 1
+                                  or z == 3 else None)
+        if found is not None:
+            result["lever"] = found
+            result["bottleneck"] = result["bottleneck"].split(" (")[0] + f" ({found['text']})"
     first = [seq_len_assumption(spec, seq_len, args.seq_len),
              f"micro-batch {args.batch_size} × {result['micro_batches']} accumulation step"
              f"{'s' if result['micro_batches'] > 1 else ''} × dp {result['dp']} = global batch {result['global_batch_size']} "
              f"(--batch-size, --global-batch-size)",
              f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}), cp {args.cp}, "
-             f"dp {result['dp']} with ZeRO {zero}{' (default)' if args.zero is None else ''} on {result['num_gpus']} × {gpu.name}; "
+             f"dp {result['dp']} with ZeRO {zero} on {result['num_gpus']} × {gpu.name}; "
              f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
+    if why is not None:
+        first.append(f"ZeRO {zero} by default (--zero to choose): {why}")
+    if "fsdp" in result:
+        first.append(result["fsdp"]["assumption"])
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     result["assumptions"] = first + result["assumptions"]

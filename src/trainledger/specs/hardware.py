@@ -114,13 +114,17 @@ GiB = 2**30
 # AMD fp32 is the matrix-core figure. Aliases: "a100" means the 80GB SXM part, "h100" the SXM part,
 # as cloud catalogues and the lecture's "H100" (989.5 TFLOP/s bf16) mean.
 
+# A100 memory: the datasheet prints "40GB" / "80GB" HBM2(e); the devices hold 40 GiB / 80 GiB (HBM stacks come in
+# binary sizes): nvidia-smi reports "40960MiB" for an A100-SXM4-40GB and "81920MiB" for an A100-SXM4-80GB
+# (e.g. the nvidia-smi outputs quoted in NVIDIA/nccl-tests and NVIDIA/nccl issues), what training can fill.
+
 # NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column); tensor peaks are the dense figures
 A100_40GB = GPUSpec(
     name="a100-40gb", aliases=("a100-40gb-sxm", "a100-sxm4-40gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=40e9, memory_bandwidth_bytes_per_s=1555e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
+    memory_bytes=40 * GiB, memory_bandwidth_bytes_per_s=1555e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks; 40 GiB (nvidia-smi 40960MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -132,8 +136,8 @@ A100_80GB = GPUSpec(
     name="a100-80gb", aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=80e9, memory_bandwidth_bytes_per_s=2039e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
+    memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2039e9,
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks; 80 GiB (nvidia-smi 81920MiB)",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_80GB_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -150,6 +154,26 @@ H100_SXM = GPUSpec(
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
     attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
+)
+
+# The H100 of Meta's Grand Teton hosts, on which torchtitan's published benchmarks ran (pytorch/torchtitan
+# docs/performance.md, 2024-12): "8 NVIDIA H100 GPUs fully connected with NVLink", "96GB HBM2e with 2.4 TB/sec
+# peak memory bandwidth", "backend RDMA network with 400 Gb/s per GPU", "the default 500W power limit"; "HBM2e
+# based lower TDP SXM H100 ... the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact
+# value" (same file, 2024-08), so torchtitan states MFU against the SXM peak, as here. No matmul rate is published
+# at 500 W: the 700 W SXM measurement is used (optimistic; a lower power limit lowers the sustained clock).
+H100_HBM2E = GPUSpec(
+    name="h100-hbm2e", aliases=("h100-96gb", "h100-sxm-96gb", "h100-hbm2e-96gb", "grand-teton-h100"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
+                      "fp8": 1979 * T, "int8": 1979 * T},
+    memory_bytes=96e9, memory_bandwidth_bytes_per_s=2.4e12,
+    source="pytorch/torchtitan docs/performance.md (Grand Teton: H100 SXM, 96GB HBM2e, 2.4 TB/s, 500 W); peaks of the "
+           "H100 SXM datasheet, against which torchtitan states MFU",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
+    performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
+                       "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
 )
 
 # NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures
@@ -276,13 +300,13 @@ TPU_V5P = GPUSpec(
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
-GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
                        MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
 DEVICE_NAME_PATTERNS = [
-    (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
+    (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
 ]

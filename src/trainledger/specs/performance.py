@@ -165,6 +165,14 @@ IB_HDR = Link("InfiniBand HDR 200 Gb/s", 25 * GB, 24 / 25, 14.0 * US, NCCL_CALL_
 IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
               "InfiniBand NDR 400 Gb/s per GPU; 46-48 GB/s per NIC measured (NVIDIA/nccl-tests#290); " + _NCCL)
 
+# RDMA at 400 Gb/s per GPU (RoCE or InfiniBand NDR, one NIC per GPU): Meta's Grand Teton hosts of the torchtitan
+# benchmarks ("Hosts are inter-connected with backend RDMA network with 400 Gb/s per GPU", pytorch/torchtitan
+# docs/performance.md, 2024-12); a 400 Gb/s NIC sustains 46-48 GB/s of NCCL bus bandwidth (NVIDIA in
+# NVIDIA/nccl-tests#290, NDR); the same line rate, so the same measured fraction.
+RDMA_400G = Link("RDMA 400 Gb/s per GPU", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
+                 "400 Gb/s RDMA per GPU (torchtitan docs/performance.md, Grand Teton); 46-48 GB/s per 400G NIC measured "
+                 "(NVIDIA/nccl-tests#290); " + _NCCL)
+
 # --- memory bandwidth achieved by a streaming kernel --------------------------------------------------------
 # A100 40GB: a device memcopy measures 1355 GB/s of the 1555 GB/s datasheet (PTsolvers/gpu-workshop-JuliaCon23#7,
 # the JuliaCon 2023 GPU workshop's reference figure): 87.1%.
