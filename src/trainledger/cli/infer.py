@@ -60,7 +60,10 @@ def compute(args) -> dict:
     if context > spec.max_seq_len:
         warnings.append(f"prompt + new tokens = {context} exceed the {spec.max_seq_len}-token context of "
                         f"'{spec.name}' (--prompt-len, --gen-len)")
-    if not result["fits"]:
+    if result["weights_bytes"] + result["reserve_bytes"] > gpu.memory_bytes:
+        warnings.append(f"the weights alone need {units.format_bytes(result['weights_bytes'])} per GPU, more than the "
+                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name} (with --reserve): use --tp or --dtype fp8")
+    elif not result["fits"]:
         warnings.append(f"weights + KV cache need {units.format_bytes(result['memory_bytes'] + result['reserve_bytes'])} "
                         f"per GPU, more than the {units.format_bytes(gpu.memory_bytes)} of {gpu.name}: lower "
                         f"--batch-size (at most {result['max_batch_size']}), use --kv-dtype fp8 or --tp")
