@@ -47,6 +47,7 @@ from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_
 from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check_profile
 
 MIN_SAMPLE_SECONDS = 0.002
+DECODE_SAMPLES = 25   # decoding steps are ~1 ms: many short samples, so that one falls in an undisturbed stretch
 GRIDS = {   # (token rows m, output/reduction sizes n and k, largest FLOPs of one shape, dtypes)
     "cpu": ((32, 256, 2048, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 31, ("fp32",)),
     "cuda": ((512, 2048, 8192, 16384), (128, 512, 2048, 8192, 16384), 2.0 ** 41, ("bf16", "fp32")),
@@ -308,7 +309,7 @@ def decode_op_overhead_seconds(device: str) -> float:
             counter = Count()
             with counter:
                 step()
-            per_op.append(seconds_per_call(step, device, samples=5) / counter.ops)
+            per_op.append(seconds_per_call(step, device, samples=DECODE_SAMPLES) / counter.ops)
     return sum(per_op) / len(per_op)
 
 
