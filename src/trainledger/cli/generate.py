@@ -92,8 +92,11 @@ def render(r: dict) -> None:
     import sys
     for line in r["warnings"]:
         sys.stderr.write(f"warning: {line}\n")
-    text = r["text"] if r["text"] is not None else "(no tokenizer: ids only)"
-    print(text)
+    if r["text"] is None:
+        print(f"(no tokenizer: ids only) {r['tokens']}")
+    else:
+        common.console().print(r["prompt_text"], style="bold", end="", markup=False, highlight=False, soft_wrap=True)
+        print(r["text"])
     print()
     how = "greedy" if r["temperature"] == 0 else f"temperature {r['temperature']:g}" + (
         f", top-k {r['top_k']}" if r["top_k"] else "") + (f", top-p {r['top_p']:g}" if r["top_p"] else "")
@@ -103,7 +106,7 @@ def render(r: dict) -> None:
              units.format_bytes(r["predicted_kv_cache_bytes"]) if r["predicted_kv_cache_bytes"] is not None else "—"]]
     step = f" step {r['step']}" if r["step"] is not None else ""
     caption = [f"{r['model']}{step} from {r['source']}; {r['prompt_len']} prompt + {r['n_new_tokens']} new tokens, {how}, "
-               f"{'KV cache' if r['cache'] else 'no cache'}, {r['dtype']} on {r['device']} ({r['threads']} threads), "
+               f"{'KV cache' if r['cache'] else 'no cache'}, {r['dtype']} on {r['device']} ({r['threads']} thread{'s' if r['threads'] > 1 else ''}), "
                f"load average {r['load_average']:.2f}" if r["load_average"] is not None else ""]
     console = common.console()
     console.print(common.table("generation: measured vs predicted", ["", "measured", "predicted"], rows))

@@ -113,6 +113,7 @@ def run(path, *, prompt: str | None = None, prompt_ids: str | None = None, max_n
     dtype = DTYPE_NAMES.get(str(next(model.parameters()).dtype), "fp32")
     out = {
         "text": decode_text(tokenizer, tokens, warnings), "tokens": tokens, "prompt_tokens": ids,
+        "prompt_text": decode_text(tokenizer, ids, []) if prompt is None else prompt,
         "prompt_len": len(ids), "n_new_tokens": len(tokens), "model": loaded.spec.name, "source": str(loaded.source),
         "step": loaded.step, "tokenizer": _name(tokenizer) if tokenizer is not None else None, "device": device,
         "dtype": dtype, "cache": use_cache, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
@@ -153,4 +154,5 @@ def predict_speed(spec, device: str, dtype: str, prompt_len: int, max_new_tokens
     return {"predicted_prefill_tokens_per_s": predicted["prefill_tokens_per_s"],
             "predicted_decode_tokens_per_s": predicted["tokens_per_s"],
             "predicted_kv_cache_bytes": predicted["kv_cache_bytes"], "predicted_bottleneck": predicted["bottleneck"],
-            "predicted_decode_ops": predicted["decode_ops"], "assumptions": predicted["assumptions"]}
+            "predicted_decode_ops": predicted["decode_ops"],
+            "assumptions": [line for line in predicted["assumptions"] if not line.startswith("the largest batch")]}
