@@ -36,12 +36,14 @@ def test_every_returned_layout_fits_by_the_memory_command(gpt3_layouts, capsys):
         argv = ["memory", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--seq-len", str(2048 // layout["cp"]),
                 "--batch-size", str(layout["batch_size"]), "--precision", "mixed-fp16", "--optimizer", "adam",
                 "--zero", str(layout["zero"]), "--dp", str(layout["dp"]), "--tp", str(layout["tp"]),
-                "--pp", str(layout["pp"]), "--recompute", layout["recompute"], "--no-flash", "--json"]
+                "--pp", str(layout["pp"]), "--recompute", layout["recompute"], "--no-flash", "--json",
+                "--grad-accum", str(layout["micro_batches"])]
         if layout["sp"]:
             argv.append("--sp")
         assert cli_main.main(argv) == 0
         memory = json.loads(capsys.readouterr().out)
-        assert memory["fits"] and memory["total_bytes"] == pytest.approx(layout["memory_bytes"])
+        assert memory["fits"] and memory["peak_bytes"] == pytest.approx(layout["memory_bytes"])
+        assert memory["reserve_bytes"] == pytest.approx(layout["reserve_bytes"])
 
 
 def test_gpt2_on_8_h100_is_data_parallel():

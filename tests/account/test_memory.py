@@ -109,11 +109,27 @@ def test_tp_must_divide_heads():
         M.memory_per_gpu(gqa, tp=4)
 
 
-def test_fits_uses_reserve():
-    m = M.memory_per_gpu(n_params=1e9, precision="fp32", optimizer="adamw", reserve_bytes=2e9, memory_per_gpu_bytes=18e9)
-    assert m["total_bytes"] == 16e9 and m["fits"] and m["headroom_bytes"] == 0
-    m = M.memory_per_gpu(n_params=1e9, reserve_bytes=2.5e9, memory_per_gpu_bytes=18e9)
+def test_fits_uses_the_peak_and_the_reserve():
+    """fp32 AdamW, 1e9 parameters: the parts sum to 16 B/param, but the optimizer step also holds a state-sized
+    temporary (the foreach √v list): the peak is 20 B/param, and fits means peak + reserve <= memory."""
+    m = M.memory_per_gpu(n_params=1e9, precision="fp32", optimizer="adamw", reserve_bytes=2e9, memory_per_gpu_bytes=22e9)
+    assert m["total_bytes"] == 16e9 and m["peak_bytes"] == 20e9 and m["fits"] and m["headroom_bytes"] == 0
+    m = M.memory_per_gpu(n_params=1e9, reserve_bytes=2.5e9, memory_per_gpu_bytes=22e9)
     assert not m["fits"]
+    sgd = M.memory_per_gpu(n_params=1e9, optimizer="sgd", memory_per_gpu_bytes=22e9)   # no states, no temporary
+    assert sgd["peak_bytes"] == sgd["total_bytes"] == 8e9
+
+
+def test_the_cuda_reserve_by_default_has_its_three_parts():
+    m = M.memory_per_gpu(n_params=1e9, precision="fp32", reserve_bytes=None, memory_per_gpu_bytes=80e9)
+    parts = m["reserve_parts"]
+    assert parts["context"] == M.CUDA_CONTEXT_BYTES == 666_632_192        # pytorch/pytorch PR #86509
+    assert parts["workspaces"] == 2 * 32 * 2**20                          # two cuBLAS handles, 32 MiB on Hopper
+    assert parts["allocator"] == pytest.approx(M.ALLOCATOR_SLACK_FRACTION * m["peak_bytes"])
+    assert m["reserve_bytes"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+    assert m["headroom_bytes"] == pytest.approx(80e9 - m["peak_bytes"] - m["reserve_bytes"])
+    with pytest.raises(TrainledgerError, match="--reserve"):
+        M.memory_per_gpu(n_params=1e9, reserve_bytes=-1.0)
 
 
 def test_adafactor_elements_by_hand():
@@ -167,3 +183,15 @@ def test_zero3_parameters_stored_per_gpu_are_sharded():
     assert sharded["n_params_per_gpu_before_zero"] == replicated["n_params_per_gpu"] == n
     assert sharded["n_params_per_gpu"] == pytest.approx(n / 8)
     assert sharded["params_bytes"] == pytest.approx(2 * sharded["n_params_per_gpu"])  # bf16 weights
+
+
+def test_expandable_segments_keep_no_allocator_cache(capsys):
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps and unmaps pages instead of splitting cached segments:
+    the reserve is the context and the cuBLAS workspaces only (`--reserve expandable`)."""
+    import json
+
+    from trainledger.cli import main as cli_main
+    parts = M.cuda_reserve_bytes(50e9, expandable_segments=True)
+    assert parts["allocator"] == 0 and parts["total"] == M.CUDA_CONTEXT_BYTES + 2 * M.CUBLAS_WORKSPACE_BYTES
+    assert cli_main.main(["memory", "--params", "1e9", "--reserve", "expandable", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reserve_bytes"] == parts["total"]

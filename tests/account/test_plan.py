@@ -94,7 +94,7 @@ def test_max_micro_batch_is_the_boundary():
     found = P.max_micro_batch(spec, 40e9, 1024, reserve_bytes=1e9, precision="mixed-bf16", optimizer="adamw")
     b = found["max_batch_size"]
     assert b > 1
-    mem = lambda n: memory_per_gpu(spec, batch_size=n, seq_len=1024, precision="mixed-bf16", optimizer="adamw")["total_bytes"]  # noqa: E731
+    mem = lambda n: memory_per_gpu(spec, batch_size=n, seq_len=1024, precision="mixed-bf16", optimizer="adamw")["peak_bytes"]  # noqa: E731
     assert mem(b) + 1e9 <= 40e9 < mem(b + 1) + 1e9
     assert P.max_micro_batch(spec, 1e9, 1024)["max_batch_size"] == 0
 

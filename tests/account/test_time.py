@@ -119,13 +119,18 @@ def test_calibrated_table_is_interpolated_in_log_shape():
 
 
 def test_flash_attention_rate_is_the_measured_kernel_rate():
-    """FlashAttention-3 paper Fig. 5: FlashAttention-2 forward on H100 at seq 2k, head dim 128: 362 TFLOP/s."""
+    """FlashAttention-3 paper Fig. 5: FlashAttention-2 forward on H100 at seq 2k, head dim 128: 362 TFLOP/s; cuDNN
+    (what PyTorch's SDPA runs on H100: the default) 617; at head dim 64 cuDNN's causal forward is 334."""
     h100 = get_gpu("h100")
     flops = 2 * 2 * 16 * 2048 * 2048 * 128
     k = Kernel("fa", "attention", "flash_attention", flops, 0.0, (2048, False, False))
-    assert kernel_seconds(h100, k) == pytest.approx(flops / 362e12)
-    assert roofline.attention_efficiency(h100, 2048, False, True) == pytest.approx(298 / 989.5)   # causal: 298
-    assert roofline.attention_efficiency(h100, 2048, False, False, "cudnn") == pytest.approx(617 / 989.5)
+    assert kernel_seconds(h100, k, "flash-attention-2") == pytest.approx(flops / 362e12)
+    assert roofline.attention_efficiency(h100, 2048, False, True, "flash-attention-2") == pytest.approx(298 / 989.5)
+    assert roofline.attention_efficiency(h100, 2048, False, False) == pytest.approx(617 / 989.5)   # cudnn
+    assert roofline.attention_efficiency(h100, 2048, False, True, head_dim=64) == pytest.approx(334 / 989.5)
+    between = roofline.attention_efficiency(h100, 2048, False, True, head_dim=90)    # log2-interpolated sizes
+    assert 334 / 989.5 < between < 484 / 989.5
+    assert roofline.attention_efficiency(h100, 2048, False, True, dtype="fp32") is None   # flash runs 16-bit only
 
 
 def test_no_flash_streams_the_scores():
@@ -360,6 +365,7 @@ def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
     expected = CLIP_PASSES + FOREACH_PASSES[name]
     assert [op for op, _ in log.ops] == [op for op, _, _ in expected]
     kernels = optimizer_kernels(n_params, len(params), "fp32", framework="trainledger", optimizer=name)
+    kernels = [k for k in kernels if k.kind not in ("host", "python")]   # the per-tensor CPU work (.to(), Python) aside
     assert len(kernels) == len(expected)
     for (op, moved), kernel in zip(log.ops, kernels):
         scalars = 4 * len(params) * 2     # 0-dim step counters (read + write), or the per-tensor norms written
@@ -368,9 +374,9 @@ def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
 
 
 def test_adamw_moves_80_bytes_per_parameter_in_fp32():
-    """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 32: read g, read
+    """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 28: read g, read
     and write w and both states), + 12 for clipping (norm: read g; scale: read and write g)."""
     from trainledger.account.kernels import optimizer_kernels
     kernels = optimizer_kernels(1.0, 1, "fp32", framework="trainledger", optimizer="adamw")
     assert sum(k.bytes for k in kernels) == pytest.approx(80 + 12)
-    assert all(k.working_set_bytes == k.bytes for k in kernels)      # each pass sweeps every tensor
+    assert all(k.working_set_bytes == k.bytes for k in kernels if k.kind == "elementwise")   # each pass sweeps every tensor

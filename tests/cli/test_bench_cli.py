@@ -48,6 +48,7 @@ def test_calibrate_saves_the_profile(capsys, tmp_path, monkeypatch, one_torch_th
     monkeypatch.setitem(cal.MEMORY_OP_BYTES, "cpu", [2 ** 14])
     monkeypatch.setitem(cal.ATTENTION, "cpu", ("fp32", 2, 16, (32,)))
     monkeypatch.setattr(cal, "MIN_SAMPLE_SECONDS", 1e-4)
+    monkeypatch.setattr(cal.os, "getloadavg", lambda: (0.0, 0.0, 0.0))        # a quiet machine
     status, out, err = run(capsys, "bench", "--calibrate", "--json")
     assert status == 0, err
     result = json.loads(out)
@@ -55,7 +56,37 @@ def test_calibrate_saves_the_profile(capsys, tmp_path, monkeypatch, one_torch_th
     assert cal.load_profile(path) == result["profile"]
     assert len(result["profile"]["gemm"]["fp32"]) == 4
     status, out, _ = run(capsys, "bench", "--calibrate")
-    assert status == 0 and "calibration of this machine" in out and "per-op overhead" in out
+    assert status == 0 and "calibration of this machine" in out and "CPU per launching op" in out
+    out_file = tmp_path / "elsewhere" / "calibration-mine.json"          # --out: a file for --calibration
+    status, out, err = run(capsys, "bench", "--calibrate", "--out", str(out_file), "--json")
+    assert status == 0, err
+    assert cal.load_profile(out_file) == json.loads(out)["profile"]
+    status, _, err = run(capsys, "step", "--model", "tiny", "--calibration", str(out_file), "--json")
+    assert status == 0, err
+
+
+def test_a_busy_calibration_is_refused_unless_forced(capsys, tmp_path, monkeypatch, one_torch_thread):
+    """Issue 22: a calibration measured at load 5 on 2 CPUs was saved and made `step` 10× off. Now it is refused
+    (exit 2, one line saying how to calibrate quietly) and saved only with --force, which says so."""
+    from trainledger.measure import calibrate as cal
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cal, "calibrate", lambda device, progress=None: synthetic_busy_profile())
+    status, out, err = run(capsys, "bench", "--calibrate")
+    assert status == 2 and err.count("\n") == 1 and "--threads 1" in err and "--force" in err
+    assert not cal.profile_path("cpu").exists()
+    status, out, err = run(capsys, "bench", "--calibrate", "--force", "--json")
+    assert status == 0 and cal.profile_path("cpu").exists()
+    assert "saved: --force" in json.loads(out)["warnings"][0]
+    status, _, err = run(capsys, "bench", "--calibrate", "--out", "")
+    assert status == 2 and "--out" in err
+
+
+def synthetic_busy_profile() -> dict:
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent.parent / "measure"))
+    from profile_helpers import synthetic_profile
+    return synthetic_profile(load_average=5.0, cpu_count=2)
 
 
 def test_calibrate_cuda_without_a_device(capsys):

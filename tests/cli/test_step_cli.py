@@ -94,3 +94,53 @@ def test_optimal_mfu_auto(capsys):
     data = run_json(capsys, "optimal", "--num-gpus", "8", "--days", "1", "--mfu", "auto")
     assert 0 < data["mfu"] < 1 and data["layout"]["dp"] >= 1
     assert data["budget_flops"] == pytest.approx(8 * 86400 * 989.5e12 * data["mfu"])
+
+
+RECORDED = "tests/data/h100_2026_11_26/calibration-cuda-h100.json"
+
+
+def test_calibration_file_on_every_planning_command(capsys):
+    """--calibration FILE predicts with what `bench --calibrate` measured elsewhere (the recorded H100 here)."""
+    from pathlib import Path
+    recorded = str(Path(__file__).parent.parent.parent / RECORDED)
+    step = run_json(capsys, "step", "--model", "gpt2", "--batch-size", "8", "--num-gpus", "1", "--zero", "0",
+                    "--calibration", recorded)
+    datasheet = run_json(capsys, "step", "--model", "gpt2", "--batch-size", "8", "--num-gpus", "1", "--zero", "0")
+    assert step["gpu"] == "h100-sxm" and step["step_seconds"] != datasheet["step_seconds"]
+    assert any(recorded in line for line in step["assumptions"])
+    assert run_json(capsys, "layout", "--model", "gpt2", "--num-gpus", "8", "--global-batch-size", "64",
+                    "--calibration", recorded, "--top", "1")["layouts"]
+    assert run_json(capsys, "plan", "--model", "gpt2", "--calibration", recorded)["gpu"] == "h100-sxm"
+    assert run_json(capsys, "optimal", "--calibration", recorded)["gpu"] == "h100-sxm"
+    assert run_json(capsys, "mfu", "--model", "gpt2", "--tokens-per-s", "150000", "--calibration", recorded)["mfu"] > 0
+    assert "--calibration" in run_error(capsys, "step", "--model", "gpt2", "--calibration", "/no/such.json")
+
+
+def test_compile_fuses_the_pointwise_work(capsys):
+    eager = run_json(capsys, "step", "--model", "gpt2", "--batch-size", "8", "--num-gpus", "1", "--zero", "0")
+    compiled = run_json(capsys, "step", "--model", "gpt2", "--batch-size", "8", "--num-gpus", "1", "--zero", "0",
+                        "--compile")
+    assert compiled["compiled"] and compiled["step_seconds"] < eager["step_seconds"]
+    assert compiled["breakdown"]["memory_bound"] < eager["breakdown"]["memory_bound"] / 2
+    assert compiled["breakdown"]["compute"] < eager["breakdown"]["compute"]        # the LM head padded
+    layout = run_json(capsys, "layout", "--model", "gpt2", "--num-gpus", "8", "--global-batch-size", "64",
+                      "--compile", "--top", "1")
+    assert layout["layouts"][0]["step_seconds"] > 0
+    assert "--compile" in run_error(capsys, "step", "--model", "gpt2", "--compile", "--framework", "megatron")
+
+
+def test_step_on_a_cpu_runs_with_the_defaults(capsys, tmp_path, monkeypatch):
+    """Issue 22: `step --model tiny --gpu cpu` exited with "cpu has no bf16 peak"; now fp32 by default, said once."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent.parent / "measure"))
+    from profile_helpers import synthetic_profile
+
+    from trainledger.measure import calibrate as cal
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cal.save_profile(synthetic_profile(), cal.profile_path("cpu"))
+    data = run_json(capsys, "step", "--model", "tiny", "--gpu", "cpu")
+    assert data["precision"] == "fp32" and data["gpu"] == "cpu"
+    assert sum("--precision fp32 (default here" in line for line in data["assumptions"]) == 1
+    assert data["breakdown"]["overhead"] > 0 and data["cpu_op_seconds"] is None       # ops run in turn on a CPU
+    assert "bf16" in run_error(capsys, "step", "--model", "tiny", "--gpu", "cpu", "--precision", "amp-bf16")

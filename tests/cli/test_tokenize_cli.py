@@ -18,7 +18,7 @@ def test_json_reports_count_bytes_and_time(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     n_bytes = len(text.encode("utf-8"))
     assert result["n_tokens"] == result["input_bytes"] == n_bytes
-    assert result["output_bytes"] == out.stat().st_size == 64 + n_bytes
+    assert result["output_bytes"] == out.stat().st_size == 128 + n_bytes
     assert result["dtype"] == "uint8" and result["seconds"] > 0
     assert read_header(out)["n_tokens"] == n_bytes
     np.testing.assert_array_equal(open_tokens(out), np.frombuffer(text.encode("utf-8"), np.uint8))
@@ -65,6 +65,35 @@ def test_fractional_chunk_size_is_an_error_not_an_empty_file(tmp_path, capsys):
 def test_directory_arguments_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("hello\n")
     assert cli_main.main(["tokenize", str(tmp_path), str(tmp_path / "o.tokens")]) == 2
-    assert "INPUT.txt" in capsys.readouterr().err
+    assert "(INPUT)" in capsys.readouterr().err
     assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), str(tmp_path)]) == 2
     assert "OUTPUT.tokens" in capsys.readouterr().err
+
+
+def test_train_bpe_saves_the_tokenizer_beside_and_refuses_to_replace_another(tmp_path, capsys):
+    from trainledger.data import load_tokenizer
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7}\n" for i in range(3000))
+    (tmp_path / "in.txt").write_text(text)
+    (tmp_path / "out").mkdir()
+    args = ["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "out" / "a.tokens"), "--train-bpe", "400", "--json"]
+    assert cli_main.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    tokenizer = load_tokenizer(tmp_path / "out" / "tokenizer.json")
+    assert result["vocab_size"] == tokenizer.vocab_size == 400 and result["tokenizer_sha256"] == tokenizer.sha256
+    np.testing.assert_array_equal(open_tokens(tmp_path / "out" / "a.tokens"), tokenizer.encode(text))
+    assert result["bytes_per_s"] > 0 and result["n_tokens"] < len(text) / 2
+    assert cli_main.main(args) == 0                  # the same BPE again: the same tokenizer.json, kept
+    capsys.readouterr()
+    other = ["tokenize", str(tmp_path / "in.txt"), str(tmp_path / "out" / "b.tokens"), "--train-bpe", "300"]
+    assert cli_main.main(other) == 2
+    assert "exists and is another tokenizer" in capsys.readouterr().err
+    assert load_tokenizer(tmp_path / "out" / "tokenizer.json").sha256 == tokenizer.sha256
+
+
+def test_output_that_is_a_device_is_refused_not_replaced(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("hello\n")
+    assert cli_main.main(["tokenize", str(tmp_path / "in.txt"), "/dev/null"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    import os
+    import stat
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -16,7 +16,8 @@ from trainledger.errors import TrainledgerError
 def test_header_round_trip(tmp_path, dtype):
     tokens = np.arange(1000) % np.iinfo(dtype).max
     path = write_tokens(tmp_path / "a.tokens", tokens, dtype=dtype)
-    assert read_header(path) == {"version": 1, "header_bytes": HEADER_BYTES, "dtype": dtype, "n_tokens": 1000}
+    assert read_header(path) == {"version": 1, "header_bytes": HEADER_BYTES, "dtype": dtype, "n_tokens": 1000,
+                                 "vocab_size": None, "tokenizer_sha256": None, "tokenizer_name": None}
     assert path.stat().st_size == HEADER_BYTES + 1000 * np.dtype(dtype).itemsize
     data = open_tokens(path)
     assert isinstance(data, np.memmap) and data.dtype == np.dtype(dtype)
@@ -109,3 +110,35 @@ def test_memmap_of_a_file_larger_than_memory_budget(tmp_path):
     assert peak_bytes < 1e6          # Python/NumPy allocations: one batch, not the file
     assert rss_growth < 100e6        # resident pages: the few touched pages, not 4 GB
     assert rss_growth < file_bytes / 40
+
+
+def test_a_file_with_the_old_64_byte_header_still_reads(tmp_path):
+    """Files written before the tokenizer fields existed: version 1, header length 64, tokens from byte 64."""
+    tokens = np.arange(300, dtype=np.uint16)
+    header = struct.pack("<8sHH16sQ", MAGIC, 1, 64, b"uint16", len(tokens))
+    path = tmp_path / "old.tokens"
+    path.write_bytes(header + b"\0" * (64 - len(header)) + tokens.tobytes())
+    assert read_header(path) == {"version": 1, "header_bytes": 64, "dtype": "uint16", "n_tokens": 300,
+                                 "vocab_size": None, "tokenizer_sha256": None, "tokenizer_name": None}
+    np.testing.assert_array_equal(open_tokens(path), tokens)
+
+
+def test_the_new_header_keeps_the_old_fields_in_place_and_records_the_tokenizer(tmp_path):
+    from trainledger.data import ByteTokenizer
+    path = write_tokens(tmp_path / "n.tokens", np.arange(256), dtype="uint8", tokenizer=ByteTokenizer())
+    raw = path.read_bytes()
+    magic, version, header_bytes, dtype, n_tokens = struct.unpack("<8sHH16sQ", raw[:36])   # where they always were
+    assert (magic, version, header_bytes, dtype.rstrip(b"\0"), n_tokens) == (MAGIC, 1, 128, b"uint8", 256)
+    assert raw[header_bytes:] == bytes(range(256))                                          # tokens at the header length
+    header = read_header(path)
+    assert (header["vocab_size"], header["tokenizer_name"], header["tokenizer_sha256"]) == (
+        256, "bytes", ByteTokenizer.sha256)
+
+
+def test_ids_outside_the_recorded_vocabulary_are_refused(tmp_path):
+    from trainledger.data import ByteTokenizer
+    with pytest.raises(TrainledgerError, match="outside the vocabulary"):
+        write_tokens(tmp_path / "x.tokens", np.array([1, 300]), dtype="uint16", tokenizer=ByteTokenizer())
+    with TokenWriter(tmp_path / "y.tokens", "uint16", ByteTokenizer()) as writer:
+        with pytest.raises(TrainledgerError, match="vocabulary 256"):
+            writer.write(np.array([256]))

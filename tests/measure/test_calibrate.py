@@ -76,7 +76,7 @@ def test_step_time_on_a_calibrated_cpu_adds_up():
 
 
 @pytest.mark.parametrize("change", [
-    {"format": "other"}, {"version": 2}, {"device": "tpu"}, {"peak_flops_per_s": {"fp32": float("nan")}},
+    {"format": "other"}, {"version": 3}, {"device": "tpu"}, {"peak_flops_per_s": {"fp32": float("nan")}},
     {"gemm": {"fp32": [[128, 128, 128, -1.0]]}}, {"gemm": {"fp32": []}}, {"gemm": {"bf16": [[1, 1, 1, 1.0]]}},
     {"memory": [[1e6]]}, {"memory": "fast"}, {"op_overhead_seconds": None}, {"device_name": 3},
     {"attention": {"dtype": "fp64", "points": [[1, 1, 1]]}}, {"memory_bytes": True},
@@ -142,10 +142,11 @@ def test_calibrate_measures_the_whole_format(monkeypatch, one_torch_thread):
     assert [p[0] for p in profile["attention"]["points"]] == [32, 64]
     assert [row[0] for row in profile["elementwise"]["gelu"]] == [8 * (2 ** 18 // 12)]
     assert [row[0] for row in profile["elementwise"]["gelu_backward"]] == [12 * (2 ** 18 // 12)]
-    assert [row[0] for row in profile["elementwise"]["cross_entropy"]] == [pytest.approx(8 * 2 ** 16 / 3)]
-    assert [row[0] for row in profile["elementwise"]["cross_entropy_backward"]] == [pytest.approx(16 * 2 ** 16 / 3)]
-    assert profile["threads"] == 1 and profile["device"] == "cpu"
+    assert [row[0] for row in profile["elementwise"]["cross_entropy"]] == [pytest.approx(12 * 2 ** 16 / 2)]
+    assert [row[0] for row in profile["elementwise"]["cross_entropy_backward"]] == [pytest.approx(20 * 2 ** 16 / 3)]
+    assert profile["threads"] == 1 and profile["device"] == "cpu" and profile["version"] == 2
     assert 0 < profile["op_overhead_seconds"] < 1
+    assert 0 <= profile.get("host_op_seconds", 0) < 1
     calibrated_gpu(profile)                                          # usable by account/
 
 
@@ -159,11 +160,21 @@ def test_cuda_without_a_device_is_a_one_line_error():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_calibration(monkeypatch, tmp_path):
+    """Version 2 on CUDA: kernel rates timed on the GPU behind a full queue, apart from the CPU's launch costs.
+    A small matmul's GPU-timed rate beats its wall-clock rate (the CPU's dispatch, which version 1 measured)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setitem(cal.GRIDS, "cuda", ((512, 2048), (512, 2048), 2.0 ** 34, ("bf16",)))
+    monkeypatch.setitem(cal.GRIDS, "cuda", ((512, 2048), (128, 512, 2048), 2.0 ** 34, ("bf16",)))
     gpu = cal.calibrated_device("cuda", log=lambda line: None)
-    assert gpu.gemm_table("bf16") is not None and gpu.attention_table("sdpa") is not None
-    assert cal.load_profile(cal.profile_path("cuda"))["device"] == "cuda"
+    profile = cal.load_profile(cal.profile_path("cuda"))
+    assert profile["device"] == "cuda" and profile["version"] == 2 and profile["gpu_timed"]
+    assert gpu.gemm_table("bf16") is not None and gpu.attention_table("sdpa").head_dim == 128
+    assert [t.head_dim for t in gpu.attention_table("sdpa").at_head_dims()] == [64, 128]
+    assert 0 < profile["kernel_overhead_seconds"] < profile["op_overhead_seconds"]   # the GPU outruns the CPU
+    assert gpu.async_launch and gpu.kernel_overhead_seconds == profile["kernel_overhead_seconds"]
+    a = torch.randn(512, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
+    wall = cal._wall_seconds_per_call(lambda: torch.mm(a, b), "cuda")
+    assert cal.gpu_seconds_per_call(lambda: torch.mm(a, b)) < wall
 
 
 def test_a_busy_calibration_is_not_cached_and_a_cached_one_is_named(tmp_path, monkeypatch):

@@ -88,3 +88,42 @@ def test_cuda_peak_matches_allocator():
     report = track_step(model, (idx, idx), optimizer)
     torch.cuda.synchronize()
     assert report.peak_bytes == pytest.approx(torch.cuda.max_memory_allocated(), rel=0.05)
+
+
+def test_gradient_accumulation_holds_the_grads_through_the_next_micro_batch():
+    """Two micro-batches per step without zero_grad between them (as `train --grad-accum 2` runs): the second
+    micro-batch's forward and backward run beside the first one's gradients. account.memory's peak with
+    grad_accum=2 is the tracked peak of the first and of a later step, on fake tensors."""
+    import torch
+
+    from trainledger.account.memory import memory_per_gpu
+    from trainledger.measure.compare import _fake_mode
+    from trainledger.measure.memory import LiveTracker, storage_bytes
+    from trainledger.models import build_model
+    from trainledger.optim import build_optimizer
+    from trainledger.specs import get_model
+
+    spec = get_model("gpt2")
+    with _fake_mode():
+        model = build_model(spec)
+        opt = build_optimizer("adamw", list(model.parameters()), lr=1e-4)
+        x = torch.zeros(2, 256, dtype=torch.long)
+        peaks = []
+        for _ in range(2):
+            states = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+            base = storage_bytes(list(model.parameters())) + storage_bytes(states)
+            tracker = LiveTracker()
+            with tracker:
+                for _ in range(2):
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        loss = model(x, x)[1]
+                    loss.backward()
+                    del loss
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            peaks.append(base + tracker.peak_bytes)
+    m = memory_per_gpu(spec, batch_size=2, seq_len=256, precision="amp-bf16", zero=0, grad_accum=2)
+    assert m["first_step_peak_bytes"] == pytest.approx(peaks[0], rel=1e-5)
+    assert m["peak_bytes"] == pytest.approx(peaks[1], rel=1e-5)
+    single = memory_per_gpu(spec, batch_size=2, seq_len=256, precision="amp-bf16", zero=0)
+    assert m["peak_bytes"] > single["peak_bytes"]

@@ -12,8 +12,9 @@ import torch
 
 from trainledger.cli.main import main
 from trainledger.measure import calibrate as cal
-from trainledger.measure.profile import (CATEGORIES, diagnose, event_category, measured_categories, op_category,
-                                         predicted_categories, profile_steps)
+from trainledger.account.time import PARTS
+from trainledger.measure.profile import (CATEGORIES, GPU_CATEGORIES, PART_CATEGORY, event_category, largest_part,
+                                         measured_categories, op_category, predicted_categories, profile_steps)
 from trainledger.specs import PRESETS
 from trainledger.specs.calibration import calibrated_gpu
 from profile_helpers import synthetic_profile
@@ -96,35 +97,12 @@ def test_optimizer_overhead_counts_its_dispatches():
     from trainledger.measure.profile import optimizer_overhead_seconds
     gpu = calibrated_gpu(synthetic_profile())                  # 2 µs per op
     tiny = PRESETS["tiny"]     # 4 layers × 16 tensors + token and position tables + final norm weight and bias
-    # one launch per tensor for each pass: clip_grad_norm_ (norm, scale), AdamW (step count + 8 foreach updates)
-    assert optimizer_overhead_seconds(tiny, gpu, "fp32", "adamw") == pytest.approx(68 * (2 + 1 + 8) * 2e-6)
-
-
-def sides(pred: dict, meas: dict):
-    full = lambda d: dict.fromkeys(CATEGORIES, 0.0) | d  # noqa: E731
-    p, m = full(pred), full(meas)
-    return {"step_seconds": sum(p.values()), "categories": p}, {"step_seconds": sum(m.values()), "categories": m}
-
-
-def test_diagnosis_names_slow_attention_without_flash():
-    predicted, measured = sides({"matmul": 0.5, "attention": 0.1}, {"matmul": 0.5, "attention": 0.3})
-    lines = diagnose(predicted, measured, flash_used=False)
-    assert "predicted 600.0 ms (-25 %)" in lines[0]
-    assert "attention" in lines[1] and "3.0×" in lines[1] and "flash attention is off" in lines[1]
-
-
-def test_diagnosis_names_python_overhead_and_the_optimizer():
-    predicted, measured = sides({"matmul": 0.5, "overhead": 0.05, "optimizer": 0.05},
-                                {"matmul": 0.5, "overhead": 0.4, "optimizer": 0.25})
-    text = "\n".join(diagnose(predicted, measured, batch_size=2))
-    assert "Python/dispatch overhead" in text and "batch (2) is too small" in text
-    assert "the optimizer is 22 % of the step" in text and "fused" in text
-
-
-def test_an_accurate_prediction_has_nothing_to_explain():
-    predicted, measured = sides({"matmul": 0.50, "memory_bound": 0.10}, {"matmul": 0.52, "memory_bound": 0.1})
-    lines = diagnose(predicted, measured)
-    assert len(lines) == 1 and "-3 %" in lines[0]
+    # one launch per tensor for each pass: clip_grad_norm_ (norm, scale), AdamW (step count + 8 foreach updates);
+    # per tensor two view-like ops (a no-op .to(), float(step)) at 0.27 of a launch, and the optimizer's Python
+    # (20.4 µs: specs/performance.py, this profile does not measure it)
+    from trainledger.specs.performance import HOST_OP_FRACTION, OPTIMIZER_TENSOR_SECONDS
+    expected = 68 * ((2 + 1 + 8) * 2e-6 + 2 * HOST_OP_FRACTION * 2e-6 + OPTIMIZER_TENSOR_SECONDS)
+    assert optimizer_overhead_seconds(tiny, gpu, "fp32", "adamw") == pytest.approx(expected)
 
 
 SMALL = PRESETS["tiny"].with_(d_model=32, n_layers=2, n_heads=2, d_ff=64, vocab_size=64, max_seq_len=32)
@@ -168,7 +146,11 @@ def test_cli_json(capsys, cached_calibration, tmp_path):
     error = result["relative_error"]["step_seconds"]
     assert error == pytest.approx((result["predicted"]["step_seconds"] - result["measured"]["step_seconds"])
                                   / result["measured"]["step_seconds"])
-    assert isinstance(result["diagnosis"], list) and result["diagnosis"][0].startswith("the step took")
+    assert isinstance(result["diagnosis"], list) and result["diagnosis"][0].startswith("largest part:")
+    assert result["measured"]["largest_part"] == largest_part(result["measured"]["categories"])
+    assert any(line.startswith("the step took") for line in result["diagnosis"])
+    assert result["measured"]["optimizer_impl"] == "foreach"           # our AdamW: never told to use a foreach one
+    assert "use a foreach" not in " ".join(result["diagnosis"])
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
 
 
@@ -205,20 +187,29 @@ def test_cuda_profile(capsys, tmp_path, monkeypatch):
                            "2", "--device", "cuda", "--precision", "amp-bf16", "--json")
     assert status == 0, err
     result = json.loads(out)
-    assert result["measured"]["categories"]["matmul"] > 0 and result["measured"]["categories"]["attention"] > 0
+    measured = result["measured"]
+    assert set(measured["categories"]) == set(GPU_CATEGORIES) == set(result["predicted"]["categories"])
+    assert measured["categories"]["matmul"] > 0 and measured["categories"]["attention"] > 0
+    # kernels on the GPU timeline + idle make the unprofiled step (unless the kernels alone are longer)
+    assert measured["categories_sum_seconds"] == pytest.approx(max(measured["step_seconds"], measured["busy_seconds"]))
+    assert all("Command Buffer" not in t["name"] and not t["name"].startswith("cuda") for t in measured["top_ops"])
 
 
-def test_cuda_grouping_counts_device_time():
-    """On CUDA an op's time is the device time of its kernels; kernel events are not counted twice; the optimizer
-    is its ops' device time (its CPU span is only the launches); the rest of the wall time is GPU idle."""
-    fb = event("trainledger.forward_backward")
-    opt = event("trainledger.optimizer", start=0, end=5000)
-    mm = event("aten::mm", fb, self_us=30)
-    mm.self_device_time_total = 400
-    kernel = event("ampere_sgemm_128x64_nn", mm)
-    kernel.device_type, kernel.self_device_time_total = "DeviceType.CUDA", 400
-    foreach = event("aten::_foreach_add_", opt, self_us=50)
-    foreach.self_device_time_total = 100
-    got = measured_categories([fb, opt, mm, kernel, foreach], 1000e-6, n_steps=1, device="cuda")
-    assert got["matmul"] == pytest.approx(400e-6) and got["optimizer"] == pytest.approx(100e-6)
-    assert got["overhead"] == pytest.approx(500e-6) and sum(got.values()) == pytest.approx(1000e-6)
+def test_optimizer_span_of_torch_counts_whole_outside_our_regions():
+    """A trace from another loop has no trainledger regions: torch's own Optimizer.step# span counts whole, as
+    our optimizer region does, and only once when both are present."""
+    step = event("Optimizer.step#AdamW.step", self_us=5, start=100, end=300)
+    got = measured_categories([step, event("aten::_foreach_mul_", step, self_us=60)], 1000e-6, n_steps=1)
+    assert got["optimizer"] == pytest.approx(200e-6) and got["memory_bound"] == 0
+    ours = event("trainledger.optimizer", start=90, end=320)
+    inner = event("Optimizer.step#AdamW.step", ours, start=100, end=300)
+    got = measured_categories([ours, inner, event("aten::_foreach_mul_", inner, self_us=60)], 1000e-6, n_steps=1)
+    assert got["optimizer"] == pytest.approx(230e-6)
+
+
+def test_every_part_of_the_time_model_has_a_category():
+    assert set(PARTS) <= set(PART_CATEGORY)
+    breakdown = dict.fromkeys(PARTS, 1.0)
+    cuda = predicted_categories(breakdown, device="cuda")
+    assert "overhead" not in cuda and cuda["idle"] == pytest.approx(2.0)    # overhead + pipeline bubble, on a GPU
+    assert sum(cuda.values()) == pytest.approx(len(PARTS))

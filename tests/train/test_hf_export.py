@@ -21,15 +21,15 @@ def _json(capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _hf_random(kind: str, directory, **save):
+def _hf_random(kind: str, directory, vocab: int = 101, **save):
     """A random transformers model (biases and norms perturbed, so copying them is tested), saved as safetensors."""
     torch.manual_seed(3)
     if kind == "gpt2":
-        config = transformers.GPT2Config(vocab_size=101, n_embd=64, n_layer=2, n_head=4, n_positions=48,
+        config = transformers.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=48,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = transformers.GPT2LMHeadModel(config)
     else:
-        config = transformers.LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48,
                                           rope_theta=5000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
         model = transformers.LlamaForCausalLM(config)
@@ -80,9 +80,9 @@ def test_a_transformers_saved_model_loads_with_its_logits(kind, tmp_path):
 
 
 def test_train_init_from_starts_with_the_checkpoints_weights(tmp_path, capsys):
-    hf = _hf_random("llama", tmp_path / "hf")
+    hf = _hf_random("llama", tmp_path / "hf", vocab=256)           # a byte-level model: the run's text is bytes
     text = tmp_path / "text.txt"
-    text.write_text("abc acab cab " * 400)          # byte ids below the model's 101-token vocabulary
+    text.write_text("hello world, " * 400)
     from trainledger.cli.train import config_from_args
     from trainledger.cli.main import build_parser
     from trainledger.train.loop import Trainer
@@ -91,11 +91,18 @@ def test_train_init_from_starts_with_the_checkpoints_weights(tmp_path, capsys):
                                                          "--steps", "1", "--no-plot"]))
     assert config.model == str((tmp_path / "hf").resolve()) == config.init_from
     trainer = Trainer(config, quiet=True)
-    idx = torch.randint(0, 101, (1, 16), generator=torch.Generator().manual_seed(2))
+    idx = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         torch.testing.assert_close(trainer.model.eval()(idx), hf(idx).logits, atol=1e-4, rtol=0)
     assert main(["train", "--init-from", str(tmp_path / "hf"), "--model", "tiny", "--steps", "1"]) == 2
     assert "leave --model" in capsys.readouterr().err
+    # a checkpoint whose vocabulary is not the run's tokenizer's: one line naming --tokenizer
+    _hf_random("gpt2", tmp_path / "hf101")
+    capsys.readouterr()
+    assert main(["train", "--init-from", str(tmp_path / "hf101"), "--text", str(text), "--out-dir", str(tmp_path / "r2"),
+                 "--seq-len", "16", "--steps", "1", "--no-plot", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary of 101 tokens" in err and "--tokenizer" in err and err.count("\n") == 1
 
 
 def test_sharded_safetensors_with_an_index_load(tmp_path):

@@ -60,7 +60,8 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     """Bytes saved for backward by one forward pass of one micro-batch, per GPU, as named parts + "total".
 
     TransformerSpec parts: per_layer (the largest layer, as stored), layers (all layers on the busiest pipeline
-    stage), embeddings, rope, masks, final_norm, head_input, head_logits, loss, weight_copies (AMP), total.
+    stage), embeddings, rope, masks, final_norm, head_input, head_logits, loss, weight_copies (AMP), total, and
+    first_stage / last_stage (what each end of the pipeline holds; both = total when pp = 1).
     CruncherSpec: the input of each Linear after the first (the lecture's B·D·num_layers) and the output.
 
     Sharding (tp > 1, sp) follows Korthikanti et al. Sec. 4.2.2: without sequence parallelism the norms and
@@ -120,6 +121,9 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
         "weight_copies": weight_copies,
     }
     parts["total"] = max(first_stage, last_stage) + weight_copies
+    # the stages apart (with pp = 1 one GPU holds both): the step's peak puts the loss's transients on the last
+    parts["first_stage"] = first_stage + weight_copies
+    parts["last_stage"] = (last_stage if pp > 1 else first_stage) + weight_copies
     return parts
 
 
@@ -293,11 +297,13 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
 
 def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
                     recompute: str = "none", optimizer_states: int = 2,
-                    optimizer_temporaries: int | None = None) -> dict:
-    """Peak bytes of the first training step (forward, backward, optimizer step) on one GPU, by candidate moment.
+                    optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1,
+                    grad_accum: int = 1) -> dict:
+    """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment.
 
     `memory` holds the model-state parts of account.memory.memory_per_gpu (params_bytes, grads_bytes,
-    master_params_bytes, optimizer_bytes, activations_bytes). Every moment adds params + master params:
+    master_params_bytes, optimizer_bytes, activations_bytes, and optionally its "activations" parts, whose
+    first_stage / last_stage put the loss on the last pipeline stage). Every moment adds params + master params:
       forward:   activations + the logits (16-bit under autocast/16-bit weights) + their fp32 copy for the loss;
       backward (start): activations + the fp32 gradients of the log-softmax and of the logits (2·N·V·4);
       backward (end): grads + the gradient of the embedding output (N·d);
@@ -307,37 +313,47 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
                  when there are states: a foreach optimizer's √v list, trainledger.optim.Adam/AdaGrad/RMSProp;
                  SGD with momentum makes none: its buffer is a clone of the gradient, then updated in
                  place) + fp32 grad copies of a mixed-precision master step.
-    Total = the largest. First step: the optimizer states are created during it; later steps hold them
-    throughout (add optimizer_bytes to the other moments). Derived from what the tracker in measure.memory
-    sees in our Transformer; allocator fragmentation and CUDA workspaces are not included.
+    Total = the largest. The first step creates the optimizer states during its optimizer step; `later_steps`
+    (every step after the first: the steady state of a run) holds them through forward and backward too, so
+    optimizer_bytes is added to the other moments. Under tensor parallelism the head and the loss are
+    vocabulary-parallel: the logits-sized buffers are divided by `tp`. With gradient accumulation
+    (`grad_accum` > 1 micro-batches per step) the micro-batches after the first run forward and backward with
+    the gradients of the earlier ones held (backward adds into .grad; zero_grad comes after the optimizer
+    step), so grads_bytes is added to those moments too. Derived from what the tracker in
+    measure.memory sees in our Transformer (first and second steps); the caching allocator's reserve and
+    the CUDA context are not included (account.memory.cuda_reserve_bytes).
     """
     a, r, w = recipe_bytes(precision)
     temporaries = (1 if optimizer_states else 0) if optimizer_temporaries is None else optimizer_temporaries
     if getattr(spec, "kind", None) == "cruncher":
         n_tokens, vocab, d = batch_size, 1, spec.dim
     else:
-        n_tokens, vocab, d = batch_size * seq_len, spec.vocab_size, spec.d_model
+        n_tokens, vocab, d = batch_size * seq_len, spec.vocab_size / tp, spec.d_model
     base = memory["params_bytes"] + memory.get("master_params_bytes", 0)
     acts, grads, states = memory["activations_bytes"], memory["grads_bytes"], memory["optimizer_bytes"]
+    stages = memory.get("activations") or {}
+    first_stage, last_stage = stages.get("first_stage", acts), stages.get("last_stage", acts)
+    held = (states if later_steps else 0) + (grads if grad_accum > 1 else 0)
     logits = n_tokens * vocab * (a if a == _FP32 else a + _FP32)
     moments = {
-        "forward": acts + logits,
-        "backward_start": acts + 2 * n_tokens * vocab * _FP32,
-        "backward_end": grads + n_tokens * d * r,
+        "forward": max(first_stage, last_stage + logits) + held,
+        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held,
+        "backward_end": grads + n_tokens * d * r + (states if later_steps else 0),
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),
     }
     if recompute == "full" and getattr(spec, "kind", None) != "cruncher":
+        vocab = spec.vocab_size          # parameter counts below (the recompute moments assume tp = 1)
         # the last layer's activations are rebuilt while all checkpointed ones are still held
         # (the loss, head and final-norm tensors are already freed; the head's weight gradient exists)
         parts = activations_bytes(spec, batch_size, seq_len, precision=precision, recompute="full")
         one_layer = activations_bytes(spec, batch_size, seq_len, precision=precision)["per_layer"]
         if w:   # under autocast a rebuilt layer casts its weights to 16 bit again
             one_layer += w * (_matmul_params(spec) - spec.d_model * spec.vocab_size) / spec.n_layers
-        held = acts - parts["loss"] - parts["head_input"] - parts["final_norm"]
-        moments["forward_layer"] = held + one_layer         # a checkpointed layer runs with all it makes
+        held_acts = acts - parts["loss"] - parts["head_input"] - parts["final_norm"]
+        moments["forward_layer"] = held_acts + one_layer + held    # a checkpointed layer runs with all it makes
         grad_bytes = memory["grads_bytes"] / memory["n_params"] if memory.get("n_params") else r
-        moments["backward_recompute_first"] = held + one_layer + n_tokens * d * r + grad_bytes * d * vocab
+        moments["backward_recompute_first"] = held_acts + one_layer + n_tokens * d * r + grad_bytes * d * vocab + held
         # the first layer, rebuilt last: the grads of every other layer and of the head exist (not yet its
         # own, nor an untied token embedding's or the position table's); its input and incoming gradient
         embed = vocab * d * (0 if spec.tied_embeddings else 1) + (spec.max_seq_len * d if spec.position == "learned" else 0)
@@ -349,8 +365,9 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         tokens = n_tokens * spec.experts_per_token / spec.n_experts if spec.is_moe else n_tokens
         hidden = tokens * spec.d_ff * a
         extra_hidden = hidden * (2 if spec.gated_mlp else 1)
-        moments["backward_recompute_last"] = (grads - grad_bytes * (embed + layer_params - d * spec.d_ff)
-                                              + one_layer + extra_hidden + 2 * n_tokens * d * r)
+        not_yet = 0 if grad_accum > 1 else grad_bytes * (embed + layer_params - d * spec.d_ff)   # accumulating: all exist
+        moments["backward_recompute_last"] = (grads - not_yet + one_layer + extra_hidden + 2 * n_tokens * d * r
+                                              + (states if later_steps else 0))
     peak = {k: base + v for k, v in moments.items()}
     peak["total"] = max(peak.values())
     return peak

@@ -218,7 +218,8 @@ def hf_impl_from_config(config: dict, attn_impl: str | None = None, flag: str = 
 
 def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, precision: str, **settings) -> dict:
     """account.memory.memory_per_gpu with the activations of transformers' model (one GPU: no tp, pp, recompute)."""
-    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.memory import cuda_reserve_bytes, memory_per_gpu, training_peak_bytes
+    from trainledger.specs.recipes import get_optimizer
     for flag, value, plain in (("--tp", settings.get("tp", 1), 1), ("--pp", settings.get("pp", 1), 1),
                                ("--recompute", settings.get("recompute", "none"), "none")):
         if value != plain:
@@ -229,7 +230,17 @@ def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, prec
     result["total_bytes"] += parts["total"] - result["activations_bytes"]
     result["activations_bytes"] = parts["total"]
     result["activations_parts_hf"] = parts
+    # the step's peaks over transformers' activations (the loss's logits-sized buffers as in ours)
+    state_parts = {k: result[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes",
+                                          "activations_bytes")}
+    peaks = training_peak_bytes(spec, state_parts, None, n_params=result["n_params"], batch_size=batch_size,
+                                seq_len=seq_len, precision=result["precision"],
+                                optimizer=get_optimizer(result["optimizer"]), grad_accum=settings.get("grad_accum", 1))
+    result.update(peak_bytes=peaks["later_steps"], first_step_peak_bytes=peaks["first_step"], peak_moment=peaks["moment"])
+    if settings.get("reserve_bytes", 0.0) is None:
+        result["reserve_parts"] = cuda_reserve_bytes(peaks["later_steps"])
+        result["reserve_bytes"] = result["reserve_parts"]["total"]
     if "headroom_bytes" in result and "memory_per_gpu_bytes" in result:
-        result["headroom_bytes"] = result["memory_per_gpu_bytes"] - result["total_bytes"] - result.get("reserve_bytes", 0)
+        result["headroom_bytes"] = result["memory_per_gpu_bytes"] - result["peak_bytes"] - result["reserve_bytes"]
         result["fits"] = result["headroom_bytes"] >= 0
     return result

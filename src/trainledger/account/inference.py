@@ -31,7 +31,9 @@ time_to_first_token_seconds, tokens_per_s, bottleneck, and their parts. Per GPU 
   overhead adds to the arithmetic (one thread of control does both); on a GPU the CPU's launches and the GPU's
   kernels overlap and the longer sets the pace.
 Not modelled: batching with different lengths (paged attention, continuous batching), speculative decoding,
-quantization beyond the element size, the sampling's own FLOPs, CUDA graphs (which remove launch overhead).
+quantization beyond the element size, the sampling's own FLOPs, CUDA graphs (which remove launch overhead), a
+GPU's fixed time per kernel (GPUSpec.kernel_overhead_seconds: it depends on how many kernels an implementation
+launches; fused inference engines launch far fewer than our eager model).
 """
 
 from __future__ import annotations
@@ -218,8 +220,9 @@ def _pass_seconds(spec, gpu, *, tokens: float, batch: int, context: float, prefi
 
 
 def is_cpu(gpu) -> bool:
-    """Whether `gpu` is this machine's calibrated CPU (arithmetic and dispatch share one timeline)."""
-    return gpu.name == "cpu"
+    """Whether ops run one after the other on `gpu` (a calibrated CPU: GPUSpec.async_launch False), so dispatch and
+    arithmetic add; on an accelerator the CPU launches ahead and the longer timeline counts."""
+    return not gpu.async_launch
 
 
 def op_overhead_seconds(gpu) -> float:

@@ -4,11 +4,8 @@ Built from the same structure as account.flops (the weight matrices of `weight_m
 (the tensors each op reads and writes), for one micro-batch of `batch_size × seq_len` tokens sharded by
 tensor (tp, with sequence parallelism sp) and context parallelism (cp). Two implementations:
 
-- "trainledger": our torch Transformer (models/) in eager PyTorch: one kernel per torch op — the norm (LayerNorm
-  one fused op; RMSNorm as Hugging Face Llama computes it, six), under AMP autocast a cast of each Linear's input
-  and weight to 16 bit, the q/k/v/o and MLP GEMMs (biases fused into addmm), RoPE (five ops each on q and k),
-  SDPA, the activation (GELU; SwiGLU's silu and product), residual adds; the backward of each, plus the fp32
-  accumulation of 16-bit weight gradients under AMP.
+- "trainledger": our torch Transformer (models/) in eager PyTorch, op by op with the backward autograd runs for
+  each (account/eager.py: AMP casts, bias gradients, gradient sums, RMSNorm's six ops...).
 - "megatron": Megatron-LM's GPT (the implementation behind Korthikanti et al. 2022): apex fused LayerNorm, one
   fused QKV GEMM, baddbmm QKᵀ + fused scale-mask-softmax + dropout + bmm without flash attention, fused
   bias-GeLU, fused bias-dropout-add (dropout on, p = 0.1, 1-byte masks), weight gradients accumulated into
@@ -19,28 +16,19 @@ Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over me
 
 from __future__ import annotations
 
+from trainledger.account import eager
 from trainledger.account.activations import recipe_bytes
+from trainledger.account.compiled import edges as compiled_edges, layer as compiled_layer
+from trainledger.account.eager import ew, gemm, unaligned
+from trainledger.account.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
+                                                   foreach_optimizer_kernels, megatron_optimizer_kernels,
+                                                   optimizer_kernels)
 from trainledger.account.roofline import Kernel
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_recipe
 
 FRAMEWORKS = ("trainledger", "megatron")
 FP32 = 4
-
-
-def gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1, role: str = "forward",
-         part: str = "compute", core: bool = False, out_bytes: int | None = None, extra_bytes: float = 0.0) -> Kernel:
-    """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per batch, reads A and B, writes C (a bytes each)."""
-    out = a if out_bytes is None else out_bytes
-    moved = batch * ((m * k + k * n) * a + m * n * out) + extra_bytes
-    shape = tuple(max(1, round(x)) for x in (m, n, k))    # a mean expert load may be fractional: tiles need sizes
-    return Kernel(name, part, "gemm", 2.0 * batch * m * n * k, moved, (*shape, batch), dtype, 1, role, core)
-
-
-def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound", core: bool = False,
-       role: str = "forward") -> Kernel:
-    """`count` elementwise kernels that read and write `moved_bytes` in all."""
-    return Kernel(name, part, "elementwise", 0.0, moved_bytes, (), "bf16", count, role, core)
 
 
 def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
@@ -127,9 +115,10 @@ def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kerne
 
 def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
                   cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None, layer: int = 0) -> dict[str, list[Kernel]]:
+                  dropout: bool | None = None, layer: int = 0, compiled: bool = False) -> dict[str, list[Kernel]]:
     """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
-    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU."""
+    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
+    `compiled`: our Transformer under torch.compile (account/compiled.py)."""
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     recipe = get_recipe(precision)
@@ -150,57 +139,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
-    fwd, bwd = [], []
-    norm_fwd, norm_bwd = _norm(spec, n_sp, d, r)
-    # attention block
-    fwd += norm_fwd
-    for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
-        fwd += _linear(name, n, d, out_dim, a, dtype, amp, w, backward=False)
-        bwd += _linear(name, n, d, out_dim, a, dtype, amp, w, backward=True)
-    if spec.position == "rope":    # x·cos + rotate_half(x)·sin on q and k: 5 ops each, read + write each time
-        rope_bytes = n * (q_dim + kv_dim) * a * 2
-        fwd.append(ew("rope", 5 * rope_bytes, count=10))
-        bwd.append(ew("rope_backward", 4 * rope_bytes, count=8))
-    fwd += core["forward"]
-    bwd += core["backward"]
-    fwd += _linear("o_proj", n, q_dim, d, a, dtype, amp, w, backward=False)
-    bwd += _linear("o_proj", n, q_dim, d, a, dtype, amp, w, backward=True)
-    out_r = r                                           # the residual add: read both, write the sum
-    fwd.append(ew("residual_attn", n_sp * d * (2 * out_r + a)))
-    bwd.append(ew("qkv_input_grad_sum", n * d * FP32 * 3 * 2, count=2))     # three Linear input grads summed
-    bwd += norm_bwd
-    bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
-    # MLP block
-    fwd += norm_fwd
-    if moe:
-        fwd += moe[0]
-        bwd += moe[1]
-    else:
-        ups = ("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)
-        for name in ups:
-            fwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=False)
-            bwd += _linear(name, n, d, f / tp, a, dtype, amp, w, backward=True)
-        act = _activation(spec, n * f / tp * a)
-        fwd += act[0]
-        bwd += act[1]
-        fwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=False)
-        bwd += _linear("mlp_down", n, f / tp, d, a, dtype, amp, w, backward=True)
-    if spec.gated_mlp:
-        bwd.append(ew("mlp_input_grad_sum", n * d * FP32 * 3))
-    fwd.append(ew("residual_mlp", n_sp * d * (2 * out_r + a)))
-    bwd += norm_bwd
-    bwd.append(ew("residual_grad_add", n_sp * d * 3 * r))
-    return {"forward": fwd, "backward": bwd}
-
-
-def _norm(spec, n: float, d: int, r: int) -> tuple[list[Kernel], list[Kernel]]:
-    """Forward and backward kernels of one norm over n tokens (LayerNorm: one fused op; RMSNorm: Hugging Face's six)."""
-    x = n * d
-    if spec.norm == "layernorm":
-        return [ew("layernorm", 2 * x * r)], [ew("layernorm_backward", 3 * x * r + 2 * x * r, count=2)]
-    # x.float(), pow, mean, rsqrt(+eps), x·rsqrt, .to(dtype), weight·normed
-    fwd = x * (r + FP32) * (r != FP32) + 2 * x * FP32 + x * FP32 + 3 * x * FP32 + x * (FP32 + r) + 2 * x * r
-    return [ew("rmsnorm", fwd, count=6)], [ew("rmsnorm_backward", 1.5 * fwd, count=8)]
+    build = compiled_layer if compiled else eager.layer
+    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe)
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
@@ -230,11 +170,23 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
         else:
             executed = full_flops / 2 if causal else full_flops
         io = b * (q * h * dh * 2 + s * kv * dh * 2) * a + b * h * q * FP32     # q, o, k, v, logsumexp
-        fwd = Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal), dtype, 1,
-                     "forward", True)
-        bwd = Kernel("flash_attention_backward", "attention", "flash_attention",
-                     2.5 * executed, 2.5 * io, (s, True, causal), dtype, 1, "dgrad", True)
-        return {"forward": [fwd], "backward": [bwd]}
+        fwd = [Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal, dh), dtype,
+                      1, "forward", True)]
+        bwd = [Kernel("flash_attention_backward", "attention", "flash_attention",
+                      2.5 * executed, 2.5 * io, (s, True, causal, dh), dtype, 1, "dgrad", True)]
+        if framework == "trainledger":
+            # FlashAttention-2's backward (Dao 2023, Alg. 2) first computes D = rowsum(dO ∘ O) and accumulates dQ
+            # in fp32, then casts it: two more kernels (cuDNN's and PyTorch's flash paths alike, in the traces).
+            o_bytes = b * q * h * dh
+            prep = ew("attention_backward_prep", o_bytes * 2 * a + b * h * q * FP32 + o_bytes * (FP32 + a), count=3,
+                      part="attention", core=True, role="dgrad")              # + the workspace memset
+            fwd = [ew("attention_workspace_memset", 0.0, part="attention", core=True)] + fwd
+            bwd = [prep] + bwd
+            if kv < h:   # SDPA's GQA on cuDNN: k and v expanded to every query head, their gradients summed back
+                moved = 2 * b * s * dh * (kv + h) * a
+                fwd = [ew("gqa_expand", moved, count=2, part="attention", core=True)] + fwd
+                bwd.append(ew("gqa_reduce", moved, count=2, part="attention", core=True, role="dgrad"))
+        return {"forward": fwd, "backward": bwd}
     heads = int(b * h)
     scores = heads * q * s                                  # elements of the T×T scores on this rank
     qk = gemm("scores_qk", q, s, dh, a, dtype, batch=heads, part="attention", core=True)
@@ -299,12 +251,15 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
 
 
 def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
-                 cp: int = 1, framework: str = "trainledger") -> dict[str, list[Kernel]]:
+                 cp: int = 1, framework: str = "trainledger", compiled: bool = False) -> dict[str, list[Kernel]]:
     """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
 
-    Embedding: a gather (+ learned positions); its backward writes the dense fp32 table gradient. Head: the
-    final norm, the LM head GEMM (vocabulary-parallel over tp), the cross-entropy over fp32 logits (ours:
-    F.cross_entropy on logits.float(); Megatron: vocab-parallel cross entropy, about six fp32 passes).
+    Embedding: a gather (+ learned positions: arange, gather, add; RoPE: its cos/sin tables, a dozen tiny ops);
+    its backward sorts the token ids and writes the dense fp32 table gradient (CUDA's deterministic embedding
+    backward: about eight kernels), summed with the LM head's when they are tied. Head: the final norm, the LM
+    head (vocabulary-parallel over tp), the loss over fp32 logits (ours: logits.float(), log-softmax reading the
+    row twice and writing it, NLL; backward: zeros + scatter, log-softmax's backward, the cast back; Megatron:
+    vocab-parallel cross entropy, about six fp32 passes).
     """
     recipe = get_recipe(precision)
     a, r, w = recipe_bytes(recipe.name)
@@ -313,130 +268,50 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     n = batch_size * seq_len / cp
     n_sp = n / tp if sp else n
     d, v = spec.d_model, spec.vocab_size / tp
-    emb_fwd = [ew("embedding", n_sp * d * (r + a) + n_sp * 8, count=2 if spec.position == "learned" else 1)]
-    emb_bwd = [ew("embedding_backward", v * d * FP32 * 2 + n_sp * d * (r + FP32), count=2)]
-    norm_fwd, norm_bwd = _norm(spec, n_sp, d, r) if framework == "trainledger" else (
-        [ew("final_layernorm", 2 * n_sp * d * a)], [ew("final_layernorm_backward", 5 * n_sp * d * a)])
-    head_fwd = norm_fwd + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
-    head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=framework == "megatron")
     logits = n * v
-    if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
-        head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
-        head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3))
     if framework == "megatron":
+        emb_fwd = [ew("embedding", n_sp * d * (r + a) + n_sp * 8, count=2 if spec.position == "learned" else 1)]
+        emb_bwd = [ew("embedding_backward", v * d * FP32 * 2 + n_sp * d * (r + FP32), count=2)]
+        head_fwd = [ew("final_layernorm", 2 * n_sp * d * a)] + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
+        head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=True)
+        if spec.final_softcap is not None:
+            head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
+            head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3))
         head_fwd.append(ew("vocab_parallel_cross_entropy", logits * (a + FP32 + 5 * FP32), count=6))
         head_bwd.insert(0, ew("cross_entropy_backward", logits * (3 * FP32 + a), count=3))
-    else:
-        head_fwd.append(ew("cross_entropy", logits * ((a + FP32) * (a != FP32) + 2 * FP32), count=3))
-        head_bwd.insert(0, ew("cross_entropy_backward", logits * (FP32 + 3 * FP32 + (FP32 + a) * (a != FP32)), count=3))
-    head_bwd += norm_bwd
-    return {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
-            "head_backward": head_bwd}
-
-
-def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
-                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger",
-                      optimizer: str | None = None) -> list[Kernel]:
-    """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
-
-    `optimizer` named and implemented in trainledger.optim (framework "trainledger"): its foreach passes one by
-    one (`FOREACH_PASSES`). Megatron's mixed-precision optimizer: `megatron_optimizer_kernels`. Otherwise (an
-    optimizer we only account for, e.g. adafactor, adam-8bit) the least traffic: read the gradient and the
-    weight (the fp32 master copy when there is one), read and write each state and the weight, write the
-    16-bit model copy of a mixed-precision recipe, read the gradients once more for clipping.
-    """
-    recipe = get_recipe(precision)
-    if framework == "megatron" and recipe.master_params_bytes_per_param:
-        return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
-    grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
-    weight = master if master else recipe.params_bytes_per_param
-    if framework == "trainledger" and optimizer in FOREACH_PASSES:
-        return foreach_optimizer_kernels(n_params, n_tensors, optimizer, grad, weight, state_bytes, clip,
-                                         model_copy_bytes=recipe.params_bytes_per_param if master else 0)
-    per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
-    if clip:
-        per_param += grad
-    return [Kernel("optimizer_step", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16",
-                   max(1, int(n_tensors)) * (10 + n_states), "forward")]
-
-
-# trainledger.optim's step counters (torch.optim's 0-dim "step" tensors), one add per tensor: launches, no bytes
-STEP_COUNT = ("add_", "", "")
-# The torch._foreach_* passes of trainledger.optim's default configurations, in order: (op, tensors read, tensors
-# written) per parameter, each tensor a gradient "g", a weight "w" or a state "s" (an optimizer state, or a
-# temporary of the state's dtype: Adam's denominator). A tensor read twice by one op (addcmul(v, g, g)) is read
-# once. tests/account/test_time.py checks these against the aten ops our optimizers dispatch.
-FOREACH_PASSES = {
-    "sgd": (("add_", "wg", "w"),),                                                  # w ← w − lr·g
-    "momentum": (("mul_", "s", "s"), ("add_", "sg", "s"), ("add_", "ws", "w")),      # b ← μb + g; w ← w − lr·b
-    "adagrad": (STEP_COUNT, ("addcmul_", "sg", "s"), ("sqrt", "s", "s"), ("add_", "s", "s"),
-                ("addcdiv_", "wgs", "w")),
-    "rmsprop": (STEP_COUNT, ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("sqrt", "s", "s"), ("add_", "s", "s"),
-                ("addcdiv_", "wgs", "w")),
-    "rmsprop-centered": (STEP_COUNT, ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("lerp_", "sg", "s"),
-                         ("addcmul", "ss", "s"), ("sqrt_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wgs", "w")),
-    "adam": (STEP_COUNT, ("lerp_", "sg", "s"), ("mul_", "s", "s"), ("addcmul_", "sg", "s"), ("sqrt", "s", "s"),
-             ("div_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wss", "w")),
-    "adamw": (STEP_COUNT, ("mul_", "w", "w"), ("lerp_", "sg", "s"), ("mul_", "s", "s"), ("addcmul_", "sg", "s"),
-              ("sqrt", "s", "s"), ("div_", "s", "s"), ("add_", "s", "s"), ("addcdiv_", "wss", "w")),
-}
-# trainledger.optim.clip_grad_norm_: one norm per gradient, then every gradient scaled by the clip factor
-CLIP_PASSES = (("norm", "g", ""), ("mul_", "g", "g"))
-
-
-def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, grad_bytes: float,
-                              weight_bytes: float, state_bytes: float, clip: bool = True,
-                              model_copy_bytes: float = 0.0) -> list[Kernel]:
-    """trainledger.optim's `optimizer` step (+ clip_grad_norm_) pass by pass, as memory traffic.
-
-    Each torch._foreach_* pass reads and writes its tensors for every parameter, one launch per tensor (a CPU
-    runs foreach ops tensor by tensor; a GPU's multi-tensor kernels launch fewer, at no modelled cost). A pass
-    sweeps every tensor before the next begins, so what it streams is the whole pass (`working_set_bytes`):
-    nothing it touched is still cached when the next pass comes back to the same tensor, unless the whole
-    pass fits. AdamW in fp32: 80 bytes per parameter (+ 12 for clipping), against the 32 a fused kernel needs.
-    """
-    size = {"g": grad_bytes, "w": weight_bytes, "s": state_bytes}
-    launches = max(1, int(n_tensors))
-    passes = (CLIP_PASSES if clip else ()) + FOREACH_PASSES[optimizer]
-    out = []
-    for i, (op, read, written) in enumerate(passes):
-        per_param = sum(size[t] for t in read) + sum(size[t] for t in written)
-        moved = n_params * per_param
-        out.append(Kernel(f"optimizer_{i}_{op}", "optimizer", "elementwise", 0.0, moved, (), "bf16", launches,
-                          "forward", working_set_bytes=moved))
-    if model_copy_bytes:     # a master copy: the updated fp32 weights cast into the model's 16-bit ones
-        moved = n_params * (weight_bytes + model_copy_bytes)
-        out.append(Kernel("optimizer_copy_to_model", "optimizer", "elementwise", 0.0, moved, (), "bf16", launches,
-                          "forward", working_set_bytes=moved))
+        head_bwd.append(ew("final_layernorm_backward", 5 * n_sp * d * a))
+        return {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+                "head_backward": head_bwd}
+    table = FP32 if amp else r                    # the embedding table's dtype (fp32 parameters under AMP)
+    emb_fwd = [ew("embedding", n_sp * d * 2 * table + n_sp * 8)]
+    emb_bwd = [ew("embedding_backward", v * d * FP32 + n_sp * d * (r + FP32) + n_sp * 16, count=8, role="wgrad")]
+    if spec.position == "learned":
+        t = seq_len / cp
+        emb_fwd.append(ew("position_embedding", t * d * 2 * table + n_sp * d * 3 * r, count=3))
+        emb_bwd.append(ew("position_embedding_backward", n_sp * d * (r + FP32) + t * d * FP32, count=8, role="wgrad"))
+    if spec.position == "rope":
+        emb_fwd.append(ew("rope_tables", 24 * seq_len * spec.rotary_dim * FP32, count=11))
+    if spec.tied_embeddings:       # the LM head's and the embedding's fp32 weight gradients summed
+        emb_bwd.append(ew("tied_weight_grad_sum", v * d * 3 * FP32, role="wgrad"))
+    emb_bwd += eager.host("embedding_grad_handover", 1 + (spec.position == "learned"), "wgrad")
+    norm_out = FP32 if amp else r
+    norm_fwd, norm_bwd = eager.norm(spec, n_sp, d, r, norm_out, "final")
+    lm_fwd, lm_bwd = eager.linear("lm_head", n, d, v, a, dtype, amp=amp, input_fp32=norm_out == FP32)
+    head_fwd, head_bwd = norm_fwd + lm_fwd, []
+    if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
+        head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
+        head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3, role="dgrad"))
+    if a != FP32:                        # logits.float() and, backward, its gradient cast back
+        head_fwd.append(ew("logits_cast", logits * (a + FP32)))
+        head_bwd.insert(0, ew("logits_grad_cast", logits * (FP32 + a), role="dgrad"))
+    # log-softmax reads each row twice (max, sum of exp) and writes it: 12 B per logit; NLL reads one per row.
+    # Backward: NLL's zeros + scatter (4 B), log-softmax's backward (reads gradient and output twice, writes: 16 B).
+    head_fwd.append(ew("cross_entropy", logits * 3 * FP32 + n * 16, count=2))
+    head_bwd.insert(0, ew("cross_entropy_backward", logits * 5 * FP32, count=3, role="dgrad"))
+    head_fwd += eager.host("logits_view", 1)
+    head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
+    out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+           "head_backward": head_bwd}
+    if compiled:
+        return compiled_edges(spec, out, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype)
     return out
-
-
-def megatron_optimizer_kernels(n_params: float, n_tensors: int, recipe, n_states: int = 2,
-                               state_bytes: float = 4) -> list[Kernel]:
-    """Megatron-LM's mixed-precision optimizer step (Float16OptimizerWithFloat16Params, contiguous fp32 main_grad
-    buffers, apex multi-tensor kernels), pass by pass, as memory traffic per parameter of this GPU's shard:
-
-    - fp16 only: unscale the fp32 gradients by 1/loss-scale and check them for inf/NaN
-      (torch._amp_foreach_non_finite_check_and_unscale_): read 4 + write 4 B; bf16 runs without a loss scaler;
-    - gradient norm for clipping (multi_tensor_l2norm): read 4 B (the rescale runs only when the norm exceeds
-      the clip value: not counted);
-    - Adam (apex FusedAdam, multi_tensor_adam): read gradient, fp32 weight and the states, write weight and
-      states: 4 + 2·4 + 2·n_states·state_bytes = 28 B for two fp32 states;
-    - copy the fp32 main weights into the 16-bit model weights (_copy_main_params_to_model_params): 4 + 2 B;
-    - zero the fp32 main_grad buffer for the next step: write 4 B.
-    fp16: 8 + 4 + 28 + 6 + 4 = 50 B per parameter; bf16: 42 B. The main_grad → main_param.grad "copy" is an
-    alias in fp32 (no traffic). Launches: a handful of multi-tensor kernels per ~chunk of tensors: counted as
-    n_tensors/110 (apex's default of 110 tensors per launch list) per pass, at least 1.
-    """
-    master, model = recipe.master_params_bytes_per_param, recipe.params_bytes_per_param
-    main_grad = FP32            # gradient_accumulation_fusion accumulates into an fp32 buffer
-    launches = max(1, -(-int(n_tensors) // 110))
-    passes = []
-    if recipe.name == "mixed-fp16":
-        passes.append(("unscale_check_inf", 2 * main_grad))
-    passes += [("grad_norm", main_grad),
-               ("adam", main_grad + 2 * master + 2 * n_states * state_bytes),
-               ("copy_main_to_model", master + model),
-               ("zero_main_grad", main_grad)]
-    return [Kernel(f"optimizer_{name}", "optimizer", "elementwise", 0.0, n_params * per_param, (), "bf16", launches,
-                   "forward") for name, per_param in passes]

@@ -14,6 +14,10 @@ Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus)
   optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.fsdp: a bf16
   mixed-precision policy unless `fsdp_param_dtype` says otherwise; with pipelining, gathered once per step), so the
   stage that is fastest under the model wins; on a tie the lower stage is listed first.
+Memory: a layout fits when the peak of its training step (account.memory's peak_bytes) plus the reserve fits the
+GPU: --reserve, or by default what a CUDA process holds besides its tensors (context, cuBLAS workspaces, the
+caching allocator's cache; account.memory.cuda_reserve_bytes). So no layout is listed above memory - reserve;
+`near_limit` marks those within NEAR_LIMIT_FRACTION of it (the allocator's cache varies from step to step).
 Pruning (keeps the answer exact under the model): recomputation only adds time and only saves memory, so for each
 (tp, sp, pp, cp, b, zero) only the lightest recompute that fits is timed; interleaving does not change memory in
 account.memory, so it is timed only for layouts that fit.
@@ -23,13 +27,17 @@ from __future__ import annotations
 
 import math
 
-from trainledger.account.memory import memory_per_gpu
+from trainledger.account.memory import default_reserve, memory_per_gpu
 from trainledger.account.time import step_time
 from trainledger.errors import TrainledgerError
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_TOKENS_PER_CP_RANK = 1024
 MAX_INTERLEAVE = 8
+# a pick whose headroom (after the reserve) is below this share of the GPU's memory is flagged `near_limit`: the
+# replayed caching-allocator cache ranges 1.5-20 % of the peak where the default reserve counts 10 %
+# (account.memory.ALLOCATOR_SLACK_FRACTION)
+NEAR_LIMIT_FRACTION = 0.05
 
 
 def _divisors(n: int) -> list[int]:
@@ -57,19 +65,23 @@ def candidates(spec, num_gpus: int, global_batch_size: int, seq_len: int, gpus_p
 def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
-           recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto") -> dict:
+           recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto",
+           compiled: bool = False, reserve_bytes: float | None = None) -> dict:
     """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
 
     Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
-    batch_size recompute step_seconds mfu memory_bytes (+ tokens_per_s, hfu, micro_batches, bottleneck).
-    `recomputes` restricts the recomputation policies tried (default all, lightest first). `fsdp_param_dtype`: the
-    dtype ZeRO-3 layouts gather in (account.fsdp.fsdp_settings; "auto": the recipe's compute dtype).
+    batch_size recompute step_seconds mfu memory_bytes (the step's peak per GPU) reserve_bytes headroom_bytes
+    near_limit (+ tokens_per_s, hfu, micro_batches, bottleneck). `recomputes` restricts the recomputation
+    policies tried (default all, lightest first). `fsdp_param_dtype`: the dtype ZeRO-3 layouts gather in
+    (account.fsdp.fsdp_settings; "auto": the recipe's compute dtype). `reserve_bytes`: kept back per GPU (None:
+    the device's default, account.memory.default_reserve).
     """
     from trainledger.account.fsdp import fsdp_settings
     from trainledger.specs.recipes import get_recipe
     recipe = get_recipe(precision)
     order = tuple(r for r in RECOMPUTE_ORDER if recomputes is None or r in recomputes)
     capacity = memory_per_gpu_bytes if memory_per_gpu_bytes is not None else gpu.memory_bytes
+    reserve = default_reserve(gpu) if reserve_bytes is None else reserve_bytes
     results, considered, fitting, timed = [], 0, 0, 0
     cache: dict = {}
     for tp, sp, cp, pp, dp, b in candidates(spec, num_gpus, global_batch_size, seq_len, gpu.gpus_per_node):
@@ -77,12 +89,14 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
         for zero in (stages if dp > 1 else (0,)):
             considered += 1
             chosen = None
+            micro_batches = global_batch_size // (dp * b)
             fsdp = (fsdp_settings(recipe, param_dtype=fsdp_param_dtype, pp=pp, dp=dp)
                     if zero == 3 and framework != "megatron" else None)
             for recompute in order:
                 memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
-                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp)
+                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
+                                        reserve_bytes=reserve, grad_accum=micro_batches)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -90,7 +104,6 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                 continue
             fitting += 1
             recompute, memory = chosen
-            micro_batches = global_batch_size // (dp * b)
             layers = -(-spec.n_layers // pp)
             for v in (d for d in _divisors(layers) if d <= MAX_INTERLEAVE):
                 if v > 1 and (pp == 1 or micro_batches % pp):
@@ -100,14 +113,17 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp)
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],
-                                "micro_batches": micro_batches, "memory_bytes": memory["total_bytes"],
+                                "micro_batches": micro_batches, "memory_bytes": memory["peak_bytes"],
+                                "reserve_bytes": memory["reserve_bytes"], "headroom_bytes": memory["headroom_bytes"],
+                                "near_limit": memory["headroom_bytes"] < NEAR_LIMIT_FRACTION * capacity,
                                 "bottleneck": r["bottleneck"]})
     if not results:
-        raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({capacity / 1e9:.3g} GB each) at "
+        kept = f", {reserve / 1e9:.3g} GB of it reserved" if reserve else ", less the CUDA reserve" if reserve is None else ""
+        raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({capacity / 1e9:.3g} GB each{kept}) at "
                                f"global batch {global_batch_size} × seq {seq_len} with {precision}: more GPUs "
                                "(--num-gpus), a shorter --seq-len or a lighter --precision/--optimizer")
     results.sort(key=lambda r: (r["step_seconds"], r["tp"] * r["pp"] * r["cp"], r["zero"]))

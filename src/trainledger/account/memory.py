@@ -17,9 +17,14 @@ on GPUs in three steps, in this order:
 
 Activations come from account.activations (what OUR torch Transformer saves for backward, with the
 same tp/sp/pp/recompute/flash settings). Given only a parameter count (no architecture), activations
-are not modelled: activations_bytes = 0 and `activations_modeled` is False. Not counted: the CUDA
-context, allocator fragmentation, communication buffers, temporary buffers of the optimizer step —
-that is what `reserve_bytes` is for.
+are not modelled: activations_bytes = 0 and `activations_modeled` is False.
+
+total_bytes is the sum of the parts. What a GPU must hold at once is `peak_bytes`: the largest moment of a
+training step after the first (account.activations.step_peak_bytes with later_steps: the optimizer states
+exist through forward and backward, the loss's fp32 logits-sized buffers are alive at the start of backward,
+the optimizer step makes a state-sized temporary). A CUDA process also holds what its tensors do not
+(`cuda_reserve_bytes`): the CUDA context, cuBLAS workspaces and what the caching allocator keeps cached
+(fragmentation). `fits` = peak_bytes + reserve_bytes <= memory. Not counted: communication buffers.
 """
 
 from __future__ import annotations
@@ -33,6 +38,23 @@ from trainledger.specs.model import CruncherSpec, TransformerSpec
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
 
 ZERO_STAGES = (0, 1, 2, 3)
+
+# What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
+# - the CUDA context: 666,632,192 B with every kernel module of PyTorch loaded; 287,047,680 B right after
+#   initialisation with lazy module loading, which grows toward the former as kernels are first used
+#   (measured in pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY PyTorch's default);
+CUDA_CONTEXT_BYTES = 666_632_192
+# - cuBLAS workspaces: 32 MiB per handle on Hopper and Blackwell (":4096:8"; 8.125 MiB, ":4096:2:16:8", before),
+#   allocated through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize);
+#   a training step has two handles: the forward's thread and autograd's device thread;
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+CUBLAS_HANDLES = 2
+# - the caching allocator's cache (fragmentation): reserved minus the later step's peak, as a fraction of that
+#   peak. Replaying PyTorch's allocator policy (measure/allocator.py, which reproduces the recorded H100
+#   out-of-memory error of Llama 1B 8 x 2048 to 0.1 GiB) over two steps of 16 configurations
+#   (benchmarks/bench_allocator_slack.py, table in docs/measure.md) gave 1.5-20 %, median 6 %; 13 of the 16
+#   need at most 10 %, which the default counts. `measure` replays the exact figure of one configuration.
+ALLOCATOR_SLACK_FRACTION = 0.10
 # Aspect ratio d_model / n_layers assumed when only a parameter count is known (GPT-3 175B: 12288/96 = 128).
 ASSUMED_ASPECT_RATIO = 128
 
@@ -57,6 +79,30 @@ def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
             raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'")
     elif spec is not None and (tp > 1 or pp > 1):
         raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
+
+
+def cuda_reserve_bytes(peak_bytes: float, *, context: bool = True, expandable_segments: bool = False) -> dict:
+    """Bytes a CUDA training process holds beyond its tensors' peak `peak_bytes`, by part, and their "total".
+
+    context (CUDA_CONTEXT_BYTES; context=False when the free memory is read after CUDA started, as
+    torch.cuda.mem_get_info() does, so the context is already taken), two cuBLAS workspaces
+    (CUBLAS_WORKSPACE_BYTES each) and the caching allocator's cache (ALLOCATOR_SLACK_FRACTION of the peak; none
+    with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, where segments grow and are unmapped by 2 or 20 MiB
+    pages instead of being split: c10/cuda/CUDACachingAllocator.cpp, "Expandable Segments"; torchtitan's
+    run_train.sh sets it). Sources beside the constants.
+    """
+    parts = {"context": float(CUDA_CONTEXT_BYTES) if context else 0.0,
+             "workspaces": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
+             "allocator": 0.0 if expandable_segments else ALLOCATOR_SLACK_FRACTION * float(peak_bytes)}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def default_reserve(gpu) -> float | None:
+    """The reserve `gpu` gets when --reserve is not given: None (cuda_reserve_bytes of each layout's peak) for the
+    devices PyTorch drives through its caching allocator (NVIDIA; AMD through HIP, a port of the same allocator;
+    a calibrated `cuda` device), 0.0 for the others (TPUs through XLA, a CPU), whose overheads are not modelled."""
+    return None if getattr(gpu, "vendor", "") in ("NVIDIA", "AMD") or getattr(gpu, "name", "") == "cuda" else 0.0
 
 
 def d_model_estimate(n_params: float) -> float:
@@ -134,19 +180,25 @@ def zero_divisors(zero: int, dp: int) -> dict:
 def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
-                   reserve_bytes: float = 0.0, memory_per_gpu_bytes: float | None = None, fsdp=None) -> dict:
+                   reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
+                   grad_accum: int = 1, fsdp=None) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
-    divide all parameters evenly). total_bytes is the sum of the five parts; `reserve_bytes` is kept
-    apart and `fits` (when `memory_per_gpu_bytes` is given) means total_bytes + reserve_bytes <= memory.
+    divide all parameters evenly). total_bytes is the sum of the five parts; peak_bytes what one GPU holds
+    at the busiest moment of a training step after the first (first_step_peak_bytes: the first step, whose
+    optimizer states appear only in its optimizer step; peak_moment: which moment). `reserve_bytes` is kept
+    apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
+    in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
+    `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
     `fsdp` (account.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
-    its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`).
+    its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
+    peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
-    if reserve_bytes < 0 or not math.isfinite(reserve_bytes):
+    if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
     if spec is None:
         if n_params is None or not n_params > 0 or not math.isfinite(n_params):
@@ -181,10 +233,20 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                                          flash=flash, tp=tp, sp=sp, pp=pp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     total = sum(parts.values())
+    peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
+                                batch_size=batch_size, seq_len=seq_len,
+                                precision=computes_in if spec is not None else recipe.name, optimizer=opt,
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
+    reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
+    reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
         **parts,
         "total_bytes": total,
-        "reserve_bytes": float(reserve_bytes),
+        "peak_bytes": peaks["later_steps"],
+        "first_step_peak_bytes": peaks["first_step"],
+        "peak_moment": peaks["moment"],
+        "reserve_bytes": reserve,
+        "reserve_parts": reserve_parts,
         "n_params": total_params,
         # parameters whose weights this GPU stores: after tensor/pipeline placement and ZeRO-3 sharding
         "n_params_per_gpu": per_gpu / divisors["params"],
@@ -197,12 +259,47 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "fsdp_buffers": buffers["detail"] if buffers else None,
         "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
-        "sp": bool(sp), "recompute": recompute, "flash": flash, "batch_size": batch_size if spec is not None else None,
+        "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,
+        "batch_size": batch_size if spec is not None else None,
         "seq_len": seq_len if spec is not None else None,
     }
     if memory_per_gpu_bytes is not None:
         result["memory_per_gpu_bytes"] = float(memory_per_gpu_bytes)
-        result["headroom_bytes"] = memory_per_gpu_bytes - total - reserve_bytes
+        result["headroom_bytes"] = memory_per_gpu_bytes - peaks["later_steps"] - reserve
         result["fits"] = result["headroom_bytes"] >= 0
     return result
+
+
+def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
+                        seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
+                        grad_accum: int = 1) -> dict:
+    """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
+    moment of the later steps' peak (account.activations.step_peak_bytes over the parts of memory_per_gpu).
+
+    Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
+    (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
+    """
+    from trainledger.account.activations import step_peak_bytes
+    # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
+    # SGD with or without momentum none
+    temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
+    memory = {**parts, "n_params": n_params, "activations": activations}
+    peaks = {}
+    for key, later in (("first_step", False), ("later_steps", True)):
+        if spec is None:
+            states = parts["optimizer_bytes"]
+            t = (1 if optimizer.n_states else 0) if temporaries is None else temporaries
+            moments = {"optimizer": parts["grads_bytes"] + states + (states / optimizer.n_states * t if optimizer.n_states else 0)
+                       + parts["master_params_bytes"], "backward_end": parts["grads_bytes"] + (states if later else 0)}
+            base = parts["params_bytes"] + parts["master_params_bytes"]
+            peak = {k: base + v for k, v in moments.items()}
+            peak["total"] = max(peak.values())
+        else:
+            peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
+                                   optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
+                                   later_steps=later, tp=tp, grad_accum=grad_accum)
+        peaks[key] = peak["total"]
+        if later:
+            peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)
+    return peaks
 

@@ -113,7 +113,7 @@ def max_params(memory_per_gpu_bytes: float, num_gpus: int, precision: str = "fp3
 
 
 def max_micro_batch(spec, memory_per_gpu_bytes: float, seq_len: int, reserve_bytes: float = 0.0, **memory_kwargs) -> dict:
-    """Largest micro-batch size (a count, 0 if none) whose total bytes per GPU + reserve fit in `memory_per_gpu_bytes`.
+    """Largest micro-batch size (a count, 0 if none) whose peak bytes per GPU + reserve fit in `memory_per_gpu_bytes`.
 
     Memory grows monotonically with the batch (activations), so a doubling then bisection search over
     account.memory.memory_per_gpu finds it exactly. Returns max_batch_size and the memory at that size.

@@ -41,7 +41,8 @@ class Kernel:
     """One kernel (or a group of identical ones) of a training step on one GPU.
 
     part: the breakdown it belongs to ("compute" for weight GEMMs, "attention" for the attention core,
-    "memory_bound" for everything elementwise); kind: "gemm", "flash_attention" or "elementwise";
+    "memory_bound" for everything elementwise); kind: "gemm", "flash_attention", "elementwise" or "host" (an op
+    that launches no kernel: views, transposes, autograd bookkeeping; it costs CPU time only);
     flops executed and bytes read + written by all `count` launches together; shape: (m, n, k, batch) for a
     GEMM, (seq_len, backward, causal) for flash attention; dtype: the peak key of its matmuls; role: "forward",
     "dgrad" or "wgrad" (what a communication may hide behind); core: part of the attention core (what selective
@@ -59,6 +60,8 @@ class Kernel:
     role: str = "forward"
     core: bool = False
     working_set_bytes: float = 0.0   # bytes streamed before the data is touched again (0: one launch's bytes)
+    unaligned: bool = False          # a GEMM whose leading dimensions are not multiples of 16 bytes (cuBLAS fallback)
+    access: str = "stream"           # how an elementwise kernel walks memory: stream, broadcast, strided, column_reduction
 
 
 @lru_cache(maxsize=1 << 16)
@@ -118,20 +121,38 @@ def gemm_efficiency(gpu, m: int, n: int, k: int, dtype: str, batch: int = 1, sms
             "split_k": split, "source": source}
 
 
-def attention_efficiency(gpu, seq_len: int, backward: bool, causal: bool, kernel: str | None = None) -> float | None:
+def attention_efficiency(gpu, seq_len: int, backward: bool, causal: bool, kernel: str | None = None,
+                         head_dim: int = 128, dtype: str | None = None) -> float | None:
     """Achieved fraction of peak of `gpu`'s flash-attention kernel at `seq_len` (None when nothing is measured).
 
     Interpolated linearly in log2(seq_len) between measured points, clamped at the ends; a causal kernel is
     scaled by the measured causal / non-causal forward ratio (applied to the backward too: an assumption).
+    The kernel's tables by head size (AttentionEfficiency.other_head_dims) are interpolated in log2(head_dim),
+    clamped at the measured sizes. None also when the table was measured in another dtype than `dtype` (flash
+    kernels run 16-bit inputs; fp32 SDPA runs another kernel).
     """
     table = gpu.attention_table(kernel)
-    if table is None:
+    if table is None or (dtype is not None and _matmul_kind(dtype) != _matmul_kind(table.dtype)):
         return None
     column = 2 if backward else 1
-    value = interpolate_log2([(p[0], p[column]) for p in table.points], seq_len)
-    if causal and table.causal_ratio:
-        value *= interpolate_log2(list(table.causal_ratio), seq_len)
-    return value
+
+    def at(t) -> float:
+        value = interpolate_log2([(p[0], p[column]) for p in t.points], seq_len)
+        if causal and t.causal_ratio:
+            value *= interpolate_log2(list(t.causal_ratio), seq_len)
+        return value
+
+    tables = table.at_head_dims()
+    if len(tables) == 1:
+        return at(table)
+    return interpolate_log2([(t.head_dim, at(t)) for t in tables], head_dim)
+
+
+def _matmul_kind(dtype: str) -> str:
+    """'16-bit' for bf16/fp16 (one tensor-core peak on every GPU here), else the dtype's peak key."""
+    from trainledger.specs.dtypes import get_dtype
+    key = get_dtype(dtype).peak_key
+    return "16-bit" if key in ("bf16", "fp16") else key
 
 
 def interpolate_log2(points: list[tuple[int, float]], x: float) -> float:
@@ -166,18 +187,25 @@ def kernel_seconds(gpu, kernel: Kernel, attention_kernel: str | None = None, sms
 
     `attention_kernel` names which measured flash kernel of `gpu` runs the attention (None: its default); `sms`
     limits GEMMs to that many SMs (a concurrent collective holds the rest: see gemm_efficiency)."""
+    if kernel.kind in ("host", "python"):   # launches nothing (a view; Python): CPU time only (account.time)
+        return 0.0
     if kernel.kind == "elementwise":   # an op with its own measured curve (calibrated devices) streams at that rate
         own = getattr(gpu, "elementwise_curves", {}).get(kernel.name)
         op_bytes = kernel.working_set_bytes or kernel.bytes / max(kernel.count, 1)
-        return memory_seconds(gpu, kernel.bytes, op_bytes, own)
+        fraction = gpu.access_fractions.get(kernel.access, 1.0) if kernel.access != "stream" else 1.0
+        return memory_seconds(gpu, kernel.bytes, op_bytes, own) / fraction
     peak = gpu.peak(kernel.dtype)
     if kernel.kind == "flash_attention":
-        seq_len, backward, causal = kernel.shape
-        fraction = attention_efficiency(gpu, seq_len, backward, causal, attention_kernel)
+        seq_len, backward, causal, *rest = kernel.shape
+        head_dim = rest[0] if rest else 128
+        fraction = attention_efficiency(gpu, seq_len, backward, causal, attention_kernel, head_dim, kernel.dtype)
         if fraction is None:   # no kernel measurement: the GEMM efficiency of its QKᵀ-shaped batched matmul
-            fraction = gemm_efficiency(gpu, seq_len, seq_len, 128, kernel.dtype)["efficiency"]
+            fraction = gemm_efficiency(gpu, seq_len, seq_len, head_dim, kernel.dtype)["efficiency"]
         return max(kernel.flops / (peak * fraction), memory_seconds(gpu, kernel.bytes))
     m, n, k, batch = kernel.shape
+    if kernel.unaligned and gpu.unaligned_gemm_fraction and gpu.peak_key(kernel.dtype) in ("bf16", "fp16"):
+        # cuBLAS's 1-element-load fallback for leading dims that are not 16-byte multiples (specs/performance.py)
+        return max(kernel.flops / (peak * gpu.unaligned_gemm_fraction), memory_seconds(gpu, kernel.bytes))
     eff = gemm_efficiency(gpu, m, n, k, kernel.dtype, batch, sms)
     extra = (eff["split_k"] - 1) * batch * m * n * 4 * 2 * kernel.count   # split-K partial sums: fp32 out + in
     return max(kernel.flops / (peak * eff["efficiency"]), memory_seconds(gpu, kernel.bytes + extra))

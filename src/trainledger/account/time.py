@@ -26,8 +26,10 @@ How a step is built (each piece is a small function a test checks by hand):
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
 Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
-published channel count, CPU launch overhead on GPUs (GPUSpec.op_overhead_seconds is 0 for datasheet GPUs), imbalanced stages
-beyond embedding/head, the interleaved schedule's extra activation memory.
+published channel count, imbalanced stages beyond embedding/head, the interleaved schedule's extra activation memory.
+5. Eager PyTorch on an accelerator (framework trainledger): the CPU launches ops ahead of the GPU, so the step is
+   the longer of the two timelines between the loop's synchronizations (account/timeline.py, eager_step.py);
+   the time the GPU waits for the CPU is "overhead". --compile: account/compiled.py.
 """
 
 from __future__ import annotations
@@ -37,16 +39,22 @@ from dataclasses import replace
 from trainledger.account import comm as comm_mod
 from trainledger.account import fsdp as fsdp_mod
 from trainledger.account import recompute as recompute_mod
+from trainledger.account import timeline
+from trainledger.account.activations import recipe_bytes
+from trainledger.account.eager import unaligned
+from trainledger.account.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
+                                            host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
 from trainledger.account.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
-from trainledger.account.memory import check_parallel, check_positive_int, memory_per_gpu, params_per_gpu
+from trainledger.account.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
+from trainledger.account.step_notes import assumptions
+from trainledger.account.memory import check_parallel, check_positive_int, default_reserve, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
 from trainledger.account.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          sms_beside as _sms_beside)
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
-from trainledger.units import format_bytes
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
          "pipeline_bubble")
@@ -97,14 +105,32 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
 
 
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
-def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None) -> dict:
+
+
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
+          cpu_op: float | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
     ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
-    on only that many SMs)."""
+    on only that many SMs).
+
+    `cpu_op` (eager PyTorch on an accelerator, which launches asynchronously): each launch also holds the device
+    for gpu.kernel_overhead_seconds, nothing is added to "overhead", and "block" is the list as the CPU and GPU
+    timelines see it (account/timeline.py), each launch costing the CPU `cpu_op` seconds."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
            "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
+    blocks = []
     for k in kernels:
+        if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
+            host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
+            if cpu_op is None:
+                out["overhead"] += k.count * host
+            else:
+                blocks.append(timeline.Block(k.count * host, 0.0, k.count * host))
+            continue
         seconds = kernel_seconds(gpu, k, attention_kernel)
+        if cpu_op is not None:
+            seconds += k.count * gpu.kernel_overhead_seconds
+            blocks.append(timeline.op(cpu_op, seconds / k.count, k.count))
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds
@@ -116,14 +142,18 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
                 full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
                 full_narrow[0] += seconds
                 full_narrow[1] += narrow
-        out["overhead"] += k.count * gpu.op_overhead_seconds
+        if cpu_op is None:
+            out["overhead"] += k.count * gpu.op_overhead_seconds
         out["kernels"] += k.count
+    if cpu_op is not None:
+        out["block"] = timeline.sequence(blocks)
     return out
 
 
 def _add(total: dict, part: dict, times: float = 1.0) -> None:
     for key, value in part.items():
-        total[key] = total.get(key, 0.0) + value * times
+        if key != "block":
+            total[key] = total.get(key, 0.0) + value * times
 
 
 def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
@@ -131,19 +161,26 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None, fsdp=None) -> dict:
+              with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
+              loop: str = "train", reserve_bytes: float | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.layout does), memoising the kernel
     times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.default_reserve of `gpu`).
     `fsdp`: account.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
+    `compiled`: the model under torch.compile (account/compiled.py). `loop`: whose synchronizations end the
+    timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/eager_step.py).
     """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
     check_choice(recompute, recompute_mod.POLICIES, "--recompute")
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
+    check_choice(loop, LOOPS, "loop")
+    if compiled and framework != "trainledger":
+        raise TrainledgerError("--compile models our torch Transformer under torch.compile (--framework trainledger)")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
@@ -170,13 +207,15 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
     narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
+    cpu_op = eager_cpu_op_seconds(gpu, framework)
+    layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms)
+           recompute, narrow_sms, compiled)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups())
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -235,8 +274,15 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     shard_params = placement["n_params_per_gpu"] / sharded_over
     n_tensors = parameter_tensors(spec) / pp / sharded_over
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
-    optim = _time(gpu, optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                           framework=framework, optimizer=opt.name))
+    numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
+    # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
+    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
+                                                 m if settings is None else 1, recipe, framework), cpu_op=cpu_op)
+    for part in ("memory_bound", "overhead"):
+        ideal[part] = ideal.get(part, 0.0) + accumulate[part]
 
     breakdown = {part: 0.0 for part in PARTS}
     for key, value in ideal.items():
@@ -246,6 +292,11 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
+    if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/timeline.py)
+        norm = [k for k in optim_kernels if k.name.endswith("_norm")]
+        clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
     if fsdp_detail is not None:
         breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
     step_seconds = sum(breakdown.values())
@@ -262,7 +313,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
-        "framework": framework, "attention": attention, "attention_kernel": attention_kernel,
+        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
+        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "unaligned_vocabulary": (framework == "trainledger" and not compiled
+                                 and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
@@ -273,12 +327,23 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if with_memory:
         memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings)
-        result.update(memory_bytes=memory["total_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
+                                reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
+                                grad_accum=m)
+        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                      reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
-    result["assumptions"] = assumptions(gpu, result, records)
+    result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
+
+
+def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
+    """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
+    views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
+    opt = get_optimizer(optimizer)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    return _time(gpu, kernels)["overhead"]
 
 
 def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
@@ -354,41 +419,25 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]]):
+                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
+                 compiled: bool = False):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
-    its GEMMs take while a TP collective holds the others."""
+    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer)
-        fwd, bwd = _time(gpu, lk["forward"], ak), _time(gpu, lk["backward"], ak, narrow_sms)
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
+                           compiled=compiled)
+        fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
-        rec = {k: v * weight for k, v in _time(gpu, kernels, ak).items() if k != "gemms"}
+        timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
+        rec = {k: v * weight for k, v in timed.items() if k not in ("gemms", "block")}
+        if cpu_op is not None:
+            rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edges = {name: _time(gpu, ks) for name, ks in edge_kernels(spec, **shard, framework=framework).items()}
+    edges = {name: _time(gpu, ks, cpu_op=cpu_op)
+             for name, ks in edge_kernels(spec, **shard, framework=framework, compiled=compiled).items()}
     return groups, edges
-
-
-def parameter_tensors(spec) -> int:
-    """Parameter tensors of `spec` (weights, biases, norm vectors): what a per-tensor optimizer loops over.
-
-    Per layer: q, k, v, o (+ their biases); the MLP's 2 or 3 matrices (+ biases), or in an MoE layer the router,
-    each expert's matrices, the shared expert's and its gate; 2 norms (4 with sandwich norms, + the q/k norms),
-    each a weight (+ a bias). Outside the layers: the embedding, the final norm, learned positions, an untied
-    head. Equals len(list(model.parameters())) of models/ (tests/account/test_time.py)."""
-    mats = 3 if spec.gated_mlp else 2
-    norm = 2 if spec.norm_bias else 1
-    total = 0
-    for layer, count in spec.layer_groups():
-        tensors = 4 + 3 * spec.qkv_bias + spec.attn_out_bias
-        tensors += norm * (2 + 2 * spec.sandwich_norm + 2 * spec.qk_norm)
-        if spec.is_moe_layer(layer):
-            tensors += 1 + mats * spec.n_experts * (1 + spec.mlp_bias)
-            tensors += mats * (spec.shared_expert_d_ff is not None) + spec.shared_expert_gate
-        else:
-            tensors += mats * (1 + spec.mlp_bias)
-        total += count * tensors
-    return total + 1 + norm + (spec.position == "learned") + (not spec.tied_embeddings)
 
 
 def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
@@ -409,39 +458,3 @@ def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) ->
         "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
     }
     return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
-
-
-def assumptions(gpu, result: dict, records) -> list[str]:
-    """The modelling assumptions behind a step_time answer, one line each (printed under the title)."""
-    from trainledger.account.roofline import gemm_efficiency
-    lines = [f"framework {result['framework']}: the kernels of "
-             + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
-                else "Megatron-LM's GPT (fused kernels, dropout)"),
-             f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
-             + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
-             f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s "
-             + ("(datasheet: no published achieved fraction; optimistic)" if gpu.memory_bandwidth_fraction == 1 else "")
-             if not gpu.memory_bandwidth_curve else "memory-bound ops at the bandwidth measured for their size "
-             f"({', '.join(f'{r / 1e9:.3g}' for _, r in gpu.memory_bandwidth_curve)} GB/s from "
-             f"{format_bytes(gpu.memory_bandwidth_curve[0][0])} to {format_bytes(gpu.memory_bandwidth_curve[-1][0])} per op)"]
-    if result["flash"]:
-        table = gpu.attention_table(result.get("attention_kernel"))
-        lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
-                     "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
-    narrow = _sms_beside_tp_comm(gpu, result["tp"], result["cp"], result["pp"])
-    if narrow:
-        lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "
-                     "the GEMMs it overlaps run on the rest")
-    seen = set()
-    for c, _ in records:
-        if c.name in seen:
-            continue
-        seen.add(c.name)
-        link = gpu.intra_node_link if c.link == "intra" else gpu.inter_node_link
-        seconds = collective_seconds(gpu, replace(c, count=1))
-        rate = c.bytes_per_call / seconds if seconds > 0 else link.effective_bytes_per_s
-        where = link.name if c.link == "intra" or c.ranks_per_node <= 1 else \
-            f"{c.ranks_per_node} × {link.name} ({c.ranks_per_node} GPUs of each node in the group)"
-        lines.append(f"{c.name}: {c.kind} of {format_bytes(c.payload_bytes)} over {c.group_size} on {where} "
-                     f"({rate / 1e9:.3g} GB/s achieved at this size), overlap {c.overlap}")
-    return lines

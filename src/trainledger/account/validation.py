@@ -158,6 +158,7 @@ def torchtitan_cases() -> list[dict]:
     memory per GPU and whether it fits. Rows with torch.compile are predicted only when step_time models it
     (`modelled` False otherwise)."""
     from trainledger.account.fsdp import fsdp_settings
+    from trainledger.account.memory import cuda_reserve_bytes
     from trainledger.account.zero_choice import default_zero
     from trainledger.specs import get_model
     from trainledger.specs.recipes import get_recipe
@@ -173,8 +174,11 @@ def torchtitan_cases() -> list[dict]:
                "source": source, "cli": torchtitan_cli(row), "modelled": keyword is not None or not compiled}
         if out["modelled"]:
             extra = {keyword: True} if compiled else {}
+            # torchtitan's run_train.sh sets expandable_segments:True: no caching-allocator cache in the reserve
+            reserve = cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
             r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=b * dp, num_gpus=n, tp=tp, sp=tp > 1,
-                          precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp, **extra)
+                          precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp,
+                          reserve_bytes=reserve, **extra)
             predicted = r["tokens_per_s"] / n
             out.update(predicted_tokens_per_s_per_gpu=predicted, error=predicted / published - 1, mfu=r["mfu"],
                        step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
 
 from trainledger import units
 from trainledger.cli import common
@@ -16,13 +17,18 @@ DESCRIPTION = """Times a (size × size) @ (size × size) matmul — 2·size³ FL
         × torch's matmul threads × max clock (cpufreq, else the model name's GHz, else cpu MHz).
 
 --calibrate instead measures this machine for the time model (measure/calibrate.py): matmul FLOP/s over a
-grid of shapes, memory bandwidth by op size, causal SDPA rates and the per-op overhead, saved as JSON in
-$XDG_CACHE_HOME/trainledger/ (~/.cache/trainledger/) for `--gpu cpu` / `--gpu cuda` in step, layout, plan and
-for `profile`, which calibrate on first use by themselves. --calibrate re-measures and replaces the cache.
+grid of shapes, memory bandwidth by op size, causal SDPA rates and the CPU cost of an op (on CUDA the kernels
+are timed on the GPU, apart from the CPU's launches), saved as JSON in $XDG_CACHE_HOME/trainledger/
+(~/.cache/trainledger/) for `--gpu cpu` / `--gpu cuda` in step, layout, plan and for `profile`, which calibrate
+on first use by themselves. --calibrate re-measures and replaces the cache; --out FILE writes the profile there
+instead, for `--calibration FILE` on another machine (plan on a laptop with what the GPU box measured).
+A calibration measured while other processes kept the cores busy understates the machine: it is not saved
+unless --force. Calibrate on a quiet machine, or with one thread (--threads 1) when only a core is free.
 
 examples:
   trainledger bench --dtype fp32 --size 1024
   trainledger bench --calibrate                 # this CPU (a few seconds); --device cuda for the GPU
+  trainledger bench --calibrate --device cuda --out calibration-cuda-h100.json   # then: step --calibration FILE
   trainledger bench --dtype bf16 --size 8192 --device cuda --json
 """
 
@@ -37,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads on CPU (default: torch's); a calibration is kept per thread count")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure this machine for the time model and save the profile (see above)")
+    parser.add_argument("--out", metavar="FILE", default=None,
+                        help="with --calibrate: write the profile to FILE (for `--calibration FILE`) instead of the cache")
+    parser.add_argument("--force", action="store_true",
+                        help="with --calibrate: save the profile even if the machine was busy while measuring")
     common.add_json_flag(parser)
 
 
@@ -58,10 +68,18 @@ def compute(args) -> dict:
 
 
 def calibrate(args) -> dict:
-    """Measures and saves this machine's calibration profile; the profile with `path` and a summary."""
+    """Measures and saves this machine's calibration profile; the profile with `path` and a summary. A profile
+    measured on a busy machine is refused (exit 2) unless --force."""
+    from trainledger.errors import TrainledgerError
     from trainledger.measure.calibrate import busy_warning, calibrate as measure, gpu_from_profile, profile_path, save_profile
+    if args.out is not None and (not args.out.strip() or Path(args.out).is_dir()):
+        raise TrainledgerError(f"--out needs a file name, got {args.out!r}")
     profile = measure(args.device)                  # checks the device first
-    path = save_profile(profile, profile_path(args.device))
+    warning = busy_warning(profile)
+    if warning and not args.force:
+        raise TrainledgerError(f"not saved: {warning}; run it on a quiet machine, or with one thread "
+                               "(`trainledger bench --calibrate --threads 1`), or keep it anyway with --force")
+    path = save_profile(profile, Path(args.out) if args.out is not None else profile_path(args.device))
     gpu = gpu_from_profile(profile)
     rates = {dtype: [row[3] for row in rows] for dtype, rows in profile["gemm"].items()}
     summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],
@@ -70,9 +88,8 @@ def calibrate(args) -> dict:
                "op_overhead_seconds": profile["op_overhead_seconds"],
                "decode_op_overhead_seconds": profile.get("decode_op_overhead_seconds")}
     result = {"calibration": summary, "profile": profile}
-    warning = busy_warning(profile)
     if warning:
-        result["warnings"] = [warning]
+        result["warnings"] = [f"{warning} (saved: --force)"]
     return result
 
 
@@ -104,11 +121,19 @@ def render_calibration(result: dict) -> None:
         rows.append((f"memory, {units.format_bytes(float(size))} per op", f"{rate / 1e9:.1f} GB/s"))
     for name, rows_of in profile.get("elementwise", {}).items():
         rows.append((f"{name} (by size)", ", ".join(f"{rate / 1e9:.1f}" for _, rate in rows_of) + " GB/s"))
-    for seq, fwd, bwd in profile["attention"]["points"]:
-        rows.append((f"SDPA causal, seq {seq}", f"forward {units.format_rate(fwd)}, backward {units.format_rate(bwd)}"))
-    rows.append(("per-op overhead", units.format_seconds(c["op_overhead_seconds"])))
-    if c.get("decode_op_overhead_seconds") is not None:
-        rows.append(("per-op overhead, eager decoding", units.format_seconds(c["decode_op_overhead_seconds"])))
+    attention = profile["attention"]
+    for head_dim, points in [(attention.get("head_dim"), attention["points"])] + [
+            (o["head_dim"], o["points"]) for o in attention.get("other_head_dims", [])]:
+        for seq, fwd, bwd in points:
+            rows.append((f"SDPA causal, head dim {head_dim}, seq {seq}",
+                         f"forward {units.format_rate(fwd)}, backward {units.format_rate(bwd)}"))
+    rows.append(("CPU per launching op (autograd)", units.format_seconds(c["op_overhead_seconds"])))
+    for key, label in (("host_op_seconds", "CPU per view op (no launch)"),
+                       ("kernel_overhead_seconds", "GPU per tiny kernel (back to back)")):
+        if profile.get(key):
+            rows.append((label, units.format_seconds(profile[key])))
+    if profile.get("decode_op_overhead_seconds") is not None:
+        rows.append(("CPU per op of eager decoding", units.format_seconds(profile["decode_op_overhead_seconds"])))
     rows.append(("took", units.format_seconds(c["calibration_seconds"])
                  + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
                     if profile.get("load_average") is not None else "")))

@@ -191,17 +191,38 @@ def outlandish(**values) -> list[str]:
 
 
 # --- hardware: one place that turns --gpu into a GPUSpec -------------------------------------------------------
-def resolve_gpu(name: str, flag: str = "--gpu"):
+def resolve_gpu(name: str, flag: str = "--gpu", calibration: str | None = None):
     """The GPUSpec that `--gpu NAME` means: a datasheet entry of specs/hardware.py (`trainledger hardware`).
 
     Every command that needs a device goes through here, so calibrated devices (`--gpu cpu`, `--gpu cuda`: a
-    GPUSpec built from this machine's `bench --calibrate` profile) plug in at one place.
+    GPUSpec built from this machine's `bench --calibrate` profile) plug in at one place. `calibration` (a
+    `--calibration FILE` written by `bench --calibrate --out FILE`, possibly on another machine) replaces --gpu:
+    the device it measured (a CUDA GPU's datasheet entry with the measured rates), read without torch, never
+    unpickled, refused with one line naming the file and the field when it is out of bounds.
     """
+    if calibration is not None:
+        from trainledger.specs.calibration import gpu_from_profile, read_profile
+        return gpu_from_profile(read_profile(calibration))
     if str(name).strip().lower() in ("cpu", "cuda"):    # this machine, measured (torch only on this path)
         from trainledger.measure.calibrate import calibrated_device
         return calibrated_device(str(name).strip().lower())
     from trainledger.specs.hardware import get_gpu
     return get_gpu(name, flag)
+
+
+def add_calibration_flag(parser: argparse.ArgumentParser) -> None:
+    """--calibration FILE: predict on a machine measured elsewhere (`bench --calibrate --out FILE`)."""
+    parser.add_argument("--calibration", metavar="FILE", default=None,
+                        help="a calibration profile written by `trainledger bench --calibrate --out FILE` (on the GPU "
+                             "machine): predict with its measured rates and per-op costs instead of --gpu's datasheet "
+                             "(JSON, validated, never unpickled)")
+
+
+def add_compile_flag(parser: argparse.ArgumentParser) -> None:
+    """--compile: the model under torch.compile (account/compiled.py)."""
+    parser.add_argument("--compile", action="store_true",
+                        help="the model under torch.compile (Inductor, default mode): pointwise ops between GEMMs and "
+                             "attention fused, fewer launches (docs/time.md)")
 
 
 def bandwidth(text: str) -> float:

@@ -7,6 +7,7 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
+from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
 DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
@@ -36,7 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="flash attention (default on)")
     parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
+    add_reserve_flag(parser)
     add_model_flags(parser)
+    common.add_compile_flag(parser)
+    common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
 
@@ -44,13 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def compute(args) -> dict:
     from trainledger.account.layout import search
 
-    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
                    precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
                    framework=args.framework, attention_kernel=args.attention_kernel, top=args.top,
-                   memory_per_gpu_bytes=args.memory_per_gpu)
+                   memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile,
+                   reserve_bytes=reserve_of(args, gpu))
     capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     result = {"model": spec.name, "gpu": gpu.name, "num_gpus": args.num_gpus, "global_batch_size": global_batch,
               "seq_len": seq_len, "precision": args.precision, "optimizer": args.optimizer, "flash": args.flash,
@@ -58,13 +63,21 @@ def compute(args) -> dict:
     result["assumptions"] = [
         seq_len_assumption(spec, seq_len, args.seq_len),
         f"global batch {global_batch} sequences{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
-        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}",
+        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}"
+        + ("; torch.compile" if args.compile else "")
+        + (f"; device measured by {args.calibration}" if args.calibration else ""),
         f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "
         f"(account/memory.py), {found['timed']} timed with interleaving (account/time.py)",
+        "memory/GPU = the peak of a training step; it fits when peak + reserve <= memory. Reserve: "
+        + ("--reserve" if args.reserve is not None else "by default what a CUDA process holds besides its tensors "
+           "(CUDA context, cuBLAS workspaces, 10% of the peak for the caching allocator)"),
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
+    if found["layouts"] and found["layouts"][0]["near_limit"]:
+        best = found["layouts"][0]
+        warnings.append(near_limit_warning("layout #1", best["memory_bytes"], best["reserve_bytes"], capacity))
     if warnings:
         result["warnings"] = warnings
     return result

@@ -173,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # never a traceback for a user; TRAINLEDGER_DEBUG=1 shows it
         if os.environ.get("TRAINLEDGER_DEBUG"):
             raise
+        from trainledger.measure.device_memory import is_cuda_oom, oom_message
+        if is_cuda_oom(error):      # the GPU ran out anyway: the numbers, in one line
+            sys.stderr.write(f"error: {oom_message(error)}\n")
+            return 2
         sys.stderr.write(f"error: unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)\n")
         return 1
     return int(status or 0)

@@ -15,11 +15,17 @@ beside what was measured, with the relative error (predicted - measured) / measu
 Measured: n_params from the module; FLOPs by torch's FlopCounterMode plus the CPU flash-attention kernel it
 misses (model FLOPs with recompute off; with --recompute the counted total is the hardware FLOPs);
 bytes by a live-storage tracker: params, grads, optimizer states, activations (what the forward leaves
-alive for backward) and the peak of the step (the batch itself excluded).
+alive for backward) and the peak of the first step (the batch itself excluded). A second step measures the
+peak of every later step (the optimizer states now exist through forward and backward: the steady state of a
+run). "reserved" is what PyTorch's CUDA caching allocator holds for both steps: measured by torch.cuda on
+--device cuda, else replayed from the steps' allocations (measure/allocator.py); predicted = the later
+step's peak + the allocator's cache and cuBLAS workspaces (account.memory.cuda_reserve_bytes). A CUDA
+process holds its context (~0.6 GiB) besides.
 
 --device fake (default) runs on FakeTensorMode: shapes and dtypes only, no memory, any model size;
 meta runs no kernels (SDPA takes its math path); cpu / cuda run for real, after checking that the
-predicted peak fits in the RAM (or GPU memory) available: otherwise exit 2 with both numbers.
+predicted peak fits in the RAM (or the free GPU memory, with the allocator's reserve) available: otherwise
+exit 2 with the numbers and the largest batch that fits (TRAINLEDGER_NO_MEMORY_CHECK=1 runs anyway).
 
 Defaults as in `trainledger memory`: --precision amp-bf16, --seq-len the context the model was
 pre-trained at, --batch-size 1 (the micro-batch of the one measured step).
@@ -51,7 +57,8 @@ ROWS = [("n_params", "parameters", "count"), ("forward_flops_per_step", "forward
         ("hardware_flops_per_step", "hardware FLOPs / step", "flops"), ("params_bytes", "params", "bytes"),
         ("grads_bytes", "grads", "bytes"), ("master_params_bytes", "master params", "bytes"),
         ("optimizer_bytes", "optimizer states", "bytes"), ("activations_bytes", "activations", "bytes"),
-        ("peak_bytes", "peak of the step", "bytes")]
+        ("peak_bytes", "peak of the first step", "bytes"), ("later_step_peak_bytes", "peak of a later step", "bytes"),
+        ("reserved_bytes", "reserved (CUDA allocator)", "bytes")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,8 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.reserve import add_reserve_flag, reserve_of
 
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
@@ -17,7 +18,11 @@ Model states: bytes per parameter of --precision × --optimizer (specs/recipes.p
 (heaviest pipeline stage), --tp (Megatron-sharded matrices and vocabulary) and ZeRO --zero over --dp
 ranks (ZeRO Sec. 3.1). Activations: what our torch Transformer saves for backward at --batch-size ×
 --seq-len (account/activations.py); with --params only, activations are not modelled (0).
-total_bytes is the sum of the parts; --reserve is kept apart and counted only in `fits`.
+total_bytes is the sum of the parts; peak_bytes what the GPU holds at the busiest moment of a training step
+after the first (optimizer states through forward and backward, the loss's fp32 logits-sized buffers at the
+start of backward, the optimizer's temporary); `fits` = peak + --reserve <= the GPU's memory. --reserve
+defaults to what a CUDA process holds besides its tensors (context, cuBLAS workspaces, the caching
+allocator's cache: account/memory.py, with sources).
 
 Defaults, and why: --precision amp-bf16 (PyTorch autocast with fp32 weights and states, what a GPU run
 of `trainledger train --precision amp-bf16` does; AdamW 16 B/param as for fp32 and mixed-bf16, with
@@ -50,11 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
     parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    parser.add_argument("--grad-accum", type=common.positive_int, default=1,
+                        help="micro-batches per optimizer step: after the first, each runs with the gradients held (default 1)")
     parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
     parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
-    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free (CUDA context, fragmentation), e.g. 2GiB (default 0)")
+    add_reserve_flag(parser)
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
     common.add_fsdp_flags(parser)
@@ -71,7 +78,7 @@ def compute(args) -> dict:
     zero = DEFAULT_ZERO if args.zero is None else args.zero
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
-                    reserve_bytes=args.reserve, memory_per_gpu_bytes=memory)
+                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum)
     fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
     if fsdp is not None:
         settings["fsdp"] = fsdp
@@ -115,7 +122,10 @@ def compute(args) -> dict:
         f"ZeRO {zero}{' (default)' if args.zero is None else ''} over dp={args.dp}, tp={args.tp}{' + sp' if args.sp else ''}, pp={args.pp} "
         f"(stage reported: {result['pipeline_stage']})",
         activations,
-        "total = sum of the parts; reserve counted only in 'fits'; CUDA context, fragmentation and communication buffers not modelled",
+        f"peak = the busiest moment of a training step after the first ({result['peak_moment'].replace('_', ' ')}; "
+        f"the first step peaks at {units.format_bytes(result['first_step_peak_bytes'])}, before its optimizer states "
+        "exist); total = the sum of the parts; fits = peak + reserve <= memory; communication buffers not modelled",
+        _reserve_line(result),
     ]
     if fsdp is not None:
         b = result["fsdp_buffers"]
@@ -135,6 +145,17 @@ def compute(args) -> dict:
     return result
 
 
+def _reserve_line(result: dict) -> str:
+    parts = result.get("reserve_parts")
+    if parts:
+        return (f"reserve {units.format_bytes(parts['total'])} (default on {result['gpu']}): CUDA context "
+                f"{units.format_bytes(parts['context'])}, cuBLAS workspaces {units.format_bytes(parts['workspaces'])}, "
+                f"caching allocator {units.format_bytes(parts['allocator'])} (10% of the peak; `measure` replays the "
+                "exact figure); --reserve to change it")
+    return (f"reserve {units.format_bytes(result['reserve_bytes'])} (--reserve)" if result["reserve_bytes"] else
+            "no reserve: --reserve 0, or a device whose runtime overheads are not modelled")
+
+
 def render(result: dict, args) -> None:
     def row(label, key):
         return (label, f"{units.format_bytes(result[key])} ({result[key]:.4g} B)")
@@ -143,7 +164,7 @@ def render(result: dict, args) -> None:
             row("params", "params_bytes"), row("grads", "grads_bytes"), row("master params", "master_params_bytes"),
             row("optimizer states", "optimizer_bytes"),
             row("activations", "activations_bytes") if result["activations_modeled"] else ("activations", "not modelled (--params only)"),
-            row("total", "total_bytes")]
+            row("total", "total_bytes"), row("peak of a step", "peak_bytes")]
     if result["reserve_bytes"]:
         rows.append(row("reserve", "reserve_bytes"))
     rows.append(row(f"{result['gpu']} memory", "memory_per_gpu_bytes"))

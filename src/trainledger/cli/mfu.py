@@ -42,13 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
                         help="attention-score FLOPs over the full T×T (default, PaLM) or half of it (Megatron)")
     parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
     from trainledger.account import flops as F
 
-    gpu = common.resolve_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu, calibration=args.calibration)
     peak = gpu.peak(args.dtype)
     if args.tokens_per_s is not None:
         tokens_per_s, tokens_per_s_per_gpu = args.tokens_per_s, args.tokens_per_s / args.num_gpus

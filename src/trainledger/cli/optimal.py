@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--law", choices=("chinchilla-20", "approach3"), default="chinchilla-20", help="scaling law (default chinchilla-20)")
     parser.add_argument("--tokens-per-param", type=tokens_per_param, default=20.0,
                         help="tokens per parameter for chinchilla-20, in (0, 1e6] (default 20)")
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
@@ -60,7 +61,7 @@ def compute(args) -> dict:
         budget, source = args.budget_flops, "given --budget-flops"
         extra = {}
     else:
-        gpu = common.resolve_gpu(args.gpu)
+        gpu = common.resolve_gpu(args.gpu, calibration=args.calibration)
         peak = gpu.peak(args.dtype)
         layout_lines = []
         if args.mfu == "auto":

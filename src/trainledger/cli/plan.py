@@ -128,7 +128,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation recomputation: with --mfu auto the layouts use only this one (default: the "
                              "lightest that fits each layout); hardware FLOPs count it")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
+    from trainledger.cli.reserve import add_reserve_flag
+    add_reserve_flag(parser)              # for --mfu auto: memory kept back from each layout
     add_failure_arguments(parser)
+    common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
 
@@ -162,10 +165,11 @@ def mfu_or_auto(text: str):
 def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
     """(MFU, the fastest layout, assumption lines) for `--mfu auto`: account.layout's best on these GPUs."""
     from trainledger.account.layout import search
+    from trainledger.cli.reserve import reserve_of
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
                    precision=args.precision, optimizer=args.optimizer, attention=args.attention, top=1,
-                   recomputes=(args.recompute,) if args.recompute else None)
+                   recomputes=(args.recompute,) if args.recompute else None, reserve_bytes=reserve_of(args, gpu))
     best = found["layouts"][0]
     words = (f"MFU {best['mfu']:.3f} (--mfu auto): the fastest of {found['fitting']} layouts that fit "
              f"(`trainledger layout`): tp {best['tp']}{' + sp' if best['sp'] else ''}, pp {best['pp']} "
@@ -197,12 +201,15 @@ def nonnegative_duration(text: str) -> float:
     return value
 
 
+def _datasheet(name: str):
+    from trainledger.specs.hardware import get_gpu
+    return get_gpu(name)
+
+
 def compute(args) -> dict:
     from trainledger.account import flops as F
     from trainledger.account.plan import gpus_needed, training_time
-    from trainledger.specs.hardware import get_gpu
-
-    gpu = get_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu, calibration=args.calibration) if args.calibration else _datasheet(args.gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
     if args.model is not None:
@@ -234,6 +241,8 @@ def compute(args) -> dict:
         settings += lines
     elif args.global_batch_size is not None:
         settings.append("--global-batch-size not used: it sizes the layouts of --mfu auto")
+    if layout is None and getattr(args, "reserve", None) is not None:
+        settings.append("--reserve not used: it keeps memory back from the layouts of --mfu auto")
     total = flops_per_token * args.tokens
     if not math.isfinite(total):
         which = "--tokens" if args.model is not None else "--params × --tokens"

@@ -7,6 +7,7 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
 HELP = "time of one training iteration of --model on --num-gpus GPUs under a parallel layout, by part, with MFU"
 DESCRIPTION = """One iteration predicted by account/time.py: every kernel of a layer (GEMMs on a shape-dependent
@@ -16,15 +17,19 @@ of each collective (α–β ring costs on the link it crosses), the pipeline bub
 The layout: --tp (with --sp), --pp (with --interleave V chunks per GPU), --cp (context parallel), and data
 parallelism over the rest: dp = num_gpus / (tp · pp · cp) (--dp may be given; it must agree). --batch-size is
 the micro-batch per GPU; global_batch / (dp · batch-size) micro-batches are accumulated per step.
-Defaults: --precision amp-bf16; --zero the stage a user of the layout runs (3 = FSDP2 for data parallelism alone,
-1 with pipelining or --framework megatron, 0 with dp 1; the reason is printed); --seq-len the pre-training context,
---gpu h100, one micro-batch per GPU. With --zero 3 the step is FSDP2 as it runs, unit by unit: bf16 gathers under
-a mixed-precision policy (--fsdp-param-dtype), fp32 reduce-scatters, --reshard-after-forward, --fsdp-accumulate,
-HSDP with --dp-replicate. When data-parallel communication dominates, the bottleneck line names the faster stage.
-Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
+Defaults: --precision amp-bf16 (fp32 on a CPU); --zero the stage a user of the layout runs (3 = FSDP2 for data
+parallelism alone, 1 with pipelining or --framework megatron, 0 with dp 1; the reason is printed); --seq-len the
+pre-training context, --gpu h100, one micro-batch per GPU. With --zero 3 the step is FSDP2 as it runs, unit by
+unit: bf16 gathers under a mixed-precision policy (--fsdp-param-dtype), fp32 reduce-scatters,
+--reshard-after-forward, --fsdp-accumulate, HSDP with --dp-replicate. When data-parallel communication dominates,
+the bottleneck line names the faster stage. In eager PyTorch on a GPU the CPU launches ops ahead of the GPU: the
+step is the longer of the two timelines between the training loop's syncs (docs/time.md). --compile: the model
+under torch.compile. --calibration FILE: the rates and per-op costs `bench --calibrate --out FILE` measured on a
+GPU machine. Time in seconds; MFU = model FLOPs / (step · GPUs · dense peak).
 
 examples:
   trainledger step --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64 --batch-size 8
+  trainledger step --model gpt2 --batch-size 8 --num-gpus 1 --calibration calibration-cuda-h100.json --compile
   trainledger step --model llama-2-7b --num-gpus 8 --zero 3 --recompute selective
   trainledger step --model llama-3-8b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 8192 --recompute selective-op
   trainledger step --model gpt3-175b --gpu a100 --num-gpus 64 --tp 8 --sp --pp 8 --interleave 3 \\
@@ -32,13 +37,14 @@ examples:
 """
 
 
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+def add_layout_arguments(parser: argparse.ArgumentParser, precision: str | None = "amp-bf16",
+                         why: str = "PyTorch autocast, fp32 weights and states") -> None:
     """The model, batch, precision and layout flags `step` shares with `memory` (and `profile`)."""
     parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
     parser.add_argument("--batch-size", type=common.positive_int, default=1,
                         help="micro-batch: sequences per GPU per forward/backward (default 1)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
+    common.add_precision_flag(parser, precision, why)
     common.add_optimizer_flag(parser)
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
                         help="ZeRO stage over the dp ranks (default: what a user of the layout runs: FSDP2 = 3 for data "
@@ -53,7 +59,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_layout_arguments(parser)
+    add_layout_arguments(parser, None, "amp-bf16; fp32 on a device without a bf16 peak, e.g. --gpu cpu")
     parser.add_argument("--num-gpus", type=common.positive_int, help="GPUs of the job (default: tp · pp · cp · dp)")
     parser.add_argument("--dp", type=common.positive_int, help="data-parallel ranks (default: num_gpus / (tp · pp · cp))")
     parser.add_argument("--global-batch-size", type=common.positive_int,
@@ -61,7 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", type=common.positive_int, default=1,
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
+    add_reserve_flag(parser)
     add_model_flags(parser)
+    common.add_compile_flag(parser)
+    parser.add_argument("--loop", choices=("train", "profile"), default="train",
+                        help="whose synchronizations end the step's timelines: trainledger's training loop, which reads "
+                             "the loss and the gradient norm back after the backward (default), or `profile`'s steps, "
+                             "which synchronize once at the end")
+    common.add_calibration_flag(parser)
     common.add_fsdp_flags(parser)
     common.add_hardware_flags(parser)
     common.add_json_flag(parser)
@@ -84,17 +97,19 @@ def compute(args) -> dict:
     from trainledger.account import zero_choice
     from trainledger.account.time import derive_layout, step_time
 
-    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
+    gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
+    precision, precision_note = default_precision(args.precision, gpu)
     _, dp, _, _ = derive_layout(args.num_gpus, args.tp, args.pp, args.cp, args.dp, args.batch_size, args.global_batch_size)
     zero, why = (args.zero, None) if args.zero is not None else zero_choice.default_zero(dp=dp, pp=args.pp,
                                                                                         framework=args.framework)
     settings = dict(batch_size=args.batch_size, seq_len=seq_len, global_batch_size=args.global_batch_size,
-                    num_gpus=args.num_gpus, precision=args.precision, optimizer=args.optimizer, tp=args.tp,
+                    num_gpus=args.num_gpus, precision=precision, optimizer=args.optimizer, tp=args.tp,
                     sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp,
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
-                    framework=args.framework, attention_kernel=args.attention_kernel)
-    fsdp_for = lambda z: common.fsdp_from_args(args, args.precision, z, dp, args.pp)  # noqa: E731
+                    framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
+                    loop=args.loop, reserve_bytes=reserve_of(args, gpu))
+    fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
     if max(result["breakdown"], key=result["breakdown"].get) == "dp_comm":
         found = zero_choice.lever(spec, gpu, settings, result, fsdp_for=lambda z: fsdp_for(z) if args.dp_replicate == 1
@@ -109,6 +124,10 @@ def compute(args) -> dict:
              f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}), cp {args.cp}, "
              f"dp {result['dp']} with ZeRO {zero} on {result['num_gpus']} × {gpu.name}; "
              f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
+    if precision_note:
+        first.append(precision_note)
+    if args.calibration is not None:
+        first.append(f"device measured by {args.calibration}: {gpu.performance_source.split(';')[0]} (--gpu ignored)")
     if why is not None:
         first.append(f"ZeRO {zero} by default (--zero to choose): {why}")
     if "fsdp" in result:
@@ -118,11 +137,24 @@ def compute(args) -> dict:
     result["assumptions"] = first + result["assumptions"]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:
-        warnings.append(f"this layout needs {units.format_bytes(result['memory_bytes'])} per GPU, more than the "
+        warnings.append(f"this layout peaks at {units.format_bytes(result['memory_bytes'])} per GPU + "
+                        f"{units.format_bytes(result['reserve_bytes'])} reserve, more than the "
                         f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: try `trainledger layout`")
+    else:
+        near = near_limit_warning("this layout", result["memory_bytes"], result["reserve_bytes"], gpu.memory_bytes)
+        warnings += [near] if near else []
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def default_precision(asked: str | None, gpu) -> tuple[str, str | None]:
+    """(recipe, note): `asked`, or by default amp-bf16, fp32 on a device without a bf16 peak (a CPU), said once."""
+    if asked is not None:
+        return asked, None
+    if "bf16" in gpu.peak_flops_per_s:
+        return "amp-bf16", None
+    return "fp32", f"--precision fp32 (default here: {gpu.name} has no bf16 matmul peak; amp-bf16 elsewhere)"
 
 
 def render(result: dict, args) -> None:
@@ -137,6 +169,6 @@ def render(result: dict, args) -> None:
             rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
     rows.append(("bottleneck", result["bottleneck"]))
     rows.append((f"memory per GPU ({result['gpu']})",
-                 f"{units.format_bytes(result['memory_bytes'])} of {units.format_bytes(result['memory_per_gpu_bytes'])}: "
-                 f"{'fits' if result['fits'] else 'does NOT fit'}"))
+                 f"peak {units.format_bytes(result['memory_bytes'])} + reserve {units.format_bytes(result['reserve_bytes'])} "
+                 f"of {units.format_bytes(result['memory_per_gpu_bytes'])}: {'fits' if result['fits'] else 'does NOT fit'}"))
     print_table(f"One training step of {result['model']}", rows, result["assumptions"])

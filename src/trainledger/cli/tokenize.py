@@ -1,4 +1,4 @@
-"""`trainledger tokenize`: byte-tokenize a text file into a `.tokens` file (header + raw tokens) for training."""
+"""`trainledger tokenize`: text or a dataset into a `.tokens` file (header + raw tokens) for training."""
 
 from __future__ import annotations
 
@@ -6,52 +6,94 @@ import argparse
 
 from trainledger.cli import common
 
-HELP = "byte-tokenize a text file into a .tokens file (header + tokens, memory-mapped by `train --data`)"
+HELP = "tokenize a text file or a dataset into a .tokens file (bytes, a tokenizer.json, a .tiktoken file, or a BPE trained on it)"
 DESCRIPTION = """\
-Writes one token per UTF-8 byte (vocabulary 256) to OUTPUT with a 64-byte header (magic TLTOKENS, version,
-dtype, token count), streaming the input in chunks so files larger than memory work; a progress bar shows
-on big inputs. Reports the token count, bytes in and out, and time.
+Writes the token ids of INPUT to OUTPUT with a 128-byte header (magic TLTOKENS, version, dtype, token
+count, and the tokenizer's name, sha256 and vocabulary size), streaming the input in chunks so files
+larger than memory work, encoding each chunk on all cores; a progress bar shows on big inputs. INPUT is
+text, or a dataset by its extension (.jsonl, .parquet, .arrow/.feather: the strings of --text-column,
+each document followed by the tokenizer's end-of-text token). OUTPUT is written under a temporary name
+and renamed into place. Reports the token count, bytes in and out, time and MB/s.
+
+--tokenizer bytes (default) writes one token per UTF-8 byte (vocabulary 256); --tokenizer FILE uses a
+Hugging Face tokenizer.json or a .tiktoken rank file on disk (no network is used); --train-bpe N first
+trains a byte-level BPE of N tokens on INPUT and saves it as tokenizer.json beside OUTPUT (train --data
+OUTPUT finds it there).
 
 examples:
   trainledger tokenize book.txt book.tokens
-  trainledger tokenize book.txt book.tokens --dtype uint8 --json
+  trainledger tokenize book.txt data/book.tokens --train-bpe 4096
+  trainledger tokenize docs.parquet docs.tokens --tokenizer data/tokenizer.json --text-column content
+  trainledger tokenize book.txt book.tokens --tokenizer cl100k_base.tiktoken --json
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", metavar="INPUT.txt", help="text file (any bytes; UTF-8 expected)")
-    parser.add_argument("output", metavar="OUTPUT.tokens", help="token file to write (overwritten)")
-    parser.add_argument("--dtype", choices=["uint8", "uint16", "int32"], default="uint16",
-                        help="token dtype on disk: uint8 is enough for bytes (1 B/token), uint16 is the usual "
-                             "LM convention (2 B/token) (default: uint16)")
+    parser.add_argument("input", metavar="INPUT", help="text file (UTF-8), or a .jsonl / .parquet / .arrow dataset")
+    parser.add_argument("output", metavar="OUTPUT.tokens", help="token file to write (replaced atomically)")
+    parser.add_argument("--tokenizer", metavar="bytes|FILE", default=None,
+                        help="'bytes' (default), a tokenizer.json or a .tiktoken rank file")
+    parser.add_argument("--train-bpe", metavar="VOCAB_SIZE", type=common.positive_int,
+                        help="train a byte-level BPE of VOCAB_SIZE tokens (257 or more) on INPUT, save it as "
+                             "tokenizer.json beside OUTPUT and tokenize with it")
+    parser.add_argument("--text-column", metavar="NAME", default="text",
+                        help="a dataset's text column or JSON field (default: text)")
+    parser.add_argument("--dtype", choices=["uint8", "uint16", "uint32", "int32"], default=None,
+                        help="token dtype on disk: default uint16 (2 B/token) for vocabularies up to 65,536, else "
+                             "uint32; uint8 (1 B/token) holds bytes; a dtype too small for the vocabulary is refused")
     parser.add_argument("--chunk-size", type=common.positive_bytes, default=16 * 2**20,
-                        help="bytes read per chunk, e.g. 16MiB (default: 16MiB)")
+                        help="bytes read (and text encoded) per chunk, e.g. 16MiB (default: 16MiB)")
     common.add_json_flag(parser)
 
 
 def run(args) -> int:
     from trainledger import units
-    from trainledger.data.tokenizer import tokenize_file
+    from trainledger.data.tokenizer import check_output, load_tokenizer, save_beside, tokenize_file
+    from trainledger.errors import TrainledgerError
+    from pathlib import Path
 
     if args.chunk_size != int(args.chunk_size):
-        from trainledger.errors import TrainledgerError
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
-    result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
-                           progress=not args.json)
+    if args.train_bpe and args.tokenizer:
+        raise TrainledgerError("give --tokenizer or --train-bpe, not both (--train-bpe trains the tokenizer)")
+    tokenizer = load_tokenizer(args.tokenizer or "bytes")
+    saved = None
+    if args.train_bpe:
+        from trainledger.data.bpe import train_bpe_file
+        from trainledger.data.tokens import check_input
+        check_input(args.input, "INPUT", "input file")
+        check_output(Path(args.output), Path(args.input), Path(args.input).stem)
+        tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
+                                   progress=not args.json)
+        saved = save_beside(tokenizer, args.output)
+    try:
+        result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
+                               progress=not args.json, tokenizer=tokenizer, text_column=args.text_column)
+    except PermissionError as error:
+        raise TrainledgerError(f"cannot access {error.filename}: permission denied (INPUT / OUTPUT.tokens)") from None
+    except OSError as error:
+        raise TrainledgerError(f"cannot write {args.output}: {error.strerror or error} (OUTPUT.tokens)") from None
+    result["tokenizer_path"] = str(saved) if saved else (None if args.tokenizer in (None, "bytes") else args.tokenizer)
+    import sys
+    for warning in result["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         common.print_json(result)
         return 0
     rate = result["tokens_per_s"]
     rows = [
-        ["input", result["input_path"]],
+        ["input", result["input_path"] + (f" ({result['n_documents']:,} documents)" if result["n_documents"] else "")],
         ["output", result["path"]],
+        ["tokenizer", f"{result['tokenizer']} (vocabulary {result['vocab_size']:,}, sha256 {result['tokenizer_sha256'][:12]}…)"
+         + (f" saved as {saved}" if saved else "")],
         ["tokens", f"{result['n_tokens']:,}" + (f" ({units.format_count(result['n_tokens'])})"
                                                  if result["n_tokens"] >= 1000 else "")],
+        ["input bytes per token", f"{result['input_bytes'] / result['n_tokens']:.2f}"],
         ["dtype", result["dtype"]],
         ["input bytes", units.format_bytes(result["input_bytes"])],
-        ["output bytes", f"{units.format_bytes(result['output_bytes'])} (64 B header + tokens)"],
+        ["output bytes", f"{units.format_bytes(result['output_bytes'])} (128 B header + tokens)"],
         ["time", units.format_seconds(result["seconds"])],
-        ["tokens/s", units.format_count(rate) if rate else "—"],
+        ["throughput", (f"{units.format_count(rate)} tokens/s, {result['bytes_per_s'] / 1e6:.2f} MB/s" if rate else "—")],
     ]
-    common.console().print(common.table("Tokenized (byte-level, vocabulary 256)", ["", "value"], rows))
+    common.console().print(common.table("Tokenized", ["", "value"], rows))
     return 0

@@ -13,8 +13,10 @@ from trainledger.train.config import OPTIMIZERS as TRAIN_OPTIMIZERS, PRECISIONS 
 
 HELP = "train a model with live accounting (FLOP/s, MFU, memory), checkpoints, exact resume and DDP/FSDP"
 DESCRIPTION = """\
-Trains the Transformer LM on a token file (--data) or a text file (--text, byte-tokenized once into
-<out-dir>/data/), or the lecture's Cruncher regression (--model cruncher). With no arguments: the `tiny`
+Trains the Transformer LM on a token file (--data), a text file (--text) or a dataset (--dataset: .jsonl,
+.parquet, Arrow), tokenized once into <out-dir>/data/ with --tokenizer (bytes, a tokenizer.json or a .tiktoken
+file), or the lecture's Cruncher regression (--model cruncher). The model's vocabulary is the tokenizer's
+(--vocab-multiple pads it), and a token file of another vocabulary is refused. With no arguments: the `tiny`
 byte-level GPT on the Python standard library's own .py sources (a few MB, cached under the run dir),
 about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
 --model cruncher has defaults of its own: --steps 200, --seq-len 1, --lr 0.05, --min-lr 0.005, --warmup-steps 10,
@@ -44,6 +46,7 @@ adafactor and adam-8bit.
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
   trainledger train --text book.txt --steps 2000 --metrics m.jsonl
+  trainledger train --dataset docs.parquet --tokenizer tokenizer.json --vocab-multiple 64
   trainledger train --model cruncher --steps 100
   trainledger train --init-from hf/tiny-stdlib --text more.txt     # continue from exported / HF weights
   trainledger train --resume                                 # continue the default run
@@ -59,12 +62,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("what to train")
     g.add_argument("--model", help="preset name (`trainledger models`), a Hugging Face config.json path, or 'cruncher' "
                                    "for the lecture's regression (default: tiny)")
-    g.add_argument("--text", metavar="FILE", help="UTF-8 text file, byte-tokenized (vocabulary 256) and cached in <out-dir>/data/")
+    g.add_argument("--text", metavar="FILE", help="UTF-8 text file, tokenized once with --tokenizer (bytes unless "
+                                                  "given: vocabulary 256) and cached in <out-dir>/data/")
+    g.add_argument("--dataset", metavar="FILE", help=".jsonl, .parquet or Arrow (.arrow/.feather) file: the strings of "
+                                                     "--text-column, streamed, tokenized once and cached like --text")
+    g.add_argument("--text-column", metavar="NAME", help="the dataset's text column or JSON field (default: text)")
     g.add_argument("--data", metavar="TOKENS_FILE", help="token file: .tokens with header (`trainledger tokenize`) or a 1-D integer .npy")
+    g.add_argument("--tokenizer", metavar="bytes|FILE", help="'bytes', a tokenizer.json or a .tiktoken file; sets the "
+                                                             "model's vocabulary; unset: the one --data records, "
+                                                             "else bytes; copied to <out-dir>/tokenizer.json")
+    g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
+                   help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
+                        "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
     g.add_argument("--init-from", metavar="HF_DIR",
                    help="start from the weights of a local Hugging Face GPT-2 or Llama checkpoint (config.json + "
-                        "model.safetensors; pickled .bin files are refused); the model is its config.json, so leave "
-                        "--model out")
+                        "model.safetensors; pickled .bin files are refused); the model is its config.json (leave "
+                        "--model out) and the tokenizer its tokenizer.json when there is one")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
                                                         "batch_size, optionally under [train]); flags override it")
     g = parser.add_argument_group("optimization")
@@ -108,7 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-plot", dest="plot", action="store_false", default=None, help="do not write loss.png")
     g = parser.add_argument_group("execution")
     g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (the step time "
+                   "is then predicted for the compiled model)")
+    g.add_argument("--threads", type=common.positive_int, help="torch intra-op threads on CPU (torch.set_num_threads; "
+                   "default: one per core). On a machine shared with other work, 1 (or the free cores) avoids threads "
+                   "waiting for each other")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
     g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
@@ -184,6 +201,8 @@ def _model_from_init(values: dict) -> None:
         raise TrainledgerError(f"--init-from takes the model from {directory}/config.json; leave --model "
                                f"{values['model']!r} out")
     values["model"], values["init_from"] = resolved, resolved
+    if not values.get("tokenizer") and (directory / "tokenizer.json").is_file():
+        values["tokenizer"] = str((directory / "tokenizer.json").resolve())     # the checkpoint's own vocabulary
 
 
 def _map_batch_flags(values: dict) -> None:
@@ -241,7 +260,9 @@ def run(args) -> int:
         from trainledger.train.config import inherit
         saved = newest_config(config.resolved_checkpoint_dir())
         config = inherit(config, saved, given) if saved else config
-    import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
+    import torch  # (after argument checks: the help and bad flags stay fast)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.errors import TrainledgerError
@@ -272,6 +293,8 @@ def run(args) -> int:
             final = f"final loss {summary['final_loss']:.4f}" if summary.get("final_loss") is not None else ""
             held = f", held-out {summary['final_eval_loss']:.4f}" if summary.get("final_eval_loss") is not None else ""
             print(f"{done}: {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.1f} s; {final}{held}")
+            if summary.get("held_out"):
+                print(summary["held_out"])
             if summary.get("step_time"):
                 print(summary["step_time"]["text"])
             print(f"metrics: {summary['metrics']}  checkpoint: {summary['checkpoint']}"

@@ -1,8 +1,8 @@
-"""Calibration: this machine's matmul FLOP/s by shape, memory bandwidth by op size, SDPA rate and per-op overhead.
+"""Calibration: this machine's matmul FLOP/s by shape, memory bandwidth by op size, SDPA rate and per-op costs.
 
-    calibrate(device) -> profile dict          (the format of specs/calibration.py; a few seconds on a CPU)
+    calibrate(device) -> profile dict          (the format of specs/calibration.py, version 2; a few seconds)
     profile_path(device) -> Path               $XDG_CACHE_HOME/trainledger/calibration-<key>.json (~/.cache/...)
-    load_profile(path) -> dict | None          JSON only (never unpickled), validated; a bad file counts as absent
+    load_profile(path, device) -> dict | None  JSON only (never unpickled), validated with bounds; bad counts as absent
     save_profile(profile, path)                atomic: a temporary file in the same folder, then os.replace
     calibrated_device(device) -> GPUSpec       the cached profile, calibrating once on first use (a notice on stderr)
 
@@ -18,13 +18,19 @@ clock's resolution does not matter:
   measured here), and they run on the largest tensors (the 4·d_model hidden, the logits);
 - causal scaled_dot_product_attention forward and forward + backward (FLOPs as a flash kernel executes them:
   half the T×T square, backward 2.5 × the forward);
-- the per-op overhead: a chain of multiplications of 8-element tensors under autograd, forward and backward,
-  divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping: what every op costs beyond its
-  arithmetic); and per operator of our Transformer's KV-cache decoding step at a negligible size, in inference
-  mode (module calls, views and the cache's bookkeeping included), for account/inference.py.
+- the CPU cost of an op: a chain of multiplications of 8-element tensors under autograd, forward and backward,
+  divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping, the kernel launch), and the same
+  for a chain of views, which launch nothing (`host_op_seconds`); and per operator of our Transformer's KV-cache
+  decoding step at a negligible size, in inference mode (module calls, views and the cache's bookkeeping
+  included), for account/inference.py (`decode_op_overhead_seconds`).
+On CUDA (version 2) the two timelines are measured apart: the CPU costs by the wall clock (the kernels of 8
+elements finish long before the next launch), every kernel rate by CUDA events around calls queued behind a
+long `torch.cuda._sleep` kernel, so that the GPU runs them back to back however slowly the CPU launched them
+(the wall clock per call of version 1 measured the CPU's dispatch for small ops). The time a tiny kernel holds
+the GPU back to back (`kernel_overhead_seconds`) is measured the same way and taken out of the other rates.
 The profile is keyed by device, its name, the host, torch's version and its thread count: any change
-re-calibrates. Numbers measured on a busy machine are slower; run `trainledger bench --calibrate` on a quiet
-one to refresh the cache.
+re-calibrates. Numbers measured on a busy machine are slower: `bench --calibrate` refuses to save them without
+--force; calibrate with one thread (`--threads 1`) or on a quiet machine.
 """
 
 from __future__ import annotations
@@ -43,11 +49,11 @@ import torch
 from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
+from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
-from trainledger.specs.calibration import FORMAT, VERSION, calibrated_gpu, check_profile
+from trainledger.specs.calibration import FORMAT, VERSION, check_profile, gpu_from_profile, read_profile  # noqa: F401
 
 MIN_SAMPLE_SECONDS = 0.002
-DECODE_SAMPLES = 25   # decoding steps are ~1 ms: many short samples, so that one falls in an undisturbed stretch
 GRIDS = {   # (token rows m, output/reduction sizes n and k, largest FLOPs of one shape, dtypes)
     "cpu": ((32, 256, 2048, 8192), (32, 128, 512, 2048, 8192), 2.0 ** 31, ("fp32",)),
     "cuda": ((512, 2048, 8192, 16384), (128, 512, 2048, 8192, 16384), 2.0 ** 41, ("bf16", "fp32")),
@@ -84,12 +90,20 @@ def profile_path(device: str = "cpu") -> Path:
     return cache_dir() / f"calibration-{key}.json"
 
 
-def load_profile(path) -> dict | None:
-    """The profile stored at `path`, or None when it is missing, unreadable or invalid (then it is re-measured)."""
+def load_profile(path, device: str | None = None) -> dict | None:
+    """The profile stored at `path` (of `device`; by default the device a cache file is named for, as
+    profile_path names it), or None when it is missing, unreadable or invalid (then it is re-measured):
+    specs.calibration.read_profile, which never unpickles and bounds every figure."""
     try:
-        return check_profile(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, TrainledgerError):
+        return read_profile(path, device or cache_device(path))
+    except TrainledgerError:
         return None
+
+
+def cache_device(path) -> str | None:
+    """The device a cache file is for ("calibration-cpu-...json" -> "cpu"), None for another name."""
+    match = re.match(r"calibration-(cpu|cuda)-", Path(path).name)
+    return match.group(1) if match else None
 
 
 def save_profile(profile: dict, path) -> Path:
@@ -112,7 +126,12 @@ def calibrated_device(device: str = "cpu", *, log=None):
     _check_device(device)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     path = profile_path(device)
-    profile = load_profile(path)
+    profile = None
+    if path.exists():
+        try:
+            profile = read_profile(path, device)
+        except TrainledgerError as error:      # damaged, forged or out of bounds: named, then measured again
+            say(f"warning: {error}; measuring this machine again")
     if profile is None:
         say(f"calibrating this machine's {device} once (a few seconds; cached in {path}; "
             f"`trainledger bench --calibrate` to refresh)")
@@ -122,17 +141,9 @@ def calibrated_device(device: str = "cpu", *, log=None):
         else:
             say(f"warning: {busy_warning(profile)} (not cached: the next run measures again)")
     elif busy_warning(profile):
-        say(f"warning: the cached calibration {path}: {busy_warning(profile)}")
+        say(f"warning: the cached calibration {path}: {busy_warning(profile)}; re-run `trainledger bench "
+            "--calibrate` when the machine is quiet (or with --threads 1)")
     return gpu_from_profile(profile)
-
-
-def gpu_from_profile(profile: dict):
-    """The GPUSpec of a profile: a CPU's own; a CUDA device's datasheet entry with the measured tables."""
-    base = None
-    if profile["device"] == "cuda":
-        from trainledger.specs.hardware import gpu_for_device_name
-        base = gpu_for_device_name(profile["device_name"])
-    return calibrated_gpu(profile, base)
 
 
 def _check_device(device: str) -> None:
@@ -143,8 +154,14 @@ def _check_device(device: str) -> None:
 
 
 # --- measurements -------------------------------------------------------------------------------------------
-def seconds_per_call(fn, device: str, samples: int = 3) -> float:
-    """Seconds of one fn() call: one warm-up, then the fastest of `samples` samples of enough calls to last ≥ 2 ms."""
+def seconds_per_call(fn, device: str, samples: int = 3, kernels: int = 1) -> float:
+    """Seconds of one fn() call: one warm-up, then the fastest of `samples` samples of enough calls to last ≥ 2 ms.
+
+    On CUDA the device's time (gpu_seconds_per_call) less the fixed overhead of fn's `kernels` launches (what
+    account/ adds per kernel apart); elsewhere the wall clock."""
+    if device == "cuda" and gpu_timed():
+        total = gpu_seconds_per_call(fn, samples)
+        return max(total - kernels * kernel_overhead(), 0.1 * total)
     synchronize(device)
     start = time.perf_counter()
     fn()
@@ -160,6 +177,65 @@ def seconds_per_call(fn, device: str, samples: int = 3) -> float:
         synchronize(device)
         times.append((time.perf_counter() - start) / calls)
     return min(times)
+
+
+def gpu_timed() -> bool:
+    """Whether kernels can be timed behind a full queue here (torch.cuda._sleep, in every CUDA build of torch)."""
+    return hasattr(torch.cuda, "_sleep")
+
+
+def gpu_seconds_per_call(fn, samples: int = 3, max_calls: int = 512) -> float:
+    """Device seconds of one fn() call on CUDA: CUDA events around calls queued behind a torch.cuda._sleep kernel,
+    so that they run back to back on the GPU however long the CPU took to launch them (a sample is redone with
+    a longer sleep when the launches outlasted it); the fastest of `samples`, each of enough calls for ≥ 2 ms."""
+    fn()
+    torch.cuda.synchronize()
+    calls, sleep_s, times = 1, 0.005, []
+    while len(times) < samples:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(sleep_s * _sleep_cycles_per_s()))
+        start.record()
+        launch = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        launch = time.perf_counter() - launch
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1000
+        if launch > 0.8 * sleep_s and sleep_s < 1.0:        # the GPU may have waited for a launch: sleep longer
+            sleep_s *= 2
+            continue
+        if seconds < MIN_SAMPLE_SECONDS and calls < max_calls:
+            calls = min(max_calls, 2 * calls)
+            continue
+        times.append(seconds / calls)
+    return min(times)
+
+
+_SLEEP = {}
+
+
+def _sleep_cycles_per_s() -> float:
+    """Cycles of torch.cuda._sleep per second on this GPU (measured once by CUDA events)."""
+    if "rate" not in _SLEEP:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        _SLEEP["rate"] = 10_000_000 / (start.elapsed_time(end) / 1000)
+    return _SLEEP["rate"]
+
+
+def kernel_overhead() -> float:
+    """Device seconds a tiny kernel holds the GPU back to back (an add of 8 elements; cached): its launch, ramp and
+    tail, the fixed term of every kernel (account/ adds it per launch)."""
+    if "kernel" not in _SLEEP:
+        a = torch.ones(8, device="cuda")
+        c = torch.empty_like(a)
+        _SLEEP["kernel"] = gpu_seconds_per_call(lambda: torch.add(a, a, out=c), samples=5)
+    return _SLEEP["kernel"]
 
 
 def matmul_rates(device: str, dtype: str, progress=None) -> list[list[float]]:
@@ -213,8 +289,9 @@ def elementwise_rates(device: str) -> dict:
 
 def cross_entropy_rates(device: str, vocab: int = 8192) -> dict:
     """The fp32 loss over the vocabulary (F.cross_entropy: log-softmax's exp and log are arithmetic, not streams)
-    as account/kernels.py counts it: "cross_entropy" 8 bytes per logit in 3 ops, "cross_entropy_backward" 16
-    bytes per logit in 3 ops; [[bytes per op, bytes/s], ...] at 3 sizes."""
+    as account/kernels.py counts it: "cross_entropy" 12 bytes per logit in 2 ops (log-softmax reads a row twice and
+    writes it; NLL), "cross_entropy_backward" 20 bytes per logit in 3 ops (NLL's zeros and scatter, log-softmax's
+    backward); [[bytes per op, bytes/s], ...] at 3 sizes."""
     out = {"cross_entropy": [], "cross_entropy_backward": []}
     for op_bytes in MEMORY_OP_BYTES[device][1::2] or MEMORY_OP_BYTES[device]:
         width = min(vocab, max(op_bytes // 4, 1))
@@ -222,23 +299,36 @@ def cross_entropy_rates(device: str, vocab: int = 8192) -> dict:
         logits = torch.randn(rows, width, device=device, requires_grad=True)
         targets = torch.randint(0, width, (rows,), device=device)
         with torch.no_grad():
-            fwd = seconds_per_call(lambda: torch.nn.functional.cross_entropy(logits, targets), device)
+            fwd = seconds_per_call(lambda: torch.nn.functional.cross_entropy(logits, targets), device, kernels=2)
         loss = torch.nn.functional.cross_entropy(logits, targets)
-        bwd = seconds_per_call(lambda: torch.autograd.grad(loss, logits, retain_graph=True), device)
+        bwd = seconds_per_call(lambda: torch.autograd.grad(loss, logits, retain_graph=True), device, kernels=3)
         n = rows * width
-        out["cross_entropy"].append([8 * n / 3, 8 * n / fwd])
-        out["cross_entropy_backward"].append([16 * n / 3, 16 * n / bwd])
+        out["cross_entropy"].append([12 * n / 2, 12 * n / fwd])
+        out["cross_entropy_backward"].append([20 * n / 3, 20 * n / bwd])
     return out
 
 
 def attention_rates(device: str) -> dict:
-    """Causal SDPA rates by sequence length: forward and backward FLOP/s, FLOPs as a flash kernel executes them."""
+    """Causal SDPA rates by sequence length: forward and backward FLOP/s, FLOPs as a flash kernel executes them.
+
+    On CUDA at head sizes 64 and 128 with 16,384 tokens per call and heads × head size = 2048 (the setting of the
+    FlashAttention-3 paper's benchmark: enough blocks to fill the GPU at every length); on a CPU one small batch."""
     dtype, heads, head_dim, lengths = ATTENTION[device]
+    if device == "cuda":
+        first, *others = (_attention_points(device, dtype, 2048 // hd, hd, lengths, 16384) for hd in (128, 64))
+        return {"dtype": dtype, "head_dim": 128, "heads": 2048 // 128, "points": first, "tokens": 16384,
+                "other_head_dims": [{"head_dim": 64, "points": p} for p in others]}
+    return {"dtype": dtype, "head_dim": head_dim, "heads": heads,
+            "points": _attention_points(device, dtype, heads, head_dim, lengths, None)}
+
+
+def _attention_points(device: str, dtype: str, heads: int, head_dim: int, lengths, tokens: int | None) -> list:
     points = []
     for seq_len in lengths:
-        q, k, v = (torch.randn(1, heads, seq_len, head_dim, device=device, dtype=DTYPES[dtype], requires_grad=True)
+        batch = max(1, tokens // seq_len) if tokens else 1
+        q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=DTYPES[dtype], requires_grad=True)
                    for _ in range(3))
-        grad = torch.randn(1, heads, seq_len, head_dim, device=device, dtype=DTYPES[dtype])
+        grad = torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=DTYPES[dtype])
 
         def forward():
             with torch.no_grad():
@@ -251,9 +341,9 @@ def attention_rates(device: str) -> dict:
 
         fwd = seconds_per_call(forward, device)
         bwd = seconds_per_call(backward, device)
-        flops = 2 * 2 * heads * seq_len * seq_len * head_dim / 2      # QKᵀ and A·V, half the square (causal)
+        flops = batch * 2 * 2 * heads * seq_len * seq_len * head_dim / 2   # QKᵀ and A·V, half the square (causal)
         points.append([seq_len, flops / fwd, FLASH_BACKWARD_FLOPS_RATIO * flops / bwd])
-    return {"dtype": dtype, "head_dim": head_dim, "heads": heads, "points": points}
+    return points
 
 
 def op_overhead_seconds(device: str, chain: int = 200) -> float:
@@ -267,50 +357,72 @@ def op_overhead_seconds(device: str, chain: int = 200) -> float:
             y = y * 1.0001
         y.sum().backward()
 
-    return seconds_per_call(run, device, samples=5) / (2 * chain + 2)
+    return _wall_seconds_per_call(run, device) / (2 * chain + 2)
 
 
-def decode_op_overhead_seconds(device: str) -> float:
-    """Seconds per dispatched operator of a KV-cache decoding step of our Transformer, at sizes where arithmetic is
-    negligible (d_model 8, 2 layers): the Python calls, dispatcher and allocator work every operator costs in eager
-    inference, beyond the tight chain of op_overhead_seconds. The mean of a GPT-2-style and a Llama-style model
-    (LayerNorm/GELU/learned positions vs RMSNorm/SwiGLU/RoPE/grouped-query attention: their mixes of module calls
-    and plain ops differ), each the fastest sample of steps at a fixed position, over the operators it dispatches
-    (a TorchDispatchMode count)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+def host_op_seconds(device: str, launching_op_seconds: float, chain: int = 200) -> float:
+    """CPU seconds of an op that launches nothing: a chain of views of an 8-element tensor under autograd, forward
+    and backward (2·chain ops; the sum, its backward and the gradient's accumulation, three launching ops at
+    `launching_op_seconds` each, are taken out)."""
+    x = torch.ones(8, device=device, requires_grad=True)
 
-    from trainledger.models.kv_cache import KVCache
-    from trainledger.models.transformer import Transformer
-    from trainledger.specs.model import TransformerSpec
+    def run():
+        y = x
+        for i in range(chain):
+            y = y.view(8) if i % 2 else y.view(2, 4)
+        y.sum().backward()
 
-    class Count(TorchDispatchMode):
-        ops = 0
+    return max(_wall_seconds_per_call(run, device) - 3 * launching_op_seconds, 0.0) / (2 * chain)
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += 1
-            return func(*args, **(kwargs or {}))
 
-    small = dict(vocab_size=16, d_model=8, n_layers=2, n_heads=2, d_ff=16, max_seq_len=64)
-    specs = (TransformerSpec(name="gpt2-like", position="learned", norm="layernorm", norm_bias=True, mlp="gelu",
-                             qkv_bias=True, attn_out_bias=True, mlp_bias=True, tied_embeddings=True, **small),
-             TransformerSpec(name="llama-like", n_kv_heads=1, **small))
-    per_op = []
-    torch.manual_seed(0)
-    for spec in specs:
-        model = Transformer(spec, device=device).eval()
-        with torch.inference_mode():
-            cache = KVCache(spec, 1, 32, device=device)
-            model.forward_cached(torch.zeros(1, 16, dtype=torch.long, device=device), cache)
-            token = torch.zeros(1, 1, dtype=torch.long, device=device)
+def launch_seconds(device: str) -> float:
+    """CPU seconds of a call that launches one kernel without autograd (a no-grad add of 8 elements): what a
+    compiled graph's wrapper pays per kernel."""
+    a = torch.ones(8, device=device)
+    c = torch.empty_like(a)
+    with torch.no_grad():
+        return _wall_seconds_per_call(lambda: torch.add(a, a, out=c), device)
 
-            def step():
-                cache.length = 16                  # the same position every time: the same work
-                model.forward_cached(token, cache)
-            counter = Count()
-            with counter:
-                step()
-            per_op.append(seconds_per_call(step, device, samples=DECODE_SAMPLES) / counter.ops)
-    return sum(per_op) / len(per_op)
+
+def optimizer_tensor_seconds(device: str, op_seconds: float, host_seconds: float, n: int = 256) -> float:
+    """CPU seconds per parameter tensor of trainledger's AdamW step with clipping and zero_grad, beyond the ops
+    account/ counts for it: n tensors of 8 elements, wall clock per step, less the foreach calls (one launch per
+    call on a GPU, one per tensor and call on a CPU) and 3 view-like ops per tensor, divided by n."""
+    from trainledger.optim import build_optimizer, clip_grad_norm_
+    params = [torch.zeros(8, device=device, requires_grad=True) for _ in range(n)]
+    opt = build_optimizer("adamw", params, lr=1e-3)
+
+    def step():
+        for p in params:
+            p.grad = torch.ones_like(p)
+        clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    grads = n * op_seconds                                 # the ones_like above: not part of a training step
+    calls = 11 * (n if device == "cpu" else 1)             # clip's norm and scale, AdamW's step count and 8 passes
+    counted = grads + calls * op_seconds + 3 * n * host_seconds
+    return max(_wall_seconds_per_call(step, device) - counted, 0.0) / n
+
+
+def _wall_seconds_per_call(fn, device: str) -> float:
+    """The fastest of 5 wall-clock samples (the CPU's time: tiny tensors finish on the device before the next
+    launch), each ≥ 2 ms."""
+    fn()
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    calls = max(1, int(MIN_SAMPLE_SECONDS / max(time.perf_counter() - start, 1e-7)))
+    times = []
+    for _ in range(5):
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        synchronize(device)
+        times.append((time.perf_counter() - start) / calls)
+    return min(times)
 
 
 def _memory_bytes(device: str) -> float:
@@ -327,6 +439,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     """Measures this machine's `device` and returns its profile (specs/calibration.py's format). A few seconds."""
     _check_device(device)
     started = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # others' load, before ours adds to it
     torch.manual_seed(0)
     dtypes = GRIDS[device][3]
     gemm, peaks, sources = {}, {}, []
@@ -339,6 +452,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         best = max(row[3] for row in gemm[dtype])
         peaks[dtype] = peak if peak else best
         sources.append(f"{dtype} {source}" if peak else f"{dtype}: no stated peak, the best measured rate")
+    op_seconds = op_overhead_seconds(device)
     profile = {
         "format": FORMAT, "version": VERSION, "device": device, "device_name": device_name(device),
         "host": platform.node(), "torch_version": torch.__version__,
@@ -346,20 +460,31 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "peak_flops_per_s": peaks, "peak_source": "; ".join(sources), "gemm": gemm,
         "memory": memory_rates(device), "elementwise": elementwise_rates(device), "attention": attention_rates(device),
-        "op_overhead_seconds": op_overhead_seconds(device), "memory_bytes": _memory_bytes(device),
-        "decode_op_overhead_seconds": decode_op_overhead_seconds(device),
+        "op_overhead_seconds": op_seconds, "memory_bytes": _memory_bytes(device),
+        "decode_op_overhead_seconds": decode_op_overhead_seconds(device, seconds_per_call),
     }
+    host = host_op_seconds(device, op_seconds)
+    if host > 0:
+        profile["host_op_seconds"] = host
+    profile["launch_seconds"] = launch_seconds(device)
+    python = optimizer_tensor_seconds(device, op_seconds, host or 0.0)
+    if python > 0:
+        profile["optimizer_tensor_seconds"] = python
+    if device == "cuda" and gpu_timed():
+        profile.update(gpu_timed=True, kernel_overhead_seconds=kernel_overhead())
     profile["calibration_seconds"] = time.perf_counter() - started
-    profile["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    profile["load_average"] = load
     profile["cpu_count"] = os.cpu_count()
     return check_profile(profile)
 
 
 def busy_warning(profile: dict) -> str | None:
-    """A warning when other processes kept the machine busy during calibration (1-minute load average above half
-    the CPUs): the rates then understate it, and a thread descheduled inside a parallel op stalls the others."""
+    """A warning when other processes kept the machine busy during calibration: the 1-minute load average when it
+    started left fewer free CPUs than its threads (one on CUDA, for the CPU side); the rates then understate the
+    machine, and a thread descheduled inside a parallel op stalls the others."""
     load, cpus = profile.get("load_average"), profile.get("cpu_count") or 1
-    if load is None or load <= cpus / 2:
+    threads = profile.get("threads") or 1
+    if load is None or load <= max(cpus - threads, cpus / 2):
         return None
     return (f"the machine was busy while calibrating (load average {load:.1f} on {cpus} CPUs): the measured rates "
-            "understate it; re-run `trainledger bench --calibrate` when it is quiet")
+            "understate it")

@@ -19,12 +19,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainledger.errors import TrainledgerError, first_line
 from trainledger.measure.flops import count_step_flops
-from trainledger.measure.memory import storage_bytes, track_step
+from trainledger.measure.memory import storage_bytes
 from trainledger.measure.timing import DTYPES as _TORCH_DTYPES
 
 DEVICES = ("fake", "meta", "cpu", "cuda")
 KEYS = ("n_params", "forward_flops_per_step", "train_flops_per_step", "hardware_flops_per_step", "params_bytes",
-        "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes")
+        "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes",
+        "later_step_peak_bytes", "reserved_bytes")
+
 
 
 def optimizer_class(name: str, torch_only: bool = False):
@@ -110,11 +112,9 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
 
     hf_impl (an account.hf_activations.HfImpl): the activations (and so the peak) of transformers' model.
     """
-    from trainledger.account.activations import step_peak_bytes
     from trainledger.account.flops import flops_per_step
-    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.memory import cuda_reserve_bytes, memory_per_gpu
     from trainledger.account.params import param_counts
-    from trainledger.specs.recipes import get_optimizer
 
     flops = flops_per_step(spec, batch_size, seq_len, recompute=recompute)
     if hf_impl is not None:
@@ -130,12 +130,12 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
                  "hardware_flops_per_step": flops["hardware_flops_per_step"]}
     for key in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes"):
         predicted[key] = memory[key]
-    n_states = get_optimizer(optimizer).n_states
-    # trainledger.optim's foreach steps: Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary, SGD none
-    temporaries = 0 if optimizer in ("sgd", "momentum") else None
-    predicted["peak_bytes"] = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision,
-                                              recompute=recompute, optimizer_states=n_states,
-                                              optimizer_temporaries=temporaries)["total"]
+    # account.memory's step peaks (trainledger.optim's foreach steps: one state-sized temporary, SGD none)
+    predicted["peak_bytes"] = memory["first_step_peak_bytes"]
+    predicted["later_step_peak_bytes"] = memory["peak_bytes"]
+    # what the CUDA caching allocator reserves: the peak + its cache + the cuBLAS workspaces (no context: not PyTorch's)
+    reserve = cuda_reserve_bytes(memory["peak_bytes"], context=False)
+    predicted["reserved_bytes"] = memory["peak_bytes"] + reserve["total"]
     return predicted
 
 
@@ -196,18 +196,12 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
             opt = MasterWeights(model.parameters(), cls, **defaults)
         else:
             opt = cls(model.parameters(), **defaults)
-        report = track_step(model, batch, opt, loss_fn=loss_fn, autocast_dtype=autocast_dtype, count_flops=True)
+        report, later, replayed = _two_steps(model, batch, opt, device, loss_fn=loss_fn, autocast_dtype=autocast_dtype)
         if recompute == "none" or "forward_flops_per_step" not in measured:
             measured["forward_flops_per_step"] = report.forward_flops
             measured["train_flops_per_step"] = report.forward_flops + report.backward_flops
         measured["hardware_flops_per_step"] = report.forward_flops + report.backward_flops
-        masters = storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0
-        measured.update(params_bytes=report.params_bytes, grads_bytes=report.grads_bytes,
-                        master_params_bytes=masters, optimizer_bytes=report.optimizer_bytes,
-                        activations_bytes=report.activations_bytes,
-                        peak_bytes=report.peak_bytes - report.inputs_bytes + masters)
-        if device == "cuda":
-            measured["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        measured.update(_memory_rows(report, later, opt, device, replayed))
     predicted = predict(spec, batch_size, seq_len, recipe.name, optimizer, recompute, flash=device != "meta")
     relative_error = {k: (predicted[k] - measured[k]) / measured[k] if measured.get(k) else
                       (0.0 if predicted.get(k) == measured.get(k) else None) for k in KEYS}
@@ -217,16 +211,55 @@ def measure_model(spec, batch_size: int = 1, seq_len: int | None = None, *, prec
                          "optimizer": optimizer, "recompute": recompute, "device": device,
                          "optimizer_impl": optimizer_source},
             "details": {"peak_phase": report.peak_phase, "peak_module": report.peak_module,
-                        "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
-                        "activations_by_module": report.activations_by_module},
-            "notes": notes}
+                        "later_step_peak_phase": later.peak_phase, "phase_peak_bytes": report.phase_peak_bytes,
+                        "saved_bytes": report.saved_bytes, "activations_by_module": report.activations_by_module,
+                        "allocator_replay": replayed},
+            "notes": notes + [_reserved_note(device)]}
+
+
+def _two_steps(model, batch, opt, device: str, **kwargs):
+    """(first step's MemoryReport, a later step's, the allocator replay of both) of a model and its optimizer."""
+    from trainledger.measure.memory import two_steps
+    return two_steps(model, batch, opt, device, extra_storages=opt.masters if isinstance(opt, MasterWeights) else (),
+                     **kwargs)
+
+
+def _memory_rows(report, later, opt, device: str, replayed: dict) -> dict:
+    from trainledger.measure.memory import memory_rows
+    return memory_rows(report, later, storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0, device,
+                       replayed)
+
+
+def _reserved_note(device: str) -> str:
+    from trainledger.measure.memory import reserved_note
+    return reserved_note(device)
 
 
 def _check_memory_first(spec, batch_size, seq_len, precision, optimizer, recompute, device) -> None:
-    """Before a real step allocates anything: its predicted peak must fit in the RAM / GPU memory left (measure.resources)."""
-    if device in ("cpu", "cuda"):
+    """Before a real step allocates anything: the predicted peak of its later step must fit in the RAM left
+    (measure.resources) or in the GPU's free memory with the caching allocator's reserve (measure.device_memory)."""
+    if device == "cpu":
         from trainledger.measure.resources import check_fits
-        check_fits(predict(spec, batch_size, seq_len, precision, optimizer, recompute)["peak_bytes"], device)
+        check_fits(predict(spec, batch_size, seq_len, precision, optimizer, recompute)["later_step_peak_bytes"], device)
+    elif device == "cuda":
+        _context(device)            # no CUDA here: the usual one-line error first
+        check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                         recompute=recompute, what="one measured training step")
+
+
+def check_gpu_memory(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
+                     recompute: str = "none", **kwargs) -> dict | None:
+    """The pre-check of `train`, `profile` and `measure` before they allocate on a GPU: measure.device_memory's
+    check_before_run, with the replay of this step's allocations on fake tensors for trainledger's Transformer
+    (asked only when the analytic margin decides nothing). kwargs: what, flag, hint, sharding, mem_get_info."""
+    from trainledger.measure.device_memory import check_before_run
+    replay = None
+    if getattr(spec, "kind", None) == "transformer":
+        def replay(batch):
+            return measure_model(spec, batch, seq_len, precision=precision, optimizer=optimizer, recompute=recompute,
+                                 device="fake")["measured"]["reserved_bytes"]
+    return check_before_run(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                            optimizer=optimizer, recompute=recompute, replay=replay, **kwargs)
 
 
 def _count(model, batch, loss_fn, autocast_dtype, device):
@@ -246,15 +279,13 @@ def _measure_module(build, optimizer: str, device: str, autocast_dtype=None) -> 
     with _context(device):
         model, inputs, loss_fn = build()
         model.train()
-        report = track_step(model, inputs, cls(model.parameters(), **defaults), loss_fn=loss_fn,
-                            autocast_dtype=autocast_dtype, count_flops=True)
+        opt = cls(model.parameters(), **defaults)
+        report, later, replayed = _two_steps(model, inputs, opt, device, loss_fn=loss_fn, autocast_dtype=autocast_dtype)
         n_params = sum(p.numel() for p in model.parameters())
     return {"n_params": n_params, "forward_flops_per_step": report.forward_flops,
             "train_flops_per_step": report.forward_flops + report.backward_flops,
             "hardware_flops_per_step": report.forward_flops + report.backward_flops,
-            "params_bytes": report.params_bytes, "grads_bytes": report.grads_bytes, "master_params_bytes": 0,
-            "optimizer_bytes": report.optimizer_bytes, "activations_bytes": report.activations_bytes,
-            "peak_bytes": report.peak_bytes - report.inputs_bytes, "optimizer_impl": source,
+            **_memory_rows(report, later, opt, device, replayed), "optimizer_impl": source,
             "peak_phase": report.peak_phase}
 
 
@@ -375,17 +406,13 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
         idx = torch.randint(0, spec.vocab_size, (batch_size, seq_len), device=dev)
         opt = MasterWeights(model.parameters(), cls, **defaults) if recipe.master_params_bytes_per_param \
             else cls(model.parameters(), **defaults)
-        report = track_step(model, (idx,), opt, loss_fn=lambda m, b: m(input_ids=b[0], labels=b[0]).loss,
-                            autocast_dtype=autocast_dtype, count_flops=True)
-        masters = storage_bytes(opt.masters) if isinstance(opt, MasterWeights) else 0
+        report, later, replayed = _two_steps(model, (idx,), opt, device, autocast_dtype=autocast_dtype,
+                                             loss_fn=lambda m, b: m(input_ids=b[0], labels=b[0]).loss)
         measured = {"n_params": sum(p.numel() for p in model.parameters()),
                     "forward_flops_per_step": report.forward_flops,
                     "train_flops_per_step": report.forward_flops + report.backward_flops,
                     "hardware_flops_per_step": report.forward_flops + report.backward_flops,
-                    "params_bytes": report.params_bytes, "grads_bytes": report.grads_bytes,
-                    "master_params_bytes": masters, "optimizer_bytes": report.optimizer_bytes,
-                    "activations_bytes": report.activations_bytes,
-                    "peak_bytes": report.peak_bytes - report.inputs_bytes + masters}
+                    **_memory_rows(report, later, opt, device, replayed)}
         ran_attn = getattr(model.config, "_attn_implementation", impl.attn_impl)
     predicted = predict(spec, batch_size, seq_len, recipe.name, optimizer, "none", hf_impl=impl)
     relative_error = {k: (predicted[k] - measured[k]) / measured[k] if measured.get(k) else
@@ -407,8 +434,9 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                          "optimizer_impl": optimizer_source},
             "details": {"peak_phase": report.peak_phase, "peak_module": report.peak_module,
                         "phase_peak_bytes": report.phase_peak_bytes, "saved_bytes": report.saved_bytes,
-                        "activations_by_module": report.activations_by_module, "transformers_attn_impl": ran_attn},
-            "notes": notes}
+                        "activations_by_module": report.activations_by_module, "transformers_attn_impl": ran_attn,
+                        "allocator_replay": replayed},
+            "notes": notes + [_reserved_note(device)]}
 
 
 class GroupedMmShapes(TorchDispatchMode):

@@ -16,6 +16,9 @@ Categories, as DESIGN.md names them:
   `torch.autograd.graph.saved_tensors_hooks` that the forward created (0 inside checkpointed regions,
   whose own hooks take precedence);
 - temporaries: everything else (peak minus the rest at the moment of the peak).
+
+With an `events` list, the tracker also logs each allocation and free in program order — ("alloc", tag, nbytes),
+("free", tag) — which measure.allocator replays through a model of PyTorch's CUDA caching allocator.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ def storage_bytes(tensors) -> int:
 class LiveTracker(TorchDispatchMode):
     """Live bytes of storages created while active; `peak_bytes` with the phase and module where it happened."""
 
-    def __init__(self):
+    def __init__(self, events: list | None = None):
         super().__init__()
+        self.events = events                       # shared allocation log (see the module docstring), or None
         self.live_bytes = 0
         self.peak_bytes = 0
         self.peak_phase = ""
@@ -81,6 +85,8 @@ class LiveTracker(TorchDispatchMode):
             nbytes = st.nbytes()
             ref = weakref.ref(st, self._freed_callback(key))
             self._info[key] = [nbytes, self.phase, self._current_module(), ref]
+            if self.events is not None:
+                self.events.append(("alloc", key, nbytes))
             self.live_bytes += nbytes
             if self.live_bytes > self.phase_peak.get(self.phase, 0):
                 self.phase_peak[self.phase] = self.live_bytes
@@ -94,6 +100,8 @@ class LiveTracker(TorchDispatchMode):
             owner = tracker()
             if owner is not None and key in owner._info:
                 owner.live_bytes -= owner._info.pop(key)[0]
+                if owner.events is not None:
+                    owner.events.append(("free", key))
         return freed
 
     def live(self, phase: str | None = None) -> list[tuple[object, int, str]]:
@@ -136,7 +144,7 @@ def _default_loss(model, batch):
 
 def track_step(model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer | None = None, *,
                loss_fn=None, autocast_dtype: torch.dtype | None = None, grad_scaler=None,
-               count_flops: bool = False) -> MemoryReport:
+               count_flops: bool = False, tracker: LiveTracker | None = None) -> MemoryReport:
     """MemoryReport of one step: loss = loss_fn(model, batch); loss.backward(); optimizer.step(); zero_grad.
 
     `batch` is a tuple of model inputs (our Transformer: (idx, targets) -> (logits, loss)); `loss_fn`
@@ -144,6 +152,7 @@ def track_step(model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer |
     torch.autocast (AMP). Peak = bytes present before the step (params, inputs, any existing grads and
     optimizer state) + the highest live total of storages created during the step.
     count_flops=True also counts forward and backward FLOPs (measure.flops) in the same step.
+    `tracker`: a fresh LiveTracker the caller keeps (to read its allocation log after the step); default a new one.
     """
     from contextlib import nullcontext
 
@@ -156,7 +165,7 @@ def track_step(model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer |
     if optimizer is not None:
         existing += storage_bytes(tree_flatten(list(optimizer.state.values()))[0])
     saved: dict[int, object] = {}
-    tracker = LiveTracker()
+    tracker = tracker if tracker is not None else LiveTracker()
 
     def pack(t):
         st = t.untyped_storage() if t.layout == torch.strided else None
@@ -214,3 +223,68 @@ def track_step(model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer |
 def _is_fake(t) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
     return isinstance(t, FakeTensor)
+
+
+def track_steps(model: torch.nn.Module, batch, optimizer, *, steps: int = 2, extra_storages=(),
+                workspace_bytes: int = 0, capacity_bytes: float = float("inf"), **kwargs) -> tuple[list, dict]:
+    """([MemoryReport of each of `steps` training steps], what the CUDA caching allocator reserves for them).
+
+    The first step creates the optimizer states; later steps hold them through forward and backward, so their
+    peak is higher: the steady state of a training run. The allocation log of all steps, after the storages
+    that exist before them (parameters and buffers in module order, `extra_storages` such as fp32 master
+    weights, the batch, and two cuBLAS workspaces of `workspace_bytes`: one per thread that runs matmuls, the
+    forward's and autograd's), is replayed by measure.allocator.replay on a device of `capacity_bytes`.
+    kwargs go to track_step (loss_fn, autocast_dtype, count_flops for the first step, ...).
+    """
+    from trainledger.measure.allocator import replay
+
+    events: list = []
+    seen = set()
+    for i, st in enumerate(_storages(list(model.parameters()) + list(model.buffers()) + list(extra_storages)
+                                     + tree_flatten(batch)[0])):
+        if id(st) not in seen:
+            seen.add(id(st))
+            events.append(("alloc", ("before", i), st.nbytes()))
+    events += [("alloc", ("workspace", i), workspace_bytes) for i in range(2 if workspace_bytes else 0)]
+    trackers, reports = [], []
+    for step in range(steps):
+        trackers.append(LiveTracker(events))
+        step_kwargs = dict(kwargs) if step == 0 else {**kwargs, "count_flops": False}
+        reports.append(track_step(model, batch, optimizer, tracker=trackers[-1], **step_kwargs))
+    replayed = replay(events, capacity_bytes)
+    del trackers
+    return reports, replayed
+
+
+def two_steps(model, batch, opt, device: str, *, extra_storages=(), **kwargs) -> tuple:
+    """(first step's MemoryReport, a later step's, the allocator replay of both): track_steps with two steps, the
+    cuBLAS workspaces of a Hopper-class GPU (account.memory.CUBLAS_WORKSPACE_BYTES) and FLOPs counted in the first.
+    On CUDA the device's own peak statistics are reset first (memory_rows reads them)."""
+    from trainledger.account.memory import CUBLAS_WORKSPACE_BYTES
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    (report, later), replayed = track_steps(model, batch, opt, steps=2, extra_storages=extra_storages,
+                                            workspace_bytes=CUBLAS_WORKSPACE_BYTES, count_flops=True, **kwargs)
+    return report, later, replayed
+
+
+def memory_rows(report, later, masters_bytes: int, device: str, replayed: dict) -> dict:
+    """The measured memory rows of `measure`: the first step's parts and peak, a later step's peak (optimizer states
+    held throughout) and the bytes reserved: torch.cuda's on CUDA, else the caching allocator's replay."""
+    rows = dict(params_bytes=report.params_bytes, grads_bytes=report.grads_bytes, master_params_bytes=masters_bytes,
+                optimizer_bytes=report.optimizer_bytes, activations_bytes=report.activations_bytes,
+                peak_bytes=report.peak_bytes - report.inputs_bytes + masters_bytes,
+                later_step_peak_bytes=later.peak_bytes - later.inputs_bytes + masters_bytes,
+                reserved_bytes=replayed["peak_reserved_bytes"])
+    if device == "cuda":
+        rows["reserved_bytes"] = torch.cuda.max_memory_reserved()
+        rows["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    return rows
+
+
+def reserved_note(device: str) -> str:
+    """What the "reserved" row of `measure` is on `device`."""
+    if device == "cuda":
+        return "reserved: torch.cuda.max_memory_reserved() over both steps (the caching allocator's segments)"
+    return ("reserved: what PyTorch's CUDA caching allocator would reserve for these two steps, replayed from their "
+            "allocations (measure/allocator.py); a CUDA process also holds its context (~0.6 GiB)")

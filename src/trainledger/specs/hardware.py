@@ -36,6 +36,17 @@ class GPUSpec:
     # keyed by the kernel name of account/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
     elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
+    # How ops run (account/timeline.py): True on accelerators, where the CPU launches kernels ahead of the device
+    # and a step costs the longer of the two timelines; False on a calibrated CPU, where each op runs in turn.
+    async_launch: bool = True
+    kernel_overhead_seconds: float = 0.0          # device time a kernel holds beyond its arithmetic (launch, ramp, tail)
+    host_op_seconds: float = 0.0                  # CPU cost of an op that launches nothing (view); 0: a fraction of op_overhead
+    launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
+    optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
+    # share of the streaming bandwidth an elementwise kernel reaches by how it walks memory ("broadcast", "strided",
+    # "column_reduction": account.roofline Kernel.access); empty: every kernel streams
+    access_fractions: dict[str, float] = field(default_factory=dict)
+    unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
     # per operator of our Transformer's eager decoding step (a calibrated device: measure/calibrate.py); None: not
     # measured, account.inference uses op_overhead_seconds
     decode_op_overhead_seconds: float | None = None
@@ -99,6 +110,10 @@ class GPUSpec:
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
                 "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
+                "async_launch": self.async_launch, "kernel_overhead_seconds": self.kernel_overhead_seconds,
+                "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
+                "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
+                "access_fractions": dict(self.access_fractions),
                 "decode_op_overhead_seconds": self.decode_op_overhead_seconds,
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
@@ -152,8 +167,14 @@ H100_SXM = GPUSpec(
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
-    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
-    performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; specs/performance.py"
+    # PyTorch's SDPA runs cuDNN's flash kernel on H100 (the recorded PyTorch 2.11 traces): the default, listed first
+    attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100},
+    memory_bandwidth_fraction=perf.H100_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    performance_source="H100 whitepaper (132 SMs, SXM5); DGX H100: 8 GPUs on NVSwitch, one NDR NIC per GPU; STREAM "
+                       "bandwidth (Azure ND H100 v5); kernel overhead and unaligned GEMMs from a recorded H100 trace; "
+                       "specs/performance.py"
 )
 
 # The H100 of Meta's Grand Teton hosts, on which torchtitan's published benchmarks ran (pytorch/torchtitan
@@ -171,6 +192,9 @@ H100_HBM2E = GPUSpec(
            "H100 SXM datasheet, against which torchtitan states MFU",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
     attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    # the same GH100 die as h100-sxm: its per-kernel overhead, unaligned-GEMM rate and access-pattern fractions
+    kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS, unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION,
+    access_fractions=perf.H100_ACCESS_FRACTIONS,
     intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
     performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
                        "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
@@ -196,8 +220,9 @@ H200 = GPUSpec(
     memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H200_SXM_FP8},
-    memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION,
-    attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
+    memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100}, intra_node_link=perf.NVLINK4, inter_node_link=perf.IB_NDR,
     performance_source="H200 = the H100 SXM's GH100 compute (132 SMs, same peaks) with faster HBM3e: its bf16 matmul "
                        "and attention efficiencies are the H100 SXM measurements; fp8 matmuls and STREAM bandwidth "
                        "measured on H200 (Azure ND H200 v5); HGX H200: NVLink 4, 8 x 400 Gb/s NICs"

@@ -99,16 +99,29 @@ class AttentionEfficiency:
 
     `causal_ratio` (seq_len, causal / non-causal forward rate) when the source measured the causal kernel too
     (FLOPs counted as executed: half the T×T square); account/ applies the same ratio to the backward.
+    `head_dim` and `dtype`: what the points were measured at (a kernel's rate depends on the head size: a head of
+    64 does half the arithmetic per byte of one of 128); `other_head_dims`: the same kernel measured at other
+    head sizes (account/ takes the nearest, interpolating in log2 between two). The fractions are of `dtype`'s
+    peak: another dtype (fp32, which flash kernels do not run) falls back to the GEMM efficiency.
     """
 
     kernel: str
     points: tuple[tuple[int, float, float], ...]
     causal_ratio: tuple[tuple[int, float], ...] = ()
     source: str = ""
+    head_dim: int = 128
+    dtype: str = "bf16"
+    other_head_dims: tuple["AttentionEfficiency", ...] = ()
+
+    def at_head_dims(self) -> list["AttentionEfficiency"]:
+        """This table and its other head sizes, by head size."""
+        return sorted((self, *self.other_head_dims), key=lambda t: t.head_dim)
 
     def to_dict(self) -> dict:
         return {"kernel": self.kernel, "points": [list(p) for p in self.points],
-                "causal_ratio": [list(p) for p in self.causal_ratio], "source": self.source}
+                "causal_ratio": [list(p) for p in self.causal_ratio], "source": self.source,
+                "head_dim": self.head_dim, "dtype": self.dtype,
+                "other_head_dims": [t.to_dict() for t in self.other_head_dims]}
 
 
 # --- NCCL's latency model -------------------------------------------------------------------------------------
@@ -181,6 +194,11 @@ A100_MEMORY_FRACTION = 1355 / 1555
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, "HBM Bandwidth", A100-SXM4-80GB).
 A100_80GB_MEMORY_FRACTION = 1610 / 2039
 
+# H100 SXM 80GB: STREAM Copy 2.90 TB/s of the 3.35 TB/s datasheet (Mul 2.90, Add/Triad 2.97, Dot 3.18): 86.6%
+# (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md, "HBM Bandwidth", NVIDIA H100 80GB HBM3).
+# The recorded calibration of one H100 (tests/data/h100_2026_11_26) measured 2.92-3.00 TB/s for 256 MiB-1 GiB adds.
+H100_MEMORY_FRACTION = 2900 / 3350
+
 # H200 SXM: STREAM Copy 4.01 TB/s of the 4.8 TB/s datasheet (Add/Triad 4.15, Dot 4.48): 83.5%
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_H200_v5_results.md, "HBM Bandwidth", NVIDIA H200 141GB).
 H200_MEMORY_FRACTION = 4010 / 4800
@@ -225,17 +243,82 @@ _SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 _FA3_PAPER = "FlashAttention-3 paper (arXiv:2407.08608) Figs. 5-6, H100 SXM5, head dim 128, bf16"
 
 
-def _h100_table(kernel: str, fwd, bwd, fwd_causal) -> AttentionEfficiency:
+def _h100_table(kernel: str, fwd, bwd, fwd_causal, head_dim: int = 128, others=()) -> AttentionEfficiency:
+    source = _FA3_PAPER.replace("head dim 128", f"head dim {head_dim}")
     return AttentionEfficiency(kernel, tuple((s, f / 989.5, b / 989.5) for s, f, b in zip(_SEQ, fwd, bwd)),
-                               tuple((s, c / f) for s, c, f in zip(_SEQ, fwd_causal, fwd)), f"{_FA3_PAPER}: {kernel}")
+                               tuple((s, c / f) for s, c, f in zip(_SEQ, fwd_causal, fwd)), f"{source}: {kernel}",
+                               head_dim=head_dim, other_head_dims=tuple(others))
 
 
+# The same figures at head dim 64 (the head size of GPT-2 and Llama 3.2 1B), TFLOP/s by sequence length:
+#   FlashAttention-2 forward 282 306 318 321 322 324, causal 180 229 262 284 295 299, backward 198 238 264 279 287 291
+#   cuDNN            forward 335 373 395 408 412 413, causal 225 288 334 363 379 388, backward 266 348 395 417 432 433
+# Checked against the recorded H100 traces (tests/data/h100_2026_11_26, PyTorch 2.11 SDPA = cuDNN): causal forward
+# 277 TFLOP/s at 1024 (paper 288), 375 at 2048 (334); backward 266 at 1024, 343 at 2048.
 FA2_H100 = _h100_table("flash-attention-2", (309, 350, 362, 368, 370, 370), (214, 260, 291, 310, 318, 322),
-                       (191, 260, 298, 319, 333, 335))
+                       (191, 260, 298, 319, 333, 335),
+                       others=[_h100_table("flash-attention-2", (282, 306, 318, 321, 322, 324),
+                                           (198, 238, 264, 279, 287, 291), (180, 229, 262, 284, 295, 299), 64)])
 CUDNN_H100 = _h100_table("cudnn", (497, 574, 617, 609, 600, 595), (305, 408, 465, 499, 518, 516),
-                         (315, 410, 484, 518, 529, 539))
+                         (315, 410, 484, 518, 529, 539),
+                         others=[_h100_table("cudnn", (335, 373, 395, 408, 412, 413), (266, 348, 395, 417, 432, 433),
+                                             (225, 288, 334, 363, 379, 388), 64)])
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691), abstract and Sec. 4.1: 50-73% of the A100's peak across
 # its benchmark (sequence 512 ... 16k, head dim 64/128); coarse: the range spread from the shortest to the longest.
 FA2_A100 = AttentionEfficiency(
     "flash-attention-2", ((512, 0.50, 0.50), (16384, 0.73, 0.73)), (),
     "FlashAttention-2 paper (arXiv:2307.08691): 50-73% of A100 peak over sequence 512..16k (coarse: the range only)")
+
+# --- eager PyTorch on a GPU: what one kernel costs beyond its arithmetic ------------------------------------
+# Measured on one H100 SXM (PyTorch 2.11, CUDA 13, driver 580) in the recorded Kineto trace of gpt2 8 × 1024
+# amp-bf16 (tests/data/h100_2026_11_26/trace_gpt2.json.gz, the second profiled step, 1,172 GPU events): the
+# shortest kernel took 0.96 µs and consecutive kernels that were already queued started a median 1.54 µs after
+# the previous one ended (1.60 µs in the Llama 1B trace). A kernel therefore holds the GPU for about
+# 0.96 + 1.54 = 2.5 µs even when it does almost nothing: the latency term of the latency-bandwidth (Hockney)
+# model, t = overhead + bytes / bandwidth.
+H100_KERNEL_OVERHEAD_SECONDS = (0.96 + 1.54) * US
+# cuBLAS runs the Hopper tensor-core kernels (nvjet, CUTLASS sm90) only when the leading dimensions are
+# multiples of 16 bytes (8 elements of bf16/fp16): cuBLAS documentation, "Tensor Core Usage" (alignment of
+# lda/ldb/ldc and pointers), and NVIDIA's Matrix Multiplication Background User's Guide, "Tensor Core
+# Requirements". Otherwise it falls back to older kernels with 1-element loads. In the recorded gpt2 trace the
+# three LM-head GEMMs over the 50,257-token vocabulary ran as cutlass_75_tensorop_bf16_s1688gemm_*_align1:
+# 2·8192·768·50257 FLOPs each in 6.63, 4.29 and 4.50 ms, 123 TFLOP/s together: 12.4% of the dense bf16 peak,
+# where the aligned GEMMs of the same run reached 555-760 TFLOP/s (nanoGPT pads the vocabulary to 50,304 for
+# this reason).
+H100_UNALIGNED_GEMM_FRACTION = 3 * 2 * 8192 * 768 * 50257 / ((6634.5 + 4288.3 + 4503.1) * US) / 989.5e12
+# The CPU side of an eager op that launches a kernel (Python, dispatcher, autograd bookkeeping, the launch), for a
+# GPU known only by its datasheet: the reference host of the recorded H100 (a 16-vCPU VM; `bench --calibrate
+# --device cuda`, tests/data/h100_2026_11_26/calibration-cuda-h100.json: 17.6 µs per op, forward and backward
+# under autograd). A datasheet says nothing about the host: calibrate yours (`bench --calibrate --device cuda`).
+EAGER_OP_CPU_SECONDS = 17.64e-6
+EAGER_OP_CPU_SOURCE = ("the reference host of the recorded H100 (16-vCPU VM, PyTorch 2.11): 17.6 µs per launched op "
+                       "under autograd (tests/data/h100_2026_11_26); calibrate yours with `bench --calibrate`")
+# An eager op that launches nothing (a view, a transpose, autograd's hand-over of a first gradient to .grad, a
+# no-op .to()) still passes the dispatcher or the autograd engine. In the recorded traces (same files, both
+# profiled steps of both models) the median such op took 0.18-0.29 of the median op launching one kernel
+# (forward 5.5 / 30.8 µs and backward 6.3 / 21.6 µs for GPT-2, 4.0 / 14.8 and 5.9 / 21.9 µs for Llama 1B):
+# 0.27 (the median of the four). A calibration measures it directly (`host_op_seconds`).
+HOST_OP_FRACTION = 0.27
+# The CPU cost of one kernel launch from compiled code (Inductor's wrapper calls kernels directly: no dispatcher or
+# autograd per op): on the reference host, the shortest wall-clock time per call of a no-grad torch.add(out=)
+# loop, which the CPU's dispatch bounds (the recorded calibration's 4 MiB add: 5.75 µs per call, whose kernel
+# takes 1.4 µs at the measured bandwidth). A calibration measures it (`launch_seconds`).
+EAGER_LAUNCH_SECONDS = 5.75e-6
+# Our optimizers' Python around their foreach calls, per parameter tensor (lists of parameters, gradients and
+# states, the step counters' bias corrections, zero_grad's loop): in the recorded traces, the CPU time between
+# the profiled ops of the optimizer region (clipping, step, zero_grad) — Python, not inflated by the profiler's
+# per-op events — was 4.00 and 4.40 ms for GPT-2's 196 tensors and 2.80 ms for Llama 1B's 146 (its other step
+# was held up by a full launch queue): 20.4, 22.4 and 19.2 µs per tensor; 20.4 µs, the median. A calibration
+# measures it (`optimizer_tensor_seconds`).
+OPTIMIZER_TENSOR_SECONDS = 20.4e-6
+# How PyTorch's elementwise kernels walk memory sets their speed as much as the bytes do. In the recorded Llama 1B
+# trace (one layer, 16.8 M-element q of 2 bytes, tensors of the Llama-3.2-1B shapes at 4 × 2048 tokens), against
+# the 2.92 TB/s an add streams at (the recorded calibration, 256 MiB):
+# - "strided": RoPE's mul, neg, cat, mul, add on q and k, which are permuted (b, h, t, d) views of the Linear's
+#   output: TensorIterator's generic kernel computes a 4-D offset per element. 335 MB in 352 µs for q, 84 MB in
+#   87 µs for k: 0.95 TB/s, 0.33 of the stream;
+# - "broadcast": RMSNorm's x·rsqrt(var) and weight·normed, an operand broadcast over rows or columns: 134 MB in
+#   57.2-58.1 µs, 2.33 TB/s: 0.80;
+# - "column_reduction": sums over the tokens (bias and norm-weight gradients): Llama's norm weight 67 MB in 42.6 µs,
+#   GPT-2's LayerNorm weight and bias 50 MB in 46 µs, its MLP bias 50 MB in 34 µs: 1.09-1.57 TB/s, 0.44 (median).
+H100_ACCESS_FRACTIONS = {"strided": 0.33, "broadcast": 0.80, "column_reduction": 0.44}

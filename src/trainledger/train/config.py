@@ -27,7 +27,15 @@ class TrainConfig:
     model: str = "tiny"                 # preset name or config.json path; "cruncher" = the lecture's regression
     text: str | None = None             # UTF-8 text file, byte-tokenized into <out_dir>/data/
     data: str | None = None             # token file (.tokens with header, or 1-D .npy)
+    dataset: str | None = None          # .jsonl / .parquet / Arrow file: its text_column, tokenized into <out_dir>/data/
+    text_column: str = "text"           # the dataset's column (JSON field) of documents
+    tokenizer: str | None = None        # "bytes" or a tokenizer.json / .tiktoken path; None: the token file's, else bytes
     init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
+    vocab_multiple: int = 1             # the model's vocabulary padded up to a multiple of this (nanoGPT: 64)
+    # recorded by the trainer, not settings: the tokenizer trained with and the model's vocabulary
+    tokenizer_name: str | None = None
+    tokenizer_sha256: str | None = None
+    model_vocab_size: int | None = None
     steps: int = 600                    # optimizer steps
     batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
                                         # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
@@ -57,6 +65,7 @@ class TrainConfig:
     sp: bool = False                    # sequence parallelism on the TP ranks (--tp > 1)
     pp: int = 1                         # pipeline stages (1F1B); needs torchrun and --grad-accum >= pp
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
+    threads: int | None = None          # torch intra-op threads (torch.set_num_threads); None: torch's default
     plot: bool = True                   # write <out_dir>/loss.png at the end
 
     def resolved_checkpoint_dir(self) -> Path:
@@ -71,8 +80,14 @@ class TrainConfig:
 
 FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
-IDENTITY = ("model", "text", "data", "batch_size", "seq_len", "weight_decay", "optimizer", "precision", "seed",
-            "eval_fraction", "init_from")
+IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple", "batch_size", "seq_len",
+            "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from")
+# Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
+# may move; its identity (tokenizer_sha256) is what must not change (check_resume).
+INHERITED = ("tokenizer",)
+# Fields the trainer records; never read from flags or --config.
+RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size")
+DATA_SOURCES = ("text", "data", "dataset")
 # Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
 # changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
 RESUMABLE = ("lr", "min_lr", "warmup_steps", "grad_clip", "steps", "eval_every", "eval_batches",
@@ -102,9 +117,9 @@ def load_toml(path: str | Path) -> dict:
     values = {}
     for key, value in table.items():
         name = key.replace("-", "_")
-        if name not in FIELDS and name not in CLI_KEYS:
+        if name not in FIELDS and name not in CLI_KEYS or name in RECORDED:
             raise TrainledgerError(f"unknown key {key!r} in {path} (--config). Known: "
-                                   + ", ".join(f.replace("_", "-") for f in (*FIELDS, *CLI_KEYS)))
+                                   + ", ".join(f.replace("_", "-") for f in (*FIELDS, *CLI_KEYS) if f not in RECORDED))
         values[name] = value
     return values
 
@@ -117,11 +132,11 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
     values = load_toml(config_file) if config_file else {}
     if "global_batch_size" in values:       # a --config key: the field batch_size is the global batch
         values["batch_size"] = values.pop("global_batch_size")
-    values.update({k: v for k, v in flags.items() if v is not None and k in FIELDS})
+    values.update({k: v for k, v in flags.items() if v is not None and k in FIELDS and k not in RECORDED})
     if str(values.get("model", "")).lower() == "cruncher":
         values = {**CRUNCHER_DEFAULTS, **values}
-    elif values.get("text") or values.get("data"):
-        name = Path(values.get("text") or values.get("data")).stem
+    elif values.get("text") or values.get("data") or values.get("dataset"):
+        name = Path(values.get("text") or values.get("data") or values.get("dataset")).stem
         model = Path(str(values.get("model", "tiny")))     # a config.json path or an --init-from directory: its name
         label = model.parent.name if model.suffix == ".json" else model.name
         values.setdefault("out_dir", f"runs/{label or 'model'}-{name}")
@@ -139,7 +154,8 @@ def _coerce(name: str, value):
     default = FIELDS[name].default
     if value is None:
         return None
-    kind = type(default) if default is not None else (float if name == "grad_clip" else str)
+    kind = type(default) if default is not None else {"grad_clip": float, "threads": int,
+                                                      "model_vocab_size": int}.get(name, str)
     if kind is bool:
         if not isinstance(value, bool):
             raise TrainledgerError(f"{flag} must be true or false, got {value!r}")
@@ -158,12 +174,14 @@ def _coerce(name: str, value):
 def validate(config: TrainConfig) -> None:
     """Raises a TrainledgerError naming the flag for the first value that is not allowed."""
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
-                 "checkpoint_every", "tp", "pp"):
+                 "checkpoint_every", "tp", "pp", "vocab_multiple"):
         if getattr(config, name) <= 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     for name in ("warmup_steps", "eval_every"):
         if getattr(config, name) < 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    if config.threads is not None and config.threads <= 0:
+        raise TrainledgerError(f"--threads must be a positive integer, got {config.threads}")
     if config.warmup_steps > config.steps:
         raise TrainledgerError(f"--warmup-steps {config.warmup_steps} exceeds --steps {config.steps}")
     if not config.lr > 0 or not 0 <= config.min_lr <= config.lr:
@@ -186,8 +204,14 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"unknown --optimizer {config.optimizer!r}. Known: {', '.join(OPTIMIZERS)}")
     if config.sp and config.tp < 2:
         raise TrainledgerError(f"--sp needs --tp 2 or more (sequence parallelism splits over the TP ranks), got --tp {config.tp}")
-    if config.text and config.data:
-        raise TrainledgerError("give --text or --data, not both")
+    sources = [f"--{name}" for name in DATA_SOURCES if getattr(config, name)]
+    if len(sources) > 1:
+        raise TrainledgerError(f"give --text or --data or --dataset, one data source (got {' and '.join(sources)})")
+    if not config.text_column.strip():
+        raise TrainledgerError("--text-column must name a column, got ''")
+    if config.model.lower() == "cruncher" and (config.tokenizer or config.dataset or config.vocab_multiple != 1):
+        raise TrainledgerError("--model cruncher is a regression without a vocabulary: --tokenizer, --dataset and "
+                               "--vocab-multiple apply to language models")
     if config.batch_size % config.grad_accum:
         raise TrainledgerError(f"--global-batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
 
@@ -202,6 +226,12 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
     """
     current = config.to_dict()
     changed = [k for k in IDENTITY if k in saved and saved[k] != current[k]]
+    old_sha, new_sha = saved.get("tokenizer_sha256"), current.get("tokenizer_sha256")
+    if old_sha and new_sha and old_sha != new_sha:
+        raise TrainledgerError(f"--resume: the checkpoint was trained with tokenizer {saved.get('tokenizer_name')} "
+                               f"(sha256 {old_sha[:12]}…) but this run's is {current.get('tokenizer_name')} "
+                               f"(sha256 {new_sha[:12]}…); a resumed run cannot change its tokenizer: pass the "
+                               "original --tokenizer, or choose another --out-dir/--checkpoint-dir")
     if changed:
         detail = ", ".join(f"{_flag(k)} {saved[k]!r} (now {current[k]!r})" for k in changed)
         raise TrainledgerError(f"--resume: the checkpoint was written with {detail}, which a resumed run cannot "
@@ -230,8 +260,9 @@ def _flag(name: str) -> str:
 def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
     """`config` with every IDENTITY and RESUMABLE setting not in `given` taken from `saved` (a checkpoint's
     config), so that `--resume` alone continues a run started with other flags; validated."""
-    skip = set(given) | ({"text", "data"} if given & {"text", "data"} else set())    # the data source is one choice
-    values = {k: saved[k] for k in (*IDENTITY, *RESUMABLE) if k not in skip and k in saved}
+    sources = set(DATA_SOURCES)
+    skip = set(given) | (sources if given & sources else set())    # the data source is one choice
+    values = {k: saved[k] for k in (*IDENTITY, *RESUMABLE, *INHERITED) if k not in skip and k in saved}
     try:
         merged = replace(config, **{k: _coerce(k, v) for k, v in values.items()})
     except TypeError:       # a manifest from another version: leave the config as given

@@ -49,12 +49,10 @@ def _tokenizer_file(loaded, scratch: Path) -> tuple[Path | None, str]:
     if loaded.hf_dir is not None:
         path = loaded.hf_dir / hf_io.TOKENIZER_FILE
         return (path, "tokenizer.json") if path.is_file() else (None, "none")
-    from trainledger import data
-    if not hasattr(data, "run_tokenizer"):
-        return None, "bytes"
-    tokenizer = data.run_tokenizer(loaded.config)
-    name = getattr(tokenizer, "name", "bytes")
-    if name == "bytes" or not hasattr(tokenizer, "save"):
+    from trainledger.data import run_tokenizer
+    tokenizer = run_tokenizer(loaded.config)
+    name = tokenizer.name
+    if name == "bytes":
         return None, name
     target = scratch / hf_io.TOKENIZER_FILE
     tokenizer.save(target)

@@ -31,21 +31,19 @@ def parse_prompt_ids(text: str) -> list[int]:
 
 
 def tokenizer_of(loaded):
-    """The tokenizer the model was trained with: the run's (trainledger.data.run_tokenizer, bytes when none is
-    recorded), or an exported directory's tokenizer.json; None when there is none to use (then --prompt-ids)."""
-    from trainledger import data
+    """The tokenizer the model was trained with: the run's (trainledger.data.run_tokenizer: bytes unless the run
+    recorded another), or a Hugging Face directory's tokenizer.json; None when there is none (then --prompt-ids)."""
+    from trainledger.data import ByteTokenizer, load_tokenizer, run_tokenizer
     if loaded.hf_dir is not None:
         path = loaded.hf_dir / "tokenizer.json"
-        if path.is_file() and hasattr(data, "load_tokenizer"):
-            return data.load_tokenizer(path)
-        return data.ByteTokenizer() if loaded.spec.vocab_size == data.VOCAB_SIZE and not path.is_file() else None
-    if hasattr(data, "run_tokenizer"):
-        return data.run_tokenizer(loaded.config)
-    return data.ByteTokenizer()
+        if path.is_file():
+            return load_tokenizer(path, "RUN_OR_CHECKPOINT")
+        return ByteTokenizer() if loaded.spec.vocab_size == ByteTokenizer.vocab_size else None
+    return run_tokenizer(loaded.config)
 
 
 def _name(tokenizer) -> str:
-    return getattr(tokenizer, "name", None) or ("bytes" if type(tokenizer).__name__ == "ByteTokenizer" else "?")
+    return tokenizer.name
 
 
 def prompt_tokens(loaded, tokenizer, prompt: str | None, prompt_ids: str | None) -> list[int]:
@@ -75,8 +73,8 @@ def decode_text(tokenizer, ids: list[int], warnings: list[str]) -> str | None:
     """The text of `ids` (None without a tokenizer); ids the tokenizer lacks are dropped with a warning."""
     if tokenizer is None:
         return None
-    size = getattr(tokenizer, "vocab_size", None)
-    known = [i for i in ids if size is None or i < size]
+    size = tokenizer.vocab_size
+    known = [i for i in ids if i < size]
     if len(known) < len(ids):
         warnings.append(f"{len(ids) - len(known)} generated id(s) beyond the tokenizer's {size} tokens (padding rows of "
                         "the vocabulary) are left out of the text")

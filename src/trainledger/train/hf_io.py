@@ -103,9 +103,15 @@ def init_from(model, directory, flag: str = "--init-from") -> None:
     """Copies the weights of a Hugging Face directory into `model` (built from that directory's config.json)."""
     from trainledger.models.hf_weights import from_hf, load_into
     spec, family, tensors = read_hf_dir(directory, flag)
-    if spec.with_(name=model.spec.name, source=model.spec.source) != model.spec:
+    ours = model.spec
+    if spec.vocab_size != ours.vocab_size:
+        raise TrainledgerError(f"{flag} {directory}: its model has a vocabulary of {spec.vocab_size:,} tokens, the run's "
+                               f"tokenizer (and --vocab-multiple) give {ours.vocab_size:,}: train with the checkpoint's "
+                               f"own tokenizer (--tokenizer {directory}/tokenizer.json, the default when it is there) "
+                               "and without --vocab-multiple")
+    if spec.with_(name=ours.name, source=ours.source) != ours:
         raise TrainledgerError(f"{flag} {directory}: its config.json describes another model than --model "
-                               f"'{model.spec.name}'; leave --model out (the model comes from {directory}/config.json)")
+                               f"'{ours.name}'; leave --model out (the model comes from {directory}/config.json)")
     load_into(model, from_hf(spec, tensors, family, flag), flag)
 
 

@@ -32,6 +32,7 @@ from trainledger.account.flops import flops_per_step
 from trainledger.account.memory import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
+from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
@@ -44,8 +45,9 @@ from trainledger.train import distributed as dist_
 from trainledger.train.batches import RegressionBatches, TokenBatches
 from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
-from trainledger.train.config import TrainConfig, with_world
-from trainledger.train.corpus import load_splits
+from trainledger.train.config import TrainConfig, replace, with_world
+from trainledger.train.corpus import check_ids, load_data, record_tokenizer
+from trainledger.train.vocab import follow_tokenizer, padding_cost
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.signals import install_signal_handlers, restore_signal_handlers
 
@@ -98,6 +100,10 @@ class Trainer(Checkpointing):
 
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
+        check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
+                         precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
+                         hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
+                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
         if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
             from trainledger.train.hf_io import init_from
@@ -115,13 +121,26 @@ class Trainer(Checkpointing):
             return (RegressionBatches(self.spec.dim, generator),
                     lambda: RegressionBatches(self.spec.dim, np.random.default_rng(eval_seed)))
         if self.world.is_main:      # rank 0 builds any cached token file first; the others then only read it
-            train_tokens, eval_tokens = load_splits(self.config, self.spec.vocab_size, self.log)
+            data = load_data(self.config, None if self.quiet else self.log)
         dist_.barrier(self.world)
         if not self.world.is_main:
-            train_tokens, eval_tokens = load_splits(self.config, self.spec.vocab_size)
+            data = load_data(self.config)
+        self._follow_tokenizer(data)
         seed = self.config.seed + 1
+        train_tokens, eval_tokens = data.train, data.held_out
         return (TokenBatches(train_tokens, self.seq_len, generator),
                 lambda: TokenBatches(eval_tokens, self.seq_len, np.random.default_rng(seed)))
+
+    def _follow_tokenizer(self, data) -> None:
+        """The model's vocabulary becomes the tokenizer's (padded to --vocab-multiple); the run records both."""
+        self.data = data
+        self.preset_vocab_size = self.spec.vocab_size
+        self.spec, model_vocab = follow_tokenizer(self.spec, data.vocab_size, self.config.vocab_multiple)
+        check_ids(data, data.vocab_size or model_vocab, self.config.model)
+        self.config = replace(self.config, tokenizer_name=data.tokenizer_name, tokenizer_sha256=data.tokenizer_sha256,
+                              model_vocab_size=model_vocab)
+        if self.world.is_main:
+            record_tokenizer(data, Path(self.config.out_dir))
 
     def _build(self) -> None:
         """Wrap for DDP/FSDP, compile, build the optimizer, schedule and grad scaler (fresh state)."""
@@ -282,6 +301,9 @@ class Trainer(Checkpointing):
                  f"--batch-size {self.micro} × {world.dp_size} data-parallel rank{'s' if world.dp_size > 1 else ''} × "
                  f"{config.grad_accum} micro-batch{'es' if config.grad_accum > 1 else ''}) on {world.world_size} × {world.device.type}, "
                  f"precision {config.precision}, optimizer {config.optimizer}")
+        if self.is_lm:
+            self.log(self._vocabulary_line())
+            self.log(self.data.describe_split())
         self.log(f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
                  f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
                  f"grads {units.format_bytes(memory['grads_bytes'])}, "
@@ -300,7 +322,7 @@ class Trainer(Checkpointing):
         predicted = predicted_step(self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
                                    precision=config.precision, optimizer=config.optimizer, device=world.device,
                                    world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
-                                   tp=config.tp, pp=config.pp)
+                                   tp=config.tp, pp=config.pp, compiled=config.compile)
         saved_at, started = None, time.perf_counter()
         try:
             while self.step < config.steps:
@@ -341,6 +363,8 @@ class Trainer(Checkpointing):
                    "predicted_memory_bytes": memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
                    "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None,
                    "resumed_from": str(resume_from) if resume_from else None}
+        if self.is_lm:
+            summary.update(self._data_summary())
         if world.is_main:
             records = read_metrics(metrics_path)
             summary["final_loss"] = records[-1]["loss"] if records else None
@@ -349,6 +373,34 @@ class Trainer(Checkpointing):
             summary["step_time"] = step_time_gap(records, predicted)
             if config.plot and records:
                 summary["loss_curve"] = str(plot_loss(records, Path(config.out_dir) / "loss.png", self.spec.name))
+        return summary
+
+
+    def _vocabulary_line(self) -> str:
+        """The model's vocabulary, where it comes from, and what --vocab-multiple's padding costs."""
+        data, model_vocab = self.data, self.spec.vocab_size
+        if data.vocab_size is None:
+            line = f"vocabulary {model_vocab:,} of model {self.spec.name} ({data.flag} {data.path} records no tokenizer)"
+            return line + (f", padded from {self.preset_vocab_size:,} by --vocab-multiple {self.config.vocab_multiple}"
+                           if model_vocab != self.preset_vocab_size else "")
+        line = (f"vocabulary {data.vocab_size:,} from tokenizer {data.tokenizer_name} (sha256 {data.tokenizer_sha256[:12]}…)"
+                + (f"; model preset {self.preset_vocab_size:,}" if self.preset_vocab_size != data.vocab_size else ""))
+        if model_vocab == data.vocab_size:
+            return line
+        cost = padding_cost(self.spec, data.vocab_size, self.config.batch_size, self.seq_len)
+        return (f"{line}; padded to {model_vocab:,} by --vocab-multiple {self.config.vocab_multiple}: +{cost['rows']} rows "
+                f"= +{units.format_count(cost['params'])} parameters ({cost['params_fraction']:+.2%}), "
+                f"+{units.format_flops(cost['train_flops_per_step'])} FLOPs per step ({cost['flops_fraction']:+.2%})")
+
+    def _data_summary(self) -> dict:
+        data = self.data
+        summary = {"tokenizer": data.tokenizer_name, "tokenizer_sha256": data.tokenizer_sha256,
+                   "tokenizer_vocab_size": data.vocab_size, "model_vocab_size": self.spec.vocab_size,
+                   "data_path": str(data.path), "n_tokens": len(data.tokens), "held_out_tokens": data.n_held_out,
+                   "held_out_start": len(data.tokens) - data.n_held_out, "held_out": data.describe_split()}
+        if data.vocab_size is not None and self.spec.vocab_size != data.vocab_size:
+            cost = padding_cost(self.spec, data.vocab_size, self.config.batch_size, self.seq_len)
+            summary.update(vocab_padding_params=cost["params"], vocab_padding_train_flops_per_step=cost["train_flops_per_step"])
         return summary
 
 

@@ -149,7 +149,8 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
 
 # --- predicted step time beside the measured one (issue 11, item 7) ------------------------------------------
 def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, precision: str, optimizer: str,
-                   device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1) -> dict | None:
+                   device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1,
+                   compiled: bool = False) -> dict | None:
     """account.time's prediction of one training step on this device, or None when there is nothing to base it on.
 
     CPU and CUDA use this machine's cached calibration (`trainledger bench --calibrate`; training never starts
@@ -178,7 +179,8 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
         if gpu is None:
             return None
         result = step_time(spec, gpu, batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch,
-                           num_gpus=world_size, precision=precision, optimizer=optimizer, zero=zero, with_memory=False)
+                           num_gpus=world_size, precision=precision, optimizer=optimizer, zero=zero, with_memory=False,
+                           compiled=compiled)
     except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
         return None
     return {"step_seconds": result["step_seconds"], "breakdown": result["breakdown"],

@@ -8,8 +8,8 @@ RUN_OR_CHECKPOINT may be:
 Checkpoints load as `--resume` loads them (train/checkpoint.py): torch.load(weights_only=True), never a pickle
 that could run code. A sharded (FSDP/DCP) checkpoint is gathered into one full state dict on this process, its
 `.metadata` through the restricted unpickler and its items with weights_only=True (train/safe_dcp.py).
-The model is the run's --model spec; when its recorded vocabulary differs from the spec's (a tokenizer or
---vocab-multiple set it), the embedding's shape in the checkpoint decides.
+The model is the run's --model spec with the vocabulary it recorded (its tokenizer's, padded by --vocab-multiple:
+train/vocab.py run_spec); for a checkpoint that records none, the embedding's shape in the checkpoint decides.
 """
 
 from __future__ import annotations
@@ -104,13 +104,13 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
 
 def run_spec(config: dict, weights: dict | None, checkpoint: Path):
     """The TransformerSpec a run trained: its --model, with the vocabulary its embedding was saved with."""
-    from trainledger.specs import get_model
     if not isinstance(weights, dict) or "tok_embeddings.weight" not in weights:
         raise TrainledgerError(f"checkpoint {checkpoint} holds no language model weights ({FLAG}): was it a "
                                "--model cruncher run?")
+    from trainledger.train.vocab import run_spec as recorded_spec
     name = config.get("model")
     try:
-        spec = get_model(str(name), FLAG)
+        spec = recorded_spec(config)
     except TrainledgerError as error:
         raise TrainledgerError(f"the run's --model {name!r} cannot be read now: {error}") from None
     if spec.kind != "transformer":

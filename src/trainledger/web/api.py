@@ -130,6 +130,8 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
             argv.append(f"{flag}={guard.resolve_model(value, config_dir)}")
         elif action.dest == "gpu":
             argv.append(f"{flag}={guard.check_gpu(value)}")
+        elif action.dest in guard.CLI_ONLY_FLAGS:
+            raise guard.GuardError(guard.CLI_ONLY_FLAGS[action.dest], flag)
         elif _is_boolean(action):
             on = _truth(value, flag)
             if isinstance(action, argparse.BooleanOptionalAction):

@@ -241,6 +241,15 @@ def check_posted_spec(path: str) -> None:
                              f"(the command line takes any size)", "config")
 
 
+# Flags that name a file of the server: refused on the web whatever the value, so that no request can make the
+# server open a path it chose (the command line reads them).
+CLI_ONLY_FLAGS = {
+    "calibration": "--calibration reads a calibration profile from a file of the machine it runs on: command-line "
+                   "only (`trainledger step --calibration FILE`); the web server answers from the datasheets of "
+                   "`trainledger hardware`",
+}
+
+
 def check_gpu(value: str) -> str:
     """`value` unchanged unless it names this machine's own device (`--gpu cpu`, `cuda[:N]`, `mps`), which the CLI
     describes by measuring the machine (`bench --calibrate`): work on the host, so command-line only."""

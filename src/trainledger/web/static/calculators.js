@@ -430,7 +430,7 @@
     render(calc, body) {
       const out = clear(calc.out);
       const partKeys = Object.keys(body).filter((k) => k.endsWith("_bytes") && k !== "total_bytes" &&
-        !/capacity|memory_per_gpu|limit|available|free|headroom/.test(k) && typeof body[k] === "number");
+        !/capacity|memory_per_gpu|limit|available|free|headroom|peak/.test(k) && typeof body[k] === "number");
       const parts = partKeys.map((k) => ({ label: k.replace(/_bytes$/, "").replace(/_/g, " "), value: body[k] }));
       const gpu = DATA.hardware.find((g) => g.name === (body.gpu || calc.value("gpu")) || (g.aliases || []).includes(calc.value("gpu")));
       const capacityKey = ["memory_per_gpu_bytes", "gpu_memory_bytes", "capacity_bytes"].find((k) => typeof body[k] === "number");

@@ -1,0 +1,264 @@
+"""Real tokenizers: a Hugging Face `tokenizers` model (a tokenizer.json, a .tiktoken rank file, or a byte-level
+BPE trained here), behind the same small interface as the byte tokenizer.
+
+    from trainledger.data import load_tokenizer
+    tokenizer = load_tokenizer("gpt2/tokenizer.json")   # or "bytes", or "cl100k_base.tiktoken"
+    ids = tokenizer.encode("hello world")               # np.ndarray of ids
+    tokenizer.decode(ids) == "hello world"
+
+Every tokenizer has `.name`, `.sha256` (the identity a token file, a run and a checkpoint record), `.vocab_size`
+(the largest id + 1, special tokens included), `.encode`, `.encode_batch` (parallel over all cores: the
+library's Rust thread pool), `.decode` and `.save(path)`. Nothing here touches the network, and no file is
+unpickled: a tokenizer.json is parsed by the library's JSON reader, a .tiktoken file line by line.
+
+A .tiktoken file holds only the ranks (base64 token, rank per line), not the regular expression that splits
+text before BPE nor the special tokens; both come from the file's name, as tiktoken's own registry gives them
+(tiktoken_ext/openai_public.py): r50k_base / p50k_base / gpt2 use GPT-2's pattern and <|endoftext|> = 50256;
+cl100k_base (and any other name, e.g. Llama 3's tokenizer, which shares cl100k's pattern) the cl100k pattern;
+o200k_base the o200k pattern. The ranks become a BPE whose merges are every split of a token into two tokens,
+ordered by the rank of the result: merging the adjacent pair with the lowest merged rank first is exactly
+tiktoken's rule (Sennrich et al., arXiv:1508.07909, as applied to bytes by GPT-2, Radford et al. 2019 §2.2).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from trainledger.data.tokens import check_input, dtype_for_vocab, readable_by_all
+from trainledger.errors import TrainledgerError
+
+# Names under which a tokenizer's end-of-text token goes (GPT-2/tiktoken, Llama 2, Llama 3, Gemma): the id put
+# between the documents of a dataset.
+EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
+MAX_TOKENIZER_BYTES = 512 * 2**20       # the largest published tokenizer.json files are tens of MB
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+CL100K_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+""",
+])
+# tiktoken_ext/openai_public.py (tiktoken 0.14): pattern and special tokens of each published rank file
+TIKTOKEN_KNOWN = {
+    "gpt2": (GPT2_PATTERN, {"<|endoftext|>": 50256}),
+    "r50k_base": (GPT2_PATTERN, {"<|endoftext|>": 50256}),
+    "p50k_base": (GPT2_PATTERN, {"<|endoftext|>": 50256}),
+    "cl100k_base": (CL100K_PATTERN, {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                                     "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}),
+    "o200k_base": (O200K_PATTERN, {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}),
+}
+
+
+class HFTokenizer:
+    """A `tokenizers.Tokenizer` with trainledger's interface: name, sha256, vocab_size, encode, decode, save.
+
+    `sha256` is the hash of the tokenizer's canonical JSON (`Tokenizer.to_str()`), so a tokenizer saved and
+    loaded again, or a .tiktoken file and the tokenizer.json it converts to, keep one identity.
+    """
+
+    def __init__(self, backend, name: str):
+        self.backend = backend
+        self.name = name
+        self._json = backend.to_str()
+        self.sha256 = hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+        vocab = backend.get_vocab(with_added_tokens=True)
+        if not vocab:
+            raise TrainledgerError(f"tokenizer {name} has an empty vocabulary")
+        self.vocab_size = max(vocab.values()) + 1
+        self.dtype = dtype_for_vocab(self.vocab_size)
+        self.eot_id = next((vocab[t] for t in EOT_NAMES if t in vocab), None)
+        self.chunk_safe = _splits_after_newlines(backend)
+
+    def encode(self, text: str) -> np.ndarray:
+        """The ids of `text` (no BOS/EOS added: the library's encode with add_special_tokens=False)."""
+        return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=self.dtype)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """The ids of each text, encoded in parallel on all cores (the library's thread pool)."""
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)   # _fast: no offsets (>= 0.21)
+        batch = encode(texts, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=self.dtype) for e in batch]
+
+    def decode(self, ids) -> str:
+        """The text of `ids`, special tokens kept (so that decode(encode(text)) == text)."""
+        array = np.asarray(ids).reshape(-1)
+        if array.size and (int(array.min()) < 0 or int(array.max()) >= self.vocab_size):
+            raise TrainledgerError(f"token ids must lie in [0, {self.vocab_size - 1}] for tokenizer {self.name}, "
+                                   f"got values in [{int(array.min())}, {int(array.max())}]")
+        return self.backend.decode(array.tolist(), skip_special_tokens=False)
+
+    def save(self, path) -> Path:
+        """Writes the tokenizer.json (atomically); its path."""
+        from trainledger.files import atomic_path
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(self._json, encoding="utf-8")
+            readable_by_all(tmp)
+        return path
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self.name!r}, vocab_size={self.vocab_size}, sha256={self.sha256[:12]}…)"
+
+
+def _splits_after_newlines(backend) -> bool:
+    """Whether text may be cut after a newline between two non-space characters with the same ids as whole.
+
+    True when no normalizer changes the text and the pre-tokenizer puts a boundary there (GPT-2's ByteLevel
+    pattern, cl100k, o200k, Llama 3); False for SentencePiece-style tokenizers that run BPE over whole lines.
+    """
+    probe = "ab\ncd"
+    if backend.normalizer is not None and backend.normalizer.normalize_str(probe) != probe:
+        return False
+    if backend.pre_tokenizer is None:
+        return False
+    pieces = backend.pre_tokenizer.pre_tokenize_str(probe)
+    return any(start == 3 for _, (start, _) in pieces)
+
+
+def tokenizer_name(path: Path) -> str:
+    """A short name for a tokenizer file: `gpt2/tokenizer.json` for `.../gpt2/tokenizer.json`, else the file's stem."""
+    path = Path(path)
+    if path.name == "tokenizer.json":
+        parent = path.resolve().parent.name
+        return f"{parent}/{path.name}"[-48:] if parent else path.name
+    return path.stem[:48]
+
+
+def load_hf(path, flag: str = "--tokenizer") -> HFTokenizer:
+    """The tokenizer of a tokenizer.json or .tiktoken file; one-line errors for anything else."""
+    from tokenizers import Tokenizer
+    path = Path(path)
+    raw = check_input(path, flag, "tokenizer file", max_bytes=MAX_TOKENIZER_BYTES).read_bytes()
+    if path.suffix == ".tiktoken":
+        return from_tiktoken(raw, tokenizer_name(path), path, flag)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TrainledgerError(f"{flag} {path} is not a tokenizer.json (not UTF-8 JSON text)") from None
+    if not text.lstrip().startswith("{"):
+        raise TrainledgerError(f"{flag} {path} is not a tokenizer.json (a JSON object was expected)")
+    try:
+        backend = Tokenizer.from_str(text)
+    except Exception as error:      # the library raises a bare Exception with serde's message
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TrainledgerError(f"{flag} {path} is not a valid tokenizer.json: {reason}") from None
+    return HFTokenizer(backend, tokenizer_name(path))
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map of the 256 byte values to printable characters (the ByteLevel alphabet).
+
+    Printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 take the code
+    points 256, 257, ... in byte order (GPT-2's encoder.py, Radford et al. 2019; the `tokenizers` ByteLevel
+    pre-tokenizer uses the same table).
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in keep:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def read_tiktoken_ranks(raw: bytes, path, flag: str = "--tokenizer") -> dict[bytes, int]:
+    """{token bytes: rank} of a .tiktoken file (one `base64-token rank` per line)."""
+    ranks: dict[bytes, int] = {}
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            token, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
+        except (ValueError, binascii.Error):
+            raise TrainledgerError(f"{flag} {path} is not a .tiktoken rank file: line {number} is not "
+                                   "'<base64 token> <rank>'") from None
+        if not token or rank < 0 or token in ranks:
+            raise TrainledgerError(f"{flag} {path}: line {number} repeats a token or has an empty token or a "
+                                   "negative rank")
+        ranks[token] = rank
+    if not ranks:
+        raise TrainledgerError(f"{flag} {path} holds no ranks (an empty .tiktoken file)")
+    if len(set(ranks.values())) != len(ranks):
+        raise TrainledgerError(f"{flag} {path}: two tokens share a rank")
+    return ranks
+
+
+def from_tiktoken(raw: bytes, name: str, path="(ranks)", flag: str = "--tokenizer") -> HFTokenizer:
+    """A byte-level BPE equivalent to tiktoken's encoding of the ranks in `raw` (see the module docstring)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    ranks = read_tiktoken_ranks(raw, path, flag)
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise TrainledgerError(f"{flag} {path}: a byte-level rank file must rank all 256 single bytes; "
+                               f"{len(missing)} are missing (e.g. byte {missing[0]})")
+    pattern, specials = TIKTOKEN_KNOWN.get(name, (CL100K_PATTERN, None))
+    if specials is None or min(specials.values()) <= max(ranks.values()):     # not that file: one end-of-text
+        specials = {"<|endoftext|>": max(ranks.values()) + 1}
+    table = bytes_to_unicode()
+
+    def show(token: bytes) -> str:
+        return "".join(table[b] for b in token)
+
+    vocab = {show(token): rank for token, rank in ranks.items()}
+    vocab.update(specials)          # in the model's vocabulary, special tokens keep their ids when added below
+    merges = []
+    for token, rank in ranks.items():
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ranks and right in ranks:
+                merges.append((rank, ranks[left], ranks[right], show(left), show(right)))
+    merges.sort()
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[(m[3], m[4]) for m in merges], ignore_merges=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(content, special=True, normalized=False) for content in specials])
+    return HFTokenizer(backend, name)
+
+
+def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bool = False,
+              length: int | None = None) -> HFTokenizer:
+    """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, <|endoftext|> = id 0) trained on `texts`.
+
+    `texts`: an iterable of strings (streamed; the library counts pairs in parallel). The vocabulary holds
+    the 256 bytes, <|endoftext|> and up to vocab_size − 257 merges; a text too small for that many merges
+    gives fewer (the returned vocab_size says how many).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    vocab_size = int(vocab_size)
+    if not 257 <= vocab_size <= 2**20:
+        raise TrainledgerError(f"--train-bpe must be a vocabulary size from 257 (256 bytes + <|endoftext|>) to "
+                               f"{2**20}, got {vocab_size}")
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=show_progress,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(texts, trainer, length=length)
+    return HFTokenizer(backend, name or f"bpe-{vocab_size}")
+
+
+def train_bpe_file(path, vocab_size: int, text_column: str = "text", chunk_bytes: int = 1 << 24,
+                   progress: bool = False, flag: str = "INPUT") -> HFTokenizer:
+    """A byte-level BPE trained on a text file or a dataset's text column (streamed), named bpe-<vocab>-<stem>."""
+    from trainledger.data.datasets import dataset_kind, iter_documents
+    from trainledger.data.encode import file_chunks, text_pieces
+    path = check_input(Path(path), flag, "input file")
+    if dataset_kind(path):
+        texts = iter_documents(path, text_column, flag)
+    else:
+        texts = (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
+    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{path.stem}"[:48], show_progress=progress)

@@ -1,0 +1,136 @@
+"""Token caches that another process may have memory-mapped: never rewritten, never replaced.
+
+A cache's name carries a key: the hash of everything its tokens depend on (the source file's identity —
+path, device, inode, size, modification time — or the corpus manifest, and the tokenizer's sha256):
+
+    <out-dir>/data/<source name>-<key>.tokens
+
+A changed source (or `touch`) or another tokenizer gives another key, hence another file; the old one is
+left to whoever still maps it. A cache is built under a temporary name and published with os.link, which
+fails when the name exists, so a cache, once there, is never replaced (when two trainers build one key at
+once, the second keeps the first's file: the same tokens). Rewriting a memory-mapped file in place would
+truncate it under its reader, whose next access to a page past the new end is SIGBUS.
+
+A trainer holds a shared flock(2) on each cache it maps (`hold`) for as long as it runs; stale caches of the
+same source are deleted only when an exclusive flock succeeds, i.e. when no one holds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from trainledger.data.tokens import read_header, readable_by_all
+from trainledger.errors import TrainledgerError
+
+CACHE_FORMAT = 2              # part of every key: a change of the cache layout invalidates old caches
+_HELD: dict[str, object] = {}  # path -> open file holding a shared lock, for the life of the process
+
+
+def cache_key(**fields) -> str:
+    """A 16-hex-digit key of `fields` (JSON-serializable), the cache format included."""
+    text = json.dumps({"format": CACHE_FORMAT, **fields}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def file_identity(path: Path) -> dict:
+    """What identifies a source file's content without reading it: resolved path, device, inode, size, mtime."""
+    info = path.stat()
+    return {"path": str(path.resolve()), "device": info.st_dev, "inode": info.st_ino, "size": info.st_size,
+            "mtime_ns": info.st_mtime_ns}
+
+
+def cache_path(data_dir: Path, name: str, key: str) -> Path:
+    return Path(data_dir) / f"{name}-{key}.tokens"
+
+
+def usable(path: Path, tokenizer_sha256: str | None) -> bool:
+    """Whether `path` is a complete token file recording this tokenizer (or any, for None)."""
+    try:
+        header = read_header(path)
+    except (TrainledgerError, OSError):
+        return False
+    return tokenizer_sha256 is None or header["tokenizer_sha256"] == tokenizer_sha256
+
+
+def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | None = None) -> bool:
+    """Makes sure the cache `path` exists: True when this call built it, False when it was there (or another
+    process published it meanwhile). `write(tmp)` writes the token file to a private temporary path."""
+    path = Path(path)
+    if usable(path, tokenizer_sha256):
+        return False
+    if path.exists():           # damaged (never one of ours): unlink, never rewrite — a reader keeps its inode
+        path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "rb") as marker:
+            fcntl.flock(marker, fcntl.LOCK_EX)      # in progress: prune() leaves it alone
+            write(tmp)
+            readable_by_all(tmp)
+            try:
+                os.link(tmp, path)                  # fails if the name exists: never replaces a cache
+                built = True
+            except FileExistsError:
+                built = False
+            except OSError:                         # a file system without hard links
+                built = not path.exists()
+                if built:
+                    os.rename(tmp, path)
+        return built
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def hold(path: Path) -> None:
+    """Takes a shared lock on the cache `path` until this process ends: prune() elsewhere will not delete it."""
+    key = str(Path(path).resolve())
+    if key in _HELD:
+        return
+    handle = open(path, "rb")
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    _HELD[key] = handle
+
+
+def release_all() -> None:
+    """Drops every lock hold() took (tests; a process ending drops them anyway)."""
+    while _HELD:
+        _, handle = _HELD.popitem()
+        handle.close()
+
+
+def prune(data_dir: Path, name: str, keep: Path) -> list[Path]:
+    """Deletes the caches `<name>-*.tokens` (and abandoned temporaries) other than `keep` that no process holds;
+    the paths deleted."""
+    removed = []
+    candidates = [*Path(data_dir).glob(f"{_glob_escape(name)}-*.tokens"),
+                  *Path(data_dir).glob(f".{_glob_escape(name)}-*.tokens.*.tmp")]
+    for path in candidates:
+        if path.resolve() == Path(keep).resolve() or not _looks_like_cache(path, name):
+            continue
+        with contextlib.suppress(OSError):
+            with open(path, "rb") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue                    # mapped by a running trainer, or being written
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _looks_like_cache(path: Path, name: str) -> bool:
+    stem = path.name.lstrip(".")[len(name) + 1:]
+    key = stem.split(".", 1)[0]
+    return len(key) == 16 and all(c in "0123456789abcdef" for c in key)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)

@@ -1,0 +1,55 @@
+"""The model follows the tokenizer: its vocabulary (embedding rows, LM-head columns) is the tokenizer's, padded
+to a multiple with --vocab-multiple, and the padding's cost is counted by trainledger.account.
+
+Padding the vocabulary to a multiple of 64 is nanoGPT's choice (GPT-2's 50,257 tokens become 50,304: "nearest
+multiple of 64 for efficiency", model.py GPTConfig): the LM-head matmul of width vocab_size then tiles evenly on
+tensor cores. The padded rows are never a target (no token id reaches them); they cost parameters, optimizer
+state and LM-head FLOPs, which `padding_cost` reports from the same formulas as every other prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainledger.account.flops import flops_per_step
+from trainledger.account.params import n_params
+from trainledger.errors import TrainledgerError
+from trainledger.specs import get_model
+
+
+def padded(vocab_size: int, multiple: int) -> int:
+    """`vocab_size` rounded up to a multiple of `multiple` (nanoGPT: 50,257 -> 50,304 with 64)."""
+    if not isinstance(multiple, int) or multiple < 1:
+        raise TrainledgerError(f"--vocab-multiple must be a positive integer, got {multiple!r}")
+    return -(-vocab_size // multiple) * multiple
+
+
+def follow_tokenizer(spec, tokenizer_vocab: int | None, multiple: int = 1):
+    """(spec with the model's vocabulary, that vocabulary) for a tokenizer of `tokenizer_vocab` ids.
+
+    None (a token file that records no tokenizer, and no --tokenizer) keeps the preset's vocabulary, padded.
+    """
+    vocab = tokenizer_vocab if tokenizer_vocab is not None else spec.vocab_size
+    model_vocab = padded(vocab, multiple)
+    return (spec if model_vocab == spec.vocab_size else replace(spec, vocab_size=model_vocab)), model_vocab
+
+
+def padding_cost(spec, tokenizer_vocab: int, batch_size: int, seq_len: int) -> dict:
+    """{'rows', 'params', 'params_fraction', 'train_flops_per_step', 'flops_fraction'}: what the padded rows of
+    `spec` (whose vocab_size is the padded one) add over a model of `tokenizer_vocab`, from account/."""
+    unpadded = replace(spec, vocab_size=tokenizer_vocab)
+    params_full, params_base = n_params(spec), n_params(unpadded)
+    flops_full = flops_per_step(spec, batch_size, seq_len)["train_flops_per_step"]
+    flops_base = flops_per_step(unpadded, batch_size, seq_len)["train_flops_per_step"]
+    return {"rows": spec.vocab_size - tokenizer_vocab, "params": params_full - params_base,
+            "params_fraction": (params_full - params_base) / params_base,
+            "train_flops_per_step": flops_full - flops_base, "flops_fraction": (flops_full - flops_base) / flops_base}
+
+
+def run_spec(config):
+    """The TransformerSpec a run trained: its --model with the vocabulary it recorded (a TrainConfig or a
+    checkpoint's config dict); the preset's vocabulary for runs that recorded none."""
+    values = config if isinstance(config, dict) else vars(config)
+    spec = get_model(values["model"])
+    model_vocab = values.get("model_vocab_size")
+    return replace(spec, vocab_size=model_vocab) if model_vocab and model_vocab != spec.vocab_size else spec

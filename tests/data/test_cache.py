@@ -1,0 +1,77 @@
+"""Token caches are published once and never replaced; stale ones are deleted only when no process holds them."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from trainledger.data import ByteTokenizer, open_tokens, write_tokens
+from trainledger.data import cache
+
+
+@pytest.fixture(autouse=True)
+def _release():
+    yield
+    cache.release_all()
+
+
+def _writer(values):
+    return lambda tmp: write_tokens(tmp, np.asarray(values, dtype=np.uint8), tokenizer=ByteTokenizer())
+
+
+def test_a_published_cache_is_never_replaced(tmp_path):
+    path = cache.cache_path(tmp_path, "book.txt", cache.cache_key(a=1))
+    assert cache.build(path, _writer([1, 2, 3]), ByteTokenizer.sha256) is True
+    inode = path.stat().st_ino
+    # a second build of the same key (another trainer): keeps the first file, whatever it would have written
+    assert cache.build(path, _writer([9, 9, 9, 9]), ByteTokenizer.sha256) is False
+    assert path.stat().st_ino == inode and list(open_tokens(path)) == [1, 2, 3]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]          # no temporary left behind
+
+
+def test_two_builders_racing_keep_the_first_published(tmp_path):
+    path = cache.cache_path(tmp_path, "x", cache.cache_key(a=2))
+
+    def slow_writer(tmp):           # another process publishes while this one writes
+        _writer([7, 7])(tmp)
+        cache.build(path, _writer([5, 5, 5]), None)
+
+    assert cache.build(path, slow_writer, None) is False
+    assert list(open_tokens(path)) == [5, 5, 5]
+
+
+def test_a_failed_build_leaves_nothing(tmp_path):
+    path = cache.cache_path(tmp_path, "x", cache.cache_key(a=3))
+
+    def failing(tmp):
+        tmp.write_bytes(b"partial")
+        raise OSError(27, "File too large")
+
+    with pytest.raises(OSError):
+        cache.build(path, failing, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prune_deletes_stale_caches_but_not_held_ones(tmp_path):
+    keep, held, stale = (cache.cache_path(tmp_path, "b.txt", cache.cache_key(v=v)) for v in range(3))
+    other = cache.cache_path(tmp_path, "other.txt", cache.cache_key(v=0))
+    for path in (keep, held, stale, other):
+        cache.build(path, _writer([1]), None)
+    (tmp_path / "b.txt-notakey.tokens").write_bytes(b"user file")      # not a cache name: left alone
+    cache.hold(held)                    # a running trainer maps it
+    removed = cache.prune(tmp_path, "b.txt", keep)
+    assert removed == [stale]
+    assert keep.exists() and held.exists() and other.exists() and (tmp_path / "b.txt-notakey.tokens").exists()
+
+
+def test_key_follows_the_file_identity(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("abc")
+    first = cache.cache_key(source=cache.file_identity(text), tokenizer="x")
+    assert cache.cache_key(source=cache.file_identity(text), tokenizer="x") == first
+    os.utime(text, ns=(1, 1))                                          # touch: another key
+    assert cache.cache_key(source=cache.file_identity(text), tokenizer="x") != first
+    assert cache.cache_key(source=cache.file_identity(text), tokenizer="y") != cache.cache_key(
+        source=cache.file_identity(text), tokenizer="x")
