@@ -137,3 +137,12 @@ def test_a_cruncher_run_has_no_text_to_generate(tmp_path, capsys):
     ckpt.commit(tmp, tmp_path / "c", 1, "full", {})
     status, _, err = generate(capsys, tmp_path / "c", "--prompt", "a", "--no-predict")
     assert status == 2 and "cruncher" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the CPU path is covered by the tests above")
+def test_cuda_generation_gives_the_cpu_tokens_and_kv_bytes(run, tmp_path, capsys):
+    args = (run, "--prompt-ids", "5,17,200,3", "--max-new-tokens", "20", "--no-predict", "--json")
+    _, cpu, _ = generate(capsys, *args)
+    _, gpu, _ = generate(capsys, *args, "--device", "cuda")
+    assert gpu["tokens"] == cpu["tokens"] and gpu["kv_cache_bytes"] == cpu["kv_cache_bytes"] > 0

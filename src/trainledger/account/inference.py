@@ -112,10 +112,11 @@ def _layer_kernels(spec, layer: int, tokens: float, batch: int, context: float, 
     out = [ew("norms", 2 * 2 * tokens * d * a, count=2)]
 
     def linear(name, fan_in, fan_out, times=1.0, rows=tokens):
-        kernel = gemm(name, rows, fan_out, fan_in, a, dtype, extra_bytes=0.0)
-        weights = fan_in * fan_out * w * times
-        moved = (rows * fan_in + rows * fan_out) * a * times + weights
-        return Kernel(name, "compute", "gemm", kernel.flops * times, moved, kernel.shape, dtype, 1)
+        """`times` Linears over `rows` tokens each: 2·rows·in·out FLOPs apiece; reads the inputs and the weights in
+        --dtype (w bytes), writes the outputs (a bytes)."""
+        shape = gemm(name, rows, fan_out, fan_in, a, dtype).shape           # (m, n, k, 1), rounded for the tiles
+        moved = (rows * fan_in + rows * fan_out) * a * times + fan_in * fan_out * w * times
+        return Kernel(name, "compute", "gemm", 2.0 * rows * fan_in * fan_out * times, moved, shape, dtype, 1)
 
     for name, width in (("q_proj", h * dh), ("k_proj", k * dh), ("v_proj", k * dh), ("o_proj", h * dh)):
         out.append(linear(name, d if name != "o_proj" else width, width if name != "o_proj" else d))
