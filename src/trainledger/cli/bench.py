@@ -107,7 +107,8 @@ def calibrate(args) -> dict:
     summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],
                "matmul_flops_per_s": {d: {"min": min(r), "median": statistics.median(r), "max": max(r)} for d, r in rates.items()},
                "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
-               "op_overhead_seconds": profile["op_overhead_seconds"]}
+               "op_overhead_seconds": profile["op_overhead_seconds"],
+               "decode_op_overhead_seconds": profile.get("decode_op_overhead_seconds")}
     result = {"calibration": summary, "profile": profile}
     if warning:
         result["warnings"] = [f"{warning} (saved: --force)"]
@@ -153,6 +154,8 @@ def render_calibration(result: dict) -> None:
                        ("kernel_overhead_seconds", "GPU per tiny kernel (back to back)")):
         if profile.get(key):
             rows.append((label, units.format_seconds(profile[key])))
+    if profile.get("decode_op_overhead_seconds") is not None:
+        rows.append(("CPU per op of eager decoding", units.format_seconds(profile["decode_op_overhead_seconds"])))
     rows.append(("took", units.format_seconds(c["calibration_seconds"])
                  + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
                     if profile.get("load_average") is not None else "")))

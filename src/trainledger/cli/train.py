@@ -51,6 +51,7 @@ examples:
   trainledger train --text book.txt --steps 2000 --metrics m.jsonl
   trainledger train --dataset docs.parquet --tokenizer tokenizer.json --vocab-multiple 64
   trainledger train --model cruncher --steps 100
+  trainledger train --init-from hf/tiny-stdlib --text more.txt     # continue from exported / HF weights
   trainledger train --resume                                 # continue the default run
   trainledger train --batch-size 8 --global-batch-size 32      # 4 micro-batches of 8 per step
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --global-batch-size 16
@@ -76,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
                         "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
+    g.add_argument("--init-from", metavar="HF_DIR",
+                   help="start from the weights of a local Hugging Face GPT-2 or Llama checkpoint (config.json + "
+                        "model.safetensors; pickled .bin files are refused); the model is its config.json (leave "
+                        "--model out) and the tokenizer its tokenizer.json when there is one")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
                                                         "batch_size, optionally under [train]); flags override it")
     g = parser.add_argument_group("optimization")
@@ -172,6 +177,7 @@ def _config_and_given(args):
     values = load_toml(args.config) if args.config else {}      # the file's keys mean what the flags mean
     values.update({name: value for name, value in flags.items() if value is not None})
     given = set(values) | ({"grad_clip"} if no_clip else set())     # --no-grad-clip is a value given: None
+    _model_from_init(values)
     _map_batch_flags(values)
     given |= {"batch_size"} if given & {"batch_size", "global_batch_size"} else set()
     given.discard("global_batch_size")
@@ -180,6 +186,27 @@ def _config_and_given(args):
         from dataclasses import replace
         config = replace(config, grad_clip=None)
     return config, given
+
+
+def _model_from_init(values: dict) -> None:
+    """--init-from DIR: the model is DIR's config.json (an absolute path, so a --resume from elsewhere finds it)."""
+    init = values.get("init_from")
+    if not init:
+        return
+    from pathlib import Path
+    directory = Path(str(init))
+    if not (directory / "config.json").is_file():
+        raise TrainledgerError(f"--init-from {str(init)!r}: no config.json there; give a Hugging Face model directory "
+                               "(config.json + model.safetensors, e.g. one written by `trainledger export`)")
+    from trainledger.train.hf_io import weight_files
+    weight_files(directory, "--init-from")            # safetensors there, or the refusal of a pickle, before any work
+    resolved = str(directory.resolve())
+    if values.get("model") not in (None, resolved, str(init)):
+        raise TrainledgerError(f"--init-from takes the model from {directory}/config.json; leave --model "
+                               f"{values['model']!r} out")
+    values["model"], values["init_from"] = resolved, resolved
+    if not values.get("tokenizer") and (directory / "tokenizer.json").is_file():
+        values["tokenizer"] = str((directory / "tokenizer.json").resolve())     # the checkpoint's own vocabulary
 
 
 def _map_batch_flags(values: dict) -> None:

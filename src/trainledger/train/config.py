@@ -31,6 +31,7 @@ class TrainConfig:
     dataset: str | None = None          # .jsonl / .parquet / Arrow file: its text_column, tokenized into <out_dir>/data/
     text_column: str = "text"           # the dataset's column (JSON field) of documents
     tokenizer: str | None = None        # "bytes" or a tokenizer.json / .tiktoken path; None: the token file's, else bytes
+    init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
     vocab_multiple: int = 1             # the model's vocabulary padded up to a multiple of this (nanoGPT: 64)
     # recorded by the trainer, not settings: the tokenizer trained with and the model's vocabulary
     tokenizer_name: str | None = None
@@ -81,7 +82,7 @@ class TrainConfig:
 FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
 IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple", "batch_size", "seq_len",
-            "weight_decay", "optimizer", "precision", "seed", "eval_fraction")
+            "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from")
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume).
 INHERITED = ("tokenizer",)
@@ -150,7 +151,9 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
         values = {**CRUNCHER_DEFAULTS, **values}
     elif values.get("text") or values.get("data") or values.get("dataset"):
         name = Path(values.get("text") or values.get("data") or values.get("dataset")).stem
-        values.setdefault("out_dir", f"runs/{values.get('model', 'tiny')}-{name}")
+        model = Path(str(values.get("model", "tiny")))     # a config.json path or an --init-from directory: its name
+        label = model.parent.name if model.suffix == ".json" else model.name
+        values.setdefault("out_dir", f"runs/{label or 'model'}-{name}")
     if "warmup_steps" not in values:   # the default warmup never exceeds a tenth of a short run
         steps = values.get("steps", FIELDS["steps"].default)
         values["warmup_steps"] = min(FIELDS["warmup_steps"].default, steps // 10 if isinstance(steps, int) else 0)

@@ -122,6 +122,9 @@ class Trainer(Checkpointing):
                          hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
                          dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
+        if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
+            from trainledger.train.hf_io import init_from
+            init_from(model, config.init_from)            # a Hugging Face checkpoint's weights (safetensors only)
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
