@@ -42,6 +42,7 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
     "models": (),
     "tensor": ("shape", "dtype", "transpose", "slice", "torch", "device"),
     "matmul": ("m", "k", "n", "dtype", "gpu"),
+    "infer": ("model", "gpu", "batch-size", "prompt-len", "gen-len", "dtype", "kv-dtype", "tp", "reserve"),
     "mfu": ("tokens-per-s", "tokens-per-s-per-gpu", "model", "params", "gpu", "num-gpus", "dtype", "seq-len",
             "attention", "recompute"),
 }.items()}
