@@ -48,7 +48,9 @@ class Block(nn.Module):
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None,
                 sin: Tensor | None = None, mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
-        a = self.attn(self.norm1(x), cos, sin, mask, cache)
+        # the cache only when decoding: training keeps the 4 positional inputs that TP's PrepareModuleInput expects
+        inputs = (self.norm1(x), cos, sin, mask) + ((cache,) if cache is not None else ())
+        a = self.attn(*inputs)
         if self.parallel:
             return x + a + self.mlp(self.norm2(x))
         if self.attn_out_norm is not None:
