@@ -29,7 +29,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing torch==2.13.0 (CPU build)"
   pip install --quiet torch==2.13.0 || pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu
 fi
-if ! .venv/bin/python -c "import trainledger, numpy, rich, einops, jaxtyping, matplotlib, tokenizers, pyarrow, ijson" 2>/dev/null \
+if ! .venv/bin/python -c "import trainledger, numpy, rich, einops, jaxtyping, matplotlib, tokenizers, pyarrow, ijson, safetensors" 2>/dev/null \
    || [ ! -x .venv/bin/trainledger ]; then
   echo "setup: installing trainledger"
   pip install --quiet -e .

@@ -16,7 +16,7 @@ for package in (trainledger.account, trainledger.specs):
         importlib.import_module(info.name)
         names.append(info.name)
 for name in ("plan", "fit", "optimal", "flops", "memory", "params", "dtypes", "hardware", "models", "matmul", "tensor",
-             "tokenize", "step", "layout", "mfu"):
+             "tokenize", "step", "layout", "mfu", "infer"):
     importlib.import_module("trainledger.cli." + name)
 from trainledger.cli.main import compute
 compute(["plan"]); compute(["fit"]); compute(["optimal"])
@@ -24,6 +24,7 @@ compute(["flops", "--model", "gpt2"]); compute(["memory", "--model", "gpt2", "--
 compute(["params"]); compute(["dtypes"]); compute(["hardware"]); compute(["models"]); compute(["matmul"])
 compute(["tensor", "--transpose", "0,1"])  # the pure layout; only --torch needs torch
 compute(["step", "--model", "gpt2", "--num-gpus", "8"]); compute(["layout", "--model", "gpt2", "--num-gpus", "8"])
+compute(["infer", "--model", "llama-3-8b", "--gpu", "h100", "--tp", "2"])
 print(json.dumps({"modules": names, "torch": "torch" in sys.modules}))
 """
 
@@ -37,7 +38,8 @@ def test_account_and_specs_do_not_import_torch():
                    "trainledger.account.korthikanti", "trainledger.account.params", "trainledger.account.activations",
                    "trainledger.specs.recipes", "trainledger.specs.hardware", "trainledger.specs.presets",
                    "trainledger.account.time", "trainledger.account.comm", "trainledger.account.layout",
-                   "trainledger.specs.performance"):
+                   "trainledger.specs.performance", "trainledger.account.inference",
+                   "trainledger.account.inference_ops"):
         assert module in report["modules"]
 
 

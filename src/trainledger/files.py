@@ -1,14 +1,21 @@
-"""Files written atomically: into a temporary file beside the target, then renamed onto it (stdlib only).
+"""Files written atomically, and user files read only when they are regular files (stdlib only).
 
-A reader sees the old file or the complete new one, never half of one; a failed write leaves no temporary file.
+Written: into a temporary file beside the target, then renamed onto it. A reader sees the old file or the complete
+new one, never half of one; a failed write leaves no temporary file.
+
+Read: a path a user names (a config, a text) is checked to be a regular file before it is read, so that a named
+pipe (which blocks the open), a device such as /dev/zero (endless) or a directory is one line naming the flag.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+from trainledger.errors import TrainledgerError
 
 
 @contextlib.contextmanager
@@ -25,3 +32,46 @@ def atomic_path(path):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words: 'a directory', 'a named pipe (FIFO)', 'a character device', ..."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "neither a file nor a directory"
+
+
+def not_regular(flag: str, path, mode: int, hint: str = "give a regular file") -> TrainledgerError:
+    """The one-line error for a path of mode `mode` given where a regular file is needed."""
+    if stat.S_ISDIR(mode):
+        return TrainledgerError(f"{flag} {path} is a directory, not a regular file; {hint}")
+    return TrainledgerError(f"{flag} {path} is not a regular file (it is {file_kind(mode)}); {hint}")
+
+
+def read_regular_file(path, flag: str, max_bytes: int) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `max_bytes`; a one-line TrainledgerError naming
+    `flag` otherwise. Opened with O_NONBLOCK (a FIFO never blocks the open) and checked with fstat on the opened
+    file before anything is read, so a pipe, /dev/zero or a directory is refused at once, not read forever."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise TrainledgerError(f"{flag} file {path} does not exist") from None
+    except IsADirectoryError:
+        raise not_regular(flag, path, stat.S_IFDIR) from None
+    except OSError as error:
+        raise TrainledgerError(f"{flag}: cannot read {path} ({error.strerror or error})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise not_regular(flag, path, info.st_mode)
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > max_bytes:
+            raise TrainledgerError(f"{flag} {path} is {info.st_size:,} bytes; at most {max_bytes:,} are read")
+        try:
+            return handle.read(max_bytes + 1)[:max_bytes]
+        except OSError as error:
+            raise TrainledgerError(f"{flag}: cannot read {path} ({error.strerror or error})") from None

@@ -59,8 +59,11 @@ FLAGS = {
                "--optimizer": ["adamw", "adam", "sgd", "momentum", "adafactor", "adam-8bit", "x"],
                "--zero": ["0", "1", "2", "3", "9"], "--dp": NUMBERS, "--tp": NUMBERS, "--pp": NUMBERS,
                "--recompute": ["none", "selective", "full"], "--gpu": ["h100", "a100-40gb", "x"], "--reserve": NUMBERS},
+    "infer": {"--model": MODELS, "--gpu": ["h100", "l4", "tpu-v5e", "x"], "--batch-size": NUMBERS, "--prompt-len": NUMBERS,
+              "--gen-len": NUMBERS, "--dtype": ["bf16", "fp8", "fp32", "int8"], "--kv-dtype": ["fp8", "fp16", "x"],
+              "--tp": NUMBERS, "--reserve": NUMBERS},
 }
-SWITCHES = {"memory": ["--flash", "--no-flash", "--sp"]}
+SWITCHES = {"memory": ["--flash", "--no-flash", "--sp"], "infer": ["--no-cache", "--json"]}
 
 
 @st.composite

@@ -120,8 +120,9 @@ def test_a_cuda_profile_in_the_cpu_cache_is_not_a_cpu(tmp_path, monkeypatch):
 
 
 def test_calibration_on_the_web_is_refused():
-    from trainledger.web import api, guard
-    with pytest.raises(guard.GuardError, match="command-line only") as error:
+    from trainledger.errors import TrainledgerError
+    from trainledger.web import api
+    with pytest.raises(TrainledgerError, match="command-line only") as error:      # the web's allow-list refuses it
         api.argv_for("step", [("model", "gpt2"), ("calibration", RECORDED)])
     assert error.value.flag == "--calibration"
     assert api.argv_for("step", [("model", "gpt2"), ("compile", "true")]) == ["step", "--model=gpt2", "--compile"]

@@ -103,11 +103,11 @@ def test_rng_states_round_trip_through_weights_only_load(tmp_path):
 
 
 def rewrite_manifest(path):
-    """Recompute the manifest's sha256s after damaging a file: the damage is no longer visible to verify()."""
+    """Recompute the manifest's sha256s after damaging a file: the sha256 check passes (verify() may still find
+    the damage through the zip's CRC-32s, or loading finds it)."""
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["files"] = {name: ckpt.sha256_file(path / name) for name in manifest["files"]}
     (path / "manifest.json").write_text(json.dumps(manifest))
-    assert ckpt.verify(path)[1] is None
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -70,6 +70,14 @@ def test_a_dataset_trains_end_to_end_with_a_bpe_of_2048(docs, tmp_path, capsys, 
     from trainledger.data import open_tokens
     ids = np.asarray(open_tokens(summary["data_path"]))
     assert tokenizer.decode(ids[:2000]).startswith(docs["texts"][0][:300])
+    # generate prints text from the checkpoint through the run's BPE; export ships that tokenizer beside the weights
+    capsys.readouterr()
+    assert main(["generate", str(out), "--prompt", "def ", "--max-new-tokens", "8", "--no-predict", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["tokenizer"] == tokenizer.name and len(result["tokens"]) == 8
+    assert result["text"] == tokenizer.decode(result["tokens"]) and result["prompt_tokens"] == list(tokenizer.encode("def "))
+    assert main(["export", str(out), str(tmp_path / "hf")]) == 0
+    assert load_tokenizer(tmp_path / "hf" / "tokenizer.json").sha256 == tokenizer.sha256
 
 
 def test_data_finds_the_tokenizer_beside_the_token_file(docs, tmp_path, capsys):

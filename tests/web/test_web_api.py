@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from trainledger.cli import main as cli  # noqa: E402
 from trainledger.cli.common import json_ready  # noqa: E402
 from trainledger.errors import TrainledgerError  # noqa: E402
-from trainledger.web import api  # noqa: E402
+from trainledger.web import api, flags  # noqa: E402
 from trainledger.web.app import STATIC_DIR, create_app  # noqa: E402
 
 
@@ -272,6 +272,7 @@ def test_positional_arguments_and_many_values(monkeypatch):
     parser.add_argument("--sizes", nargs="+")
     parser.add_argument("--verbose", action="store_true")
     monkeypatch.setattr(api, "command_parsers", lambda: {"fake": parser})
+    monkeypatch.setitem(flags.WEB_FLAGS, "fake", frozenset({"sizes", "verbose"}))    # the web allow-list
     argv = api.argv_for("fake", [("names", "a b"), ("names", "-c"), ("sizes", "1 2"), ("verbose", "no")])
     assert argv == ["fake", "--sizes", "1", "2", "--", "a", "b", "-c"]
     assert vars(parser.parse_args(argv[1:])) == {"names": ["a", "b", "-c"], "sizes": ["1", "2"], "verbose": False}

@@ -141,6 +141,20 @@ def approach3_loss(n_params: float, n_tokens: float) -> float:
     return c["E"] + c["A"] / n_params ** c["alpha"] + c["B"] / n_tokens ** c["beta"]
 
 
+def _smallest_budget(law: str, tokens_per_param: float) -> float:
+    """The FLOPs from which compute_optimal gives N >= 1 and D >= 1 (C = 6·N·D).
+
+    chinchilla-20: N = sqrt(C/(6r)) >= 1 and D = r·N >= 1, so C >= 6·max(r, 1/r).
+    approach3: N = g·(C/6)^e >= 1 and D = (C/6)/N >= 1, so C/6 >= max(g^(-1/e), g^(1/(1-e))).
+    """
+    if law == "chinchilla-20":
+        return 6.0 * max(tokens_per_param, 1.0 / tokens_per_param)
+    c = APPROACH3
+    g = (c["alpha"] * c["A"] / (c["beta"] * c["B"])) ** (1 / (c["alpha"] + c["beta"]))
+    e = c["beta"] / (c["alpha"] + c["beta"])
+    return 6.0 * max(g ** (-1 / e), g ** (1 / (1 - e)))
+
+
 def compute_optimal(budget: float, law: str = "chinchilla-20", tokens_per_param: float = 20.0) -> dict:
     """Compute-optimal parameters and tokens for `budget` FLOPs, with C = 6·N·D.
 
@@ -158,6 +172,10 @@ def compute_optimal(budget: float, law: str = "chinchilla-20", tokens_per_param:
         c = APPROACH3
         g = (c["alpha"] * c["A"] / (c["beta"] * c["B"])) ** (1 / (c["alpha"] + c["beta"]))
         n = g * (budget / 6.0) ** (c["beta"] / (c["alpha"] + c["beta"]))
+    if not n >= 1 or not budget / (6.0 * n) >= 1:     # C = 6·N·D: under 6 FLOPs not one parameter and one token
+        raise TrainledgerError(f"--budget-flops {budget:g} is too small: the compute-optimal model would have "
+                               f"{n:.3g} parameters; a budget gives at least one parameter and one token from about "
+                               f"{_smallest_budget(law, tokens_per_param):.3g} FLOPs", "--budget-flops")
     d = budget / (6.0 * n)
     return {"budget_flops": budget, "n_params": n, "n_tokens": d, "tokens_per_param": d / n, "law": law,
             "predicted_loss": approach3_loss(n, d)}

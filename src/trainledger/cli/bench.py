@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.errors import TrainledgerError
 
 HELP = "measured matmul FLOP/s and MFU on this machine (--dtype, --size, --device); --calibrate profiles it"
 DESCRIPTION = """Times a (size × size) @ (size × size) matmul — 2·size³ FLOPs — after warm-up, the median of
@@ -57,6 +58,7 @@ def compute(args) -> dict:
     if args.calibrate:
         return calibrate(args)
     from trainledger.measure.timing import bench_matmul
+    _check_size_fits(args.size, args.dtype, args.device)
     show = not getattr(args, "json", False) and args.size >= 2048
     if not show:
         return bench_matmul(args.size, args.dtype, args.device, warmup=args.warmup, repeats=args.repeats)
@@ -65,6 +67,26 @@ def compute(args) -> dict:
         task = progress.add_task(f"{args.size}×{args.size} {args.dtype} matmul", total=args.warmup + args.repeats)
         return bench_matmul(args.size, args.dtype, args.device, warmup=args.warmup, repeats=args.repeats,
                             progress=lambda done, total: progress.update(task, completed=done))
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def _check_size_fits(size: int, dtype: str, device: str) -> None:
+    """One line naming --size when its three size×size matrices (A, B and A @ B) exceed the memory the device can
+    give (measure/resources.py), before anything is allocated: `--size 1e9` asks for 12 EB."""
+    from trainledger import units
+    from trainledger.measure.resources import available_cpu_bytes, available_cuda_bytes
+    need = 3 * size * size * DTYPE_BYTES[dtype]
+    try:
+        have, source = available_cpu_bytes() if device == "cpu" else available_cuda_bytes()
+    except TrainledgerError:       # no CUDA device: bench_matmul says so in its own words
+        return
+    if need > have:
+        largest = int((have / (3 * DTYPE_BYTES[dtype])) ** 0.5)
+        raise TrainledgerError(f"--size {size}: three {size}×{size} {dtype} matrices need {units.format_bytes(need)}, more "
+                               f"than the {units.format_bytes(have)} available on {device} ({source}); the largest "
+                               f"that fits is about {largest}", "--size")
 
 
 def calibrate(args) -> dict:
@@ -85,7 +107,8 @@ def calibrate(args) -> dict:
     summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],
                "matmul_flops_per_s": {d: {"min": min(r), "median": statistics.median(r), "max": max(r)} for d, r in rates.items()},
                "peak_flops_per_s": gpu.peak_flops_per_s, "memory_bytes_per_s": {str(int(b)): r for b, r in profile["memory"]},
-               "op_overhead_seconds": profile["op_overhead_seconds"]}
+               "op_overhead_seconds": profile["op_overhead_seconds"],
+               "decode_op_overhead_seconds": profile.get("decode_op_overhead_seconds")}
     result = {"calibration": summary, "profile": profile}
     if warning:
         result["warnings"] = [f"{warning} (saved: --force)"]
@@ -131,6 +154,8 @@ def render_calibration(result: dict) -> None:
                        ("kernel_overhead_seconds", "GPU per tiny kernel (back to back)")):
         if profile.get(key):
             rows.append((label, units.format_seconds(profile[key])))
+    if profile.get("decode_op_overhead_seconds") is not None:
+        rows.append(("CPU per op of eager decoding", units.format_seconds(profile["decode_op_overhead_seconds"])))
     rows.append(("took", units.format_seconds(c["calibration_seconds"])
                  + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
                     if profile.get("load_average") is not None else "")))

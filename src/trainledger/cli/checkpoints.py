@@ -12,10 +12,12 @@ from trainledger.units import format_bytes
 HELP = "list the checkpoints of a training run: step, size, status (sha256-verified) and loss"
 DESCRIPTION = """\
 Lists the checkpoints in DIR (a --checkpoint-dir, or a run's --out-dir holding checkpoints/): step, size on
-disk, status and the training loss at that step. Status is `ok` when every file matches its sha256 in
-manifest.json, `corrupt` (with why) when one does not, `incomplete` when there is no manifest (a save that
-never finished; it takes no slot among the --keep-checkpoints kept); a loss spike is flagged. `--resume`
-continues from the newest `ok` one that also loads. Reads only manifests and file hashes, never unpickles.
+disk, status and the training loss at that step. Status is `ok` when manifest.json is well formed and names
+this step, every file matches its sha256 in it, every sharded file is listed and trainer.pt passes its zip
+CRC-32s; `corrupt` (with why) when one does not, `incomplete` when there is no manifest (a save that never
+finished; it takes no slot among the --keep-checkpoints kept); a loss spike is flagged. `--resume` continues
+from the newest `ok` one whose content also loads (a trainer state of this step). Reads manifests, hashes
+and CRC-32s, never unpickles. The checks find damage, not forgery: see docs/train.md.
 
 examples:
   trainledger checkpoints runs/tiny-stdlib
@@ -47,7 +49,7 @@ def compute(args) -> dict:
     for ref in ckpt.list_checkpoints(directory):
         manifest = ckpt.read_manifest(ref.path)
         fmt, problem = ckpt.verify(ref.path)
-        info = (manifest or {}).get("info") or {}
+        info = ckpt.manifest_info(ref.path)
         status = "ok" if problem is None else ("incomplete" if manifest is None else "corrupt")
         records.append({"step": ref.step, "path": str(ref.path), "format": fmt or None,
                         "size_bytes": ckpt.checkpoint_bytes(ref.path), "status": status, "problem": problem,

@@ -32,7 +32,8 @@ from trainledger.errors import TrainledgerError
 COMMANDS = [
     "plan", "fit", "optimal", "params", "flops", "memory", "step", "layout",
     "dtypes", "hardware", "models", "tensor", "matmul",
-    "mfu", "bench", "measure", "profile", "tokenize", "train", "checkpoints", "serve", "tour",
+    "mfu", "bench", "measure", "profile", "tokenize", "train", "checkpoints", "generate", "infer", "export",
+    "serve", "tour",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 from pathlib import Path
 
@@ -10,15 +11,18 @@ from trainledger.errors import TrainledgerError
 
 HELP = "open the interactive calculators in a browser (JSON API at /api/<command>)"
 DESCRIPTION = """\
-Starts a local web server with ten calculators on one page — training time, tensor layout, dtypes,
-matmul, transformer parameters, memory budget, compute-optimal size, step time & layout, the largest model
-that fits, MFU of a measured throughput. Every number comes
+Starts a local web server with eleven calculators on one page — training time, tensor layout, dtypes,
+matmul, transformer parameters, memory budget, compute-optimal size, step time & layout, inference, the
+largest model that fits, MFU of a measured throughput. Every number comes
 from the same code as the command line: GET /api/<command>?flag=value returns what `trainledger <command>
 --flag value --json` prints (e.g. /api/plan?params=70B&tokens=15T&gpu=h100&num-gpus=1024&mfu=0.5).
 
 Models are presets, custom sizes (arch.* fields), a config.json POSTed in the body, or a file name from
 --config-dir: never another path on the server. Requests must be addressed to the server (its host and port,
-localhost, 127.0.0.1, [::1], or an --allow-host name). Needs the optional extra: pip install 'trainledger[web]'
+localhost, 127.0.0.1, [::1], or an --allow-host name). Query parameters are the flags of an allow-list (see
+/api/schema). Heavy requests (layout searches, step) run in worker processes within a time budget (at most
+--max-request-seconds) and are stopped when their client disconnects; SIGTERM stops the server within seconds.
+Needs the optional extra: pip install 'trainledger[web]'
 
 examples:
   trainledger serve                      # http://127.0.0.1:8000/
@@ -48,7 +52,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "repeatable. Other names are refused (421), against DNS rebinding")
     parser.add_argument("--config-dir", type=config_dir, metavar="DIR",
                         help="directory of Hugging Face config.json files the API may read by file name "
-                             "(model=NAME.json); no other file of the server is ever read")
+                             "(model=NAME.json); no other file of the server is ever read (symlinks leading out of "
+                             "it are refused)")
+    parser.add_argument("--max-request-seconds", type=seconds, default=30.0, metavar="S",
+                        help="hard cap on the work of one request, in seconds of wall clock: heavy requests (layout "
+                             "searches, step) run in a worker process that is killed when its budget (predicted from "
+                             "its size, at most S) runs out or its client disconnects (default: %(default)g)")
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds, at most a day (for --max-request-seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], got {text!r}")
+    return value
 
 
 def config_dir(text: str) -> Path:
@@ -97,12 +117,43 @@ def run(args) -> int:
         import webbrowser
         webbrowser.open(url)
     app = create_app(host=args.host, port=sock.getsockname()[1], allow_hosts=tuple(args.allow_host),
-                     config_dir=args.config_dir)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
+                     config_dir=args.config_dir, max_request_seconds=args.max_request_seconds)
+    server = _server_class(uvicorn)(uvicorn.Config(app, log_level="warning", server_header=False,
+                                                   timeout_graceful_shutdown=GRACE_SECONDS))
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; this handler turns it into a normal exit, so
+    # that the exit handlers run (the private directory, the worker fork server's socket) instead of the default
+    # action killing the process on the spot
+    previous = signal.signal(signal.SIGTERM, _exit_quietly)
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped):
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sock.close()
+        from trainledger.web import guard, worker
+        worker.stop_all()
+        guard.STORE.close()
     return 0
+
+
+GRACE_SECONDS = 3      # after SIGTERM, requests still running (light ones: milliseconds) get this long
+
+
+class _Stopped(Exception):
+    """SIGTERM after the server shut down: leave run() normally."""
+
+
+def _exit_quietly(signum, frame):
+    raise _Stopped
+
+
+def _server_class(uvicorn):
+    """uvicorn.Server that kills the heavy requests' worker processes as soon as a stop signal arrives, so
+    that the graceful shutdown does not wait for a search to finish (web/worker.py)."""
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            from trainledger.web import worker
+            worker.stop_all()
+            super().handle_exit(sig, frame)
+    return Server

@@ -31,8 +31,11 @@ SIGTERM / SIGINT save a checkpoint at the next step boundary and exit 0 (also wh
 is still loading); --resume continues exactly (the same losses as an uninterrupted run). --resume may change
 --lr, --min-lr, --warmup-steps, --grad-clip, --steps (to extend), eval and checkpoint intervals; settings not
 given keep the checkpoint's values. A NaN/Inf loss stops the run (exit 2) and names the last checkpoint whose
-loss was finite and not a spike. One trainer per checkpoint directory (a lock file); keeping K checkpoints
-needs disk room for K+1. `trainledger checkpoints DIR` lists them.
+loss was finite and not a spike. One trainer per run: locks on the checkpoint directory, the out-dir and the
+metrics file, taken before anything is written; a fresh start never overwrites another run's metrics. Keeping K
+checkpoints needs disk room for K+1. A checkpoint whose files or content are damaged (sha256, zip CRC-32, its
+step) is skipped for the previous one; `trainledger checkpoints DIR` lists them. Under torchrun, ranks whose
+launcher was killed stop with a checkpoint.
 
 Batch flags, as in `memory` and `step`: --batch-size is the micro-batch per GPU (per data-parallel rank, per
 forward/backward), --global-batch-size the sequences per optimizer step, and global = micro × data-parallel ranks
@@ -48,6 +51,7 @@ examples:
   trainledger train --text book.txt --steps 2000 --metrics m.jsonl
   trainledger train --dataset docs.parquet --tokenizer tokenizer.json --vocab-multiple 64
   trainledger train --model cruncher --steps 100
+  trainledger train --init-from hf/tiny-stdlib --text more.txt     # continue from exported / HF weights
   trainledger train --resume                                 # continue the default run
   trainledger train --batch-size 8 --global-batch-size 32      # 4 micro-batches of 8 per step
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --global-batch-size 16
@@ -73,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
                         "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
+    g.add_argument("--init-from", metavar="HF_DIR",
+                   help="start from the weights of a local Hugging Face GPT-2 or Llama checkpoint (config.json + "
+                        "model.safetensors; pickled .bin files are refused); the model is its config.json (leave "
+                        "--model out) and the tokenizer its tokenizer.json when there is one")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
                                                         "batch_size, optionally under [train]); flags override it")
     g = parser.add_argument_group("optimization")
@@ -107,7 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", metavar="DIR", help="default: <out-dir>/checkpoints")
     g.add_argument("--checkpoint-every", type=common.positive_int, help="steps between checkpoints; one is always written at the end (default: 100)")
     g.add_argument("--keep-checkpoints", metavar="K", type=common.positive_int, help="keep the last K checkpoints (default: 3)")
-    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none); settings not given keep "
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint that loads (fresh start if none, "
+                        "unless the metrics file holds another run's records); settings not given keep "
                         "the checkpoint's values, and --lr, --min-lr, --warmup-steps, --grad-clip, --steps and the "
                         "eval/checkpoint intervals may change")
     g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
@@ -167,7 +176,8 @@ def _config_and_given(args):
         flags["grad_clip"] = None
     values = load_toml(args.config) if args.config else {}      # the file's keys mean what the flags mean
     values.update({name: value for name, value in flags.items() if value is not None})
-    given = set(values)
+    given = set(values) | ({"grad_clip"} if no_clip else set())     # --no-grad-clip is a value given: None
+    _model_from_init(values)
     _map_batch_flags(values)
     given |= {"batch_size"} if given & {"batch_size", "global_batch_size"} else set()
     given.discard("global_batch_size")
@@ -176,6 +186,27 @@ def _config_and_given(args):
         from dataclasses import replace
         config = replace(config, grad_clip=None)
     return config, given
+
+
+def _model_from_init(values: dict) -> None:
+    """--init-from DIR: the model is DIR's config.json (an absolute path, so a --resume from elsewhere finds it)."""
+    init = values.get("init_from")
+    if not init:
+        return
+    from pathlib import Path
+    directory = Path(str(init))
+    if not (directory / "config.json").is_file():
+        raise TrainledgerError(f"--init-from {str(init)!r}: no config.json there; give a Hugging Face model directory "
+                               "(config.json + model.safetensors, e.g. one written by `trainledger export`)")
+    from trainledger.train.hf_io import weight_files
+    weight_files(directory, "--init-from")            # safetensors there, or the refusal of a pickle, before any work
+    resolved = str(directory.resolve())
+    if values.get("model") not in (None, resolved, str(init)):
+        raise TrainledgerError(f"--init-from takes the model from {directory}/config.json; leave --model "
+                               f"{values['model']!r} out")
+    values["model"], values["init_from"] = resolved, resolved
+    if not values.get("tokenizer") and (directory / "tokenizer.json").is_file():
+        values["tokenizer"] = str((directory / "tokenizer.json").resolve())     # the checkpoint's own vocabulary
 
 
 def _map_batch_flags(values: dict) -> None:
@@ -238,8 +269,10 @@ def run(args) -> int:
         torch.set_num_threads(config.threads)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
+    from trainledger.train.signals import LAUNCHER_EXIT
     from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
+    trainer = None
     try:
         trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):
@@ -253,8 +286,8 @@ def run(args) -> int:
         if world.is_main:
             raise
         return 2        # every rank meets the same error; rank 0 alone prints it
-    finally:
-        distributed.teardown(world)
+    finally:      # a launcher that died took its rendezvous store along: close without it
+        distributed.teardown(world, through_store=getattr(trainer, "stop_signal", None) != LAUNCHER_EXIT)
     if summary["stopped_by"] and world.distributed:    # every rank says it stopped cleanly (exit 0)
         print(f"rank {world.rank}: stopped by {summary['stopped_by']} at step {summary['steps']}, exit 0",
               file=sys.stderr, flush=True)

@@ -20,7 +20,9 @@ clock's resolution does not matter:
   half the T×T square, backward 2.5 × the forward);
 - the CPU cost of an op: a chain of multiplications of 8-element tensors under autograd, forward and backward,
   divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping, the kernel launch), and the same
-  for a chain of views, which launch nothing (`host_op_seconds`).
+  for a chain of views, which launch nothing (`host_op_seconds`); and per operator of our Transformer's KV-cache
+  decoding step at a negligible size, in inference mode (module calls, views and the cache's bookkeeping
+  included), for account/inference.py (`decode_op_overhead_seconds`).
 On CUDA (version 2) the two timelines are measured apart: the CPU costs by the wall clock (the kernels of 8
 elements finish long before the next launch), every kernel rate by CUDA events around calls queued behind a
 long `torch.cuda._sleep` kernel, so that the GPU runs them back to back however slowly the CPU launched them
@@ -47,6 +49,7 @@ import torch
 from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
+from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, check_profile, gpu_from_profile, read_profile  # noqa: F401
 
@@ -458,6 +461,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "peak_flops_per_s": peaks, "peak_source": "; ".join(sources), "gemm": gemm,
         "memory": memory_rates(device), "elementwise": elementwise_rates(device), "attention": attention_rates(device),
         "op_overhead_seconds": op_seconds, "memory_bytes": _memory_bytes(device),
+        "decode_op_overhead_seconds": decode_op_overhead_seconds(device, seconds_per_call),
     }
     host = host_op_seconds(device, op_seconds)
     if host > 0:

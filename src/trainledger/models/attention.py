@@ -51,7 +51,9 @@ class Attention(nn.Module):
         self.k_norm = make_norm(spec, spec.head_dim, **factory) if spec.qk_norm else None
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None, sin: Tensor | None = None,
-                mask: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
+                mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
+        """`cache` (a models.kv_cache.LayerCache, inference only): the new keys and values are stored there and
+        the queries attend to every cached position they may see (the mask and causality then come from it)."""
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.clip is not None:
             q, k, v = (t.clamp(-self.clip, self.clip) for t in (q, k, v))
@@ -63,35 +65,43 @@ class Attention(nn.Module):
         if self.use_rope:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         core = self.softcapped_core if self.softcap is not None else self.core
-        if self.selective and torch.is_grad_enabled() and x.requires_grad:
+        if cache is not None:
+            k, v, mask, causal = cache.update(k, v, mask)
+            out = core(q, k, v, mask, causal)
+        elif self.selective and torch.is_grad_enabled() and x.requires_grad:
             with set_checkpoint_early_stop(False):   # recompute the whole core (matters for the math backend)
                 out = checkpoint(core, q, k, v, mask, use_reentrant=False)
         else:
             out = core(q, k, v, mask)
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
 
-    def core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads seq head_dim"],
-             v: Float[Tensor, "batch kv_heads seq head_dim"], mask: Tensor | None = None
+    def core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
+             v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor | None = None, causal: bool | None = None
              ) -> Float[Tensor, "batch heads seq head_dim"]:
-        """softmax(QKᵀ·scale + mask)·V: one SDPA call (flash kernel where available); causal when no mask is given."""
+        """softmax(QKᵀ·scale + mask)·V: one SDPA call (flash kernel where available); causal when no mask is given
+        (`causal=False`: a decoding query that may see every cached key it is given)."""
         gqa = self.n_kv_heads != self.n_heads
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
+        causal = mask is None if causal is None else causal
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
                                               enable_gqa=gqa)
 
-    def softcapped_core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads seq head_dim"],
-                        v: Float[Tensor, "batch kv_heads seq head_dim"], mask: Tensor) -> Float[Tensor, "batch heads seq head_dim"]:
+    def softcapped_core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
+                        v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor, causal: bool | None = None
+                        ) -> Float[Tensor, "batch heads seq head_dim"]:
         """softmax(c·tanh(QKᵀ·scale / c) + mask) in fp32, cast back, times V (Gemma 2's soft-capped attention).
 
         The g = H/K query heads that share a key/value head are stacked along the sequence axis, so QKᵀ and A·V
         are two batched matmuls over (B, K) without copying k or v per head (2·B·H·T·T·D FLOPs each). Saved for
         backward: q (that stacked copy), k, tanh's output and the fp32 softmax (B·H·T·T each), the probabilities
-        cast to the activation dtype when it is not fp32, and v.
+        cast to the activation dtype when it is not fp32, and v. The mask is always given (the model builds one for
+        soft-capped layers), so `causal` changes nothing; queries and keys may differ in number (a KV cache).
         """
         b, h, t, d = q.shape
+        keys = k.shape[2]
         g = h // self.n_kv_heads
         scale = self.scale if self.scale is not None else d ** -0.5
         scores = q.reshape(b, self.n_kv_heads, g * t, d) @ k.transpose(-1, -2) * scale
         scores = torch.tanh(scores / self.softcap) * self.softcap
-        scores = scores.view(b, self.n_kv_heads, g, t, t) + mask
+        scores = scores.view(b, self.n_kv_heads, g, t, keys) + mask
         probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        return (probs.view(b, self.n_kv_heads, g * t, t) @ v).view(b, h, t, d)
+        return (probs.view(b, self.n_kv_heads, g * t, keys) @ v).view(b, h, t, d)

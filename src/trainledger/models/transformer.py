@@ -47,8 +47,10 @@ class Block(nn.Module):
         self.mlp_out_norm = make_norm(spec, **factory) if spec.sandwich_norm else None
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None,
-                sin: Tensor | None = None, mask: Tensor | None = None) -> Float[Tensor, "batch seq d_model"]:
-        a = self.attn(self.norm1(x), cos, sin, mask)
+                sin: Tensor | None = None, mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
+        # the cache only when decoding: training keeps the 4 positional inputs that TP's PrepareModuleInput expects
+        inputs = (self.norm1(x), cos, sin, mask) + ((cache,) if cache is not None else ())
+        a = self.attn(*inputs)
         if self.parallel:
             return x + a + self.mlp(self.norm2(x))
         if self.attn_out_norm is not None:
@@ -188,6 +190,50 @@ class Transformer(nn.Module):
         if targets is None:
             return logits
         return logits, self.loss(logits, targets)
+
+    @torch.no_grad()
+    def forward_cached(self, idx: Int[Tensor, "batch new"], cache, last_only: bool = True
+                       ) -> Float[Tensor, "batch new_or_1 vocab"]:
+        """Logits of the new tokens `idx` at positions cache.length, ... (inference: no autograd), with a KV cache.
+
+        The keys and values of the new tokens are stored in `cache` (models.kv_cache.KVCache), and each new
+        query attends to the cached positions it may see, so generating one more token runs one position through
+        the model instead of the whole sequence. From an empty cache this is forward(idx) exactly (the same
+        masks and kernels). `last_only`: the logits of the last position only (what sampling needs; the LM head
+        over the other positions is skipped).
+        """
+        spec, start, new = self.spec, cache.length, idx.shape[1]
+        end = start + new
+        if self.pos_embeddings is not None and end > spec.max_seq_len:
+            raise TrainledgerError(f"position {end - 1} is past the {spec.max_seq_len} learned positions of model "
+                                   f"'{spec.name}' (--max-new-tokens)")
+        x = self.tok_embeddings(idx)
+        if spec.scale_embeddings:
+            x = x * torch.tensor(spec.d_model ** 0.5, dtype=x.dtype, device="cpu").item()
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(torch.arange(start, end, device=idx.device))
+        rope, masks = self._layer_inputs(end, idx.device, x.dtype) if start == 0 else (self._rope(end, idx.device, x.dtype), {})
+        for i, block in enumerate(self.blocks):
+            cos, sin = rope.get(spec.layer_rope_theta(i), (None, None))
+            if cos is not None:
+                cos, sin = cos[start:], sin[start:]
+            mask = masks.get(spec.is_sliding(i) and end > spec.sliding_window)
+            x = block(x, cos, sin, mask, cache.layers[i])
+        cache.advance(new)
+        if last_only:
+            x = x[:, -1:]
+        logits = F.linear(self.norm(x), self.output_weight())
+        if spec.final_softcap is not None:
+            logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
+        return logits
+
+    def _rope(self, seq_len: int, device, dtype) -> dict:
+        """{θ: (cos, sin)} for positions 0..seq_len-1, one table per distinct θ of the layers."""
+        spec = self.spec
+        if spec.position != "rope":
+            return {}
+        return {theta: rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype)
+                for theta in sorted({spec.layer_rope_theta(i) for i in range(spec.n_layers)})}
 
     def _layer_inputs(self, seq_len: int, device, dtype) -> tuple[dict, dict]:
         """RoPE tables per θ ({θ: (cos, sin)}) and additive masks per window state ({sliding: mask}) for this forward.

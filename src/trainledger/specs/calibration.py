@@ -17,6 +17,8 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
                                                           causal SDPA, FLOPs as executed (half the T×T square)
     op_overhead_seconds                                   CPU seconds per dispatched op that launches a kernel,
                                                           under autograd (forward and backward)
+    decode_op_overhead_seconds                            (optional) CPU seconds per dispatched op of a KV-cache decoding
+                                                          step of our Transformer at a negligible size (inference mode)
     memory_bytes                                          RAM (CPU) or device memory (CUDA)
   version 2 adds:
     gpu_timed (CUDA)                                      the rates above are device time (CUDA events around a
@@ -145,7 +147,8 @@ def check_profile(profile, device: str | None = None) -> dict:
             _number(other.get("head_dim"), f"attention.other_head_dims[{i}].head_dim", "head_dim")
             _rows(other.get("points"), ("seq_len", "flops_per_s", "flops_per_s"), f"attention.other_head_dims[{i}].points")
     _number(profile.get("op_overhead_seconds"), "op_overhead_seconds", "seconds")
-    for key in ("kernel_overhead_seconds", "host_op_seconds", "launch_seconds", "optimizer_tensor_seconds"):
+    for key in ("kernel_overhead_seconds", "host_op_seconds", "launch_seconds", "optimizer_tensor_seconds",
+                "decode_op_overhead_seconds"):
         if profile.get(key) is not None:
             _number(profile[key], key, "seconds")
     _number(profile.get("memory_bytes"), "memory_bytes", "memory_bytes")
@@ -275,6 +278,8 @@ def calibrated_gpu(profile: dict, base: GPUSpec | None = None) -> GPUSpec:
     fields = dict(gemm_efficiency=gemm, attention_efficiency=attention, memory_bandwidth_bytes_per_s=curve[-1][1],
                   memory_bandwidth_curve=curve, memory_bandwidth_fraction=1.0, elementwise_curves=elementwise,
                   op_overhead_seconds=float(profile["op_overhead_seconds"]),
+                  decode_op_overhead_seconds=(float(profile["decode_op_overhead_seconds"])
+                                              if profile.get("decode_op_overhead_seconds") is not None else None),
                   host_op_seconds=float(profile.get("host_op_seconds") or 0.0), async_launch=cuda,
                   launch_seconds=float(profile.get("launch_seconds") or (_dispatch_floor(profile) if wall_clock else 0.0)),
                   optimizer_tensor_seconds=float(profile.get("optimizer_tensor_seconds") or 0.0),

@@ -47,6 +47,9 @@ class GPUSpec:
     # "column_reduction": account.roofline Kernel.access); empty: every kernel streams
     access_fractions: dict[str, float] = field(default_factory=dict)
     unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
+    # per operator of our Transformer's eager decoding step (a calibrated device: measure/calibrate.py); None: not
+    # measured, account.inference uses op_overhead_seconds
+    decode_op_overhead_seconds: float | None = None
     gpus_per_node: int = 8
     intra_node_link: Link | None = None
     inter_node_link: Link | None = None
@@ -111,6 +114,7 @@ class GPUSpec:
                 "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
                 "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
                 "access_fractions": dict(self.access_fractions),
+                "decode_op_overhead_seconds": self.decode_op_overhead_seconds,
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),

@@ -6,18 +6,29 @@ Layout of one checkpoint (the directory name carries the optimizer step it was t
         trainer.pt        everything to continue exactly (model and optimizer unless sharded, schedule step,
                           grad scaler, tokens seen, data-sampler state, RNG states, the resolved config)
         model/            only for FSDP: the sharded model + optimizer written by torch.distributed.checkpoint
-        manifest.json     {"step", "format", "files": {relative path: sha256}}, written last
+        manifest.json     {"step", "format", "files": {relative path: sha256}, "info"}, written last
 
 Writing is atomic: the files go into a temporary directory beside the final one, each file is fsynced,
 the manifest is written last, then `os.replace` renames the directory and the parent is fsynced. A crash
 leaves either the previous state or the complete new checkpoint, never a half one under a final name.
 
-Loading verifies every sha256 first, then loads trainer.pt (and, for FSDP, reads DCP's `.metadata`
-and checks the shard sizes): any error there (truncated, emptied, flipped bytes, even with a manifest
-rewritten to match) makes the checkpoint corrupt, and the previous good one is used. Loading never executes
-pickled code: `torch.load(weights_only=True)` accepts tensors and plain containers only, DCP's metadata goes
-through a restricted unpickler (safe_dcp.py), and a file naming any other global is refused
-(`UnsafeCheckpointError`, exit 2) rather than skipped: someone put it there.
+Loading checks, in order, and any failure makes the checkpoint corrupt so that the previous good one is used:
+the manifest's shape (a step equal to the directory's, a format, a map of relative file names to sha256s);
+every listed file's sha256, and for the sharded format that every file under model/ is listed; the CRC-32 of
+every member of trainer.pt (a zip archive); then trainer.pt loads, holds a trainer state of the expected shape
+and types, and is the state of the manifest's step (a trainer.pt copied in from another step is refused);
+for FSDP, DCP's `.metadata` and every stored item load (safe_dcp.py).
+
+What this protects against, and what it cannot: the manifest and the CRC-32s detect DAMAGE (a truncated or
+emptied file, flipped bytes, a file missing or left over, a payload moved from another step), whatever the
+cause: a full disk, a crash, bit rot, a bad copy. They are not signatures: someone able to write the checkpoint
+directory can change a tensor, recompute the zip's CRC-32s and the sha256s, and write a matching manifest; the
+altered weights then load. Protect the directory with file permissions, or keep a copy of the manifest (its
+sha256s identify the files) somewhere the writer cannot reach.
+
+Loading never executes pickled code, forged or not: `torch.load(weights_only=True)` accepts tensors and plain
+containers only, DCP's metadata goes through a restricted unpickler (safe_dcp.py), and a file naming any other
+global is refused (`UnsafeCheckpointError`, exit 2) rather than skipped: someone put it there.
 
 Pruning is crash-safe: a checkpoint leaving the last K is first renamed to `.trash-step_*` (atomic), then
 deleted, so a kill mid-delete never leaves half a checkpoint under a final name. Only complete checkpoints
@@ -28,7 +39,6 @@ needs room for K+1: the new one is written before the oldest is deleted.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import math
@@ -38,14 +48,15 @@ import re
 import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError, first_line
+from trainledger.train.runlock import LOCK_FILE, lock_directory, lock_holder, unlock_directory  # noqa: F401 (re-exported)
 
 TRAINER_FILE = "trainer.pt"
 MANIFEST_FILE = "manifest.json"
-LOCK_FILE = ".lock"
 SHARDED_DIR = "model"
 _NAME = re.compile(r"^step_(\d{8,})$")
 
@@ -64,50 +75,6 @@ class CheckpointRef:
 
     path: Path
     step: int
-
-
-def lock_directory(checkpoint_dir: Path) -> int:
-    """An exclusive OS lock (flock) on `checkpoint_dir`/.lock, held until unlock_directory() or process exit.
-
-    One trainer per directory: a second one gets a TrainledgerError naming the holder's pid, before it has
-    touched the metrics or the checkpoints. The kernel drops the lock when its holder dies (even SIGKILL).
-    """
-    checkpoint_dir = Path(checkpoint_dir)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    path = checkpoint_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise TrainledgerError(f"{checkpoint_dir} is in use by pid {holder} (another trainer); wait for it to "
-                               "finish, stop it, or pass another --out-dir/--checkpoint-dir") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
-def lock_holder(checkpoint_dir: Path) -> str | None:
-    """The pid holding `checkpoint_dir`'s lock, or None when no trainer holds it (the lock is not taken)."""
-    path = Path(checkpoint_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-    finally:
-        os.close(fd)
-    return None
-
-
-def unlock_directory(fd: int | None) -> None:
-    """Releases a lock_directory() lock (None: nothing held)."""
-    if fd is not None:
-        os.close(fd)
 
 
 def checkpoint_name(step: int) -> str:
@@ -217,21 +184,28 @@ def prune(checkpoint_dir: Path, keep: int) -> list[Path]:
 
 
 def newest_config(checkpoint_dir: Path) -> dict | None:
-    """The run config recorded in the manifest of the newest complete checkpoint (JSON, no unpickling), or None."""
+    """The run config recorded in the newest well-formed manifest (JSON, no unpickling), or None."""
     for ref in reversed(list_checkpoints(checkpoint_dir)):
         manifest = read_manifest(ref.path)
-        if manifest is not None:
-            config = (manifest.get("info") or {}).get("config")
+        if manifest is not None and manifest_problem(manifest, ref.path) is None:
+            config = manifest_info(ref.path).get("config")
             return config if isinstance(config, dict) else None
     return None
+
+
+def manifest_info(path: Path) -> dict:
+    """The `info` object of checkpoint `path`'s manifest (loss, loss_spike, tokens, config); {} when there is none."""
+    info = (read_manifest(path) or {}).get("info")
+    return info if isinstance(info, dict) else {}
 
 
 def last_finite_checkpoint(refs: list[CheckpointRef]) -> tuple[CheckpointRef | None, float | None]:
     """The newest of `refs` whose manifest records a finite loss that was not a spike, and that loss."""
     for ref in reversed(refs):
-        info = (read_manifest(ref.path) or {}).get("info") or {}
+        info = manifest_info(ref.path)
         loss = info.get("loss")
-        if isinstance(loss, (int, float)) and math.isfinite(loss) and not info.get("loss_spike"):
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss) \
+                and not info.get("loss_spike"):
             return ref, float(loss)
     return None, None
 
@@ -270,7 +244,7 @@ def read_manifest(path: Path) -> dict | None:
     """The manifest of checkpoint `path`, or None when it is missing or unreadable."""
     try:
         manifest = json.loads((Path(path) / MANIFEST_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
 
@@ -288,25 +262,92 @@ def list_checkpoints(checkpoint_dir: Path) -> list[CheckpointRef]:
     return sorted(refs, key=lambda ref: ref.step)
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def manifest_problem(manifest, path: Path) -> str | None:
+    """Why the parsed manifest of checkpoint `path` has the wrong shape, or None: a JSON object whose `step` is
+    the step in the directory's name, `format` a name, `files` a map of relative names inside the checkpoint to
+    sha256 hex digests (trainer.pt among them), `info` an object."""
+    if not isinstance(manifest, dict):
+        return f"manifest.json holds {type(manifest).__name__}, not an object"
+    step, fmt, files = manifest.get("step"), manifest.get("format"), manifest.get("files")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return f"manifest.json has step {step!r:.40}, not a step number"
+    named = _NAME.match(Path(path).name)
+    if named and int(named.group(1)) != step:
+        return f"manifest.json is that of step {step}, not of step {int(named.group(1))} (moved from another checkpoint)"
+    if not isinstance(fmt, str) or not fmt:
+        return f"manifest.json has format {fmt!r:.40}, not a format name"
+    if not isinstance(files, dict):
+        return f"manifest.json lists files as {type(files).__name__}, not a map of file name to sha256"
+    for name, digest in files.items():
+        parts = Path(name).parts if isinstance(name, str) else ()
+        if not parts or Path(name).is_absolute() or ".." in parts or name == MANIFEST_FILE:
+            return f"manifest.json lists {str(name)[:60]!r}, not a file inside the checkpoint"
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            return f"manifest.json has no sha256 for {name}"
+    if not isinstance(manifest.get("info", {}), dict):
+        return "manifest.json has an info entry that is not an object"
+    if TRAINER_FILE not in files:
+        return f"manifest lists no {TRAINER_FILE}"
+    return None
+
+
 def verify(path: Path) -> tuple[str, str | None]:
-    """(format, None) if every file in the manifest has its sha256, else (format or '', why it is corrupt)."""
+    """(format, None) when checkpoint `path` is intact, else (format or '', why it is corrupt).
+
+    Intact: the manifest has its shape (manifest_problem), every file it lists has its sha256, every file under
+    model/ (the DCP shards and metadata) is listed, and every member of trainer.pt passes its CRC-32. Reads
+    every byte once or twice; unpickles nothing.
+    """
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST_FILE).read_text())
-        files, fmt = manifest["files"], manifest["format"]
     except FileNotFoundError:
         return "", "no manifest.json (the save did not finish)"
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        return "", f"unreadable manifest.json ({error})"
-    if TRAINER_FILE not in files:
-        return fmt, f"manifest lists no {TRAINER_FILE}"
+    except (OSError, ValueError, RecursionError) as error:
+        return "", f"unreadable manifest.json ({first_line(error)[:120]})"
+    problem = manifest_problem(manifest, path)
+    if problem:
+        fmt = manifest.get("format") if isinstance(manifest, dict) else None
+        return (fmt if isinstance(fmt, str) else ""), problem
+    files, fmt = manifest["files"], manifest["format"]
     for name, expected in files.items():
         file = path / name
         if not file.is_file():
             return fmt, f"{name} is missing"
         if sha256_file(file) != expected:
             return fmt, f"{name} fails its sha256 check (truncated or modified)"
+    unlisted = sorted(p.relative_to(path).as_posix() for p in (path / SHARDED_DIR).rglob("*")
+                      if p.is_file() and p.relative_to(path).as_posix() not in files)
+    if unlisted:
+        return fmt, f"{unlisted[0]} is not in the manifest (a file that the save did not write)"
+    try:
+        check_zip(path / TRAINER_FILE)
+    except CorruptCheckpointError as error:
+        return fmt, f"{error} although its manifest matches"
     return fmt, None
+
+
+def check_zip(file: Path) -> None:
+    """Raises CorruptCheckpointError unless every member of the zip archive `file` (torch.save's format) reads
+    back with its CRC-32: torch.load itself does not check them, so flipped bytes inside a tensor load silently.
+
+    A file that is no zip at all (no end-of-archive record: emptied, cut short, a raw pickle) is left to
+    torch.load, which says what it is: damaged, or a pickle naming code (refused, not skipped)."""
+    try:
+        if not zipfile.is_zipfile(file):
+            return
+    except OSError:
+        return
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as error:
+        raise CorruptCheckpointError(f"{file} cannot be loaded (not a readable zip archive: {first_line(error)[:80]})") from None
+    if bad is not None:
+        raise CorruptCheckpointError(f"{file} is damaged (its member {bad} fails the zip's CRC-32 check)")
 
 
 def latest_good(checkpoint_dir: Path, warn=None, load: bool = True) -> tuple[CheckpointRef | None, str]:
@@ -334,7 +375,8 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
 
     Raises UnsafeCheckpointError (a TrainledgerError: exit status 2) when the file names a global other than
     tensors and plain containers (the object's code never runs), and CorruptCheckpointError for any other
-    failure: empty, truncated, or bytes damaged so that the unpickler meets an unknown opcode.
+    failure: empty, truncated, bytes damaged so that the unpickler meets an unknown opcode, or a member of the
+    zip failing its CRC-32 (bytes flipped inside a tensor, which torch.load would return as they are).
     """
     import torch
     file = Path(path) / TRAINER_FILE
@@ -352,19 +394,27 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
             f"weights_only=True only. Delete it or pass another --checkpoint-dir") from None
     except Exception as error:     # EOFError (empty), RuntimeError (truncated zip), OSError, ...
         raise CorruptCheckpointError(f"{file} cannot be loaded ({type(error).__name__}: {first_line(error)[:120]})") from None
+    check_zip(file)
     return state
 
 
 def probe(path: Path, fmt: str) -> dict:
     """The trainer state of checkpoint `path` once everything it needs loads; raises Corrupt/UnsafeCheckpointError.
 
-    For the sharded format, DCP's `.metadata` is read with the restricted unpickler, every shard file is
-    checked to be present and long enough, and every stored item is loaded once with weights_only=True, so a
-    damaged or hostile shard is found before any state is touched.
+    The state must be a dict whose `step` is the step of the directory's name: a trainer.pt copied in from another
+    checkpoint (with a manifest rewritten to match) is refused. For the sharded format, DCP's `.metadata` is read
+    with the restricted unpickler, every shard file is checked to be present and long enough, and every stored
+    item is loaded once with weights_only=True, so a damaged or hostile shard is found before any state is touched.
     """
     state = load_trainer_state(path)
-    if not isinstance(state, dict) or "step" not in state:
-        raise CorruptCheckpointError(f"{Path(path) / TRAINER_FILE} does not hold a trainer state")
+    file = Path(path) / TRAINER_FILE
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CorruptCheckpointError(f"{file} does not hold a trainer state (no step number)")
+    named = _NAME.match(Path(path).name)
+    if named and int(named.group(1)) != step:
+        raise CorruptCheckpointError(f"{file} holds the state of step {step}, not of step {int(named.group(1))} "
+                                     "(copied from another checkpoint)")
     if fmt == "dcp":
         from trainledger.train import safe_dcp
         try:

@@ -15,9 +15,13 @@ from trainledger import units
 from trainledger.errors import TrainledgerError
 from trainledger.train import checkpoint as ckpt
 from trainledger.train import distributed as dist_
-from trainledger.train.config import TrainConfig, check_resume
+from trainledger.train.config import FIELDS, TrainConfig, _coerce, check_resume, replace, validate
+from trainledger.train.metrics import recorded_steps
 from trainledger.train.rng import load_rng_state_dict, rng_state_dict
+from trainledger.train.runlock import RunLocks, lock_run
 from trainledger.train.safe_dcp import CheckpointException
+
+TRAINER_NAME = ckpt.TRAINER_FILE
 
 
 class Checkpointing:
@@ -37,6 +41,33 @@ class Checkpointing:
             if self.master is not None:
                 state["master_params"] = self.master.state_dict()
         return state
+
+    def state_problem(self, state: dict, path: Path) -> str | None:
+        """Why a loaded trainer.pt cannot be this run's state, or None: every key state_dict() writes, each of its
+        type, a saved config whose values have the types of the fields. Its sha256 may match (a forged or
+        hand-edited file): then the previous checkpoint is used, as for damage."""
+        expected = {"format": str, "step": int, "tokens": int, "world_size": int, "config": dict, "sampler": dict,
+                    "schedule": dict, "scaler": (dict, type(None)), "rng": dict, "recent_losses": list}
+        if not isinstance(state, dict):
+            return f"{TRAINER_NAME} holds {type(state).__name__}, not a trainer state"
+        if state.get("format") == "full":       # another format than this run's is refused by _restore, by name
+            expected.update(model=dict, optimizer=dict)
+            if self.master is not None:
+                expected["master_params"] = (dict, list)
+        for key, kind in expected.items():
+            if key not in state:
+                return f"{TRAINER_NAME} has no {key!r} entry"
+            value = state[key]
+            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+                return f"{TRAINER_NAME} has {key} = {value!r:.40}, of the wrong type"
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in state["recent_losses"]):
+            return f"{TRAINER_NAME} has recent_losses that are not numbers"
+        try:
+            validate(replace(TrainConfig(), **{name: _coerce(name, value) for name, value in state["config"].items()
+                                               if name in FIELDS}))
+        except TrainledgerError as error:
+            return f"{TRAINER_NAME} records a config with {error}"
+        return None
 
     def load_state_dict(self, state: dict, path: Path) -> None:
         if self.fmt == "full":
@@ -58,14 +89,20 @@ class Checkpointing:
     def save(self) -> Path | None:
         """Writes a checkpoint of the current step (every rank calls it); its path on rank 0.
 
-        Rank 0 first checks the free space against the expected size. On any write error the partial
-        temporary directory is deleted and every rank raises one TrainledgerError naming the path and the
-        OS reason (exit 2).
+        Rank 0 first deletes checkpoints beyond --keep-checkpoints K (there are more after a resume with a lower
+        K: the advice of a full disk), then checks the free space against the expected size. On any write error
+        the partial temporary directory is deleted and every rank raises one TrainledgerError naming the path and
+        the OS reason (exit 2). A second Ctrl-C during the write is an interrupt, not a write error: the partial
+        directory is deleted and KeyboardInterrupt propagates (exit 130), with no advice about disk space.
         """
         checkpoint_dir = self.config.resolved_checkpoint_dir()
         tmp, problem = None, None
         if self.world.is_main:
-            problem = self._space_problem(checkpoint_dir)
+            try:
+                ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
+            except OSError as error:
+                problem = f"cannot delete old checkpoints in {checkpoint_dir}: {ckpt.os_reason(error)}"
+            problem = problem or self._space_problem(checkpoint_dir)
             if problem is None:
                 try:
                     tmp = ckpt.begin(checkpoint_dir, self.step)
@@ -75,6 +112,25 @@ class Checkpointing:
         if problem:
             raise TrainledgerError(problem)
         tmp, failure = Path(tmp), None
+        try:
+            final, failure = self._write(tmp, checkpoint_dir)
+        except BaseException:            # KeyboardInterrupt (a second Ctrl-C) raised outside torch's writer
+            if self.world.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        failure = failure or dist_.broadcast_object(failure if self.world.is_main else None, self.world)
+        if failure:
+            if self.world.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if getattr(self, "interrupted", False):    # torch turned the KeyboardInterrupt into a write error
+                raise KeyboardInterrupt
+            raise TrainledgerError(f"could not write checkpoint {tmp}: {failure}; the partial directory was "
+                                   f"deleted. {self._space_advice(checkpoint_dir)}")
+        return final
+
+    def _write(self, tmp: Path, checkpoint_dir: Path) -> tuple[Path | None, str | None]:
+        """Writes the files into `tmp` and commits it (rank 0); (final path, None) or (None, why it failed)."""
+        failure, final = None, None
         if self.fmt == "dcp":
             from trainledger.train.sharded import save_sharded
             try:
@@ -91,13 +147,7 @@ class Checkpointing:
                 ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
             except Exception as error:
                 failure = ckpt.os_reason(error)
-        failure = failure or dist_.broadcast_object(failure if self.world.is_main else None, self.world)
-        if failure:
-            if self.world.is_main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise TrainledgerError(f"could not write checkpoint {tmp}: {failure}; the partial directory was "
-                                   f"deleted. {self._space_advice(checkpoint_dir)}")
-        return final
+        return final, failure
 
     def _space_problem(self, checkpoint_dir: Path) -> str | None:
         """A one-line error when the free space in `checkpoint_dir` is below the expected checkpoint size."""
@@ -124,11 +174,12 @@ class Checkpointing:
         failed, state = None, None
         try:
             state = ckpt.load_trainer_state(path)
+            failed = self.state_problem(state, path)
         except ckpt.CorruptCheckpointError as error:
             failed = str(error)
         if dist_.any_across(failed is not None, self.world):
             return failed or "it could not be loaded on another rank"
-        self.config, self.resume_notes = check_resume(state["config"], requested, self.given, int(state["step"]))
+        self.config, self.resume_notes = check_resume(state["config"], requested, self.given, state["step"])
         if state["format"] != self.fmt:
             raise TrainledgerError(f"--resume: checkpoint {path} was written with format "
                                    f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
@@ -165,7 +216,7 @@ class Checkpointing:
         if good is None:
             return "No checkpoint with a finite loss to go back to: start again with a lower --lr or a --grad-clip"
         newer = [r for r in refs if r.step > good.step]
-        spikes = all((ckpt.read_manifest(r.path) or {}).get("info", {}).get("loss_spike") for r in newer)
+        spikes = all(ckpt.manifest_info(r.path).get("loss_spike") for r in newer)
         delete = (f"delete the newer {', '.join(r.path.name for r in newer)}"
                   + (" (loss spikes), then " if spikes else " (no finite loss recorded), then ")) if newer else ""
         return (f"Last good checkpoint: {good.path} (loss {loss:.4f}); to continue from it, {delete}"
@@ -185,10 +236,12 @@ class Checkpointing:
                 raise TrainledgerError(f"{directory} already holds checkpoints "
                                        f"(last: step {refs[-1].step}); pass --resume to continue that run, "
                                        "or choose another --out-dir/--checkpoint-dir")
+            self._refuse_to_overwrite_metrics(directory)
             return None
         newest_first = [str(r.path) for r in reversed(ckpt.list_checkpoints(directory))] if self.world.is_main else None
         newest_first = dist_.broadcast_object(newest_first, self.world)
         if not newest_first:
+            self._refuse_to_overwrite_metrics(directory)
             self.log(f"--resume: no checkpoint in {directory}; starting fresh")
             return None
         requested = self.config
@@ -215,15 +268,33 @@ class Checkpointing:
         raise TrainledgerError(f"--resume: every checkpoint in {directory} is corrupt (see the warnings above); "
                                "delete them to start fresh, or choose another --out-dir/--checkpoint-dir")
 
-    def _lock(self):
-        """Rank 0 takes the checkpoint directory's lock; every rank raises if another trainer holds it."""
-        lock, problem = None, None
+    def _refuse_to_overwrite_metrics(self, directory: Path) -> None:
+        """A fresh start truncates --metrics: refused (every rank) when it holds records of a run other than the
+        last one in this checkpoint dir (a run killed before its first checkpoint starts again as before)."""
+        problem = None
         if self.world.is_main:
+            metrics = self.config.resolved_metrics()
+            steps = recorded_steps(metrics)
+            if steps and self.locks.previous_metrics != str(metrics.resolve()):    # not this run's own, killed early
+                problem = (f"{'--resume: no' if self.config.resume else 'no'} checkpoint in {directory}, but {metrics} "
+                           f"holds steps {steps[0]}-{steps[1]} of a run; starting fresh would overwrite them. Check "
+                           "--checkpoint-dir and --out-dir (to continue that run, --resume with its checkpoint "
+                           f"directory), or move {metrics} away (or pass another --metrics) to start afresh")
+        problem = dist_.broadcast_object(problem, self.world)
+        if problem:
+            raise TrainledgerError(problem)
+
+    def _lock(self) -> RunLocks:
+        """Rank 0 locks the run (checkpoint dir, out-dir, --metrics file: train/runlock.py); every rank
+        raises if another trainer holds one of them. The locks (none on other ranks), released by unlock_all()."""
+        locks, problem = RunLocks(), None
+        if self.world.is_main:
+            config = self.config
             try:
-                lock = ckpt.lock_directory(self.config.resolved_checkpoint_dir())
+                locks = lock_run(Path(config.out_dir), config.resolved_checkpoint_dir(), config.resolved_metrics())
             except TrainledgerError as error:
                 problem = str(error)
         problem = dist_.broadcast_object(problem, self.world)
         if problem:
             raise TrainledgerError(problem)
-        return lock
+        return locks

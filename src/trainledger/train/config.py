@@ -13,7 +13,8 @@ import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from trainledger.errors import TrainledgerError
+from trainledger.errors import TrainledgerError, first_line
+from trainledger.files import read_regular_file
 
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
@@ -30,6 +31,7 @@ class TrainConfig:
     dataset: str | None = None          # .jsonl / .parquet / Arrow file: its text_column, tokenized into <out_dir>/data/
     text_column: str = "text"           # the dataset's column (JSON field) of documents
     tokenizer: str | None = None        # "bytes" or a tokenizer.json / .tiktoken path; None: the token file's, else bytes
+    init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
     vocab_multiple: int = 1             # the model's vocabulary padded up to a multiple of this (nanoGPT: 64)
     # recorded by the trainer, not settings: the tokenizer trained with and the model's vocabulary
     tokenizer_name: str | None = None
@@ -80,7 +82,7 @@ class TrainConfig:
 FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
 IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple", "batch_size", "seq_len",
-            "weight_decay", "optimizer", "precision", "seed", "eval_fraction")
+            "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from")
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume).
 INHERITED = ("tokenizer",)
@@ -103,16 +105,29 @@ CRUNCHER_DEFAULTS = {"steps": 200, "batch_size": 32, "seq_len": 1, "lr": 0.05, "
 CLI_KEYS = ("global_batch_size",)
 
 
+MAX_SEED = 2**63 - 1             # torch.manual_seed takes a signed or unsigned 64-bit integer; the seed + 1 of the
+                                # held-out sampler must fit as well
+MAX_CONFIG_BYTES = 1 << 20      # a TOML of settings is a few hundred bytes; a larger file is refused unread
+
+
 def load_toml(path: str | Path) -> dict:
-    """The keys of a TOML config file (dashes or underscores), checked against the known fields."""
+    """The keys of a TOML config file (dashes or underscores), checked against the known fields.
+
+    The file must be a regular file of at most MAX_CONFIG_BYTES (a FIFO, /dev/zero or a directory is one line,
+    never a hang); the settings are the top level or a [train] table.
+    """
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise TrainledgerError(f"config file {path} does not exist", "--config")
+    data = read_regular_file(path, "--config", MAX_CONFIG_BYTES)
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise TrainledgerError(f"config file {path} does not exist", "--config") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise TrainledgerError(f"config file {path} is not valid TOML: {error}", "--config") from None
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise TrainledgerError(f"config file {path} is not valid TOML: {first_line(error)[:160]}", "--config") from None
     table = raw.get("train", raw)
+    if not isinstance(table, dict):
+        raise TrainledgerError(f"`train` in {path} must be a table of settings ([train] followed by key = value "
+                               f"lines), got {table!r:.40}", "--config")
     values = {}
     for key, value in table.items():
         name = key.replace("-", "_")
@@ -136,7 +151,9 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
         values = {**CRUNCHER_DEFAULTS, **values}
     elif values.get("text") or values.get("data") or values.get("dataset"):
         name = Path(values.get("text") or values.get("data") or values.get("dataset")).stem
-        values.setdefault("out_dir", f"runs/{values.get('model', 'tiny')}-{name}")
+        model = Path(str(values.get("model", "tiny")))     # a config.json path or an --init-from directory: its name
+        label = model.parent.name if model.suffix == ".json" else model.name
+        values.setdefault("out_dir", f"runs/{label or 'model'}-{name}")
     if "warmup_steps" not in values:   # the default warmup never exceeds a tenth of a short run
         steps = values.get("steps", FIELDS["steps"].default)
         values["warmup_steps"] = min(FIELDS["warmup_steps"].default, steps // 10 if isinstance(steps, int) else 0)
@@ -165,11 +182,21 @@ def _coerce(name: str, value):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TrainledgerError(f"{flag} must be a number, got {value!r}")
         return float(value)
-    return str(value)
+    if not isinstance(value, str):
+        raise TrainledgerError(f"{flag} must be a string, got {value!r:.60}")
+    return value
 
 
 def validate(config: TrainConfig) -> None:
     """Raises a TrainledgerError naming the flag for the first value that is not allowed."""
+    for name in ("model", "out_dir", "text", "data", "dataset", "checkpoint_dir", "metrics", "device"):
+        value = getattr(config, name)
+        if value is not None and not value.strip():
+            raise TrainledgerError(f"{_flag(name)} must not be empty, got {value!r}" + (
+                " (an empty --out-dir would write into the current directory)" if name == "out_dir" else ""))
+    if not 0 <= config.seed <= MAX_SEED:
+        raise TrainledgerError(f"--seed must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
+                               f"generators take), got {config.seed}")
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
                  "checkpoint_every", "tp", "pp", "vocab_multiple"):
         if getattr(config, name) <= 0:
@@ -240,13 +267,18 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
         if given is not None and name not in given:
             values[name] = saved[name]
         elif saved[name] != current[name]:
-            notes.append(f"--{name.replace('_', '-')} {saved[name]} -> {current[name]}")
+            notes.append(f"--{name.replace('_', '-')} {_shown(saved[name])} -> {_shown(current[name])}")
     merged = replace(config, **values)
     if merged.steps < step:
         raise TrainledgerError(f"--steps {merged.steps} is below the checkpoint's step {step}; "
                                f"to continue, pass --steps above {step}")
     validate(merged)
     return merged, notes
+
+
+def _shown(value) -> str:
+    """A setting as a notice shows it: None (no clipping) is `none`."""
+    return "none" if value is None else str(value)
 
 
 def _flag(name: str) -> str:
@@ -262,9 +294,9 @@ def inherit(config: TrainConfig, saved: dict, given: set[str]) -> TrainConfig:
     values = {k: saved[k] for k in (*IDENTITY, *RESUMABLE, *INHERITED) if k not in skip and k in saved}
     try:
         merged = replace(config, **{k: _coerce(k, v) for k, v in values.items()})
-    except TypeError:       # a manifest from another version: leave the config as given
+        validate(merged)
+    except (TypeError, TrainledgerError):   # a manifest from another version, or damaged: the resume checks it
         return config
-    validate(merged)
     return merged
 
 

@@ -263,16 +263,20 @@ def broadcast_object(obj, world: World):
 TEARDOWN_WAIT_SECONDS = 10.0
 
 
-def teardown(world: World) -> None:
+def teardown(world: World, through_store: bool = True) -> None:
     """Closes the process group, the other ranks first, rank 0 last.
 
     gloo can abort a process (SIGABRT, exit -6 after a run that finished) when a peer's connection closes
     while it is closing its own: seen here twice in about 150 two-rank runs whose ranks tore down together,
     after the final barrier or after the same error. So ranks other than 0 close first and then say so through
     the rendezvous store (a TCP store, not gloo); rank 0 waits for them, its connections idle, and closes last.
-    A rank that died never says so: rank 0 closes after TEARDOWN_WAIT_SECONDS anyway.
+    A rank that died never says so: rank 0 closes after TEARDOWN_WAIT_SECONDS anyway. `through_store=False`
+    (the launcher died, and its store with it) closes at once, without the store.
     """
     if not (world.distributed and dist.is_initialized()):
+        return
+    if not through_store:
+        dist.destroy_process_group()
         return
     store = dist.distributed_c10d._get_default_store()
     if world.rank != 0:

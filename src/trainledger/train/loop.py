@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -32,6 +33,7 @@ from trainledger.account.flops import flops_per_step
 from trainledger.account.memory import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
+from trainledger.files import atomic_path
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
@@ -49,7 +51,9 @@ from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
 from trainledger.train.vocab import follow_tokenizer, padding_cost
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
-from trainledger.train.signals import install_signal_handlers, restore_signal_handlers
+from trainledger.train.runlock import unlock_all
+from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
+                                      restore_signal_handlers)
 
 # Test hook: the loss of this optimizer step (1-based) is replaced by NaN, to exercise the divergence stop.
 FAULT_NAN_STEP_ENV = "TRAINLEDGER_FAULT_NAN_STEP"
@@ -88,8 +92,18 @@ class Trainer(Checkpointing):
             raise TrainledgerError(f"--seq-len {config.seq_len} exceeds the context of model '{self.spec.name}' "
                                    f"({self.spec.max_seq_len} tokens)")
         self.per_rank, self.micro = with_world(config, self.world.dp_size)
-        _check_output_paths(config)
         self.seq_len = config.seq_len if self.is_lm else 1
+        self._check_fits()                              # before anything is allocated
+        _check_output_paths(config)
+        self.locks = self._lock()                       # before anything under --out-dir is written
+        try:
+            self._setup()
+        except BaseException:
+            self.release()
+            raise
+
+    def _setup(self) -> None:
+        config = self.config
         self.step = 0               # optimizer steps done
         self.tokens = 0             # tokens (sequences × seq_len; samples for the Cruncher) trained on
         self.stop_signal: str | None = None
@@ -97,14 +111,20 @@ class Trainer(Checkpointing):
         self.last_loss: float | None = None
         self.last_loss_spike = False
         self.expected_checkpoint_bytes = 0
+        self.launcher_pid = launcher_pid()
 
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
+        if self.is_lm and self.spec.vocab_size != self.preset_vocab_size:
+            self._check_fits()                          # again with the tokenizer's vocabulary (logits grow with it)
         check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
                          precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
                          hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
                          dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
         model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
+        if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
+            from trainledger.train.hf_io import init_from
+            init_from(model, config.init_from)            # a Hugging Face checkpoint's weights (safetensors only)
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
@@ -254,27 +274,58 @@ class Trainer(Checkpointing):
         return float(dist_.mean_across(total / self.config.eval_batches, self.world))
 
     # ----- the run -----------------------------------------------------------------------------------
+    def _memory(self) -> dict:
+        """account.memory's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
+        config = self.config
+        return memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
+                              optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
+                              dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp)
+
+    def _check_fits(self) -> None:
+        """Refuses, before anything is allocated, a run that cannot fit in this machine's RAM (measure/resources.py:
+        MemAvailable, cgroup and ulimit): the global batch's drawn rows (8-byte starts, or the Cruncher's inputs),
+        which every rank holds in RAM, plus on CPU account.memory's total for the micro-batch. A --batch-size of
+        10^8 is one line instead of a MemoryError after minutes. The GPU's own memory is checked by
+        measure.compare.check_gpu_memory once the data is loaded."""
+        config, device = self.config, self.world.device
+        if device.type not in ("cpu", "cuda"):
+            return
+        from trainledger.measure.resources import available_cpu_bytes
+        need = config.batch_size * (8 if self.is_lm else 4 * self.spec.dim)
+        if device.type == "cpu":
+            need += self._memory()["total_bytes"]
+        have, source = available_cpu_bytes()
+        if need > have:
+            raise TrainledgerError(
+                f"--batch-size {self.micro} (--global-batch-size {config.batch_size}) × --seq-len {self.seq_len} needs "
+                f"about {units.format_bytes(need)} of RAM (predicted by account.memory, with the drawn batch), more "
+                f"than the {units.format_bytes(have)} available ({source}); lower --batch-size, --global-batch-size "
+                "or --seq-len")
+
     def describe_plan(self) -> dict:
         """Predicted FLOPs per step and bytes per device (from trainledger.account), and the peak FLOP/s used for MFU."""
         config = self.config
         flops = flops_per_step(self.spec, config.batch_size, self.seq_len)
-        memory = memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
-                                optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
-                                dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp)
+        memory = self._memory()
         peak, source = peak_flops_per_s(self.world.device, get_recipe(config.precision).compute_dtype)
         return {"train_flops_per_step": flops["train_flops_per_step"], "memory": memory,
                 "peak_flops_per_s": peak, "peak_source": source}
 
     def train(self) -> dict:
-        """Runs to --steps (or until SIGTERM/SIGINT); a summary dict. Raises TrainingDiverged on NaN/Inf."""
+        """Runs to --steps (or until SIGTERM/SIGINT); a summary dict. Raises TrainingDiverged on NaN/Inf.
+
+        The run's locks (taken in __init__) are released when it returns or raises."""
         config, world = self.config, self.world
         if config.parallel != "none" and not world.distributed:
             self.log(f"--parallel {config.parallel}: one process (not launched by torchrun), so no data parallelism")
-        lock = self._lock()
         try:
             return self._train()
         finally:
-            ckpt.unlock_directory(lock)
+            self.release()
+
+    def release(self) -> None:
+        """Releases the run's locks (idempotent): another trainer may then use its directories."""
+        unlock_all(getattr(self, "locks", None))
 
     def _train(self) -> dict:
         world = self.world
@@ -310,6 +361,7 @@ class Trainer(Checkpointing):
                  f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
         metrics_path = config.resolved_metrics()
         writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
+        self.locks.claim_metrics(metrics_path)
         progress = Progress(config.steps, self.step, enabled=world.is_main and not self.quiet)
         self.log = progress.print if world.is_main and not self.quiet else self.log
         old_handlers = install_signal_handlers(self)
@@ -343,6 +395,8 @@ class Trainer(Checkpointing):
                 progress.update(record)
                 if os.environ.get(STEP_DELAY_ENV):
                     time.sleep(float(os.environ[STEP_DELAY_ENV]))
+                if self.stop_signal is None and launcher_gone(self.launcher_pid):
+                    self.stop_signal = LAUNCHER_EXIT         # torchrun was killed: stop with a checkpoint
                 stop = dist_.any_across(self.stop_signal is not None, world)
                 if self.step % config.checkpoint_every == 0 or self.step == config.steps or stop:
                     saved_at = self.save()
@@ -369,8 +423,21 @@ class Trainer(Checkpointing):
             summary["final_eval_loss"] = evals[-1] if evals else None
             summary["step_time"] = step_time_gap(records, predicted)
             if config.plot and records:
-                summary["loss_curve"] = str(plot_loss(records, Path(config.out_dir) / "loss.png", self.spec.name))
+                summary["loss_curve"] = self._plot(records)
         return summary
+
+    def _plot(self, records: list[dict]) -> str | None:
+        """Writes loss.png atomically; its path, or None with one `warning:` line when it cannot be written (a full
+        disk): the run's checkpoints and metrics are already safe, so the run still succeeds."""
+        path = Path(self.config.out_dir) / "loss.png"
+        try:
+            with atomic_path(path) as scratch:
+                plot_loss(records, scratch, self.spec.name, fmt="png")
+        except OSError as error:
+            print(f"warning: could not write the loss curve {path}: {ckpt.os_reason(error)}; the run itself is saved "
+                  f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
+            return None
+        return str(path)
 
 
     def _vocabulary_line(self) -> str:

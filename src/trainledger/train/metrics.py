@@ -11,6 +11,7 @@ A line cut short by a kill is dropped when the file is reopened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from trainledger import units
+from trainledger.errors import TrainledgerError
 
 
 class MetricsWriter:
@@ -34,14 +36,33 @@ class MetricsWriter:
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
+        except OSError as error:          # a full disk: one line naming the file (the checkpoints are intact)
+            raise self._failed(error) from None
+
+    def _failed(self, error: OSError) -> TrainledgerError:
+        self.failure = getattr(self, "failure", None) or TrainledgerError(
+            f"--metrics: cannot append to {self.path}: {error.strerror or error}; free space and continue with --resume")
+        return self.failure
 
     def close(self) -> None:
-        if not self._file.closed:
+        """Flushes to disk and closes; a write that still fails is the same one line as in write(), once."""
+        if self._file.closed:
+            return
+        try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            self._file.close()
+        except OSError as error:
+            already = getattr(self, "failure", None)
+            failure = self._failed(error)
+            with contextlib.suppress(OSError):
+                self._file.close()        # the buffered line that could not be written is dropped
+            if already is None:
+                raise failure from None
+            return
+        self._file.close()
 
 
 def _drop_partial_line(path: Path) -> None:
@@ -53,6 +74,29 @@ def _drop_partial_line(path: Path) -> None:
     if end != len(data):
         with open(path, "r+b") as handle:
             handle.truncate(end)
+
+
+def recorded_steps(path: str | Path, probe_bytes: int = 1 << 16) -> tuple[int, int] | None:
+    """(first, last) step of the records at the head and the tail of a metrics file, or None when it holds none
+    (missing, empty, or only a line cut short). Reads at most 2 × `probe_bytes`, whatever the file's size."""
+    def steps(block: bytes) -> list[int]:
+        found = []
+        for line in block.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                found.append(record["step"])
+        return found
+    try:
+        with open(path, "rb") as handle:
+            head = steps(handle.read(probe_bytes))
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - probe_bytes))
+            tail = steps(handle.read(probe_bytes)) or head
+    except OSError:
+        return None
+    return (head[0], tail[-1]) if head else None
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -123,8 +167,10 @@ class Progress:
             self._bar = None
 
 
-def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
-    """Writes the training (and held-out) loss against tokens seen as a PNG (matplotlib, Agg); its path."""
+def plot_loss(records: list[dict], path: str | Path, title: str = "", fmt: str | None = None) -> Path:
+    """Writes the training (and held-out) loss against tokens seen as a PNG (matplotlib, Agg); its path.
+
+    `fmt` names the image format when `path` has no telling suffix (a temporary name: see Trainer._plot)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -142,8 +188,10 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "") -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path, format=fmt)
+    finally:
+        plt.close(fig)
     return path
 
 

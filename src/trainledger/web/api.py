@@ -20,9 +20,11 @@ the message being the one line the CLI prints after `error: `. There are no form
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import json
 import re
+import threading
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -33,7 +35,9 @@ from trainledger import __version__
 from trainledger.cli import main as cli
 from trainledger.cli.common import json_ready
 from trainledger.errors import TrainledgerError
-from trainledger.web import guard
+from trainledger.web import guard, worker
+from trainledger.web.flags import REFUSED, flag_name
+from trainledger.web.flags import allowed as web_allowed
 
 TRUE_WORDS = {"", "1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off"}
@@ -49,12 +53,39 @@ WORK_COMMANDS = frozenset({"bench", "measure", "profile", "train", "tour", "toke
 # Exceptions that only bad input raises inside a command (a number too large for a float, a 400-character
 # "file name"): 422 like any bad input, with the CLI's own one line. Anything else is a bug: 500.
 INPUT_EXCEPTIONS = (ArithmeticError, OSError)
+DISCONNECT_POLL_SECONDS = 0.1   # how often a route looks for its client's disconnect while the answer is computed
 
 router = APIRouter(prefix="/api")
 
 
 class ApiError(TrainledgerError):
-    """Bad query parameters that never reach argparse (an `arch.*` field, a boolean that is not true/false)."""
+    """Bad query parameters that never reach argparse (an `arch.*` field, a boolean that is not true/false, a name
+    outside the allow-list); `param` is the query parameter to show it beside, when it is not a flag's."""
+
+    def __init__(self, message: str, flag: str | None = None, param: str | None = None):
+        super().__init__(message, flag)
+        self.param = param
+
+
+def _not_allowed(command: str, name: str, value: str, parser, web_flags, action) -> TrainledgerError:
+    """The 422 for a flag name outside WEB_FLAGS[command]: a refused flag says why; an unknown one gets the
+    command line's own "unrecognized arguments" line (with its "did you mean")."""
+    flag = "--" + name
+    if action is not None and action.dest in guard.CLI_ONLY_FLAGS:     # a flag naming a file of the server
+        return ApiError(guard.CLI_ONLY_FLAGS[action.dest], flag)
+    if isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or name in REFUSED:
+        reason = REFUSED.get(name, "prints and exits instead of answering")
+        return ApiError(f"{flag} is not a query parameter of the web server ({reason})", flag)
+    if action is not None:
+        return ApiError(f"{flag} is not a query parameter of the web server for `{command}` (command line only); "
+                        f"the parameters it takes are at /api/schema", flag)
+    close = cli.suggest(flag, ["--" + known for known in sorted(web_flags)])
+    hint = f" (did you mean {close}?)" if close else ""
+    try:
+        parser.error(f"unrecognized arguments: {flag}={value}{hint}")
+    except TrainledgerError as error:
+        return error
+    return ApiError(f"unknown parameter {flag}", flag)   # parser.error always raises; for type checkers
 
 
 @functools.lru_cache(maxsize=1)
@@ -109,6 +140,7 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
     arch: dict[str, str] = {}
     argv: list[str] = [command]
     positional_values: dict[str, list[str]] = {}
+    web_flags = web_allowed(command)
     for key, value in params:
         if key in IGNORED_PARAMS:
             continue
@@ -120,18 +152,20 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
             values = value.split() if _takes_many(positionals[dest]) else [value]
             positional_values.setdefault(dest, []).extend(values)
             continue
-        flag = "--" + key.replace("_", "-")
+        name = flag_name(key)
+        if name is None:                        # `model=/etc/passwd` as a key: never a flag of its own
+            raise ApiError(f"{key[:80]!r} is not a parameter name (names are letters, digits, '-' and '_'; write "
+                           f"name=value); the parameters of `{command}` are at /api/schema", param=key[:80])
+        flag = "--" + name
         action = options.get(flag)
-        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):  # they print and exit: not answers
-            raise ApiError(f"{flag} is not a query parameter; the flags of each command are at /api/schema", flag)
-        if action is None:
-            argv.append(f"{flag}={value}")  # argparse rejects it with the CLI's own message
+        if name not in web_flags:
+            raise _not_allowed(command, name, value, parser, web_flags, action)
+        if action is None:                      # listed but gone from the command: as the command line says it
+            raise cli.UsageError(f"{command}: unrecognized arguments: {flag}={value} (see `trainledger {command} --help`)")
         elif action.dest == "model":
             argv.append(f"{flag}={guard.resolve_model(value, config_dir)}")
         elif action.dest == "gpu":
             argv.append(f"{flag}={guard.check_gpu(value)}")
-        elif action.dest in guard.CLI_ONLY_FLAGS:
-            raise guard.GuardError(guard.CLI_ONLY_FLAGS[action.dest], flag)
         elif _is_boolean(action):
             on = _truth(value, flag)
             if isinstance(action, argparse.BooleanOptionalAction):
@@ -139,7 +173,10 @@ def argv_for(command: str, params: list[tuple[str, str]], config_dir: Path | Non
             elif on:
                 argv.append(flag)
         elif _takes_many(action):
-            argv += [flag, *value.split()]
+            words = value.split()
+            if any(word.startswith("-") and not cli.NEGATIVE_VALUE.match(word) for word in words):
+                raise ApiError(f"{flag} takes values, not flags, got {value[:80]!r}", flag)
+            argv += [flag, *words]
         else:
             argv.append(f"{flag}={value}")
     if (arch or body_config is not None) and "--model" not in options:
@@ -217,7 +254,11 @@ def error_body(error: TrainledgerError, command: str, custom: bool = False) -> d
     """The 422 body: the CLI's one-line message, the flag it names and the query parameter of that flag."""
     message = str(error)
     flag = error_flag(error)
-    if flag == "--model" and custom:
+    if getattr(error, "about_the_server", False):    # e.g. a time budget: no query parameter to point at
+        flag = param = None
+    elif getattr(error, "param", None):
+        param = error.param
+    elif flag == "--model" and custom:
         param = "arch"  # the config.json written from arch.* fields: the page shows it beside them
     elif flag and flag.startswith("--"):
         param = flag[2:].removeprefix("no-")
@@ -227,41 +268,78 @@ def error_body(error: TrainledgerError, command: str, custom: bool = False) -> d
 
 
 def answer(command: str, params: list[tuple[str, str]], settings: guard.WebSettings | None = None,
-           body_config: dict | None = None) -> tuple[int, object, list[str] | None]:
+           body_config: dict | None = None, cancel: threading.Event | None = None) -> tuple[int, object, list[str] | None]:
     """(HTTP status, JSON body, argv) for one API call; the body of a 200 is `trainledger <argv> --json`'s output.
 
-    Heavy requests (guard.is_heavy) are capped in size and run through the server's guard.HeavyLimiter."""
+    Heavy requests (guard.is_heavy) are capped in size, wait for a slot of the server's guard.HeavyLimiter and run
+    in a worker process (web/worker.py) within their time budget (guard.time_budget); setting `cancel` (the client
+    disconnected) stops the worker. Light requests answer from formulas in this thread."""
     settings = settings or DEFAULT_SETTINGS
+    custom = any(key.startswith(ARCH_PREFIX) for key, _ in params) or body_config is not None
     argv = None
     try:
         argv = argv_for(command, params, settings.config_dir, body_config)
         args = _parsed(command, argv)
         if args is not None and guard.is_heavy(command, args):
             guard.check_heavy_caps(command, args)
-            guard.check_layout_candidates(command, args)
+            candidates, n_layers = guard.heavy_cost(command, args)
+            guard.check_layout_candidates(command, args, candidates)
             if command == "tensor":
                 plain = cli.compute([a for a in argv if a != "--torch"])
                 guard.check_torch_tensor(plain["storage_bytes"], str(args.device))
-            result = settings.heavy.run(lambda: cli.compute(argv))
-        else:
-            result = cli.compute(argv)
+            budget = guard.time_budget(candidates, n_layers, settings.max_request_seconds)
+            status, body = settings.heavy.run(lambda: _in_worker(command, argv, custom, budget, cancel))
+            return status, body, argv
     except guard.GuardError as error:
         return error.status, error_body(error, command), argv
     except TrainledgerError as error:
+        return (404 if command not in command_parsers() else 422), error_body(error, command, custom), argv
+    status, body = outcome(command, argv, custom)
+    return status, body, argv
+
+
+def _in_worker(command: str, argv: list[str], custom: bool, budget: float, cancel) -> tuple[int, object]:
+    """outcome() computed in a worker process within `budget` seconds; a GuardError when it was stopped."""
+    try:
+        return worker.run(outcome, (command, argv, custom), budget, cancel)
+    except worker.WorkStopped as stopped:
+        if stopped.reason == "budget":
+            error = guard.GuardError(f"`{command}` ran past its time budget of {budget:.1f} s on the web server (set "
+                                     "from the size of its search, capped by `serve --max-request-seconds`) and was "
+                                     f"stopped; the command line `trainledger {command}` takes as long as it needs")
+            error.about_the_server = True
+            raise error from None
+        if stopped.reason == "died":
+            raise guard.GuardError(f"`{command}` was ended by the system after {stopped.seconds:.1f} s (out of memory or "
+                                   "CPU time); the command line takes larger requests", status=503) from None
+        why = "the server is stopping" if stopped.reason == "shutdown" else "its client disconnected"
+        raise guard.GuardError(f"`{command}` was stopped: {why}", status=503) from None
+
+
+def outcome(command: str, argv: list[str] | None, custom: bool = False) -> tuple[int, object]:
+    """(HTTP status, JSON body) of `trainledger <argv> --json` (argv from argv_for): the answer, or the one-line
+    error the command line prints for it (422 for bad input, 500 for a bug). Runs in the server's thread for light
+    requests and in a worker process (web/worker.py) for heavy ones; picklable either way."""
+    try:
+        if argv is None:
+            raise ApiError(f"'{command}' is not an answering command")
+        result = cli.compute(argv)
+    except guard.GuardError as error:
+        return error.status, error_body(error, command)
+    except TrainledgerError as error:
         if command not in command_parsers():
-            return 404, error_body(error, command), argv
-        custom = any(key.startswith(ARCH_PREFIX) for key, _ in params) or body_config is not None
-        return 422, error_body(error, command, custom), argv
+            return 404, error_body(error, command)
+        return 422, error_body(error, command, custom)
     except SystemExit:  # argparse exits only after printing help or a version, which argv_for never sends
         message = f"{command}: this query makes the command print and exit instead of answering; see /api/schema"
-        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
+        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
     except INPUT_EXCEPTIONS as error:  # what `trainledger <argv>` prints for it; out-of-range input, not a bug
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
-        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
+        return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
     except Exception as error:  # a bug, not bad input: the CLI's one line for it, never a traceback page
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
-        return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}, argv
-    return 200, json_ready(result), argv
+        return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
+    return 200, json_ready(result)
 
 
 DEFAULT_SETTINGS = guard.WebSettings()
@@ -284,8 +362,8 @@ def health() -> dict:
 
 @router.get("/schema")
 def schema() -> dict:
-    """The flags of each answering command (help, default, choices, boolean or not), so the page can fill
-    its selects and defaults from the command line itself rather than from a copy."""
+    """The flags of each answering command that the web server passes (web/flags.py: help, default, choices,
+    boolean or not), so the page can fill its selects and defaults from the command line itself."""
     result = {}
     for name, parser in command_parsers().items():
         flags = []
@@ -293,6 +371,8 @@ def schema() -> dict:
             if isinstance(action, argparse._HelpAction) or action.dest in ("json", "_module"):
                 continue
             option = next((o for o in action.option_strings if o.startswith("--")), None)
+            if option is not None and option[2:] not in web_allowed(name):    # command line only
+                continue
             default = action.default if action.default is not argparse.SUPPRESS else None
             flags.append({
                 "flag": option, "param": option[2:] if option else action.dest, "dest": action.dest,
@@ -329,10 +409,26 @@ def settings_of(request: Request) -> guard.WebSettings:
     return getattr(request.app.state, "settings", DEFAULT_SETTINGS)
 
 
+async def _answer_watching(request: Request, command: str, params: list[tuple[str, str]], config: dict | None):
+    """answer() in a worker thread while this coroutine watches the client: when it disconnects (or this request
+    is cancelled, as at server shutdown), `cancel` is set and a heavy request's worker process is killed."""
+    cancel = threading.Event()
+    task = asyncio.ensure_future(run_in_threadpool(answer, command, params, settings_of(request), config, cancel))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_SECONDS)
+            if done:
+                return task.result()
+            if not cancel.is_set() and await request.is_disconnected():
+                cancel.set()
+    finally:
+        cancel.set()
+
+
 @router.get("/{command}")
-def run_command(command: str, request: Request) -> JSONResponse:
+async def run_command(command: str, request: Request) -> JSONResponse:
     """`trainledger <command> <flags from the query> --json`; 422 with the CLI's message on bad input."""
-    status, body, argv = answer(command, list(request.query_params.multi_items()), settings_of(request))
+    status, body, argv = await _answer_watching(request, command, list(request.query_params.multi_items()), None)
     return JSONResponse(body, status_code=status, headers=guard.response_headers(status, argv))
 
 
@@ -351,5 +447,5 @@ async def run_command_with_config(command: str, request: Request) -> JSONRespons
     except guard.GuardError as error:
         return JSONResponse(error_body(error, command), status_code=error.status)
     params = list(request.query_params.multi_items())
-    status, body, argv = await run_in_threadpool(answer, command, params, settings_of(request), config)
+    status, body, argv = await _answer_watching(request, command, params, config)
     return JSONResponse(body, status_code=status, headers=guard.response_headers(status, argv))

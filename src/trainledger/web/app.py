@@ -16,22 +16,26 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from trainledger import __version__
-from trainledger.web import api, figures, guard
+from trainledger.web import api, figures, guard, worker
 
 STATIC_DIR = Path(__file__).with_name("static")
 
 
 def create_app(host: str = "127.0.0.1", port: int | None = 8000, allow_hosts: tuple[str, ...] = (),
-               config_dir: Path | None = None) -> FastAPI:
+               config_dir: Path | None = None, max_request_seconds: float = guard.MAX_REQUEST_SECONDS) -> FastAPI:
     """A FastAPI app serving /api/* (JSON answers of the CLI commands) and the page at /, for a server listening on
-    host:port (requests must name it in their Host header; see guard.py), reading configs only from `config_dir`."""
+    host:port (requests must name it in their Host header; see guard.py), reading configs only from `config_dir`,
+    stopping any request's work after `max_request_seconds` at most (web/worker.py)."""
     settings = guard.WebSettings(host=host, port=port, allow_hosts=tuple(allow_hosts),
-                                 config_dir=Path(config_dir).resolve() if config_dir is not None else None)
+                                 config_dir=Path(config_dir).resolve() if config_dir is not None else None,
+                                 max_request_seconds=max_request_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        worker.start()       # the fork server of heavy requests, ready before the first one
         yield
-        guard.STORE.close()  # the private directory of custom configs goes with the server
+        guard.STORE.close()  # the private directory of custom configs goes with the server (`serve` kills running
+                             # workers as soon as SIGTERM arrives: cli/serve.py)
 
     app = FastAPI(title="trainledger", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", lifespan=lifespan)

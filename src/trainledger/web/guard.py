@@ -13,20 +13,25 @@ calculators ask: numbers about presets and configs, never files of the host, nev
   removed at exit), at most MAX_STORED_CONFIGS of them, least recently used first out.
 - Heavy work (layout searches, `step`, `mfu` with a model, `plan`/`optimal --mfu auto`, `tensor --torch`): sizes
   capped (HEAVY_CAPS), at most HEAVY_RUNNING at once and HEAVY_WAITING queued (for HEAVY_WAIT_SECONDS); past that,
-  503 with Retry-After.
+  503 with Retry-After. Each runs in a worker process (worker.py) within a time budget that grows with its
+  predicted cost (time_budget: candidate layouts × layers) up to a hard cap (MAX_REQUEST_SECONDS, `serve
+  --max-request-seconds`), and is killed when the budget runs out (422), its client disconnects or the server
+  stops (SIGTERM kills every worker at once).
+- Query parameters: only the flags of web/flags.py's allow-list, by plain name.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import hashlib
 import ipaddress
 import json
+import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -52,6 +57,12 @@ HEAVY_CAPS = (("--num-gpus", "num_gpus", 65_536), ("--global-batch-size", "globa
               ("--seq-len", "seq_len", 1 << 24))
 MAX_LAYOUT_CANDIDATES = 2_000  # layouts (tp, sp, cp, pp, dp, micro-batch) a search may enumerate: Llama-3.1-405B
 # on 16,384 H100 has 832, GPT-3 175B on 64 A100 333; 55,440 GPUs (a number with 120 divisors) 2,974, ~8 s here
+# Time budgets of heavy requests (time_budget): measured on the loaded 2-core development machine, the Mixtral
+# 8x7B search above evaluates 1,944 candidates × 32 layers in 8.8 s: 1.4e-4 s per layer evaluation.
+SECONDS_PER_LAYER_EVALUATION = 8.8 / (1_944 * 32)
+BUDGET_MARGIN = 4.0            # room for a busier machine than the one measured
+MIN_BUDGET_SECONDS = 10.0      # a `step` of a small model takes milliseconds; starting a worker, a few
+MAX_REQUEST_SECONDS = 30.0     # the hard cap of any request's work (`serve --max-request-seconds`)
 TORCH_TENSOR_MAX_BYTES = 16 * 1024 * 1024  # `tensor --torch` on a real device: 16 MiB (the CLI allows 256 MiB)
 # Caps on arch.* fields: an absurd size answers 422 at once instead of an astronomically large answer
 ARCH_MAX = {"d_model": 1 << 20, "n_layers": 10_000, "n_heads": 1 << 16, "n_kv_heads": 1 << 16, "d_ff": 1 << 22,
@@ -75,6 +86,7 @@ class WebSettings:
     port: int | None = 8000
     allow_hosts: tuple[str, ...] = ()
     config_dir: Path | None = None
+    max_request_seconds: float = MAX_REQUEST_SECONDS
     heavy: "HeavyLimiter" = field(default_factory=lambda: HeavyLimiter())
 
 
@@ -211,16 +223,40 @@ def resolve_model(value: str, config_dir: Path | None) -> str:
     if _is_preset(value):
         return value
     if config_dir is not None and CONFIG_NAME.fullmatch(value):
-        path = config_dir / value
-        with contextlib.suppress(OSError):          # unreadable: answered like a missing file, below
-            if path.is_file() and path.stat().st_size <= MAX_CONFIG_FILE_BYTES:
-                return str(path)
+        path = config_file(config_dir, value)
+        if path is not None:
+            return str(path)
     from trainledger.specs import PRESETS
     where = "a file name from the server's --config-dir, " if config_dir is not None else ""
     shown = value if len(value) <= 80 else value[:77] + "..."
     raise GuardError(f"unknown model {shown!r} (--model). Known presets: {', '.join(PRESETS)}; the web server also "
                      f"takes {where}a custom model (arch.* fields) or a config.json sent as the body of a POST, "
                      f"never a path on the server", "--model")
+
+
+def config_file(config_dir: Path, name: str) -> Path | None:
+    """The real path of file `name` of --config-dir, or None (then answered like a missing file).
+
+    Every symlink is resolved first, and the result must lie inside the (resolved) directory: `passwd.json ->
+    /etc/passwd` is refused, a link to another config inside it is not. The resolved path is then opened with
+    O_NOFOLLOW (a link swapped in meanwhile fails the open) and O_NONBLOCK (a FIFO does not block), and must be a
+    regular file of at most MAX_CONFIG_FILE_BYTES; the command reads that resolved path. Someone who can write
+    into --config-dir can still swap the file between this check and the read: the directory is trusted to its
+    owner, and its files are never a way to reach others.
+    """
+    root = Path(os.path.realpath(config_dir))
+    real = Path(os.path.realpath(root / name))
+    if real == root or root not in real.parents:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return real if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_CONFIG_FILE_BYTES else None
 
 
 SPEC_MAX = {**ARCH_MAX, "d_head": 1 << 16, "n_experts": 1 << 16, "experts_per_token": 1 << 16}
@@ -324,19 +360,20 @@ def check_heavy_caps(command: str, args) -> None:
                              f"the command line `trainledger {command}` takes more", flag)
 
 
-def layout_candidates(command: str, args) -> int:
-    """How many layouts the request's search (account.layout.candidates) enumerates, counted up to
+def heavy_cost(command: str, args) -> tuple[int, int]:
+    """(candidate layouts, layers of the model) of a heavy request: the cost the guard admits it on and the time
+    budget grows with. Candidates are those account.layout.candidates enumerates, counted up to
     MAX_LAYOUT_CANDIDATES + 1 (a few ms); `optimal --mfu auto` searches up to 6 times, for GPT-style models of the
-    size its budget makes optimal (counted: the first). 0 when the request does not search or its flags are bad
-    (compute() then says why)."""
+    size its budget makes optimal (counted: the first, × 6). 0 candidates when the request does not search; (0, 0)
+    when its flags are bad (compute() then says why)."""
     import itertools
 
     from trainledger.account.layout import candidates
     from trainledger.cli import common
     from trainledger.cli.plan import load_transformer
 
-    if getattr(args, "num_gpus", None) is None:
-        return 0
+    if command == "tensor" or getattr(args, "model", None) is None and command not in ("optimal", "plan"):
+        return 0, 0
     try:
         gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
         if command == "optimal":  # the model of its first search (at MFU 0.5); the later ones differ little
@@ -348,23 +385,43 @@ def layout_candidates(command: str, args) -> int:
         else:
             spec, seq_len = load_transformer(args.model, args.seq_len)
             searches = 1
-    except (TrainledgerError, ArithmeticError):
-        return 0
+    except (TrainledgerError, ArithmeticError, TypeError, AttributeError):
+        return 0, 0
+    n_layers = int(getattr(spec, "n_layers", 1) or 1)
+    if command not in ("layout", "mfu", "plan", "optimal") or getattr(args, "num_gpus", None) is None:
+        return 0, n_layers
     global_batch = getattr(args, "global_batch_size", None) if command in ("layout", "plan") else None
     found = candidates(spec, args.num_gpus, global_batch or args.num_gpus, seq_len, gpu.gpus_per_node)
-    return searches * sum(1 for _ in itertools.islice(found, MAX_LAYOUT_CANDIDATES + 1))
+    return searches * sum(1 for _ in itertools.islice(found, MAX_LAYOUT_CANDIDATES + 1)), n_layers
 
 
-def check_layout_candidates(command: str, args) -> None:
+def layout_candidates(command: str, args) -> int:
+    """How many layouts the request's search enumerates (heavy_cost's first number)."""
+    return heavy_cost(command, args)[0]
+
+
+def check_layout_candidates(command: str, args, count: int | None = None) -> None:
     """GuardError naming --num-gpus when the search would enumerate more than MAX_LAYOUT_CANDIDATES layouts."""
     if command not in ("layout", "mfu", "plan", "optimal"):
         return
-    count = layout_candidates(command, args)
+    count = layout_candidates(command, args) if count is None else count
     if count > MAX_LAYOUT_CANDIDATES:
         batch = " (with --global-batch-size)" if command in ("layout", "plan") else ""
         raise GuardError(f"--num-gpus {args.num_gpus:,}{batch} gives over {MAX_LAYOUT_CANDIDATES:,} layouts to search, "
                          f"the web server's limit; a GPU count with fewer divisors (e.g. a power of two) gives fewer, "
                          f"and the command line `trainledger {command}` searches any", "--num-gpus")
+
+
+def time_budget(candidates: int, n_layers: int, cap_seconds: float = MAX_REQUEST_SECONDS) -> float:
+    """Seconds of wall clock a heavy request may compute for: BUDGET_MARGIN × its predicted time, at least
+    MIN_BUDGET_SECONDS, at most `cap_seconds` (the hard cap, `serve --max-request-seconds`).
+
+    Predicted time = max(1, candidates) × n_layers × SECONDS_PER_LAYER_EVALUATION: a search evaluates each
+    candidate layout layer by layer. This is the guard's own cost measure, not a promise: the time of one
+    evaluation grows faster than linearly with depth for some models, which the cap then bounds.
+    """
+    predicted = max(candidates, 1) * max(n_layers, 1) * SECONDS_PER_LAYER_EVALUATION
+    return min(cap_seconds, max(MIN_BUDGET_SECONDS, BUDGET_MARGIN * predicted))
 
 
 def check_torch_tensor(storage_bytes: int, device: str) -> None:

@@ -613,8 +613,9 @@
   // spec: {id, command, fields, render(calc, body, sent), prepare?, params?, title?, nav?, formula?: [paragraph, ...]}
   function register(spec) { REGISTRY.push(spec); }
   // The section (and its link in the nav) of a calculator that index.html does not have, built like the others.
-  function ensureSection(spec, number) {
+  function ensureSection(spec) {
     if (document.getElementById(`calc-${spec.id}`)) return;
+    const number = document.querySelectorAll("main section.calc").length + 1;  // after every section already there
     const titleId = `calc-${spec.id}-title`;
     const title = el("h2", { id: titleId }, [`${number}. ${spec.title} `, el("code", { text: `trainledger ${spec.command}` })]);
     const formula = el("div", { class: "formula" }, [el("h3", { text: "Formula" }), ...(spec.formula || []).map((p) => el("p", { text: p }))]);
@@ -640,7 +641,7 @@
     DATA.hardware = hardware.ok ? hardware.body : [];
     DATA.dtypes = dtypeList.ok ? dtypeList.body : [];
     DATA.models = models.ok ? models.body : [];
-    const calcs = REGISTRY.map((spec, i) => { ensureSection(spec, i + 1); return new Calculator(spec); });
+    const calcs = REGISTRY.map((spec) => { ensureSection(spec); return new Calculator(spec); });
     for (const calc of calcs) {
       calc.build();
       if (calc.spec.prepare) calc.spec.prepare(calc);

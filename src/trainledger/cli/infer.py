@@ -1,0 +1,100 @@
+"""`trainledger infer`: KV cache, weights, largest batch, prefill and decoding time of a model on a GPU."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainledger import units
+from trainledger.cli import common
+from trainledger.cli.plan import nonnegative_bytes, print_table
+
+HELP = "inference: KV cache and weight bytes, the largest batch that fits, prefill time, decoding tokens/s, bottleneck"
+DESCRIPTION = """Serving --batch-size sequences of --prompt-len prompt tokens and --gen-len new tokens each (account/inference.py):
+
+  KV cache bytes  = Σ_layers 2 · batch · kv_heads · head_dim · (prompt + gen) · bytes of --kv-dtype
+                    (grouped-/multi-query attention caches fewer heads; a sliding-window layer its last W positions)
+  weights bytes   = parameters per GPU · bytes of --dtype (fp8: 1 byte a weight, activations in bf16)
+  largest batch   = (GPU memory − weights − --reserve) / KV cache bytes of one sequence
+  prefill         = the prompt's forward, compute-bound: GEMMs on the measured matmul roofline, causal attention;
+                    time to first token = prefill
+  decoding step   = one new token per sequence, bandwidth-bound: every weight and the KV cache read once per step
+                    (Pope et al. 2022); tokens/s = batch / seconds per step
+With --tp N the heads and MLP split over N GPUs, which add two all-reduces per layer; all figures are per GPU.
+--gpu cpu / cuda uses this machine's calibration (`trainledger bench --calibrate`), as `generate` does.
+
+examples:
+  trainledger infer --model llama-3-8b --gpu h100 --batch-size 32 --prompt-len 8064 --gen-len 128
+  trainledger infer --model llama-3-70b --gpu h100 --tp 8 --batch-size 1 --prompt-len 512 --gen-len 256
+  trainledger infer --model mistral-7b --gpu a100 --batch-size 8 --prompt-len 16384 --gen-len 512 --kv-dtype fp8
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
+    parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; cpu/cuda: this machine, "
+                                                      "calibrated) (default h100)")
+    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences decoded together (default 1)")
+    parser.add_argument("--prompt-len", type=common.positive_int, default=512, help="prompt tokens per sequence (default 512)")
+    parser.add_argument("--gen-len", type=common.positive_int, default=128, help="new tokens per sequence (default 128)")
+    parser.add_argument("--dtype", default="bf16", help="weights and matmuls: bf16, fp16, fp32 or fp8 (default bf16)")
+    parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype)")
+    parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs (default 1)")
+    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0,
+                        help="bytes per GPU kept free (CUDA context, allocator), e.g. 4GiB (default 0)")
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="no KV cache: each step re-runs the whole sequence (what `generate --no-cache` does)")
+    common.add_json_flag(parser)
+
+
+def compute(args) -> dict:
+    from trainledger.account.inference import inference
+    from trainledger.specs import get_model
+
+    spec = get_model(args.model)
+    gpu = common.resolve_gpu(args.gpu)
+    result = inference(spec, gpu, batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
+                       dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
+                       cache=args.cache)
+    context = args.prompt_len + args.gen_len
+    warnings = common.outlandish(seq_len=context)
+    if context > spec.max_seq_len:
+        warnings.append(f"prompt + new tokens = {context} exceed the {spec.max_seq_len}-token context of "
+                        f"'{spec.name}' (--prompt-len, --gen-len)")
+    if result["weights_bytes"] + result["reserve_bytes"] > gpu.memory_bytes:
+        warnings.append(f"the weights alone need {units.format_bytes(result['weights_bytes'])} per GPU, more than the "
+                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name} (with --reserve): use --tp or --dtype fp8")
+    elif not result["fits"]:
+        warnings.append(f"weights + KV cache need {units.format_bytes(result['memory_bytes'] + result['reserve_bytes'])} "
+                        f"per GPU, more than the {units.format_bytes(gpu.memory_bytes)} of {gpu.name}: lower "
+                        f"--batch-size (at most {result['max_batch_size']}), use --kv-dtype fp8 or --tp")
+    result["assumptions"] = common.approximation_notes(spec) + result["assumptions"]
+    if warnings:
+        result["warnings"] = warnings
+    return result
+
+
+def render(result: dict, args) -> None:
+    f = units.format_seconds
+    rows = [
+        ("KV cache", f"{units.format_bytes(result['kv_cache_bytes'])} ({units.format_bytes(result['kv_cache_bytes_per_sequence'])} "
+                     "per sequence)"),
+        ("weights", units.format_bytes(result["weights_bytes"])),
+        (f"memory per GPU ({result['gpu']})", f"{units.format_bytes(result['memory_bytes'])} of "
+                                              f"{units.format_bytes(result['memory_per_gpu_bytes'])}: "
+                                              f"{'fits' if result['fits'] else 'does NOT fit'}"),
+        ("largest batch that fits", f"{result['max_batch_size']:,}"),
+        ("prefill (time to first token)", f"{f(result['prefill_seconds'])} ({units.format_count(result['prefill_tokens_per_s'])} "
+                                          "tokens/s)"),
+        ("decoding step", f(result["decode_seconds_per_token"])),
+        ("decoding tokens/s", f"{units.format_count(result['tokens_per_s'])} ({result['batch_size']} sequences)"),
+        ("all tokens", f"{f(result['total_seconds'])} ({units.format_count(result['end_to_end_tokens_per_s'])} tokens/s "
+                       "end to end)"),
+        ("bottleneck", result["bottleneck"]),
+    ]
+    for part, seconds in sorted(result["decode_breakdown"].items(), key=lambda kv: -kv[1]):
+        if seconds > 0:
+            rows.append((f"  decoding: {part.replace('_', ' ')}", f"{f(seconds)} "
+                         f"({100 * seconds / result['decode_seconds_per_token']:.0f}%)"))
+    title = (f"Inference of {result['model']} on {result['num_gpus']} × {result['gpu']}: batch {result['batch_size']}, "
+             f"{result['prompt_len']} + {result['gen_len']} tokens, {result['dtype']} (KV cache {result['kv_dtype']})")
+    print_table(title, rows, result["assumptions"])

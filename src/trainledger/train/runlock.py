@@ -1,0 +1,160 @@
+"""One trainer per run: exclusive OS locks (flock) on everything a run writes, taken before it writes anything.
+
+A run writes into its --out-dir (the token cache under data/, metrics.jsonl, loss.png), its --checkpoint-dir
+and its --metrics file, which may lie outside the out-dir. `lock_run()` locks each of them:
+
+    <checkpoint-dir>/.lock    <out-dir>/.lock    the --metrics file itself (created empty if missing)
+
+so a second trainer sharing any one of them (the same out-dir with another --checkpoint-dir, the same
+checkpoint dir from another out-dir, another out-dir with the same --metrics file) stops with one line naming
+the holder before it has touched a file, instead of rewriting the token cache the first one has memory-mapped
+(SIGBUS) or truncating its metrics. The kernel drops a lock when its holder dies (SIGKILL included): no stale
+lock files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainledger.errors import TrainledgerError
+from trainledger.files import not_regular
+
+LOCK_FILE = ".lock"
+_APPENDED = "the run appends one record per step to it and reads it back: give a file name"
+
+
+def _busy(what: Path, holder: str) -> TrainledgerError:
+    return TrainledgerError(f"{what} is in use by pid {holder} (another trainer); wait for it to finish, stop it, "
+                            "or pass another --out-dir/--checkpoint-dir")
+
+
+def _lines(fd: int) -> list[str]:
+    return os.read(fd, 4096).decode(errors="replace").splitlines()
+
+
+def lock_directory(directory: Path, note: str = "") -> int:
+    """An exclusive lock on `directory`/.lock (created, with the directory), held until unlock_directory() or exit.
+
+    The lock file holds the holder's pid on its first line and `note` on its second (the run's metrics file, for
+    a checkpoint dir: see lock_note); a second locker gets a TrainledgerError naming the pid.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = next(iter(_lines(fd)), "").strip() or "unknown"
+        os.close(fd)
+        raise _busy(directory, holder) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n{note}\n".encode())
+    return fd
+
+
+def lock_note(directory: Path) -> str | None:
+    """The note the last holder of `directory`'s lock left (its second line), or None when there is none."""
+    try:
+        fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        lines = _lines(fd)
+    finally:
+        os.close(fd)
+    return lines[1] if len(lines) > 1 and lines[1] else None
+
+
+def lock_file(path: Path, flag: str) -> int:
+    """An exclusive lock on the regular file `path` itself (created empty when missing; never truncated here).
+
+    A path that exists but is not a regular file (/dev/full, a FIFO, a directory) is refused naming `flag`:
+    the run appends to it and reads it back. The file cannot hold a pid, so a second locker is told "another
+    trainer" and the pid that holds the out-dir, when known.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except IsADirectoryError:
+        raise not_regular(flag, path, stat.S_IFDIR, f"give a file name such as {path / 'metrics.jsonl'}") from None
+    except OSError as error:
+        raise TrainledgerError(f"{flag}: cannot use {path} ({error.strerror or error})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(flag, path, mode, _APPENDED)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise TrainledgerError(f"{flag} {path} is in use by another trainer; wait for it to finish, stop it, or "
+                               f"pass another {flag}") from None
+    return fd
+
+
+def lock_holder(directory: Path) -> str | None:
+    """The pid holding `directory`'s lock, or None when no trainer holds it (the lock is not taken)."""
+    path = Path(directory) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return next(iter(_lines(fd)), "").strip() or "unknown"
+    finally:
+        os.close(fd)
+    return None
+
+
+def unlock_directory(fd: int | None) -> None:
+    """Releases a lock_directory() or lock_file() lock (None: nothing held)."""
+    if fd is not None:
+        os.close(fd)
+
+
+@dataclass
+class RunLocks:
+    """The locks of one run (fds) and the metrics file the checkpoint dir's previous trainer wrote (or None)."""
+
+    fds: list[int] = field(default_factory=list)
+    previous_metrics: str | None = None
+
+    def claim_metrics(self, metrics: Path) -> None:
+        """Records in the checkpoint dir's lock file that `metrics` is this run's (once it has started)."""
+        if self.fds:
+            os.lseek(self.fds[0], 0, os.SEEK_SET)
+            os.ftruncate(self.fds[0], 0)
+            os.write(self.fds[0], f"{os.getpid()}\n{Path(metrics).resolve()}\n".encode())
+
+
+def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
+    """Locks a run's checkpoint dir, out-dir and metrics file, in that order.
+
+    Once the run has started, RunLocks.claim_metrics() records the resolved metrics path in the checkpoint dir's
+    lock file, so that a later run can tell that run's metrics (killed before its first checkpoint) from another
+    run's. On a refusal, the locks already taken are released before the TrainledgerError propagates.
+    """
+    out_dir, checkpoint_dir, metrics = Path(out_dir), Path(checkpoint_dir), Path(metrics)
+    locks = RunLocks(previous_metrics=lock_note(checkpoint_dir))
+    try:
+        locks.fds.append(lock_directory(checkpoint_dir, locks.previous_metrics or ""))
+        if out_dir.resolve() != checkpoint_dir.resolve():
+            locks.fds.append(lock_directory(out_dir))
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        locks.fds.append(lock_file(metrics, "--metrics"))
+    except BaseException:
+        unlock_all(locks)
+        raise
+    return locks
+
+
+def unlock_all(locks: RunLocks | None) -> None:
+    """Releases every lock of a run (None or already released: nothing to do)."""
+    while locks is not None and locks.fds:
+        unlock_directory(locks.fds.pop())
