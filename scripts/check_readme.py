@@ -17,8 +17,9 @@ Tiers (--tier; each includes the ones before it):
   slow  train, measure, profile, bench, tour, checkpoints, generate, export and torchrun: minutes (the quick start's
         `trainledger train` itself is reused from runs/tiny-stdlib when that run has finished, else run);
   all   also the benchmark scripts and the test commands the documents quote.
-Never run: set-up (scripts/setup.sh, pip install, install_chromium.sh) and what needs a running server
-(`trainledger serve`, curl): tests/web/test_serve.py starts the server and checks it.
+Never run: set-up (scripts/setup.sh, pip install, install_chromium.sh), what needs a running server
+(`trainledger serve`, curl: tests/web/test_serve.py starts the server and checks it) and usage synopses
+(`trainledger infer --model M [--tp 1]`).
 
 Commands run under `bash -o pipefail`; torch's own timestamped log lines (torchrun's OMP_NUM_THREADS notice)
 are left out of the outputs. --update rewrites, in place, the printed output of every transcript command it ran whose output is complete (an
@@ -109,6 +110,8 @@ def classify(text: str) -> tuple[str, str]:
     run = strip_comment(text)
     if re.match(r"^(bash scripts/setup\.sh|pip install|scripts/install_chromium\.sh)", run):
         return "all", "set-up: the quick start's premise"
+    if re.search(r"\s\[--", run):
+        return "all", "a usage synopsis ([--optional] flags), not a command"
     if re.match(r"^trainledger serve\b", run) or run.startswith("curl "):
         return "all", "needs a running server (tests/web/test_serve.py starts one and checks it)"
     if "benchmarks/" in run or re.search(r"(^|/)pytest\b|-m pytest\b", run):
@@ -116,7 +119,9 @@ def classify(text: str) -> tuple[str, str]:
     words = re.findall(r"trainledger (\w+)", run)
     if "torchrun" in run or "torch.distributed.run" in run or "trainledger.cli.main" in run:
         return "slow", ""
-    return ("slow" if any(w in SLOW for w in words) else "fast"), ""
+    if any(w in SLOW for w in words) or re.search(r"\b(import|from) (torch|transformers)\b", run):
+        return "slow", ""        # trains, measures, or runs torch (a python one-liner on a model the docs trained)
+    return "fast", ""
 
 
 def extract(path: Path) -> list[Command]:

@@ -1,7 +1,8 @@
 """Checks for absurd input that would otherwise get a confident answer: one `warning:` line, or an error (exit 2)
 where no answer is meaningful. Each check says what was received and why it cannot be what the user meant.
 
-- a compute budget that trains less than one parameter (`optimal`): an error;
+- a compute budget that trains less than one parameter (`optimal`): an error, raised by
+  account.plan.compute_optimal (cli/optimal.py names --num-gpus × --days × --mfu when the budget came from them);
 - ZeRO sharding over more data-parallel ranks than the model has parameters (`memory`): an error; over more
   than a million GPUs: the outlandish-GPU-count warning;
 - bytes beyond any machine (`measure`, `tensor`): a warning once one device's memory would exceed
@@ -31,14 +32,6 @@ def absurd_bytes(n_bytes: float, what: str, fix: str) -> list[str]:
         return []
     return [f"{what} is {units.format_bytes(n_bytes)} ({n_bytes:.3g} B), {n_bytes / gpu.memory_bytes:.3g} × the memory of "
             f"the largest accelerator known ({gpu.name}, {units.format_bytes(gpu.memory_bytes)}): no machine holds it; {fix}"]
-
-
-def check_optimal_size(n_params: float, n_tokens: float, source: str) -> None:
-    """Exit 2 when the compute-optimal model has less than one parameter or one token: no answer is meaningful."""
-    if n_params < 1 or n_tokens < 1:
-        raise TrainledgerError(f"{source} is too small a budget: the compute-optimal model would have "
-                               f"{n_params:.3g} parameters trained on {n_tokens:.3g} tokens (less than one); "
-                               "C = 6·N·D needs at least 6 FLOPs per parameter per token")
 
 
 def check_zero_ranks(n_params: float, dp: int, zero: int) -> None:
