@@ -19,7 +19,8 @@ Tiers (--tier; each includes the ones before it):
   all   also the benchmark scripts and the test commands the documents quote.
 Never run: set-up (scripts/setup.sh, pip install, install_chromium.sh), what needs a running server
 (`trainledger serve`, curl: tests/web/test_serve.py starts the server and checks it) and usage synopses
-(`trainledger infer --model M [--tp 1]`).
+(`trainledger infer --model M [--tp 1]`). A block whose previous line is `<!-- check_readme: skip REASON -->`
+is listed but not run: its commands need a set-up no command gives (a checkpoint corrupted by hand).
 
 Commands run under `bash -o pipefail`; torch's own timestamped log lines (torchrun's OMP_NUM_THREADS notice)
 are left out of the outputs. --update rewrites, in place, the printed output of every transcript command it ran whose output is complete (an
@@ -50,6 +51,9 @@ COMMAND_START = re.compile(r"^(trainledger|torchrun|python|\.venv/bin/|bash |ech
 # subcommands that train, measure or run torch (minutes): the slow tier; every other command is fast
 SLOW = ("train", "measure", "profile", "bench", "tour", "checkpoints", "generate", "export")
 TIERS = ("fast", "slow", "all")
+# <!-- check_readme: skip REASON --> on the line before a code block: its commands need a set-up the documents
+# cannot give as a command (a checkpoint corrupted by hand, a second trainer running); they are listed, not run
+SKIP_MARKER = re.compile(r"^<!--\s*check_readme:\s*skip\s+(.*?)\s*-->$")
 # torch's own timestamped log lines (torchrun's OMP_NUM_THREADS notice, its row of asterisks): left out of outputs
 TORCH_LOG = re.compile(r"^[WIE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\.py:\d+\]")
 TIMEOUT_SECONDS = {"fast": 120, "slow": 1800, "all": 3600}
@@ -135,10 +139,13 @@ def extract(path: Path) -> list[Command]:
             i += 1
             continue
         indent, lang, start = fence.group(1), fence.group(2), i + 1
+        before = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        marker = SKIP_MARKER.match(before)
         end = next((j for j in range(start, len(lines)) if lines[j].startswith(indent + "```")), len(lines))
         i = end + 1
         if lang not in SHELL_LANGS:
             continue
+        first_command = len(commands)
         for j in range(start, end):         # a block inside a list item is indented: read it without the indent
             lines[j] = lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip()
         body = list(range(start, end))
@@ -167,8 +174,12 @@ def extract(path: Path) -> list[Command]:
                         text = text[:-1].rstrip() + " " + lines[j].strip()
                     commands.append(Command(path, first + 1, text, False))
                 j += 1
+        if marker:
+            for c in commands[first_command:]:
+                c.skip = f"marked in the document: {marker.group(1)}"
     for c in commands:
-        c.tier, c.skip = classify(c.text)
+        tier, skip = classify(c.text)
+        c.tier, c.skip = tier, c.skip or skip
     return commands
 
 

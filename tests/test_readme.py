@@ -98,3 +98,11 @@ def test_the_fast_tier_of_every_document_runs_as_printed(checker):
     report = checker.check(checker.documents([]), "fast", out=io.StringIO())
     assert report["failed"] == []
     assert len(report["passed"]) >= 40
+
+
+def test_a_marked_block_is_listed_not_run(checker, tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text("text\n\n<!-- check_readme: skip needs a corrupted checkpoint -->\n```\n$ trainledger checkpoints runs/x\n"
+                    "error: ...\n```\n\n```\n$ trainledger plan\n```\n")
+    marked, plain = checker.extract(path)
+    assert marked.skip == "marked in the document: needs a corrupted checkpoint" and not plain.skip
