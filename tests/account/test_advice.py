@@ -135,3 +135,10 @@ def test_step_cli_prints_the_suggestion(capsys):
     assert result["suggestion"]["step_seconds"] < result["step_seconds"]
     assert cli_main.main(argv + ["--batch-size", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["suggestion"] is None
+
+
+def test_the_suggestion_search_orders_every_recompute_policy():
+    # `step --recompute selective-op` crashed ("unexpected ValueError") when the order lacked torchtitan's policies
+    from trainledger.account.flops import RECOMPUTE
+    from trainledger.account.suggest import RECOMPUTE_ORDER
+    assert sorted(RECOMPUTE_ORDER) == sorted(RECOMPUTE)

@@ -19,7 +19,9 @@ from trainledger.account.time import step_time
 # search's rule that layouts within a few percent are equal within the model's accuracy.
 FASTER_BY = 0.05
 MAX_INTERLEAVE = 8
-RECOMPUTE_ORDER = ("none", "selective", "full")
+# lightest to heaviest by what each re-runs (account.recompute): the attention core; torchtitan's per-op policy
+# (every other matmul and the elementwise ops); every second block in full; every block in full
+RECOMPUTE_ORDER = ("none", "selective", "selective-op", "selective-layer", "full")
 
 
 def _micro_batches(per_rank: int) -> list[int]:
