@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainledger.account import torchtitan
 from trainledger.account.eager import FP32, ew, linear, sequence_parallel_copies
 from trainledger.account.roofline import Kernel
 
@@ -49,10 +48,11 @@ def _gemms(name, n, fan_in, fan_out, a, dtype, amp, bias) -> tuple[list[Kernel],
 
 
 def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None, model_code: str = "trainledger") -> dict[str, list[Kernel]]:
+          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
     """{"forward", "backward"} kernels of one compiled layer on one GPU (module docstring). With sequence
     parallelism (n_sp < n) the functional collectives' copies stay (account/eager.py sequence_parallel_copies);
-    `model_code` "torchtitan": its complex RoPE is not fused (account/torchtitan.py)."""
+    `rope_kernels(n, width, rotary, a)`: a RoPE Inductor does not fuse (torchtitan's complex one,
+    account/torchtitan.py), its kernels as in eager mode; None: ours, fused."""
     sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
@@ -76,9 +76,9 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     add(sp_gather)
     for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
         add(_gemms(name, n, d, out_dim, a, dtype, amp, spec.qkv_bias))
-    if spec.position == "rope" and model_code == torchtitan.FRAMEWORK:
+    if spec.position == "rope" and rope_kernels is not None:
         for width in (q_dim, kv_dim):
-            add(torchtitan.rope(n, width, a))
+            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
     elif spec.position == "rope" or spec.qk_norm:
         moved = 2 * a * n * (q_dim + kv_dim)
         add(([ew("fused_rope", moved, count=2)], [ew("fused_rope_backward", moved, count=2, role="dgrad")]))

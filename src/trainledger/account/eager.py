@@ -172,11 +172,11 @@ def activation(spec, hidden: float, a: int, prefix: str = "") -> tuple[list[Kern
 
 
 def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None, model_code: str = "trainledger") -> dict[str, list[Kernel]]:
+          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
     """{"forward", "backward"} kernels of one layer of our Transformer on one GPU (tp shards heads and d_ff; with
-    sequence parallelism, n_sp < n, DTensor's copies around each gather and scatter). `model_code` "torchtitan":
-    torchtitan's Llama, whose RoPE differs (account/torchtitan.py)."""
-    from trainledger.account import torchtitan
+    sequence parallelism, n_sp < n, DTensor's copies around each gather and scatter). `rope_kernels(n, width,
+    rotary, a)`: another model's RoPE (torchtitan's: account/torchtitan.py); None: ours (`rope`)."""
+    rope_kernels = rope_kernels or rope
     sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
@@ -205,8 +205,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
             add(norm(spec, n * width / dh, dh, a, a, f"{name}_norm"))
     if spec.position == "rope":
         for width in (q_dim, kv_dim):
-            add(torchtitan.rope(n, width, a) if model_code == torchtitan.FRAMEWORK
-                else rope(n, width, width / dh * spec.rotary_dim, a))
+            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
     # q, k, v to (b, h, t, d) and the output back: a reshape and a permute each way (views), and their backward nodes
     add((host("head_rearranges", 8) + core["forward"], core["backward"] + host("head_rearranges_backward", 8, "dgrad")))
     add(linear("o_proj", n, q_dim, d, a, dtype, amp=amp, bias=spec.attn_out_bias))

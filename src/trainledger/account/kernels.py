@@ -18,7 +18,7 @@ Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over me
 
 from __future__ import annotations
 
-from trainledger.account import eager
+from trainledger.account import eager, torchtitan
 from trainledger.account.activations import recipe_bytes
 from trainledger.account.compiled import edges as compiled_edges, layer as compiled_layer
 from trainledger.account.eager import EAGER_FRAMEWORKS, ew, gemm, unaligned
@@ -142,7 +142,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
     build = compiled_layer if compiled else eager.layer
-    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe, model_code=framework)
+    rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
+    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe, rope_kernels=rope)
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,

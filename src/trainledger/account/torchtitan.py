@@ -30,11 +30,12 @@ from trainledger.account.eager import FP32, ew, host
 FRAMEWORK = "torchtitan"
 
 
-def rope(n: float, width: float, a: int) -> tuple[list, list]:
+def rope(n: float, width: float, rotary: float, a: int) -> tuple[list, list]:
     """(forward, backward) kernels of torchtitan's complex RoPE on one tensor of n tokens × `width` (q: heads ×
-    head_dim; k: kv heads × head_dim), eager or compiled (module docstring): 20 bytes per element each way at
-    a = 2, the product at the broadcast access fraction, the casts streaming; views cost the CPU a dispatch."""
-    x = n * width
+    head_dim; k: kv heads × head_dim; `rotary` of it rotated: all of it in torchtitan's Llama), eager or compiled
+    (module docstring): 20 bytes per element each way at a = 2, the product at the broadcast access fraction, the
+    casts streaming; views cost the CPU a dispatch."""
+    x = n * rotary
     casts = x * 2 * (a + FP32)                  # .float() and .type_as(xq) (backward: the gradient's two casts)
     product = x * 2 * FP32                      # complex64 × broadcast complex64 table: read 4, write 4 per element
     fwd = [ew("rope_complex_casts", casts, count=2), ew("rope_complex_mul", product, access="broadcast")]
