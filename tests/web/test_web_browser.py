@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import threading
 from pathlib import Path
@@ -401,3 +402,107 @@ def test_plan_with_mfu_auto(page):
     before = updates(page, "plan")
     page.select_option("#plan-model", "")
     wait_for_answer(page, "plan", before)
+
+
+def labels_of(page, calc) -> list[str]:
+    return page.eval_on_selector_all(f"#calc-{calc} .results dt", "nodes => nodes.map(n => n.textContent.trim())")
+
+
+# what a JSON key turned into words looks like: "mtbf seconds", "checkpoint bytes per s per node", "n params"
+RAW_KEY = re.compile(r"_|\bmtbf\b|\bper s\b|\bseconds$|\bbytes$|^n |\bparams\b")
+
+
+def test_every_label_is_human(page):
+    """No panel shows a JSON key as its label ("mtbf seconds", "checkpoint bytes per s per node"): each has words and
+    its value a unit. The plan's failure figures: the checkpoint bandwidth is a rate in B/s (as the CLI's assumptions
+    print it), the interruptions a count without decimals, durations in days/h/min."""
+    for calc in ("plan", "memory", "optimal", "step", "params", "fit", "mfu"):
+        for label in labels_of(page, calc):
+            assert not RAW_KEY.search(label.lower()), (calc, label)
+    values = {n["path"]: n for n in page.eval_on_selector_all(
+        "#calc-plan .results [data-path]", "ns => ns.map(n => ({path: n.dataset.path, text: n.textContent, raw: n.dataset.value}))")}
+    bandwidth = values["checkpoint_bytes_per_s_per_node"]
+    assert bandwidth["text"].endswith("GB/s") and float(bandwidth["text"].split()[0]) == pytest.approx(float(bandwidth["raw"]) / 1e9, rel=1e-2)
+    interruptions = values["expected_interruptions"]
+    assert interruptions["text"] == f"about {round(float(interruptions['raw'])):,}"
+    assert values["mtbf_seconds"]["text"].endswith(("days", "h", "min"))
+    assert values["goodput"]["text"].endswith("%")
+    parts = page.eval_on_selector_all("#calc-step .results dt", "ns => ns.map(n => n.textContent)")
+    assert "tensor-parallel communication" in parts and "tp comm" not in parts
+
+
+def test_zero_dropdowns_are_filled(page):
+    """Every option of every ZeRO select has words (the memory calculator's used to be blank)."""
+    for select in ("#memory-zero", "#step-zero", "#fit-zero"):
+        options = page.eval_on_selector_all(f"{select} option", "ns => ns.map(n => [n.value, n.textContent])")
+        assert {value for value, _ in options} >= {"0", "1", "2", "3"}, select
+        assert all(text.strip() for _, text in options), (select, options)
+        selected = page.eval_on_selector(select, "s => s.options[s.selectedIndex].textContent")
+        assert selected.strip(), select
+
+
+def test_fit_calculator(page):
+    """Calculator 9 equals `trainledger fit --json`: the lecture's 8 H100 × 80 GB / 16 B = 40B, then 16 GPUs, then a
+    model's largest micro-batch, then a custom memory size that is not called an H100."""
+    assert_shown_equals(shown(page, "fit"), cli_json(["fit"]))
+    assert float(shown(page, "fit")["max_params"]) == 4e10                      # CS336 Lecture 2
+    press(page, "fit", "#fit-num-gpus-slider", "ArrowRight")                     # 8 -> 16 GPUs
+    assert page.input_value("#fit-num-gpus") == "16"
+    assert_shown_equals(shown(page, "fit"), cli_json(["fit", "--num-gpus", "16"]))
+    before = updates(page, "fit")
+    page.select_option("#fit-model", "gpt2")
+    wait_for_answer(page, "fit", before)
+    expected = cli_json(["fit", "--num-gpus", "16", "--model", "gpt2"])
+    assert_shown_equals(shown(page, "fit"), expected)
+    assert shown(page, "fit")["max_batch_size"] == str(expected["max_batch_size"])
+    before = updates(page, "fit")
+    page.fill("#fit-memory-per-gpu", "24GB")
+    wait_for_answer(page, "fit", before)
+    argv = shlex.split(page.text_content("#calc-fit .command-line"))[1:-1]    # the page also names its --gpu
+    assert "--memory-per-gpu=24GB" in argv
+    expected = cli_json(argv)
+    assert_shown_equals(shown(page, "fit"), expected)
+    assert expected["memory_per_gpu_bytes"] == 24e9 and expected["max_params"] == pytest.approx(16 * 24e9 / 16)
+    device = page.inner_text("#calc-fit .results").split("\n")[2]      # the GPU's memory is not silently replaced
+    assert device == f"on 16 × {expected['gpu_label']}" and "--memory-per-gpu" in device and "22.4 GiB" in device
+    before = updates(page, "fit")
+    page.fill("#fit-memory-per-gpu", "")
+    wait_for_answer(page, "fit", before)
+    screenshot(page, "fit")
+
+
+def test_mfu_calculator(page):
+    """Calculator 10 equals `trainledger mfu --json`, the predicted MFU and its layout included."""
+    press(page, "mfu", "#mfu-tokens-per-s-per-gpu-slider", "ArrowRight")       # 3000 -> 10^3.49 tokens/s per GPU
+    rate = page.input_value("#mfu-tokens-per-s-per-gpu")
+    expected = cli_json(["mfu", "--model", "llama-3-8b", "--tokens-per-s-per-gpu", rate, "--num-gpus", "8"])
+    values = shown(page, "mfu")
+    assert_shown_equals(values, expected)
+    assert float(values["mfu"]) == pytest.approx(expected["tokens_per_s_per_gpu"] * expected["model_flops_per_token"] /
+                                                 expected["peak_flops_per_s"], rel=1e-12)     # PaLM App. B
+    assert "predicted_layout.step_seconds" in values and float(values["predicted_mfu"]) == expected["predicted_mfu"]
+    before = updates(page, "mfu")
+    page.select_option("#mfu-model", "")                                          # a bare parameter count: 6·N
+    wait_for_answer(page, "mfu", before)
+    expected = cli_json(["mfu", "--params", "8B", "--tokens-per-s-per-gpu", rate, "--num-gpus", "8"])
+    assert_shown_equals(shown(page, "mfu"), expected)
+    assert expected["model_flops_per_token"] == 6 * 8e9
+    screenshot(page, "mfu")
+
+
+def test_step_points_to_a_faster_micro_batch(page):
+    """gpt2 on 8 H100, global batch 64, micro-batch 1: the page shows `step`'s suggestion (micro-batch 8), the CLI's."""
+    before = updates(page, "step")
+    for selector, value in (("#step-num-gpus", "8"), ("#step-global-batch-size", "64"), ("#step-batch-size", "1"),
+                            ("#step-tp", "1"), ("#step-pp", "1"), ("#step-interleave", "1"), ("#step-cp", "1")):
+        page.fill(selector, value)           # (intermediate layouts may be invalid: only the final answer counts)
+    page.select_option("#step-zero", "")
+    page.select_option("#step-recompute", "none")
+    page.select_option("#step-model", "gpt2")
+    wait_for_answer(page, "step", before)
+    argv = shlex.split(page.text_content("#calc-step .command-line"))
+    expected = cli_json(argv[1:-1])
+    assert expected["suggestion"] and "--batch-size 8" in expected["suggestion"]["changes"]
+    values, _ = split_step_and_layout(shown(page, "step"))
+    assert_shown_equals(values, expected)
+    assert page.inner_text("#calc-step .suggestion").startswith("Faster with --batch-size 8")

@@ -6,9 +6,9 @@ fits (the same `memory_per_gpu` that `trainledger memory` prints) and account.ti
 Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus):
 - tp: divisors of gcd(n_heads, n_kv_heads) up to the GPUs of one node (tensor parallelism across nodes is never
   faster on today's networks); with sp on or off when tp > 1.
-- cp: powers of two dividing seq_len, keeping at least 1,024 tokens per rank.
-- pp: divisors of num_gpus/(tp·cp) up to n_layers; interleave v: divisors of the layers per stage whose
-  schedule is valid (micro-batches a multiple of pp), up to 8.
+- cp: 1, or powers of two dividing seq_len that keep at least 1,024 tokens per rank.
+- pp: divisors of num_gpus/(tp·cp) up to n_layers; interleave v up to 8 where the schedule is valid
+  (account.schedule: n_layers divisible by pp·v, micro-batches a multiple of pp, as Megatron-LM requires).
 - micro-batch b: divisors of global_batch/dp (powers of two and the quotient itself).
 - ZeRO 0-3 over dp (0 only when dp = 1); for framework "megatron" only 0 and 1 (DDP or Megatron-LM's distributed
   optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.fsdp: a bf16
@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from trainledger.account.memory import default_reserve, memory_per_gpu
+from trainledger.account.schedule import valid_interleaves
 from trainledger.account.time import step_time
 from trainledger.errors import TrainledgerError
 
@@ -48,7 +49,7 @@ def candidates(spec, num_gpus: int, global_batch_size: int, seq_len: int, gpus_p
     """Yield (tp, sp, cp, pp, dp, batch_size) of every layout the search considers (before memory and interleave)."""
     heads = math.gcd(spec.n_heads, spec.kv_heads)
     for tp in (d for d in _divisors(heads) if d <= min(gpus_per_node, num_gpus) and num_gpus % d == 0):
-        for cp in (c for c in (1, 2, 4, 8, 16, 32) if seq_len % c == 0 and seq_len // c >= MIN_TOKENS_PER_CP_RANK
+        for cp in (c for c in (1, 2, 4, 8, 16, 32) if seq_len % c == 0 and (c == 1 or seq_len // c >= MIN_TOKENS_PER_CP_RANK)
                    and num_gpus % (tp * c) == 0 and (c == 1 or c * tp <= num_gpus)):
             rest = num_gpus // (tp * cp)
             for pp in (p for p in _divisors(rest) if p <= spec.n_layers):
@@ -104,10 +105,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                 continue
             fitting += 1
             recompute, memory = chosen
-            layers = -(-spec.n_layers // pp)
-            for v in (d for d in _divisors(layers) if d <= MAX_INTERLEAVE):
-                if v > 1 and (pp == 1 or micro_batches % pp):
-                    continue
+            for v in valid_interleaves(spec.n_layers, pp, micro_batches, MAX_INTERLEAVE):
                 timed += 1
                 r = step_time(spec, gpu, batch_size=b, seq_len=seq_len, global_batch_size=global_batch_size,
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,

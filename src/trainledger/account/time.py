@@ -40,6 +40,7 @@ from trainledger.account import comm as comm_mod
 from trainledger.account import fsdp as fsdp_mod
 from trainledger.account import recompute as recompute_mod
 from trainledger.account import timeline
+from trainledger.account.advice import WORDS as ADVICE_WORDS, bottleneck_advice
 from trainledger.account.activations import recipe_bytes
 from trainledger.account.eager import EAGER_FRAMEWORKS, unaligned
 from trainledger.account.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
@@ -50,6 +51,7 @@ from trainledger.account.optimizer_kernels import accumulation_kernels, paramete
 from trainledger.account.step_notes import assumptions
 from trainledger.account.memory import check_parallel, check_positive_int, default_reserve, memory_per_gpu, params_per_gpu
 from trainledger.account.roofline import kernel_seconds
+from trainledger.account.schedule import check_schedule
 from trainledger.account.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          sms_beside as _sms_beside)
@@ -58,14 +60,7 @@ from trainledger.specs.recipes import get_optimizer, get_recipe
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
          "pipeline_bubble")
-WORDS = {
-    "compute": "matrix multiplications (GEMMs)", "attention": "the attention core",
-    "memory_bound": "memory-bound ops (norms, activations, casts, residual adds, the loss)",
-    "overhead": "per-op dispatch overhead", "optimizer": "the optimizer step",
-    "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel communication",
-    "pp_comm": "pipeline point-to-point communication", "dp_comm": "data-parallel communication",
-    "pipeline_bubble": "the pipeline bubble",
-}
+WORDS = ADVICE_WORDS   # the parts of a step in words (account.advice)
 
 
 def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -> float:
@@ -185,9 +180,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
-    if interleave > 1 and (pp == 1 or m % pp):
-        raise TrainledgerError(f"--interleave {interleave} needs --pp > 1 and a number of micro-batches ({m}) that is a "
-                               f"multiple of --pp {pp} (Megatron-LM's interleaved schedule)")
+    check_schedule(spec.n_layers, pp, interleave, m)
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
@@ -310,7 +303,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
         "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
-        "breakdown": breakdown, "bottleneck": bottleneck(breakdown, pp, m, interleave), "dp": dp, "tp": tp,
+        "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp,
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
@@ -323,6 +316,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute,
     }
+    result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
+                                      setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))
     if fsdp_detail is not None:
         result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
@@ -441,21 +436,7 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
     return groups, edges
 
 
-def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int) -> str:
-    """The largest part of the step in words, with its share and what usually helps."""
-    total = sum(breakdown.values())
-    part = max(breakdown, key=breakdown.get)
-    share = breakdown[part] / total if total else 0.0
-    hints = {
-        "compute": "the GPUs are busy with matmuls: the layout is compute-bound",
-        "attention": "use flash attention (--flash) or a shorter sequence",
-        "memory_bound": "fuse elementwise ops (torch.compile) or use larger matmuls",
-        "overhead": "launch/dispatch overhead dominates: use a larger batch or fewer, larger ops",
-        "optimizer": "shard the optimizer states (--zero 1+) or use a fused optimizer",
-        "tp_comm": "use less tensor parallelism or keep it inside a node",
-        "cp_comm": "use less context parallelism",
-        "pp_comm": "use fewer pipeline stages",
-        "dp_comm": "overlap or shard data-parallel communication, or use a larger global batch",
-        "pipeline_bubble": f"more micro-batches or interleaving: (p − 1)/(v·m) = {(pp - 1) / (interleave * micro_batches):.3f}",
-    }
-    return f"{WORDS[part]}: {share:.0%} of the step ({hints[part]})"
+def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int, setup: dict | None = None) -> str:
+    """The largest part of the step in words, with its share and what would help given the flags in effect
+    (`setup`: the step's settings, account.advice.bottleneck_advice)."""
+    return bottleneck_advice(breakdown, dict(setup or {}, pp=pp, micro_batches=micro_batches, interleave=interleave))

@@ -29,7 +29,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default="h100", help="accelerator whose memory is used (default h100: 80 GB)")
+    parser.add_argument("--gpu", default=None, help="accelerator whose memory is used (default h100: 80 GB)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     common.add_optimizer_flag(parser)
@@ -48,9 +48,13 @@ def compute(args) -> dict:
     from trainledger.errors import TrainledgerError
     from trainledger.specs.hardware import get_gpu
 
-    gpu = get_gpu(args.gpu)
+    from trainledger.cli.sanity import custom_memory_label
+    gpu = get_gpu(args.gpu if args.gpu is not None else "h100")
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
-    result = {"gpu": gpu.name, **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, args.reserve)}
+    label = custom_memory_label(gpu.name, args.memory_per_gpu, args.gpu is not None)
+    result = {"gpu": gpu.name if args.memory_per_gpu is None else ("custom" if args.gpu is None else gpu.name),
+              "gpu_label": label,
+              **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, args.reserve)}
     result["assumptions"] = [
         f"model states only: precision {result['precision']} with {result['optimizer']} (--precision, --optimizer; "
         f"fp32 is the lecture's naive default), {result['bytes_per_param']:g} B/param unsharded",
@@ -81,7 +85,7 @@ def compute(args) -> dict:
 
 def render(result: dict, args) -> None:
     rows = [
-        ("GPUs", f"{result['num_gpus']} × {result['gpu']}"),
+        ("GPUs", f"{result['num_gpus']} × {result.get('gpu_label', result['gpu'])}"),
         ("memory per GPU", f"{units.format_bytes(result['memory_per_gpu_bytes'])} ({result['memory_per_gpu_bytes']:.4g} B)"),
         ("recipe", f"{result['precision']} + {result['optimizer']}, ZeRO {result['zero']}"),
         ("bytes per parameter", f"{result['bytes_per_param']:g}"),

@@ -136,6 +136,11 @@ def compute(args) -> dict:
     result = compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
                                    recompute=args.recompute, device=args.device)
     result["notes"] = result.get("notes", []) + common.approximation_notes(spec)
+    from trainledger.cli.sanity import absurd_bytes
+    warnings = absurd_bytes(result.get("predicted", {}).get("peak_bytes") or 0, "the predicted peak of this step",
+                            "check --batch-size and --seq-len")
+    if warnings:
+        result["warnings"] = result.get("warnings", []) + warnings
     return result
 
 

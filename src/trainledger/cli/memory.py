@@ -113,6 +113,9 @@ def compute(args) -> dict:
         first = []
         activations = "activations not modelled: --params gives no architecture (activations_bytes = 0); use --model"
         warnings += common.outlandish(params=args.params)
+    from trainledger.cli.sanity import check_zero_ranks
+    check_zero_ranks(result["n_params"], args.dp, zero)
+    warnings += common.outlandish(num_gpus=args.dp * args.tp * args.pp)
     result["gpu"] = gpu.name
     parts = result["bytes_per_param_parts"]
     result["assumptions"] = first + [

@@ -7,6 +7,7 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import duration, mfu_or_auto, print_table
+from trainledger.errors import TrainledgerError
 
 HELP = "compute-optimal model size and tokens for a FLOP budget or GPUs × days × MFU (Chinchilla)"
 DESCRIPTION = """Compute-optimal size (Hoffmann et al. 2022, "Chinchilla", arXiv:2203.15556), with C = 6·N·D.
@@ -56,7 +57,6 @@ def compute(args) -> dict:
 
     if args.budget_flops is not None:
         if args.mfu == "auto":
-            from trainledger.errors import TrainledgerError
             raise TrainledgerError("--mfu auto needs GPUs × days: --budget-flops already fixes the budget")
         budget, source = args.budget_flops, "given --budget-flops"
         extra = {}
@@ -72,7 +72,13 @@ def compute(args) -> dict:
         extra = {"gpu": gpu.name, "num_gpus": args.num_gpus, "seconds": args.days, "peak_flops_per_s": peak, "mfu": args.mfu}
         if layout_lines:
             extra["layout"] = layout_lines[1]
-    result = {**compute_optimal(budget, args.law, args.tokens_per_param), **extra}
+    try:
+        result = {**compute_optimal(budget, args.law, args.tokens_per_param), **extra}
+    except TrainledgerError as error:   # a GPU budget below one parameter: name the flags it came from
+        if args.budget_flops is not None or "--budget-flops" not in str(error):
+            raise
+        raise TrainledgerError(str(error).replace(f"--budget-flops {budget:g}",
+                                                  f"--num-gpus × --days × --mfu = {budget:.3g} FLOPs")) from None
     law = (f"chinchilla-20: D = {args.tokens_per_param:g}·N, N = sqrt(C / {6 * args.tokens_per_param:g})"
            if args.law == "chinchilla-20" else "approach3: closed-form minimum of E + A/N^α + B/D^β under C = 6ND")
     if args.budget_flops is None and layout_lines:

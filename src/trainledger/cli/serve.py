@@ -11,8 +11,9 @@ from trainledger.errors import TrainledgerError
 
 HELP = "open the interactive calculators in a browser (JSON API at /api/<command>)"
 DESCRIPTION = """\
-Starts a local web server with eight calculators on one page — training time, tensor layout, dtypes,
-matmul, transformer parameters, memory budget, compute-optimal size, step time & layout. Every number comes
+Starts a local web server with eleven calculators on one page — training time, tensor layout, dtypes,
+matmul, transformer parameters, memory budget, compute-optimal size, step time & layout, inference, the
+largest model that fits, MFU of a measured throughput. Every number comes
 from the same code as the command line: GET /api/<command>?flag=value returns what `trainledger <command>
 --flag value --json` prints (e.g. /api/plan?params=70B&tokens=15T&gpu=h100&num-gpus=1024&mfu=0.5).
 

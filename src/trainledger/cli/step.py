@@ -137,6 +137,7 @@ def compute(args) -> dict:
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     result["assumptions"] = first + result["assumptions"]
+    result["suggestion"] = suggestion(spec, gpu, result, lambda z: fsdp_for(z) if args.dp_replicate == 1 or z == 3 else None)
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:
         warnings.append(f"this layout peaks at {units.format_bytes(result['memory_bytes'])} per GPU + "
@@ -148,6 +149,22 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def suggestion(spec, gpu, result: dict, fsdp_for=None) -> dict | None:
+    """A faster micro-batch / ZeRO / recompute / interleave on the same GPUs, or one that fits when this step does
+    not (account.suggest.faster_setting), with a one-line summary under "line"; None when there is none."""
+    from trainledger.account.suggest import faster_setting
+    found = faster_setting(spec, gpu, result, fsdp_for=fsdp_for)
+    if found is None:
+        return None
+    m = found["micro_batches"]
+    this = (f"{units.format_seconds(result['step_seconds'])}, {100 * result['mfu']:.1f}%" if result["fits"]
+            else "does not fit")
+    found["line"] = (f"{' '.join(found['changes'])} ({m} accumulation step{'s' if m > 1 else ''}): "
+                     f"{units.format_seconds(found['step_seconds'])}, MFU {100 * found['mfu']:.1f}% (this layout: {this}), "
+                     f"{units.format_bytes(found['memory_bytes'])} per GPU; `trainledger layout` searches every layout")
+    return found
 
 
 def default_precision(asked: str | None, gpu) -> tuple[str, str | None]:
@@ -169,8 +186,12 @@ def render(result: dict, args) -> None:
     for part, seconds in sorted(result["breakdown"].items(), key=lambda kv: -kv[1]):
         if seconds > 0:
             rows.append((f"  {part}", f"{units.format_seconds(seconds)} ({100 * seconds / total:.1f}%)"))
-    rows.append(("bottleneck", result["bottleneck"]))
     rows.append((f"memory per GPU ({result['gpu']})",
                  f"peak {units.format_bytes(result['memory_bytes'])} + reserve {units.format_bytes(result['reserve_bytes'])} "
                  f"of {units.format_bytes(result['memory_per_gpu_bytes'])}: {'fits' if result['fits'] else 'does NOT fit'}"))
     print_table(f"One training step of {result['model']}", rows, result["assumptions"])
+    out = common.console()       # the advice in whole lines under the table, as `layout` prints its bottleneck
+    out.print(f"bottleneck: {result['bottleneck']}", soft_wrap=True)
+    if result.get("suggestion"):
+        label = "faster" if result["suggestion"]["why"] == "faster" else "fits with"
+        out.print(f"{label}: {result['suggestion']['line']}", soft_wrap=True)

@@ -146,6 +146,10 @@ def compute(args) -> dict:
 
     result = {"expression": _expression(args.transpose, args.index)}
     result |= layout_report(tuple(args.shape), args.dtype, args.transpose, args.index)
+    from trainledger.cli.sanity import absurd_bytes
+    warnings = absurd_bytes(result["storage_bytes"], "this tensor's storage", "check --shape (and its suffixes)")
+    if warnings:
+        result["warnings"] = warnings
     if args.torch:
         result |= _torch_check(args, result)
     return result

@@ -45,6 +45,14 @@ const Fmt = {
     if (s === 0) return "0 s";
     return `${Fmt.sig(s * 1e9)} ns`;  // a 64 × 64 × 64 matmul's ideal time is tens of nanoseconds
   },
+  byteRate(n) {  // a bandwidth, SI as datasheets print it: 3.42 GB/s
+    if (!Number.isFinite(n)) return String(n);
+    for (const [prefix, scale] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]]) {
+      if (Math.abs(n) >= scale) return `${Fmt.sig(n / scale)} ${prefix}B/s`;
+    }
+    return `${Fmt.sig(n)} B/s`;
+  },
+  whole(n) { return Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : String(n); },  // a count: no decimals
   number(n) { return typeof n === "number" ? Fmt.sig(n, 4) : String(n); },
   percent(x) { return typeof x === "number" ? `${(100 * x).toFixed(1)}%` : String(x); },
   plain(v) { return String(v); },

@@ -1,4 +1,6 @@
-// The eight calculators: which fields each has, which command it calls, and how its answer is drawn.
+// The calculators: which fields each has, which command it calls, and how its answer is drawn. Each is a spec
+// registered with TL.register(spec) (this file's eight, then calculators_more.js's); a spec with a `title` and no
+// section in index.html gets one built (ensureSection), so a new calculator is one object in one file.
 // Numbers shown are the API's JSON values (data-value carries the raw value, data-path its key in the JSON).
 "use strict";
 
@@ -24,20 +26,9 @@
       .filter(([k, v]) => typeof v === "number" && !shown.includes(k))
       .map(([k, v]) => ({ label: labelFor(k), path: prefix + k, value: v, format: formatFor(k) }));
   }
-  // "peak_flops_per_s" → "peak FLOP/s", "n_params_per_gpu" → "parameters per GPU" (the unit goes to the value)
-  function labelFor(key) {
-    const label = key.replace(/_flops_per_s$/, " FLOP/s").replace(/_bytes$|_s$/, "").replace(/_/g, " ")
-      .replace(/\bgpus?\b/g, (w) => w.toUpperCase());
-    return label.startsWith("n ") ? label.slice(2).replace(/\bparams\b/, "parameters") : label;
-  }
-  function formatFor(key) {
-    if (/bytes/.test(key)) return Fmt.bytes;
-    if (/flops_per_s$/.test(key)) return Fmt.rate;
-    if (/flops/.test(key)) return Fmt.flops;
-    if (/_s$|seconds/.test(key)) return Fmt.seconds;
-    if (/^n_|params|tokens/.test(key)) return Fmt.count;
-    return Fmt.number;
-  }
+  // human labels and units (labels.js): "mtbf_seconds" → "mean time between interruptions (whole job)", a duration
+  const labelFor = (key) => window.TL.Labels.labelOf(key);
+  const formatFor = (key) => window.TL.Labels.formatOf(key);
   function assumptions(body) {
     const list = body.assumptions || body.notes;
     // an empty span when there are none: DOM append() would print a null as the text "null"
@@ -394,6 +385,10 @@
     if (gpt2) { calc.setValue("tied", "true"); calc.setValue("n_kv_heads", calc.value("n_heads")); }
   }
 
+  // --zero: what each stage shards over the data-parallel ranks (Rajbhandari et al. 2019, Sec. 5); "" = the default
+  const ZERO_OPTIONS = [["", "default: 3 (FSDP full shard)"], ["0", "0: nothing sharded (DDP)"], ["1", "1: optimizer states"],
+                        ["2", "2: + gradients"], ["3", "3: + parameters (FSDP)"]];
+
   // ---------------- 6. memory per GPU (memory) ----------------
   const memory = {
     id: "memory", command: "memory",
@@ -406,7 +401,7 @@
       { param: "optimizer", label: "Optimizer", type: "select" },
       { param: "recompute", label: "Activation recomputation", type: "select" },
       { param: "flash", label: "Flash attention", type: "bool" },
-      { param: "zero", label: "ZeRO stage", type: "select" },
+      { param: "zero", label: "ZeRO stage (what is sharded over the data-parallel ranks)", type: "select", value: "", options: ZERO_OPTIONS },
       { param: "dp", label: "Data-parallel ranks", type: "pow2", min: 0, max: 12, inputmode: "numeric" },
       { param: "tp", label: "Tensor-parallel ranks", type: "pow2", min: 0, max: 4, inputmode: "numeric" },
     ],
@@ -431,7 +426,7 @@
       const out = clear(calc.out);
       const partKeys = Object.keys(body).filter((k) => k.endsWith("_bytes") && k !== "total_bytes" &&
         !/capacity|memory_per_gpu|limit|available|free|headroom|peak/.test(k) && typeof body[k] === "number");
-      const parts = partKeys.map((k) => ({ label: k.replace(/_bytes$/, "").replace(/_/g, " "), value: body[k] }));
+      const parts = partKeys.map((k) => ({ label: labelFor(k), value: body[k] }));
       const gpu = DATA.hardware.find((g) => g.name === (body.gpu || calc.value("gpu")) || (g.aliases || []).includes(calc.value("gpu")));
       const capacityKey = ["memory_per_gpu_bytes", "gpu_memory_bytes", "capacity_bytes"].find((k) => typeof body[k] === "number");
       const capacity = capacityKey ? body[capacityKey] : gpu ? gpu.memory_bytes : null;
@@ -444,7 +439,7 @@
       out.append(C.stackedBar({ parts, total: body.total_bytes, capacity, format: Fmt.bytes, title: "bytes per GPU by part",
                                 capacityLabel: capacity ? `${gpu ? gpu.name : "GPU"} ${Fmt.bytes(capacity)}` : undefined }));
       out.append(resultList([
-        ...partKeys.map((k) => ({ label: k.replace(/_bytes$/, "").replace(/_/g, " "), path: k, value: body[k], format: Fmt.bytes })),
+        ...partKeys.map((k) => ({ label: labelFor(k), path: k, value: body[k], format: Fmt.bytes })),
         { label: "total", path: "total_bytes", value: body.total_bytes, format: Fmt.bytes },
         ...otherNumbers(body, [...partKeys, "total_bytes", "batch_size", "seq_len", "zero", "dp", "tp", "pp"]),
       ]), assumptions(body));
@@ -527,7 +522,7 @@
         { param: "pp", label: "Pipeline stages", type: "pow2", min: 0, max: 6, inputmode: "numeric" },
         { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
         { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
-        { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: [["", "default (3)"], "0", "1", "2", "3"] },
+        { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: ZERO_OPTIONS },
         { param: "batch-size", label: "Micro-batch per GPU", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
         { param: "recompute", label: "Activation recomputation", type: "select" },
       ];
@@ -545,12 +540,14 @@
     params: withModelFromParams,
     async render(calc, body, sent) {
       const out = clear(calc.out);
-      const parts = Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: k.replace(/_/g, " "), value: v }));
+      const partOf = window.TL.Labels.partOf;
+      const parts = Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), value: v }));
       out.append(headline("One step:", "step_seconds", body.step_seconds, Fmt.seconds),
         el("p", { class: body.fits ? "verdict-fits" : "verdict-oom" },
           [valueNode("memory_bytes", body.memory_bytes, Fmt.bytes), ` per GPU of ${Fmt.bytes(body.memory_per_gpu_bytes)}: `,
            valueNode("fits", body.fits, (f) => (f ? "fits" : "does not fit"))]),
         el("p", { class: "bottleneck" }, [`Bottleneck: ${body.bottleneck}`]),
+        ...(body.suggestion ? [suggestionLine(body.suggestion)] : []),
         C.stackedBar({ parts, total: body.step_seconds, format: Fmt.seconds, title: "seconds of one step by part" }),
         resultList([
           { label: "tokens per second", path: "tokens_per_s", value: body.tokens_per_s, format: Fmt.count },
@@ -561,7 +558,7 @@
           { label: "data-parallel ranks", path: "dp", value: body.dp, format: Fmt.exact },
           { label: "micro-batches accumulated", path: "micro_batches", value: body.micro_batches, format: Fmt.exact },
           { label: "pipeline bubble fraction", path: "bubble_fraction", value: body.bubble_fraction, format: Fmt.percent },
-          ...Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: k.replace(/_/g, " "), path: `breakdown.${k}`, value: v, format: Fmt.seconds })),
+          ...Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), path: `breakdown.${k}`, value: v, format: Fmt.seconds })),
         ]), assumptions(body));
       const query = [...sent.filter(([param]) => !STEP_ONLY.includes(param)), ["top", String(LAYOUT_TOP)]];
       const key = JSON.stringify(query);
@@ -572,6 +569,13 @@
       out.append(layoutTable(calc, calc.layoutReply));
     },
   };
+  // `step`'s suggestion (account/advice.py): a faster setting on the same GPUs, or one that fits.
+  function suggestionLine(s) {
+    return el("p", { class: "suggestion" }, [s.why === "fits" ? "Fits with " : "Faster with ", el("code", { text: s.changes.join(" ") }),
+      ": ", valueNode("suggestion.step_seconds", s.step_seconds, Fmt.seconds), ", MFU ",
+      valueNode("suggestion.mfu", s.mfu, Fmt.percent), ", ", valueNode("suggestion.memory_bytes", s.memory_bytes, Fmt.bytes),
+      " per GPU (", valueNode("suggestion.micro_batches", s.micro_batches, Fmt.whole), " micro-batches per step)"]);
+  }
   function layoutTable(calc, reply) {
     const box = el("div", { class: "layouts" }, [el("h3", { text: `Fastest layouts that fit (trainledger layout --top ${LAYOUT_TOP})` })]);
     if (!reply.ok) { box.append(el("p", { class: "calc-error", text: reply.body.error || "no layouts" })); return box; }
@@ -604,6 +608,29 @@
     if ([...select.options].some((o) => o.value === current)) select.value = current;
   }
 
+  // ---------------- the registry: calculators in page order ----------------
+  const REGISTRY = [plan, tensor, dtypes, matmul, params, memory, optimal, step];
+  // spec: {id, command, fields, render(calc, body, sent), prepare?, params?, title?, nav?, formula?: [paragraph, ...]}
+  function register(spec) { REGISTRY.push(spec); }
+  // The section (and its link in the nav) of a calculator that index.html does not have, built like the others.
+  function ensureSection(spec) {
+    if (document.getElementById(`calc-${spec.id}`)) return;
+    const number = document.querySelectorAll("main section.calc").length + 1;  // after every section already there
+    const titleId = `calc-${spec.id}-title`;
+    const title = el("h2", { id: titleId }, [`${number}. ${spec.title} `, el("code", { text: `trainledger ${spec.command}` })]);
+    const formula = el("div", { class: "formula" }, [el("h3", { text: "Formula" }), ...(spec.formula || []).map((p) => el("p", { text: p }))]);
+    const form = el("form", { class: "controls" });
+    form.addEventListener("submit", (event) => event.preventDefault());
+    const section = el("section", { class: "calc", id: `calc-${spec.id}`, "aria-labelledby": titleId }, [title, form,
+      el("div", { class: "output" }, [el("div", { class: "calc-error", role: "alert", hidden: true }),
+        el("div", { class: "results", "aria-live": "polite" }), formula,
+        el("p", { class: "cli" }, ["Same answer: ", el("code", { class: "command-line" })])])]);
+    document.querySelector("main").appendChild(section);
+    const link = el("a", { href: `#calc-${spec.id}`, "data-nav": true, text: spec.nav || spec.title });
+    link.addEventListener("click", navigate);
+    document.querySelector("nav[aria-label=calculators]").appendChild(link);
+  }
+
   // ---------------- start ----------------
   async function start() {
     const status = document.getElementById("server-status");
@@ -614,7 +641,7 @@
     DATA.hardware = hardware.ok ? hardware.body : [];
     DATA.dtypes = dtypeList.ok ? dtypeList.body : [];
     DATA.models = models.ok ? models.body : [];
-    const calcs = [plan, tensor, dtypes, matmul, params, memory, optimal, step].map((spec) => new Calculator(spec));
+    const calcs = REGISTRY.map((spec) => { ensureSection(spec); return new Calculator(spec); });
     for (const calc of calcs) {
       calc.build();
       if (calc.spec.prepare) calc.spec.prepare(calc);
@@ -624,14 +651,18 @@
     document.body.dataset.ready = "true";
   }
 
-  document.querySelectorAll("a[data-nav]").forEach((a) => a.addEventListener("click", (event) => {
+  function navigate(event) {
     event.preventDefault();  // the hash holds the page state; scroll without touching it
-    const target = document.querySelector(a.getAttribute("href"));
+    const target = document.querySelector(event.currentTarget.getAttribute("href"));
     target.scrollIntoView({ behavior: "smooth" });
     target.querySelector("h2").setAttribute("tabindex", "-1");
     target.querySelector("h2").focus({ preventScroll: true });
-  }));
+  }
+  document.querySelectorAll("a[data-nav]").forEach((a) => a.addEventListener("click", navigate));
 
   window.TL.DATA = DATA;
+  // for calculators_more.js (and any later file): the registry and the helpers the calculators here share
+  Object.assign(window.TL, { register, clear, headline, fieldset, gpuOptions, modelOptions, otherNumbers, labelFor,
+                             formatFor, assumptions, layoutLine, fill, ZERO_OPTIONS });
   document.addEventListener("DOMContentLoaded", start);
 })();

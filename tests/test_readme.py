@@ -1,0 +1,108 @@
+"""The README and docs/ as written: their shell commands run as printed (scripts/check_readme.py).
+
+CI runs the fast tier (the planning commands, seconds each); `python scripts/check_readme.py --tier slow` runs
+the training, measuring and torchrun examples too (minutes, after the quick start)."""
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def checker():
+    spec = importlib.util.spec_from_file_location("check_readme", ROOT / "scripts" / "check_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_readme"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+DOC = """# A document
+
+```
+$ trainledger plan --gpu h1000
+error: unknown GPU 'h1000' (--gpu)
+$ trainledger fit \\
+    --num-gpus 4
+old output
+
+$ trainledger dtypes
+...
+```
+
+```python
+print("not a shell block")
+```
+
+- a list item:
+
+  ```
+  $ trainledger models --json
+  old
+  ```
+
+```
+trainledger train --text README.md --steps 2 --out-dir runs/x   # a comment, with 'quotes'
+torchrun --nproc_per_node 2 -m trainledger.cli.main train --tp 2   # torchrun
+bash scripts/setup.sh
+not a command
+```
+"""
+
+
+def test_extract_finds_transcripts_listings_and_indented_blocks(checker, tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text(DOC)
+    commands = checker.extract(path)
+    texts = [c.text for c in commands]
+    assert texts == ["trainledger plan --gpu h1000", "trainledger fit --num-gpus 4", "trainledger dtypes",
+                     "trainledger models --json",
+                     "trainledger train --text README.md --steps 2 --out-dir runs/x   # a comment, with 'quotes'",
+                     "torchrun --nproc_per_node 2 -m trainledger.cli.main train --tp 2   # torchrun",
+                     "bash scripts/setup.sh"]
+    plan, fit, dtypes, models, train, torchrun, setup = commands
+    assert plan.transcript and plan.expected_status == 2 and fit.expected_status == 0
+    assert fit.output == ["old output", ""] and not fit.excerpt and dtypes.excerpt
+    assert models.indent == "  " and models.output == ["old"]
+    assert not train.transcript and checker.strip_comment(train.text).endswith("--out-dir runs/x")
+    assert [c.tier for c in commands[:6]] == ["fast", "fast", "fast", "fast", "slow", "slow"]
+    assert setup.skip and not train.skip
+
+
+def test_update_rewrites_complete_outputs_in_place(checker, tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text(DOC)
+    plan, fit, dtypes, models, *_ = checker.extract(path)
+    checker.update_file(path, [(fit, ["new line 1", "new line 2", ""]), (models, ["new"])])
+    text = path.read_text()
+    assert "old output" not in text and "new line 1\nnew line 2\n\n$ trainledger dtypes" in text
+    assert "  $ trainledger models --json\n  new\n  ```" in text           # the list item keeps its indent
+    again = checker.extract(path)
+    assert [c.text for c in again] == [c.text for c in checker.extract(path)]
+    assert again[1].output == ["new line 1", "new line 2", ""]
+
+
+def test_strip_comment_keeps_hashes_inside_quotes(checker):
+    assert checker.strip_comment("echo '# not a comment' # a comment") == "echo '# not a comment'"
+    assert checker.strip_comment('python -c "print(1)  # no"') == 'python -c "print(1)  # no"'
+    assert checker.strip_comment("trainledger plan") == "trainledger plan"
+
+
+def test_the_fast_tier_of_every_document_runs_as_printed(checker):
+    """Every planning command in README.md and docs/*.md exits as printed (0, or 2 where an error is shown)."""
+    report = checker.check(checker.documents([]), "fast", out=io.StringIO())
+    assert report["failed"] == []
+    assert len(report["passed"]) >= 40
+
+
+def test_a_marked_block_is_listed_not_run(checker, tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text("text\n\n<!-- check_readme: skip needs a corrupted checkpoint -->\n```\n$ trainledger checkpoints runs/x\n"
+                    "error: ...\n```\n\n```\n$ trainledger plan\n```\n")
+    marked, plain = checker.extract(path)
+    assert marked.skip == "marked in the document: needs a corrupted checkpoint" and not plain.skip
