@@ -134,7 +134,7 @@ def test_torchtitan_framework_on_the_command_line(capsys):
     """`step --framework torchtitan` answers (eager and --compile); Megatron's kernels refuse --compile."""
     from trainledger.cli.main import main
     base = ["step", "--model", "llama-3-8b", "--gpu", "h100-hbm2e", "--num-gpus", "8", "--batch-size", "2",
-            "--seq-len", "8192", "--recompute", "selective-op", "--framework", "torchtitan", "--json"]
+            "--seq-len", "8192", "--recompute", "full", "--framework", "torchtitan", "--json"]
     assert main(base) == 0 and main(base + ["--compile"]) == 0
     capsys.readouterr()
     assert main(base[:-3] + ["--framework", "megatron", "--compile"]) == 2
