@@ -4,12 +4,17 @@ user runs (account/zero_choice.py), including the issue's GPT-3 175B example."""
 import pytest
 
 from trainledger.account import zero_choice
+from trainledger.account.kernels import edge_kernels, layer_kernels
+from trainledger.account.roofline import gemm_efficiency
 from trainledger.account.fsdp import fsdp_settings
 from trainledger.account.time import step_time
 from trainledger.account.validation import TORCHTITAN, summary, torchtitan_cases
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs import performance as perf
 from trainledger.specs.recipes import get_recipe
+
+LLAMA8 = get_model("llama-3-8b")
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +48,97 @@ def test_every_run_fits_in_memory(cases):
 
 
 def test_h100_rows_are_reported(cases):
-    """The H100 runs (500 W parts) are predicted and listed with their error; rows with torch.compile are predicted
-    only once step_time models compilation."""
+    """The H100 runs (500 W parts) are predicted with torchtitan's kernels and listed with their error. They stay
+    optimistic: the GH100's tensor rate at 500 W is interpolated between datasheet ratings, not measured (docs/
+    time.md); this bounds where the model stands so that a change which moves them is seen."""
     h100 = [r for r in cases if r["gpu"] == "h100-hbm2e"]
-    assert len(h100) == 5 and all("error" in r for r in h100 if r["modelled"])
-    assert {r["compile"] for r in h100 if not r["modelled"]} <= {True}
+    assert len(h100) == 5 and all(r["modelled"] and "--framework torchtitan" in r["cli"] for r in h100)
+    assert all(0.0 < r["error"] < 0.32 for r in h100), [round(r["error"], 3) for r in h100]
+
+
+def test_torch_compile_saves_what_torchtitan_saved(cases):
+    """The seconds per step torch.compile saved in torchtitan's runs (Tables 1 and 3: 5,762 → 6,667 and 5,605 →
+    6,514 tokens/s per GPU of 2 × 8192 tokens: 386 and 408 ms) against the model's: what compilation removes is
+    memory-bound work (per-block compile, torchtitan's complex RoPE unfused, the head and loss eager), which the
+    unmeasured 500 W tensor rate does not touch. Before torchtitan's kernels were modelled it saved 601 ms."""
+    by = {(r["num_gpus"], r["compile"]): r for r in cases if r["model"] == "llama-3-8b" and r["gpu"] == "h100-hbm2e"}
+    tokens = 2 * 8192
+    for n in (8, 128):
+        saved = {kind: tokens / by[n, False][key] - tokens / by[n, True][key]
+                 for kind, key in (("published", "published_tokens_per_s_per_gpu"),
+                                   ("predicted", "predicted_tokens_per_s_per_gpu"))}
+        assert saved["predicted"] == pytest.approx(saved["published"], rel=0.10), (n, saved)
+
+
+def test_gh100_rated_tensor_rate_by_power_limit():
+    """NVIDIA's datasheet rates the 132-SM GH100 at 989.5 dense bf16 TFLOP/s as the SXM5 (700 W) and 835.5 as the
+    NVL (400 W); the 500 W part is linear between them (torchtitan: "between SXM and NVL"): 886.8 TFLOP/s."""
+    assert perf.gh100_tensor_fraction(700) == pytest.approx(1.0)
+    assert perf.gh100_tensor_fraction(400) * 989.5 == pytest.approx(835.5)
+    assert perf.gh100_tensor_fraction(500) * 989.5 == pytest.approx(886.83, abs=0.01)
+    assert perf.gh100_tensor_fraction(300) == perf.gh100_tensor_fraction(400)      # clamped to the rated parts
+    sxm, hbm2e = get_gpu("h100-sxm"), get_gpu("h100-hbm2e")
+    shape = (16384, 4096, 4096, "bf16")
+    assert gemm_efficiency(hbm2e, *shape)["efficiency"] == pytest.approx(
+        gemm_efficiency(sxm, *shape)["efficiency"] * perf.H100_500W_TENSOR_FRACTION)
+    assert hbm2e.memory_bandwidth_fraction == sxm.memory_bandwidth_fraction
+    assert hbm2e.attention_table().kernel == "flash-attention-2"
+
+
+def _kernels(ks, prefix):
+    return [k for k in ks if k.name.startswith(prefix) and k.kind == "elementwise"]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_torchtitan_rope_is_complex_and_unfused(compiled):
+    """torchtitan's apply_rotary_emb: cast to fp32, complex product with the broadcast table, cast back — 20 bytes
+    per rotated element each way (bf16), on contiguous q and k, in eager mode and under Inductor alike (complex
+    operators fall back to ATen). Our Transformer's RoPE moves as many bytes on permuted views (strided)."""
+    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", compiled=compiled)
+    tt = layer_kernels(LLAMA8, framework="torchtitan", **shape)
+    elements = 2 * 8192 * (LLAMA8.n_heads + LLAMA8.kv_heads) * LLAMA8.head_dim
+    for phase in ("forward", "backward"):
+        rope = _kernels(tt[phase], "rope_complex")
+        assert sum(k.bytes for k in rope) == pytest.approx(20 * elements)
+        assert {k.access for k in rope} == {"stream", "broadcast"}
+    ours = layer_kernels(LLAMA8, framework="trainledger", **shape)
+    if compiled:
+        assert sum(k.bytes for k in _kernels(ours["forward"], "fused_rope")) == pytest.approx(4 * elements)
+    else:
+        assert sum(k.bytes for k in _kernels(ours["forward"], "rope")) == pytest.approx(20 * elements)
+        assert {k.access for k in _kernels(ours["forward"], "rope")} == {"strided"}
+
+
+def test_torchtitan_compiles_blocks_only():
+    """apply_compile wraps each TransformerBlock; the embedding, final norm, output Linear and loss run eager."""
+    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", framework="torchtitan")
+    assert edge_kernels(LLAMA8, compiled=True, **shape) == edge_kernels(LLAMA8, compiled=False, **shape)
+    ours = dict(shape, framework="trainledger")
+    assert edge_kernels(LLAMA8, compiled=True, **ours) != edge_kernels(LLAMA8, compiled=False, **ours)
+
+
+@pytest.mark.parametrize("framework, compiled", [("trainledger", False), ("torchtitan", False), ("torchtitan", True)])
+def test_sequence_parallel_copies(framework, compiled):
+    """DTensor SP gathers and reduce-scatters the (batch, seq, d) stream on Shard(1): the functional collectives
+    copy the gathered tensor once each (torch.cat of the chunks), four times forward and four backward per block."""
+    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", tp=8, framework=framework, compiled=compiled)
+    with_sp, without = layer_kernels(LLAMA8, sp=True, **shape), layer_kernels(LLAMA8, sp=False, **shape)
+    full = 2 * 2 * 8192 * LLAMA8.d_model * 2                   # read + write the gathered bf16 stream
+    for phase in ("forward", "backward"):
+        copies = _kernels(with_sp[phase], "sp_")
+        assert len(copies) == 4 and sum(k.bytes for k in copies) == pytest.approx(4 * full)
+        assert not _kernels(without[phase], "sp_")
+
+
+def test_torchtitan_framework_on_the_command_line(capsys):
+    """`step --framework torchtitan` answers (eager and --compile); Megatron's kernels refuse --compile."""
+    from trainledger.cli.main import main
+    base = ["step", "--model", "llama-3-8b", "--gpu", "h100-hbm2e", "--num-gpus", "8", "--batch-size", "2",
+            "--seq-len", "8192", "--recompute", "full", "--framework", "torchtitan", "--json"]
+    assert main(base) == 0 and main(base + ["--compile"]) == 0
+    capsys.readouterr()
+    assert main(base[:-3] + ["--framework", "megatron", "--compile"]) == 2
+    assert "error: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("dp, pp, framework, zero", [

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainledger.account.eager import FP32, ew, linear
+from trainledger.account.eager import FP32, ew, linear, sequence_parallel_copies
 from trainledger.account.roofline import Kernel
 
 
@@ -48,8 +48,12 @@ def _gemms(name, n, fan_in, fan_out, a, dtype, amp, bias) -> tuple[list[Kernel],
 
 
 def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None) -> dict[str, list[Kernel]]:
-    """{"forward", "backward"} kernels of one compiled layer on one GPU (module docstring)."""
+          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
+    """{"forward", "backward"} kernels of one compiled layer on one GPU (module docstring). With sequence
+    parallelism (n_sp < n) the functional collectives' copies stay (account/eager.py sequence_parallel_copies);
+    `rope_kernels(n, width, rotary, a)`: a RoPE Inductor does not fuse (torchtitan's complex one,
+    account/torchtitan.py), its kernels as in eager mode; None: ours, fused."""
+    sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
     q_dim, kv_dim = h * dh, kv * dh
@@ -69,16 +73,22 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     add(([ew("fused_residual_norm", 2 * x * (r + a) + stats)],
          [ew("fused_norm_backward", x * (3 * a + 3 * r + a) + stats, role="dgrad"),
           ew("fused_norm_weight_grad", norm_wgrad, role="wgrad")]))
+    add(sp_gather)
     for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
         add(_gemms(name, n, d, out_dim, a, dtype, amp, spec.qkv_bias))
-    if spec.position == "rope" or spec.qk_norm:
+    if spec.position == "rope" and rope_kernels is not None:
+        for width in (q_dim, kv_dim):
+            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
+    elif spec.position == "rope" or spec.qk_norm:
         moved = 2 * a * n * (q_dim + kv_dim)
         add(([ew("fused_rope", moved, count=2)], [ew("fused_rope_backward", moved, count=2, role="dgrad")]))
     add((core["forward"], core["backward"]))
     add(_gemms("o_proj", n, q_dim, d, a, dtype, amp, spec.attn_out_bias))
+    add(sp_scatter)
     add(([ew("fused_residual_norm", 2 * x * (r + a) + stats)],
          [ew("fused_norm_backward", x * ((2 if spec.gated_mlp else 1) * a + 3 * r + a) + stats, role="dgrad"),
           ew("fused_norm_weight_grad", norm_wgrad, role="wgrad")]))
+    add(sp_gather)
     if moe:
         add(moe)
     else:
@@ -88,6 +98,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
         add(([ew("fused_activation", (3 if spec.gated_mlp else 2) * a * hidden)],
              [ew("fused_activation_backward", (5 if spec.gated_mlp else 3) * a * hidden, role="dgrad")]))
         add(_gemms("mlp_down", n, f, d, a, dtype, amp, spec.mlp_bias))
+    add(sp_scatter)
     return {"forward": fwd, "backward": bwd}
 
 

@@ -27,6 +27,9 @@ from __future__ import annotations
 from trainledger.account.roofline import Kernel
 
 FP32 = 4
+# the frameworks whose kernels are eager PyTorch ops launched one by one (ours and torchtitan's Llama); "megatron"
+# is Megatron-LM's fused kernels
+EAGER_FRAMEWORKS = ("trainledger", "torchtitan")
 
 
 def ew(name: str, moved_bytes: float, count: int = 1, part: str = "memory_bound", core: bool = False,
@@ -145,6 +148,20 @@ def residual(n: float, d: float, r: int, a: int) -> tuple[list[Kernel], list[Ker
     return [ew("residual_add", n * d * (2 * r + a))], bwd
 
 
+def sequence_parallel_copies(n: float, d: float, a: int) -> tuple[tuple[list, list], tuple[list, list]]:
+    """The copies DTensor's sequence parallelism adds around one sublayer whose input is gathered from and whose
+    output is reduce-scattered to Shard(1), the sequence dimension of a (batch, seq, d) stream: functional
+    collectives gather and scatter along dim 0, so `all_gather_tensor(gather_dim=1)` ends with
+    `torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)` and `reduce_scatter_tensor(scatter_dim=1)`
+    starts with `torch.cat(torch.chunk(self, group_size, dim=scatter_dim))` (torch/distributed/
+    _functional_collectives.py): one copy of the gathered n × d tensor each, and each again in backward, where
+    the gradients go the other way ("extra aten.cat after each collective", pytorch/torchtitan#437: 0.18 of 3 ms
+    of an 8k-token FFN on H100). Returns ((gather's forward, its backward), (scatter's forward, its backward))."""
+    moved = 2 * n * d * a
+    return (([ew("sp_gather_cat", moved)], [ew("sp_scatter_cat_backward", moved, role="dgrad")]),
+            ([ew("sp_scatter_cat", moved)], [ew("sp_gather_cat_backward", moved, role="dgrad")]))
+
+
 def activation(spec, hidden: float, a: int, prefix: str = "") -> tuple[list[Kernel], list[Kernel]]:
     """The MLP activation over `hidden` elements: act(gate)·up (2 kernels, 10 B per element at 2 B; backward: two
     products and act's derivative, 18 B) or GELU (read + write; backward reads x and the gradient)."""
@@ -155,8 +172,12 @@ def activation(spec, hidden: float, a: int, prefix: str = "") -> tuple[list[Kern
 
 
 def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None) -> dict[str, list[Kernel]]:
-    """{"forward", "backward"} kernels of one layer of our Transformer on one GPU (tp shards heads and d_ff)."""
+          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
+    """{"forward", "backward"} kernels of one layer of our Transformer on one GPU (tp shards heads and d_ff; with
+    sequence parallelism, n_sp < n, DTensor's copies around each gather and scatter). `rope_kernels(n, width,
+    rotary, a)`: another model's RoPE (torchtitan's: account/torchtitan.py); None: ours (`rope`)."""
+    rope_kernels = rope_kernels or rope
+    sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
     q_dim, kv_dim = h * dh, kv * dh
@@ -172,6 +193,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     parallel = spec.parallel_residual
     add(([], grad_sum("residual_grad_add", n_sp * d, r, 3 if parallel else 2)))   # x: norm(s) and the residual
     add(norm(spec, n_sp, d, r, norm_out, "attn"))
+    add(sp_gather)
     add(([], grad_sum("qkv_input_grad_sum", n * d, norm_out, 3)))
     for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
         add(linear(name, n, d, out_dim, a, dtype, amp=amp, bias=spec.qkv_bias, input_fp32=norm_out == FP32))
@@ -183,10 +205,11 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
             add(norm(spec, n * width / dh, dh, a, a, f"{name}_norm"))
     if spec.position == "rope":
         for width in (q_dim, kv_dim):
-            add(rope(n, width, width / dh * spec.rotary_dim, a))
+            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
     # q, k, v to (b, h, t, d) and the output back: a reshape and a permute each way (views), and their backward nodes
     add((host("head_rearranges", 8) + core["forward"], core["backward"] + host("head_rearranges_backward", 8, "dgrad")))
     add(linear("o_proj", n, q_dim, d, a, dtype, amp=amp, bias=spec.attn_out_bias))
+    add(sp_scatter)
     if spec.sandwich_norm:
         add(norm(spec, n_sp, d, a, a, "attn_out"))
     if not parallel:
@@ -194,6 +217,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
         add(([], grad_sum("residual_grad_add", n_sp * d, r, 2)))          # the new x: MLP norm and residual
     # MLP block
     add(norm(spec, n_sp, d, r, norm_out, "mlp"))
+    add(sp_gather)
     ups = ("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)
     if moe:
         add(moe)
@@ -203,6 +227,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
             add(linear(name, n, d, f, a, dtype, amp=amp, bias=spec.mlp_bias, input_fp32=norm_out == FP32))
         add(activation(spec, n * f, a))
         add(linear("mlp_down", n, f, d, a, dtype, amp=amp, bias=spec.mlp_bias))
+    add(sp_scatter)
     if spec.sandwich_norm:
         add(norm(spec, n_sp, d, a, a, "mlp_out"))
     add(residual(n_sp, d, r, a))

@@ -18,6 +18,7 @@ in turn instead (GPUSpec.async_launch False): its overhead is launches × per-op
 from __future__ import annotations
 
 from trainledger.account import timeline
+from trainledger.account.eager import EAGER_FRAMEWORKS
 from trainledger.specs.performance import (EAGER_LAUNCH_SECONDS, EAGER_OP_CPU_SECONDS, HOST_OP_FRACTION,
                                            OPTIMIZER_TENSOR_SECONDS)
 
@@ -28,7 +29,7 @@ def eager_cpu_op_seconds(gpu, framework: str) -> float | None:
     """CPU seconds to launch one eager op on `gpu` (its calibration, else the reference host of
     specs/performance.py), or None where ops are not launched asynchronously by eager PyTorch: a calibrated CPU
     (each op runs in turn) and Megatron-LM's fused kernels (whose published runs are GPU-bound)."""
-    if framework != "trainledger" or not gpu.async_launch:
+    if framework not in EAGER_FRAMEWORKS or not gpu.async_launch:
         return None
     return gpu.op_overhead_seconds if gpu.op_overhead_seconds > 0 else EAGER_OP_CPU_SECONDS
 

@@ -6,6 +6,8 @@ tensor (tp, with sequence parallelism sp) and context parallelism (cp). Two impl
 
 - "trainledger": our torch Transformer (models/) in eager PyTorch, op by op with the backward autograd runs for
   each (account/eager.py: AMP casts, bias gradients, gradient sums, RMSNorm's six ops...).
+- "torchtitan": torchtitan's Llama, our Transformer's eager ops but its complex RoPE, and torch.compile applied per
+  block (account/torchtitan.py).
 - "megatron": Megatron-LM's GPT (the implementation behind Korthikanti et al. 2022): apex fused LayerNorm, one
   fused QKV GEMM, baddbmm QKᵀ + fused scale-mask-softmax + dropout + bmm without flash attention, fused
   bias-GeLU, fused bias-dropout-add (dropout on, p = 0.1, 1-byte masks), weight gradients accumulated into
@@ -16,10 +18,10 @@ Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over me
 
 from __future__ import annotations
 
-from trainledger.account import eager
+from trainledger.account import eager, torchtitan
 from trainledger.account.activations import recipe_bytes
 from trainledger.account.compiled import edges as compiled_edges, layer as compiled_layer
-from trainledger.account.eager import ew, gemm, unaligned
+from trainledger.account.eager import EAGER_FRAMEWORKS, ew, gemm, unaligned
 from trainledger.account.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
                                                    optimizer_kernels)
@@ -27,7 +29,7 @@ from trainledger.account.roofline import Kernel
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_recipe
 
-FRAMEWORKS = ("trainledger", "megatron")
+FRAMEWORKS = ("trainledger", "megatron", "torchtitan")
 FP32 = 4
 
 
@@ -140,7 +142,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
     build = compiled_layer if compiled else eager.layer
-    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe)
+    rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
+    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe, rope_kernels=rope)
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
@@ -160,10 +163,11 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     q = s / cp
     full_flops = 2 * 2 * b * h * q * s * dh
     windowed = window is not None and window < s
-    softcap = spec.attn_softcap is not None and framework == "trainledger"
+    eager_torch = framework in EAGER_FRAMEWORKS
+    softcap = spec.attn_softcap is not None and eager_torch
     flash = flash and not softcap
     if flash:
-        if framework == "trainledger" and (windowed or spec.position == "alibi"):
+        if eager_torch and (windowed or spec.position == "alibi"):
             executed = full_flops                  # an additive mask (window, ALiBi): SDPA runs the whole square
         elif windowed:
             executed = full_flops * (window / s - window**2 / (2 * s**2))
@@ -174,7 +178,7 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
                       1, "forward", True)]
         bwd = [Kernel("flash_attention_backward", "attention", "flash_attention",
                       2.5 * executed, 2.5 * io, (s, True, causal, dh), dtype, 1, "dgrad", True)]
-        if framework == "trainledger":
+        if eager_torch:
             # FlashAttention-2's backward (Dao 2023, Alg. 2) first computes D = rowsum(dO ∘ O) and accumulates dQ
             # in fp32, then casts it: two more kernels (cuDNN's and PyTorch's flash paths alike, in the traces).
             o_bytes = b * q * h * dh
@@ -312,6 +316,6 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
     out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
            "head_backward": head_bwd}
-    if compiled:
+    if compiled and framework == "trainledger":     # torchtitan compiles each block only: its edges run eager
         return compiled_edges(spec, out, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype)
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trainledger.account.eager import EAGER_FRAMEWORKS
 from trainledger.account.roofline import Kernel
 from trainledger.specs.recipes import get_recipe
 
@@ -57,7 +58,8 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
     `tensor_numels` (the elements of each parameter tensor on this GPU): the step runs on a GPU, each foreach call
     as multi-tensor kernels (`multi_tensor_launches`); None: on a CPU, one op per tensor and call.
 
-    `optimizer` named and implemented in trainledger.optim (framework "trainledger"): its foreach passes one by
+    `optimizer` named and implemented in trainledger.optim (framework "trainledger"; torchtitan's torch.optim.AdamW
+    with foreach=True runs the same passes: torch/optim/adamw.py _multi_tensor_adamw): its foreach passes one by
     one (`FOREACH_PASSES`). Megatron's mixed-precision optimizer: `megatron_optimizer_kernels`. Otherwise (an
     optimizer we only account for, e.g. adafactor, adam-8bit) the least traffic: read the gradient and the
     weight (the fp32 master copy when there is one), read and write each state and the weight, write the
@@ -68,7 +70,7 @@ def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf1
         return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
     grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
     weight = master if master else recipe.params_bytes_per_param
-    if framework == "trainledger" and optimizer in FOREACH_PASSES:
+    if framework in EAGER_FRAMEWORKS and optimizer in FOREACH_PASSES:
         return foreach_optimizer_kernels(n_params, n_tensors, optimizer, grad, weight, state_bytes, clip,
                                          model_copy_bytes=recipe.params_bytes_per_param if master else 0,
                                          tensor_numels=tensor_numels)
@@ -217,7 +219,7 @@ def accumulation_kernels(n_params: float, n_tensors: float, micro_batches: int, 
     """Gradient accumulation over micro-batches in eager PyTorch: the first backward hands its gradient to .grad
     (AccumulateGrad steals it: no kernel), each later one adds into it (read both, write: 3 × the gradient's
     bytes per parameter). Megatron accumulates inside the weight-gradient GEMM (gradient_accumulation_fusion)."""
-    if framework != "trainledger" or micro_batches <= 1:
+    if framework not in EAGER_FRAMEWORKS or micro_batches <= 1:
         return []
     later = micro_batches - 1
     return [Kernel("grad_accumulate", "memory_bound", "elementwise", 0.0,

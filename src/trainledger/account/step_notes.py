@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainledger.account.eager import EAGER_FRAMEWORKS
 from trainledger.account.overlap import collective_seconds
 from trainledger.specs.recipes import get_recipe
 from trainledger.units import format_bytes
@@ -13,9 +14,10 @@ def assumptions(gpu, result: dict, records, narrow: int | None = None) -> list[s
     """The modelling assumptions behind a step_time answer, one line each (printed under the title); `narrow`:
     the SMs a running TP collective leaves to the GEMMs (None: all)."""
     from trainledger.account.roofline import gemm_efficiency
-    lines = [f"framework {result['framework']}: the kernels of "
-             + ("our torch Transformer in eager PyTorch" if result["framework"] == "trainledger"
-                else "Megatron-LM's GPT (fused kernels, dropout)"),
+    words = {"trainledger": "our torch Transformer in eager PyTorch",
+             "torchtitan": "torchtitan's Llama in eager PyTorch (complex RoPE; torch.compile per block)",
+             "megatron": "Megatron-LM's GPT (fused kernels, dropout)"}
+    lines = [f"framework {result['framework']}: the kernels of " + words[result["framework"]],
              f"GEMMs: {gemm_efficiency(gpu, 4096, 4096, 4096, result['precision'] and get_recipe(result['precision']).compute_dtype)['source']}"
              + (f"; wave quantization on {gpu.sm_count} SMs" if gpu.sm_count else ""),
              f"memory-bound ops at {gpu.memory_bandwidth_fraction:.0%} of {gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s"
@@ -65,7 +67,7 @@ def _execution(gpu, result: dict) -> list[str]:
                      f"{host_op_seconds(gpu, op) * 1e6:.1f} µs per view, {optimizer_tensor_seconds(gpu) * 1e6:.1f} µs of "
                      f"optimizer Python per tensor ({source}); GPU: {gpu.kernel_overhead_seconds * 1e6:.1f} µs per kernel "
                      "(launch, ramp, tail)" + ("" if gpu.kernel_overhead_seconds else " (not measured for this GPU)"))
-    elif result["framework"] == "trainledger":
+    elif result["framework"] in EAGER_FRAMEWORKS:
         lines.append(f"ops run one after another on this device: {gpu.op_overhead_seconds * 1e6:.1f} µs of dispatch each")
     if result.get("compiled"):
         launch = result.get("launch_seconds")

@@ -42,7 +42,7 @@ from trainledger.account import recompute as recompute_mod
 from trainledger.account import timeline
 from trainledger.account.advice import WORDS as ADVICE_WORDS, bottleneck_advice
 from trainledger.account.activations import recipe_bytes
-from trainledger.account.eager import unaligned
+from trainledger.account.eager import EAGER_FRAMEWORKS, unaligned
 from trainledger.account.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
                                             host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
 from trainledger.account.flops import check_choice, hardware_flops_per_token, train_flops_per_token
@@ -174,8 +174,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
     check_choice(loop, LOOPS, "loop")
-    if compiled and framework != "trainledger":
-        raise TrainledgerError("--compile models our torch Transformer under torch.compile (--framework trainledger)")
+    if compiled and framework not in EAGER_FRAMEWORKS:
+        raise TrainledgerError("--compile models PyTorch code under torch.compile (--framework trainledger or "
+                               "torchtitan), not Megatron-LM's fused kernels")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_positive_int(interleave, "--interleave")
@@ -308,7 +309,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
         "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
         "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
-        "unaligned_vocabulary": (framework == "trainledger" and not compiled
+        "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
                                  and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),

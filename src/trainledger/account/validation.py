@@ -145,10 +145,11 @@ def _compile_keyword() -> str | None:
 
 def torchtitan_cli(row) -> str:
     """The `trainledger step` command a user would type for a TORCHTITAN row (defaults: amp-bf16, ZeRO 3 = FSDP2
-    with a bf16 mixed-precision policy, fp32 reduce-scatters)."""
+    with a bf16 mixed-precision policy, fp32 reduce-scatters; `--framework torchtitan`: its Llama's kernels)."""
     label, model, gpu, n, tp, b, seq, recompute, compiled, _, _ = row
     dp = n // tp
-    return (f"trainledger step --model {model} --gpu {gpu} --num-gpus {n}" + (f" --tp {tp} --sp" if tp > 1 else "")
+    return (f"trainledger step --model {model} --gpu {gpu} --num-gpus {n} --framework torchtitan"
+            + (f" --tp {tp} --sp" if tp > 1 else "")
             + f" --batch-size {b} --global-batch-size {b * dp} --seq-len {seq} --recompute {recompute}"
             + (" --compile" if compiled else ""))
 
@@ -167,7 +168,7 @@ def torchtitan_cases() -> list[dict]:
     for row in TORCHTITAN:
         label, model, gpu_name, n, tp, b, seq, recompute, compiled, published, source = row
         spec, gpu, dp = get_model(model), get_gpu(gpu_name), n // tp
-        zero, _ = default_zero(dp=dp, pp=1, framework="trainledger")
+        zero, _ = default_zero(dp=dp, pp=1, framework="torchtitan")
         fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", dp=dp)
         out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": dp, "batch_size": b,
                "seq_len": seq, "recompute": recompute, "compile": compiled, "published_tokens_per_s_per_gpu": published,
@@ -178,7 +179,7 @@ def torchtitan_cases() -> list[dict]:
             reserve = cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
             r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=b * dp, num_gpus=n, tp=tp, sp=tp > 1,
                           precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp,
-                          reserve_bytes=reserve, **extra)
+                          framework="torchtitan", reserve_bytes=reserve, **extra)
             predicted = r["tokens_per_s"] / n
             out.update(predicted_tokens_per_s_per_gpu=predicted, error=predicted / published - 1, mfu=r["mfu"],
                        step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],

@@ -85,9 +85,11 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=("full", "causal"), default="full",
                         help="attention-score FLOPs counted for MFU: the full T×T (PaLM, default) or half (Megatron); "
                              "a causal flash kernel executes half either way")
-    parser.add_argument("--framework", choices=("trainledger", "megatron"), default="trainledger",
-                        help="whose kernels: our torch Transformer in eager PyTorch (default) or Megatron-LM's fused GPT "
-                             "(fused norms/bias-GeLU/softmax, dropout, weight gradients fused into fp32 main_grad)")
+    parser.add_argument("--framework", choices=("trainledger", "torchtitan", "megatron"), default="trainledger",
+                        help="whose kernels: our torch Transformer in eager PyTorch (default), torchtitan's Llama "
+                             "(complex-number RoPE, --compile per block with the head and loss eager) or Megatron-LM's "
+                             "fused GPT (fused norms/bias-GeLU/softmax, dropout, weight gradients fused into fp32 "
+                             "main_grad)")
     parser.add_argument("--attention-kernel", default=None,
                         help="which measured flash-attention kernel of --gpu (e.g. flash-attention-2, cudnn; default: "
                              "the first in `trainledger hardware --json`, what PyTorch SDPA runs)")

@@ -181,8 +181,11 @@ H100_SXM = GPUSpec(
 # docs/performance.md, 2024-12): "8 NVIDIA H100 GPUs fully connected with NVLink", "96GB HBM2e with 2.4 TB/sec
 # peak memory bandwidth", "backend RDMA network with 400 Gb/s per GPU", "the default 500W power limit"; "HBM2e
 # based lower TDP SXM H100 ... the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact
-# value" (same file, 2024-08), so torchtitan states MFU against the SXM peak, as here. No matmul rate is published
-# at 500 W: the 700 W SXM measurement is used (optimistic; a lower power limit lowers the sustained clock).
+# value" (same file, 2024-08), so torchtitan states MFU against the SXM peak, as here. Its matmuls run at the 700 W
+# measurement scaled to the tensor rate the GH100 is rated at 500 W, between the H100 NVL (400 W) and SXM5 (700 W)
+# datasheet figures (specs/performance.py, gh100_tensor_fraction: 0.896); memory streams at the H100 SXM's
+# measured fraction (same die and controllers). Flash attention keeps the 700 W rates (it uses the tensor cores at
+# a third of their rate and draws less power: an optimistic bound).
 H100_HBM2E = GPUSpec(
     name="h100-hbm2e", aliases=("h100-96gb", "h100-sxm-96gb", "h100-hbm2e-96gb", "grand-teton-h100"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
@@ -190,14 +193,19 @@ H100_HBM2E = GPUSpec(
     memory_bytes=96e9, memory_bandwidth_bytes_per_s=2.4e12,
     source="pytorch/torchtitan docs/performance.md (Grand Teton: H100 SXM, 96GB HBM2e, 2.4 TB/s, 500 W); peaks of the "
            "H100 SXM datasheet, against which torchtitan states MFU",
-    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_500W_BF16, "fp8": perf.H100_500W_FP8},
+    # PyTorch's SDPA ran FlashAttention-2 on H100 then: cuDNN was made opt-in after 2.5 (pytorch/pytorch#138522;
+    # "SDPA is not automatically choosing CUDNN impl", #142132, nightly 2024-12-04): the default, listed first
     attention_efficiency={"flash-attention-2": perf.FA2_H100, "cudnn": perf.CUDNN_H100},
+    memory_bandwidth_fraction=perf.H100_HBM2E_MEMORY_FRACTION,
     # the same GH100 die as h100-sxm: its per-kernel overhead, unaligned-GEMM rate and access-pattern fractions
     kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS, unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION,
     access_fractions=perf.H100_ACCESS_FRACTIONS,
     intra_node_link=perf.NVLINK4, inter_node_link=perf.RDMA_400G,
-    performance_source="GH100 SXM5 (132 SMs); matmul and attention rates measured on 700 W H100 SXM (optimistic at "
-                       "500 W); 8 GPUs on NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
+    performance_source="GH100 SXM5 (132 SMs) at 500 W: matmul rates of the 700 W H100 SXM x 0.896 (the rated tensor "
+                       "throughput between H100 NVL 400 W and SXM5 700 W, NVIDIA datasheet); flash attention at the "
+                       "700 W rates (optimistic); STREAM fraction of the H100 SXM (same controllers); 8 GPUs on "
+                       "NVLink 4, one 400 Gb/s RDMA NIC per GPU (torchtitan docs/performance.md)"
 )
 
 # NVIDIA H100 Tensor Core GPU datasheet (PCIe column), dense = half of the printed sparse tensor-core figures

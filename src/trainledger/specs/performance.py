@@ -198,6 +198,11 @@ A100_80GB_MEMORY_FRACTION = 1610 / 2039
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md, "HBM Bandwidth", NVIDIA H100 80GB HBM3).
 # The recorded calibration of one H100 (tests/data/h100_2026_11_26) measured 2.92-3.00 TB/s for 256 MiB-1 GiB adds.
 H100_MEMORY_FRACTION = 2900 / 3350
+# H100 SXM 96GB HBM2e (2.4 TB/s, torchtitan's Grand Teton part): no STREAM figure is published. It is the same
+# GH100 die and memory controllers as the measured H100 SXM, whose fraction is taken (an assumption: on the A100
+# the fraction moved with the memory, 87 % for the 40GB HBM2 part, 79 % for the 80GB HBM2e one). Before this the
+# entry streamed at 100 % of the datasheet while its access-pattern fractions (of the stream) were the H100's.
+H100_HBM2E_MEMORY_FRACTION = H100_MEMORY_FRACTION
 
 # H200 SXM: STREAM Copy 4.01 TB/s of the 4.8 TB/s datasheet (Add/Triad 4.15, Dot 4.48): 83.5%
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_H200_v5_results.md, "HBM Bandwidth", NVIDIA H200 141GB).
@@ -232,6 +237,44 @@ H100_SXM_FP8 = GemmEfficiency(((1024, 9216, 14336, 1402.6 / 1979),),
 MI300X_BF16 = GemmEfficiency(((10240, 15360, 8192, 668.4 / 1307.4),), full_waves=False,
                              source=_MAMF + ": MI300X bf16 668.4 TFLOP/s at 10240x15360x8192 (ROCm 6.3, TunableOp); "
                                             "no wave model for CDNA: applied to every shape")
+
+# --- the same die at a lower power limit -------------------------------------------------------------------------
+# A GPU's tensor cores run at the clock its power limit sustains under tensor-core load, and NVIDIA rates each
+# part's tensor throughput at that clock: the GH100 die with 132 SMs is rated 989.5 dense bf16 TFLOP/s as the
+# H100 SXM5 at 700 W (132 SMs × 4,096 FLOP/clock × 1.83 GHz, below its 1.98 GHz maximum boost) and 835.5 as the
+# H100 NVL at up to 400 W (1.545 GHz, below its 1.785 GHz maximum boost) (NVIDIA H100 Tensor Core GPU datasheet:
+# 1,979 and 1,671 TFLOP/s with sparsity). A part between the two limits is rated between them — torchtitan says
+# of its 500 W H100 SXM "the actual peak TFLOPs number is between SXM and NVL" (docs/performance.md, 2024-12) —
+# so its rate is taken linearly in the power limit between the two datasheet points: 886.8 TFLOP/s at 500 W,
+# 0.896 of the 700 W rate (a clock ∝ power^(1/3), the dynamic-power law with voltage ∝ clock, gives 0.894). The
+# measured 700 W matmul efficiency is scaled by that fraction: its shortfall from the rated peak (data,
+# scheduling) is taken to be the same at both clocks. Kernels that use the tensor cores at a fraction of their
+# rate (flash attention at 30-40 %) or stream memory draw less power and are not scaled (optimistic bound).
+H100_SXM_POWER_W, H100_SXM_BF16_TFLOPS = 700.0, 989.5
+H100_NVL_POWER_W, H100_NVL_BF16_TFLOPS = 400.0, 1671 / 2
+
+
+def gh100_tensor_fraction(power_limit_w: float) -> float:
+    """Rated dense tensor throughput of the GH100 (132 SMs) at `power_limit_w`, as a fraction of the 700 W H100
+    SXM5's: linear between the datasheet's H100 NVL (400 W) and H100 SXM5 (700 W) ratings, clamped there."""
+    w = min(max(power_limit_w, H100_NVL_POWER_W), H100_SXM_POWER_W)
+    t = (w - H100_NVL_POWER_W) / (H100_SXM_POWER_W - H100_NVL_POWER_W)
+    return (H100_NVL_BF16_TFLOPS + t * (H100_SXM_BF16_TFLOPS - H100_NVL_BF16_TFLOPS)) / H100_SXM_BF16_TFLOPS
+
+
+def power_limited(table: GemmEfficiency, fraction: float, note: str) -> GemmEfficiency:
+    """`table` measured at a higher power limit, its fractions of peak scaled by `fraction` (gh100_tensor_fraction)."""
+    return GemmEfficiency(tuple((m, n, k, f * fraction) for m, n, k, f in table.points), table.full_waves,
+                          f"{table.source}; × {fraction:.3f} ({note})")
+
+
+# The H100 SXM 96GB HBM2e of torchtitan's benchmarks (Meta's Grand Teton hosts) at "the default 500W power limit"
+H100_HBM2E_POWER_W = 500.0
+H100_500W_TENSOR_FRACTION = gh100_tensor_fraction(H100_HBM2E_POWER_W)
+_AT_500W = ("at 500 W: the GH100's rated tensor throughput between the H100 NVL at 400 W and the SXM5 at 700 W, "
+            "NVIDIA H100 datasheet")
+H100_500W_BF16 = power_limited(H100_SXM_BF16, H100_500W_TENSOR_FRACTION, _AT_500W)
+H100_500W_FP8 = power_limited(H100_SXM_FP8, H100_500W_TENSOR_FRACTION, _AT_500W)
 
 # --- attention kernels ---------------------------------------------------------------------------------------
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Figs. 5-6: H100 80GB SXM5, head dim 128, BF16,
