@@ -372,6 +372,8 @@ class Trainer(Checkpointing):
                                    precision=config.precision, optimizer=config.optimizer, device=world.device,
                                    world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
                                    tp=config.tp, pp=config.pp, compiled=config.compile)
+        if predicted and predicted.get("warning") and world.is_main:
+            print(f"warning: {predicted['warning']}", file=sys.stderr)
         saved_at, started = None, time.perf_counter()
         try:
             while self.step < config.steps:

@@ -210,15 +210,16 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
 
     from trainledger.account.time import step_time
     from trainledger.errors import TrainledgerError
-    from trainledger.measure.calibrate import gpu_from_profile, load_profile, profile_path
+    from trainledger.measure.calibrate import busy_warning, gpu_from_profile, load_profile, profile_path
 
     if getattr(spec, "kind", None) != "transformer" or tp > 1 or pp > 1:
         return None
     device = torch.device(device)
     try:
         profile = load_profile(profile_path(device.type)) if device.type in ("cpu", "cuda") else None
-        if profile is not None:
-            gpu, source = gpu_from_profile(profile), "calibrated"
+        busy = busy_warning(profile) if profile is not None else None
+        if profile is not None:        # a calibration measured while the machine was busy says so beside its number
+            gpu, source = gpu_from_profile(profile), "calibrated while busy" if busy else "calibrated"
         elif device.type == "cuda":
             from trainledger.specs.hardware import gpu_for_device_name
             gpu, source = gpu_for_device_name(torch.cuda.get_device_name(device)), "datasheet"
@@ -232,7 +233,9 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
     except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
         return None
     return {"step_seconds": result["step_seconds"], "breakdown": result["breakdown"],
-            "bottleneck": result["bottleneck"], "device": f"{gpu.name} ({source})"}
+            "bottleneck": result["bottleneck"], "device": f"{gpu.name} ({source})",
+            "warning": (f"the step-time prediction uses the cached calibration {profile_path(device.type)}: {busy}; "
+                        "re-run `trainledger bench --calibrate` on a quiet machine (or with --threads 1)") if busy else None}
 
 
 def step_time_gap(records: list[dict], predicted: dict | None) -> dict | None:
