@@ -243,9 +243,16 @@ def skip_quick_start(command: Command, scratch: Path) -> bool:
         quick_start_done(scratch / "runs")
 
 
-def update_file(path: Path, changes: list[tuple[Command, list[str]]]) -> None:
-    """Replace each command's printed output with its new output (from the bottom up, so spans stay valid)."""
+def update_file(path: Path, changes: list[tuple[Command, list[str]]]) -> bool:
+    """Replace each command's printed output with its new output (from the bottom up, so spans stay valid);
+    False, and the file left alone, when it was edited while the commands ran (its spans no longer hold)."""
     lines = path.read_text().split("\n")
+    for command, _ in changes:
+        start, end = command.output_span
+        printed = [line[len(command.indent):] if line.startswith(command.indent) else line.lstrip()
+                   for line in lines[start:end]]
+        if printed != command.output:
+            return False
     for command, output in sorted(changes, key=lambda c: -c[0].output_span[0]):
         start, end = command.output_span
         lines[start:end] = [command.indent + line if line else line for line in output]
@@ -253,6 +260,7 @@ def update_file(path: Path, changes: list[tuple[Command, list[str]]]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+    return True
 
 
 def check(paths: list[Path], tier: str, update: bool = False, show_diff: bool = False, only: str | None = None,
@@ -295,8 +303,9 @@ def check(paths: list[Path], tier: str, update: bool = False, show_diff: bool = 
                 if update:       # keep the blank lines that separated the output from the next command
                     changes.append((command, output + [""] * (len(command.output) - len(printed))))
                     report["updated"].append(f"{label}: {changed} lines")
-            if changes:
-                update_file(path, changes)
+            if changes and not update_file(path, changes):
+                print(f"NOT REWRITTEN {path}: it was edited while its commands ran; run --update again", file=out)
+                report["failed"].append(f"{path}: edited while its commands ran, outputs not rewritten")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return report

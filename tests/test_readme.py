@@ -87,6 +87,17 @@ def test_update_rewrites_complete_outputs_in_place(checker, tmp_path):
     assert again[1].output == ["new line 1", "new line 2", ""]
 
 
+def test_update_leaves_a_document_edited_while_its_commands_ran(checker, tmp_path):
+    """Spans read before the run would land one line off after an edit above them (a prompt line deleted)."""
+    path = tmp_path / "doc.md"
+    path.write_text(DOC)
+    plan, fit, *_ = checker.extract(path)
+    path.write_text("one more line above\n" + DOC)
+    before = path.read_text()
+    assert checker.update_file(path, [(fit, ["new line 1", ""])]) is False
+    assert path.read_text() == before
+
+
 def test_strip_comment_keeps_hashes_inside_quotes(checker):
     assert checker.strip_comment("echo '# not a comment' # a comment") == "echo '# not a comment'"
     assert checker.strip_comment('python -c "print(1)  # no"') == 'python -c "print(1)  # no"'

@@ -75,3 +75,16 @@ def test_key_follows_the_file_identity(tmp_path):
     assert cache.cache_key(source=cache.file_identity(text), tokenizer="x") != first
     assert cache.cache_key(source=cache.file_identity(text), tokenizer="y") != cache.cache_key(
         source=cache.file_identity(text), tokenizer="x")
+
+
+def test_the_stable_name_follows_the_latest_cache_and_spares_a_reader_of_the_old_one(tmp_path):
+    old, new = (cache.cache_path(tmp_path, "book.txt", cache.cache_key(v=v)) for v in range(2))
+    cache.build(old, _writer([1, 2, 3]), None)
+    stable = cache.alias(old, "book.txt")
+    assert stable == tmp_path / "book.txt.tokens" and os.path.samefile(stable, old)
+    mapped = open_tokens(stable)                      # a reader maps the file under the stable name
+    cache.build(new, _writer([4, 5, 6, 7]), None)
+    assert cache.alias(new, "book.txt") == stable and os.path.samefile(stable, new)
+    assert list(mapped) == [1, 2, 3] and list(open_tokens(stable)) == [4, 5, 6, 7]
+    assert cache.alias(new, "book.txt") == stable     # idempotent, and no temporary left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([old.name, new.name, stable.name])

@@ -11,6 +11,9 @@ fails when the name exists, so a cache, once there, is never replaced (when two 
 once, the second keeps the first's file: the same tokens). Rewriting a memory-mapped file in place would
 truncate it under its reader, whose next access to a page past the new end is SIGBUS.
 
+The latest cache of a source is also reachable under a stable name, `<out-dir>/data/<source name>.tokens`, a
+hard link that `alias` re-points with rename(2): a reader that mapped the previous target keeps its inode.
+
 A trainer holds a shared flock(2) on each cache it maps (`hold`) for as long as it runs; stale caches of the
 same source are deleted only when an exclusive flock succeeds, i.e. when no one holds them.
 """
@@ -87,6 +90,26 @@ def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | Non
         return built
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def alias(path: Path, name: str) -> Path | None:
+    """Points the stable name `<dir of path>/<name>.tokens` at the cache `path` (a hard link, swapped in by an
+    atomic rename, so whoever maps the old target is unaffected); the alias, or None where the file system
+    has no hard links."""
+    path = Path(path)
+    stable = path.parent / f"{name}.tokens"
+    with contextlib.suppress(OSError):
+        if os.path.samefile(path, stable):
+            return stable
+    tmp = path.parent / f".{name}.tokens.{os.getpid()}.{os.urandom(4).hex()}.alias"
+    try:
+        os.link(path, tmp)
+        os.replace(tmp, stable)
+    except OSError:
+        return None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return stable
 
 
 def hold(path: Path) -> None:

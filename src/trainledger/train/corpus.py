@@ -100,6 +100,7 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
         log(f"corpus: {manifest['n_files']} standard-library .py files, {manifest['n_bytes'] / 1e6:.2f} MB "
             f"from {manifest['stdlib']} -> {path}")
     cache.prune(data_dir, "stdlib", path)
+    cache.alias(path, "stdlib")
     return path
 
 
@@ -138,6 +139,7 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
 
     _build(path, write, tokenizer, f"the token cache {path}")
     cache.prune(data_dir, text.name, path)
+    cache.alias(path, text.name)
     return path
 
 
