@@ -49,6 +49,7 @@ def test_calibrate_saves_the_profile(capsys, tmp_path, monkeypatch, one_torch_th
     monkeypatch.setitem(cal.ATTENTION, "cpu", ("fp32", 2, 16, (32,)))
     monkeypatch.setattr(cal, "MIN_SAMPLE_SECONDS", 1e-4)
     monkeypatch.setattr(cal.os, "getloadavg", lambda: (0.0, 0.0, 0.0))        # a quiet machine
+    monkeypatch.setattr(cal.OthersCpu, "cpus", lambda self: 0.0)
     status, out, err = run(capsys, "bench", "--calibrate", "--json")
     assert status == 0, err
     result = json.loads(out)

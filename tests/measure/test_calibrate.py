@@ -205,3 +205,39 @@ def test_attention_rates_never_set_the_peak():
                                            "points": [[128, 500e9, 5e9]]})
     gpu = calibrated_gpu(profile)
     assert gpu.peak("fp32") == 100e9 and gpu.attention_table().points[0] == pytest.approx((128, 1.0, 0.05))
+
+
+def test_busy_is_judged_by_the_cpus_other_processes_took(monkeypatch):
+    """The load average lags a minute and counts our own threads; others' CPU time during the run does neither."""
+    profile = synthetic_profile(load_average=1.7, cpu_count=2)         # a job that just ended still in the average
+    assert cal.busy_warning(profile | {"threads": 1, "others_cpus": 0.1}) is None
+    assert cal.busy_warning(profile | {"threads": 1, "others_cpus": 0.9}) is None      # one CPU free for one thread
+    warning = cal.busy_warning(profile | {"threads": 1, "others_cpus": 1.3})
+    assert "other processes used 1.3 of 2 CPUs" in warning
+    assert cal.busy_warning(profile | {"threads": 2, "others_cpus": 0.2}) is None
+    assert cal.busy_warning(profile | {"threads": 2, "others_cpus": 0.6}) is not None
+
+
+def test_others_cpu_subtracts_this_process_own_time(monkeypatch):
+    from trainledger.measure import cpu_load
+    clock = {"wall": 100.0, "busy": 50.0, "own": 3.0}
+    monkeypatch.setattr(cpu_load, "_busy_seconds", lambda: clock["busy"])
+    monkeypatch.setattr(cpu_load.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(cpu_load.time, "process_time", lambda: clock["own"])
+    meter = cpu_load.OthersCpu()
+    clock.update(wall=110.0, busy=50.0 + 25.0, own=3.0 + 18.0)   # 25 CPU-s busy in 10 s, 18 of them ours
+    assert meter.cpus() == pytest.approx(0.7)
+    monkeypatch.setattr(cpu_load, "_busy_seconds", lambda: None)  # no /proc/stat: no claim
+    assert meter.cpus() is None
+
+
+def test_others_cpu_sees_a_spinning_child():
+    import subprocess
+    import sys
+    from trainledger.measure import cpu_load
+    if cpu_load._busy_seconds() is None:
+        pytest.skip("no /proc/stat on this system")
+    meter = cpu_load.OthersCpu()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"],
+                   check=True)
+    assert meter.cpus() > 0.3       # one CPU for most of the window (start-up included); other load only adds

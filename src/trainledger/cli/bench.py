@@ -157,7 +157,9 @@ def render_calibration(result: dict) -> None:
     if profile.get("decode_op_overhead_seconds") is not None:
         rows.append(("CPU per op of eager decoding", units.format_seconds(profile["decode_op_overhead_seconds"])))
     rows.append(("took", units.format_seconds(c["calibration_seconds"])
-                 + (f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
+                 + (f" (other processes used {profile['others_cpus']:.1f} of {profile['cpu_count']} CPUs)"
+                    if profile.get("others_cpus") is not None else
+                    f" (load average {profile['load_average']:.1f} on {profile['cpu_count']} CPUs)"
                     if profile.get("load_average") is not None else "")))
     common.console().print(common.table("calibration of this machine", ["", "measured"], [list(r) for r in rows],
                                         caption=f"saved to {c['path']}\npeak: {profile['peak_source']}"))

@@ -49,6 +49,7 @@ import torch
 from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
+from trainledger.measure.cpu_load import OthersCpu, busy_warning  # noqa: F401  (busy_warning: part of this API)
 from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, check_profile, gpu_from_profile, read_profile  # noqa: F401
@@ -440,6 +441,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     _check_device(device)
     started = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # others' load, before ours adds to it
+    others = OthersCpu()
     torch.manual_seed(0)
     dtypes = GRIDS[device][3]
     gemm, peaks, sources = {}, {}, []
@@ -474,17 +476,6 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         profile.update(gpu_timed=True, kernel_overhead_seconds=kernel_overhead())
     profile["calibration_seconds"] = time.perf_counter() - started
     profile["load_average"] = load
+    profile["others_cpus"] = others.cpus()
     profile["cpu_count"] = os.cpu_count()
     return check_profile(profile)
-
-
-def busy_warning(profile: dict) -> str | None:
-    """A warning when other processes kept the machine busy during calibration: the 1-minute load average when it
-    started left fewer free CPUs than its threads (one on CUDA, for the CPU side); the rates then understate the
-    machine, and a thread descheduled inside a parallel op stalls the others."""
-    load, cpus = profile.get("load_average"), profile.get("cpu_count") or 1
-    threads = profile.get("threads") or 1
-    if load is None or load <= max(cpus - threads, cpus / 2):
-        return None
-    return (f"the machine was busy while calibrating (load average {load:.1f} on {cpus} CPUs): the measured rates "
-            "understate it")

@@ -154,7 +154,7 @@ def check_profile(profile, device: str | None = None) -> dict:
     _number(profile.get("memory_bytes"), "memory_bytes", "memory_bytes")
     if not isinstance(profile.get("gpu_timed", False), bool):
         raise TrainledgerError("calibration profile: gpu_timed must be true or false")
-    for key in ("load_average", "calibration_seconds"):
+    for key in ("load_average", "calibration_seconds", "others_cpus"):
         if profile.get(key) is not None:
             _number(profile[key], key, positive=False)
     return profile
