@@ -118,7 +118,7 @@ def classify(text: str) -> tuple[str, str]:
         return "all", "a usage synopsis ([--optional] flags), not a command"
     if re.match(r"^trainledger serve\b", run) or run.startswith("curl "):
         return "all", "needs a running server (tests/web/test_serve.py starts one and checks it)"
-    if "benchmarks/" in run or re.search(r"(^|/)pytest\b|-m pytest\b", run):
+    if "benchmarks/" in run or "scripts/fault_harness.py" in run or re.search(r"(^|/)pytest\b|-m pytest\b", run):
         return "all", ""
     words = re.findall(r"trainledger (\w+)", run)
     if "torchrun" in run or "torch.distributed.run" in run or "trainledger.cli.main" in run:

@@ -120,8 +120,8 @@ def pickles(data: Path, where: Path, steps: int) -> list[tuple[bool, str]]:
         shutil.copytree(base, run_dir)
         shutil.copytree(hf, hf_dir)
         target = plant(run_dir, hf_dir, marker)
-        cmd = [str(part).replace("RUN", str(run_dir)).replace("HF", str(hf_dir)).replace("TARGET", str(target))
-               for part in command]
+        names = {"RUN": str(run_dir), "HF-out": f"{hf_dir}-out", "HF": str(hf_dir), "TARGET": str(target)}
+        cmd = [names.get(str(part), str(part)) for part in command]
         result = subprocess.run(cmd, env=environment({"HOME": str(where / f"home{len(results)}")}),
                                 capture_output=True, text=True, timeout=300)
         ran = marker.exists()
@@ -136,7 +136,30 @@ def pickles(data: Path, where: Path, steps: int) -> list[tuple[bool, str]]:
             return path
         return plant
 
+    def forged(run_dir, _, marker):
+        """trainer.pt rebuilt as a valid torch.save zip whose data.pkl is the payload; the manifest's sha256
+        rewritten to match (what a forger who can write the directory does)."""
+        import hashlib
+        import zipfile
+        directory = run_dir / "checkpoints" / latest.name
+        path = directory / "trainer.pt"
+        with zipfile.ZipFile(path) as old:
+            entries = [(info.filename, old.read(info)) for info in old.infolist()]
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as new:
+            for name, content in entries:
+                new.writestr(name, payload(marker) if name.endswith("/data.pkl") else content)
+        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest["files"]["trainer.pt"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+        return path
+
     resume = [*train("--data", data, "--steps", steps, "--out-dir", "RUN", "--resume", *SMALL)]
+    cli = [sys.executable, "-m", "trainledger.cli.main"]
+    trial("trainer.pt, a valid zip with a matching manifest (train --resume)", forged, resume)
+    trial("trainer.pt, a valid zip with a matching manifest (checkpoints)", forged, [*cli, "checkpoints", "RUN"])
+    trial("trainer.pt, a valid zip with a matching manifest (generate)", forged,
+          [*cli, "generate", "RUN", "--prompt", "def ", "--max-new-tokens", "4", "--no-predict"])
+    trial("trainer.pt, a valid zip with a matching manifest (export)", forged, [*cli, "export", "RUN", "HF-out"])
     for filename in sorted(p.name for p in latest.iterdir() if p.is_file()):
         trial(f"checkpoint {filename} (train --resume)", in_checkpoint(filename), resume)
         trial(f"checkpoint {filename} (checkpoints)", in_checkpoint(filename),
@@ -153,7 +176,6 @@ def pickles(data: Path, where: Path, steps: int) -> list[tuple[bool, str]]:
             return path
         return plant
 
-    cli = [sys.executable, "-m", "trainledger.cli.main"]
     trial("metrics.jsonl (train --resume)", file_in("RUN/metrics.jsonl"), resume)
     trial("a token file (train --data)", file_in("RUN/planted.tokens"),
           train("--data", "TARGET", "--steps", 2, "--out-dir", where / "tok-run", *SMALL))
