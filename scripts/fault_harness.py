@@ -4,9 +4,11 @@
 
 1. A reference: one uninterrupted run (tiny model, one thread, checkpoint every 3 steps); its per-step losses.
 2. SIGKILL at random moments (mid-step, mid-checkpoint, mid-prune, mid-resume): one run is started with
-   --resume, killed after a random delay, again and again (`--kills` times); then a last --resume finishes it.
+   --resume and killed, again and again (`--kills` times: every third during start-up or resume, the others a
+   few milliseconds after it recorded a step or two more); then a last --resume finishes it.
    Its per-step losses must equal the reference's exactly (bit for bit, the last record of each step winning).
-3. SIGTERM and SIGINT at random moments (`--signals` runs, alternating): each must exit 0 with a verified
+3. SIGTERM and SIGINT (`--signals` runs, alternating; the first two during start-up, the others after a random
+   step): each must exit 0 with a verified
    checkpoint, and a resume must end at the reference's losses exactly.
 4. Pickle payloads (a pickle whose loading would create a marker file) planted where a loader could meet one:
    every checkpoint file, the manifest, the metrics, a token file, a tokenizer, a calibration cache, a config,
@@ -58,14 +60,44 @@ def token_file(where: Path) -> Path:
     return path
 
 
+def last_step(metrics: Path) -> int:
+    """The highest step recorded so far (a torn last line ignored)."""
+    try:
+        lines = metrics.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = []
+    for line in lines:
+        try:
+            steps.append(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return max(steps, default=0)
+
+
+def wait_then(process: subprocess.Popen, metrics: Path, target: int, rng: random.Random) -> None:
+    """Returns when the run has recorded step `target` (0: after a random moment of its start-up or resume),
+    plus a few random milliseconds, so the signal lands mid-step, mid-save or mid-prune."""
+    if target == 0:
+        time.sleep(rng.uniform(0.2, 1.5))
+        return
+    deadline = time.monotonic() + 120
+    while last_step(metrics) < target and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(rng.uniform(0, 0.03))
+
+
 def kills(data: Path, where: Path, steps: int, reference: dict, n: int, rng: random.Random) -> tuple[bool, str]:
     out = where / "killed"
+    metrics = out / "metrics.jsonl"
     args = ["--data", data, "--steps", steps, "--out-dir", out, "--resume", *SMALL]
     done = 0
-    for _ in range(n):
+    for i in range(n):
         process = subprocess.Popen(train(*args), env=environment(DELAY), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 3.0))      # start-up is ~1-2 s: some land while resuming, most mid-run
+        # every third kill lands during start-up or resume; the others a step or two further than it stood
+        target = 0 if i % 3 == 0 else min(steps - 3, last_step(metrics) + rng.randint(1, 2))
+        wait_then(process, metrics, target, rng)
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             done += 1
@@ -78,13 +110,16 @@ def kills(data: Path, where: Path, steps: int, reference: dict, n: int, rng: ran
     return ok, f"{done} SIGKILLs, then a resume to step {steps}: losses {'identical' if ok else 'DIFFER'}{why}"
 
 
-def interrupt(data: Path, where: Path, steps: int, reference: dict, sig: signal.Signals, delay: float) -> tuple[bool, str]:
+def interrupt(data: Path, where: Path, steps: int, reference: dict, sig: signal.Signals, target: int,
+              rng: random.Random) -> tuple[bool, str]:
     from trainledger.train import checkpoint as ckpt
-    out = where / f"{sig.name.lower()}-{delay:.2f}"
+    out = where / f"{sig.name.lower()}-{target}-{rng.randrange(10**9)}"
     args = ["--data", data, "--steps", steps, "--out-dir", out, *SMALL]
     process = subprocess.Popen(train(*args), env=environment(DELAY), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    time.sleep(delay)
+    started = time.monotonic()
+    wait_then(process, out / "metrics.jsonl", target, rng)
+    delay = time.monotonic() - started
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=120)
     refs = ckpt.list_checkpoints(out / "checkpoints")
@@ -92,7 +127,7 @@ def interrupt(data: Path, where: Path, steps: int, reference: dict, sig: signal.
     resumed = subprocess.run(train(*args, "--resume"), env=environment(), capture_output=True, text=True, timeout=300)
     ok = process.returncode == 0 and verified and resumed.returncode == 0 and losses(out / "metrics.jsonl") == reference
     last = refs[-1].step if refs else None
-    return ok, (f"{sig.name} after {delay:.2f} s: exit {process.returncode}, last checkpoint {last}, "
+    return ok, (f"{sig.name} after {delay:.2f} s (step {target or 'start-up'}): exit {process.returncode}, last checkpoint {last}, "
                 f"resume exit {resumed.returncode}, losses {'identical' if ok else 'DIFFER'}"
                 + ("" if ok else f" ({stderr.strip()[-200:]} {resumed.stderr.strip()[-200:]})"))
 
@@ -215,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         print(("ok   " if outcomes[-1][0] else "FAIL ") + outcomes[-1][1], flush=True)
         for i in range(args.signals):
             sig = signal.SIGTERM if i % 2 == 0 else signal.SIGINT
-            outcomes.append(interrupt(data, where, args.steps, reference, sig, rng.uniform(1.0, 2.5)))
+            target = 0 if i < 2 else rng.randint(1, args.steps - 3)
+            outcomes.append(interrupt(data, where, args.steps, reference, sig, target, rng))
             print(("ok   " if outcomes[-1][0] else "FAIL ") + outcomes[-1][1], flush=True)
         for outcome in pickles(data, where, args.steps):
             outcomes.append(outcome)
