@@ -54,7 +54,8 @@ def test_a_second_trainer_touches_nothing_of_a_running_one(tmp_path, capsys):
     first.send_signal(signal.SIGSTOP)
     try:
         assert first.poll() is None, "the first trainer ended before the second one started"
-        (cache,) = (out / "data").glob("*.tokens")                       # the token cache it has memory-mapped
+        (cache,) = (out / "data").glob("*-" + "?" * 16 + ".tokens")      # the keyed token cache it has mapped
+        assert (out / "data" / "big.txt.tokens").samefile(cache)       # and its stable name
         cache_before = (cache.stat().st_ino, cache.stat().st_mtime_ns, cache.read_bytes())
         metrics_before = metrics.read_bytes()
         time.sleep(0.01)

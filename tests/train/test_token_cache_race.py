@@ -72,7 +72,7 @@ def test_a_second_trainer_after_touch_does_not_kill_the_first(tmp_path, second):
     try:
         metrics = out / "metrics.jsonl"
         _wait_for(lambda: _records(metrics) >= 3, 120, "the first trainer's steps", first)
-        caches = sorted((out / "data").glob("*.tokens"))
+        caches = sorted((out / "data").glob("*-" + "?" * 16 + ".tokens"))     # keyed; <name>.tokens links to it
         assert len(caches) == 1
         cache, inode, digest = caches[0], caches[0].stat().st_ino, _digest(caches[0])
         later = time.time() + 5
