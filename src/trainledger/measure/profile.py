@@ -255,6 +255,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     from trainledger.data import get_batch
+    from trainledger.measure.native_stderr import dropping_native_lines
     from trainledger.models import build_model
     from trainledger.optim import build_optimizer, clip_grad_norm_
     from trainledger.models.precision import autocast, grad_scaler, param_dtype
@@ -302,8 +303,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     walls = []
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                 acc_events=True) as prof:
+    with dropping_native_lines(), profile(activities=activities, acc_events=True,
+                                          schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for i in range(steps + 1):
             synchronize(dev)
             start = time.perf_counter()
