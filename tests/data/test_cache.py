@@ -88,3 +88,24 @@ def test_the_stable_name_follows_the_latest_cache_and_spares_a_reader_of_the_old
     assert list(mapped) == [1, 2, 3] and list(open_tokens(stable)) == [4, 5, 6, 7]
     assert cache.alias(new, "book.txt") == stable     # idempotent, and no temporary left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([old.name, new.name, stable.name])
+
+
+def test_the_stable_name_moves_to_a_new_key_before_the_old_one_is_pruned(tmp_path):
+    old, new = (cache.cache_path(tmp_path, "b.txt", cache.cache_key(v=v)) for v in range(2))
+    cache.build(old, _writer([1, 2]), None)
+    cache.alias(old, "b.txt")
+    cache.build(new, _writer([3, 4, 5]), None)
+    assert cache.alias(new, "b.txt") is not None         # the old target still had its second link
+    assert cache.prune(tmp_path, "b.txt", new) == [old]
+    assert list(open_tokens(tmp_path / "b.txt.tokens")) == [3, 4, 5]
+
+
+def test_a_file_of_ones_own_at_the_stable_name_is_left_alone(tmp_path):
+    """A file with one link at <name>.tokens is no alias of ours (someone put it there, or an older version wrote
+    its cache under that name): it is never replaced."""
+    path = cache.cache_path(tmp_path, "b.txt", cache.cache_key(v=0))
+    cache.build(path, _writer([1, 2]), None)
+    mine = tmp_path / "b.txt.tokens"
+    write_tokens(mine, np.asarray([9, 9, 9], dtype=np.uint8), tokenizer=ByteTokenizer())
+    assert cache.alias(path, "b.txt") is None
+    assert list(open_tokens(mine)) == [9, 9, 9]

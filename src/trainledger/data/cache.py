@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -95,12 +96,22 @@ def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | Non
 def alias(path: Path, name: str) -> Path | None:
     """Points the stable name `<dir of path>/<name>.tokens` at the cache `path` (a hard link, swapped in by an
     atomic rename, so whoever maps the old target is unaffected); the alias, or None where the file system
-    has no hard links."""
+    has no hard links or the name holds a file that is no alias of a cache (one link only: a file someone put
+    there, or an older version's cache), which is left as it is. Call it before `prune`, while the previous
+    target still has its second link."""
     path = Path(path)
     stable = path.parent / f"{name}.tokens"
-    with contextlib.suppress(OSError):
+    try:
+        info = os.lstat(stable)
+    except FileNotFoundError:
+        info = None
+    except OSError:
+        return None
+    if info is not None:
         if os.path.samefile(path, stable):
             return stable
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+            return None
     tmp = path.parent / f".{name}.tokens.{os.getpid()}.{os.urandom(4).hex()}.alias"
     try:
         os.link(path, tmp)

@@ -99,8 +99,8 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
     if built and log:
         log(f"corpus: {manifest['n_files']} standard-library .py files, {manifest['n_bytes'] / 1e6:.2f} MB "
             f"from {manifest['stdlib']} -> {path}")
+    cache.alias(path, "stdlib")                      # first: the old alias still has its second link
     cache.prune(data_dir, "stdlib", path)
-    cache.alias(path, "stdlib")
     return path
 
 
@@ -138,8 +138,8 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
             log(f"tokenized {text} ({what}) with {tokenizer.name}: {result['n_tokens']:,} tokens -> {path}")
 
     _build(path, write, tokenizer, f"the token cache {path}")
+    cache.alias(path, text.name)                      # first: the old alias still has its second link
     cache.prune(data_dir, text.name, path)
-    cache.alias(path, text.name)
     return path
 
 
