@@ -163,21 +163,7 @@ def seconds_per_call(fn, device: str, samples: int = 3, kernels: int = 1) -> flo
     if device == "cuda" and gpu_timed():
         total = gpu_seconds_per_call(fn, samples)
         return max(total - kernels * kernel_overhead(), 0.1 * total)
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    first = time.perf_counter() - start
-    calls = max(1, int(MIN_SAMPLE_SECONDS / max(first, 1e-7)))
-    times = []
-    for _ in range(samples):
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        synchronize(device)
-        times.append((time.perf_counter() - start) / calls)
-    return min(times)
+    return _wall_seconds_per_call(fn, device, samples)
 
 
 def gpu_timed() -> bool:
@@ -406,17 +392,17 @@ def optimizer_tensor_seconds(device: str, op_seconds: float, host_seconds: float
     return max(_wall_seconds_per_call(step, device) - counted, 0.0) / n
 
 
-def _wall_seconds_per_call(fn, device: str) -> float:
-    """The fastest of 5 wall-clock samples (the CPU's time: tiny tensors finish on the device before the next
-    launch), each ≥ 2 ms."""
-    fn()
+def _wall_seconds_per_call(fn, device: str, samples: int = 5) -> float:
+    """The fastest of `samples` wall-clock samples after two warm-up calls, the second timed (the CPU's time: tiny
+    tensors finish on the device before the next launch), each sample of enough calls to last ≥ 2 ms."""
+    fn()                               # lazy set-up (an optimizer's state) stays out of the call count
     synchronize(device)
     start = time.perf_counter()
     fn()
     synchronize(device)
     calls = max(1, int(MIN_SAMPLE_SECONDS / max(time.perf_counter() - start, 1e-7)))
     times = []
-    for _ in range(5):
+    for _ in range(samples):
         synchronize(device)
         start = time.perf_counter()
         for _ in range(calls):
