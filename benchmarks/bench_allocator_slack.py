@@ -1,5 +1,5 @@
 """How much PyTorch's CUDA caching allocator reserves beyond a training step's peak: the source of
-account.memory.ALLOCATOR_SLACK_FRACTION.
+account.memory.per_gpu.ALLOCATOR_SLACK_FRACTION.
 
 For each configuration, `measure --device fake` runs two training steps of our Transformer on fake tensors (the
 first creates the optimizer states; the second is the steady state), logs every allocation and free, and replays
@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from trainledger.account.memory import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES
+from trainledger.account.memory.per_gpu import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES
 from trainledger.measure.compare import measure_model
 from trainledger.specs import get_model
 

@@ -1,4 +1,4 @@
-"""Benchmark: decoding tokens/s predicted (account/inference.py) vs measured (`generate` with its KV cache) on this CPU.
+"""Benchmark: decoding tokens/s predicted (account/time/inference.py) vs measured (`generate` with its KV cache) on this CPU.
 
     .venv/bin/python benchmarks/bench_generate_decode.py [--threads N] [--repeats 5] [--new-tokens 128] [--recalibrate]
 
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from trainledger.account.inference import inference
+from trainledger.account.time.inference import inference
 from trainledger.measure import calibrate as cal
 from trainledger.models import Transformer
 from trainledger.models.generation import generate

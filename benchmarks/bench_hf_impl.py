@@ -1,7 +1,7 @@
 """The --impl hf results table of README "Measure" and docs/measure.md: transformers' own model, one CPU step per case.
 
 For each case of tests/measure/test_hf_activations.py: measured activations of transformers' model, the error
-of `--impl hf` (account/hf_activations.py), the error the prediction for trainledger's Transformer would have
+of `--impl hf` (account/memory/hf_activations.py), the error the prediction for trainledger's Transformer would have
 on the same model (the gap issue 13 closes), and the errors of train FLOPs and parameters.
 
     PYTHONPATH=src python benchmarks/bench_hf_impl.py        # about a minute on 2 cores
@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "measure"))
 from test_hf_activations import B, CASES, CONFIGS, T  # noqa: E402
 
-from trainledger.account.activations import activations_bytes  # noqa: E402
+from trainledger.account.memory.activations import activations_bytes  # noqa: E402
 from trainledger.measure.compare import measure_hf  # noqa: E402
 from trainledger.specs.hf_config import spec_from_config_dict  # noqa: E402
 

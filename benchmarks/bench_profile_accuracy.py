@@ -4,7 +4,7 @@
 
 Issue 11's target: after calibration, the prediction within 25 % of the measured step for at least 4 of 5 configs
 (d_model 128-512, 4-8 layers, batch × seq ≤ 4096 tokens, fp32, AdamW), and the measured categories summing to the
-step within 15 %. The prediction is account/time.py's step_time on this machine's calibrated CPU
+step within 15 %. The prediction is account/time/step.py's step_time on this machine's calibrated CPU
 (`bench --calibrate`: matmul rates by shape, bandwidth by op size, SDPA rates, per-op overhead; nothing here is
 fitted to these configs). `--recalibrate` measures the machine first, in the same conditions as the steps.
 Timings move with whatever else runs on the machine: the load average is printed before and after. With

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from trainledger.account.flops import flops_per_step
+from trainledger.account.counting.flops import flops_per_step
 from trainledger.data import get_batch, seed_everything
 from trainledger.measure.timing import peak_flops_per_s, synchronize
 from trainledger.models import build_model

@@ -34,12 +34,12 @@ def test_account_and_specs_do_not_import_torch():
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["torch"] is False
-    for module in ("trainledger.account.flops", "trainledger.account.memory", "trainledger.account.plan",
-                   "trainledger.account.korthikanti", "trainledger.account.params", "trainledger.account.activations",
+    for module in ("trainledger.account.counting.flops", "trainledger.account.memory.per_gpu", "trainledger.account.planning.plan",
+                   "trainledger.account.counting.korthikanti", "trainledger.account.counting.params", "trainledger.account.memory.activations",
                    "trainledger.specs.recipes", "trainledger.specs.hardware", "trainledger.specs.presets",
-                   "trainledger.account.time", "trainledger.account.comm", "trainledger.account.layout",
-                   "trainledger.specs.performance", "trainledger.account.inference",
-                   "trainledger.account.inference_ops"):
+                   "trainledger.account.time.step", "trainledger.account.time.comm", "trainledger.account.planning.layout",
+                   "trainledger.specs.performance", "trainledger.account.time.inference",
+                   "trainledger.account.time.inference_ops"):
         assert module in report["modules"]
 
 
@@ -105,3 +105,70 @@ def test_no_module_over_500_lines():
     big = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert big == {}
+
+
+# account/'s own layers (DESIGN.md: "subpackages per layer"), bottom to top: each imports only its own and those below.
+ACCOUNT_LAYERS = {"counting": 0, "memory": 1, "time": 2, "planning": 3, "validation": 4}
+
+
+def _account_layer(module: str) -> int | None:
+    parts = module.split(".")
+    return ACCOUNT_LAYERS.get(parts[2]) if len(parts) > 2 and parts[1] == "account" else None
+
+
+def test_account_is_in_its_subpackages():
+    flat = sorted(p.name for p in (PACKAGE / "account").glob("*.py") if p.name != "__init__.py")
+    assert flat == []
+    assert {p.name for p in (PACKAGE / "account").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(ACCOUNT_LAYERS)
+
+
+def test_account_subpackages_import_one_way():
+    graph = import_graph()
+    upward = sorted(f"{m} -> {d}" for m, deps in graph.items() if _account_layer(m) is not None
+                    for d in deps if _account_layer(d) is not None and _account_layer(d) > _account_layer(m))
+    assert upward == []
+    assert "trainledger.account.counting.placement" in graph["trainledger.account.time.comm"]   # the graph is read
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter[0]; counter[0] += 1; stack.append(root); on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter[0]; counter[0] += 1; stack.append(child); on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop(); on_stack.discard(member); component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_account_has_no_import_cycle():
+    graph = {m: {d for d in deps if d.startswith("trainledger.account.")} for m, deps in import_graph().items()
+             if m.startswith("trainledger.account.")}
+    assert _cycles(graph) == []

@@ -1,4 +1,4 @@
-"""tensors.py against PyTorch itself, and the pure layout arithmetic (account/tensor.py) against real tensors."""
+"""tensors.py against PyTorch itself, and the pure layout arithmetic (account/counting/tensor.py) against real tensors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainledger.account.tensor import layout_report
+from trainledger.account.counting.tensor import layout_report
 from trainledger.tensors import inspect_layout, pick_device, same_storage, tensor_bytes, torch_dtype
 
 

@@ -1,6 +1,6 @@
 """Tensors as memory: bytes, shared storage, strides and copies, measured on real torch tensors; device choice.
 
-The pure counterpart (shape + dtype only, no torch) is `trainledger.account.tensor`; `inspect_layout`
+The pure counterpart (shape + dtype only, no torch) is `trainledger.account.counting.tensor`; `inspect_layout`
 is how tests and `trainledger tensor --torch` check it against PyTorch.
 """
 

@@ -1,4 +1,4 @@
-"""account.activations predicts what autograd saves in trainledger.models.Transformer; the tracker in
+"""account.memory.activations predicts what autograd saves in trainledger.models.Transformer; the tracker in
 measure.memory measures it on one real CPU forward pass. Every configuration below must agree exactly
 (the brief asks for 3%; our formula names each saved tensor, so any disagreement is a real miss)."""
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from trainledger.account.activations import activations_bytes, step_peak_bytes
+from trainledger.account.memory.activations import activations_bytes, step_peak_bytes
 from trainledger.errors import TrainledgerError
 from trainledger.measure.memory import track_step
 from trainledger.models import Cruncher, Transformer

@@ -1,4 +1,4 @@
-"""Advice that knows the set-up (account/advice.py): bottleneck lines never suggest what is already on, and `step`
+"""Advice that knows the set-up (account/time/advice.py): bottleneck lines never suggest what is already on, and `step`
 points to a faster micro-batch (or a setting that fits) computed by the model."""
 
 import itertools
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from trainledger.account.advice import bottleneck_advice, hints
-from trainledger.account.suggest import faster_setting
-from trainledger.account.time import step_time
+from trainledger.account.time.advice import bottleneck_advice, hints
+from trainledger.account.planning.suggest import faster_setting
+from trainledger.account.time.step import step_time
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -139,6 +139,6 @@ def test_step_cli_prints_the_suggestion(capsys):
 
 def test_the_suggestion_search_orders_every_recompute_policy():
     # `step --recompute selective-op` crashed ("unexpected ValueError") when the order lacked torchtitan's policies
-    from trainledger.account.flops import RECOMPUTE
-    from trainledger.account.suggest import RECOMPUTE_ORDER
+    from trainledger.account.counting.flops import RECOMPUTE
+    from trainledger.account.planning.suggest import RECOMPUTE_ORDER
     assert sorted(RECOMPUTE_ORDER) == sorted(RECOMPUTE)

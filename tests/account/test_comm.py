@@ -1,8 +1,8 @@
-"""Collective volumes and α–β costs (account/comm.py), each checked on a case worked by hand."""
+"""Collective volumes and α–β costs (account/time/comm.py), each checked on a case worked by hand."""
 
 import pytest
 
-from trainledger.account import comm
+from trainledger.account.time import comm
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.performance import Link

@@ -1,10 +1,10 @@
-"""account/failures.py: MTBF, Young/Daly checkpoint intervals, expected wall time, and the Monte Carlo beside them."""
+"""account/planning/failures.py: MTBF, Young/Daly checkpoint intervals, expected wall time, and the Monte Carlo beside them."""
 
 import math
 
 import pytest
 
-from trainledger.account import failures as F
+from trainledger.account.planning import failures as F
 from trainledger.errors import TrainledgerError
 
 HOUR, MINUTE = 3600.0, 60.0

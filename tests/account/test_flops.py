@@ -1,9 +1,9 @@
-"""account/flops.py against published formulas (Korthikanti Eq. 7, Megatron Eq. 3, PaLM App. B, the lecture) and a hand count."""
+"""account/counting/flops.py against published formulas (Korthikanti Eq. 7, Megatron Eq. 3, PaLM App. B, the lecture) and a hand count."""
 
 import pytest
 
-from trainledger.account import flops as F
-from trainledger.account import korthikanti as K
+from trainledger.account.counting import flops as F
+from trainledger.account.counting import korthikanti as K
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.model import CruncherSpec, TransformerSpec

@@ -1,10 +1,11 @@
-"""FSDP2 as it runs (account/fsdp.py, overlap.fsdp_step) and k-NIC rings (comm.group_seconds): each piece by hand."""
+"""FSDP2 as it runs (account/memory/fsdp.py, account/time/fsdp_comm.py, overlap.fsdp_step) and k-NIC rings (comm.group_seconds): each piece by hand."""
 
 import pytest
 
-from trainledger.account import comm, fsdp
-from trainledger.account.memory import memory_per_gpu, params_per_gpu
-from trainledger.account.time import step_time
+from trainledger.account.memory import fsdp
+from trainledger.account.time import comm, fsdp_comm
+from trainledger.account.memory.per_gpu import memory_per_gpu, params_per_gpu
+from trainledger.account.time.step import step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -29,21 +30,21 @@ def test_one_pass_by_hand():
     gather of block 2, block 2 the gather of block 1 and the reduce-scatter of block 3, block 1 that of block 2;
     then block 1's and the root's reduce-scatters (8 + 5) are exposed."""
     kw = dict(ag=4.0, ag_root=6.0, rs=8.0, rs_root=5.0, gather_forward=True, gather_backward=True, reduce=True)
-    assert fsdp.pass_exposed(3, 10.0, 20.0, **kw) == pytest.approx((10.0, 13.0))
+    assert fsdp_comm.pass_exposed(3, 10.0, 20.0, **kw) == pytest.approx((10.0, 13.0))
     # backward blocks of 5 s: block 2 carries 4 + 8 = 12 s of comm (7 exposed), block 1 carries 8 (3 exposed)
-    assert fsdp.pass_exposed(3, 10.0, 5.0, **kw) == pytest.approx((10.0, 7.0 + 3.0 + 13.0))
+    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, **kw) == pytest.approx((10.0, 7.0 + 3.0 + 13.0))
     # forward blocks of 1 s: two gathers of 4 s behind 1 s each: 3 s each exposed
-    assert fsdp.pass_exposed(3, 1.0, 20.0, **kw)[0] == pytest.approx(10.0 + 2 * 3.0)
+    assert fsdp_comm.pass_exposed(3, 1.0, 20.0, **kw)[0] == pytest.approx(10.0 + 2 * 3.0)
     # nothing gathered in backward (reshard_after_forward=False), no reduction: nothing in backward
-    assert fsdp.pass_exposed(3, 10.0, 5.0, **dict(kw, gather_backward=False, reduce=False))[1] == 0.0
+    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, **dict(kw, gather_backward=False, reduce=False))[1] == 0.0
 
 
 def test_accumulation_sharded_vs_unsharded():
     """Sharded accumulation pays every micro-batch; unsharded gathers in the first forward, reduces after the last."""
     times = {"ag": 4.0, "ag_root": 6.0, "rs": 8.0, "rs_root": 5.0}
-    one = lambda gf, gb, red: sum(fsdp.pass_exposed(3, 1.0, 5.0, times["ag"], times["ag_root"], times["rs"],  # noqa: E731
+    one = lambda gf, gb, red: sum(fsdp_comm.pass_exposed(3, 1.0, 5.0, times["ag"], times["ag_root"], times["rs"],  # noqa: E731
                                                     times["rs_root"], gather_forward=gf, gather_backward=gb, reduce=red))
-    exposed = lambda s: fsdp.step_exposed(s, 4, 3, 1.0, 5.0, times, lambda c, h: max(0.0, c - h))  # noqa: E731
+    exposed = lambda s: fsdp_comm.step_exposed(s, 4, 3, 1.0, 5.0, times, lambda c, h: max(0.0, c - h))  # noqa: E731
     sharded = fsdp.FsdpSettings("bf16", "fp32", True, "sharded")
     unsharded = fsdp.FsdpSettings("bf16", "fp32", False, "unsharded")
     assert exposed(sharded) == pytest.approx(4 * one(True, True, True))
@@ -73,7 +74,7 @@ def test_bf16_policy_gathers_two_bytes_per_parameter():
     8.03B parameters in 2 bytes (16.1 GB), the backward all but the last block and the root again, and the gradients
     are reduce-scattered in fp32 (32.1 GB)."""
     n = BLOCK * 32 + ROOT
-    c = {x.name: x for x in fsdp.collectives(UNITS, fsdp.fsdp_settings(AMP, param_dtype="auto", dp=64), tp=1,
+    c = {x.name: x for x in fsdp_comm.collectives(UNITS, fsdp.fsdp_settings(AMP, param_dtype="auto", dp=64), tp=1,
                                              cp=1, dp=64, micro_batches=1, gpus_per_node=8)}
     assert c["fsdp_allgather_root"].payload_bytes + c["fsdp_allgather_forward"].payload_bytes == pytest.approx(2 * n)
     assert c["fsdp_allgather_backward"].payload_bytes == pytest.approx(2 * 31 * BLOCK)
@@ -88,8 +89,8 @@ def test_buffers_copies_and_cpu_by_hand():
     assert b["grads_bytes"] == pytest.approx(2 * ROOT + (2 + 4) * BLOCK)        # root grads, a block's + its fp32 copy
     # one micro-batch: copy-out of every gather (read + write 2 B), copy-in of every reduce (read 2, write 4)
     gathered = 32 * BLOCK + ROOT + 31 * BLOCK
-    assert fsdp.copy_bytes(s, 1, BLOCK, ROOT, 32) == pytest.approx(4 * gathered + 6 * (32 * BLOCK + ROOT))
-    cpu = fsdp.cpu_seconds(s, 32)
+    assert fsdp_comm.copy_bytes(s, 1, BLOCK, ROOT, 32) == pytest.approx(4 * gathered + 6 * (32 * BLOCK + ROOT))
+    cpu = fsdp_comm.cpu_seconds(s, 32)
     assert cpu["forward"] == pytest.approx(33 * 0.37e-3) and cpu["backward"] == pytest.approx((31 + 33) * 0.37e-3)
 
 
@@ -105,7 +106,7 @@ def test_memory_with_fsdp_policy_fits_what_torchtitan_ran():
 
 def test_hsdp_shards_inside_a_node_and_all_reduces_across():
     s = fsdp.fsdp_settings(AMP, param_dtype="auto", replicate=8, dp=64)
-    c = {x.name: x for x in fsdp.collectives(UNITS, s, tp=1, cp=1, dp=64, micro_batches=1, gpus_per_node=8)}
+    c = {x.name: x for x in fsdp_comm.collectives(UNITS, s, tp=1, cp=1, dp=64, micro_batches=1, gpus_per_node=8)}
     assert c["fsdp_allgather_forward"].group_size == 8 and c["fsdp_allgather_forward"].link == "intra"
     ar = c["hsdp_allreduce"]
     assert (ar.group_size, ar.link, ar.ranks_per_node) == (8, "inter", 1)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trainledger.account import timeline as TL
-from trainledger.account.kernels import edge_kernels, layer_kernels
-from trainledger.account.optimizer_kernels import multi_tensor_launches, optimizer_kernels, parameter_numels
-from trainledger.account.time import step_time
+from trainledger.account.time import timeline as TL
+from trainledger.account.time.kernels import edge_kernels, layer_kernels
+from trainledger.account.time.optimizer_kernels import multi_tensor_launches, optimizer_kernels, parameter_numels
+from trainledger.account.time.step import step_time
 from trainledger.specs import get_model
 from trainledger.specs import performance as perf
 from trainledger.specs.calibration import gpu_from_profile, read_profile
@@ -118,7 +118,7 @@ def test_the_h100_figures_taken_from_the_trace():
         forward = [d for r, k, d, n in trace.launches(name) if k == "attention" and "fprop" in n]
         flops = 2 * 2 * batch * heads * seq * seq * 64 / 2                # causal: half the square
         measured = flops / (statistics.median(forward) * 1e-6)
-        from trainledger.account.roofline import attention_efficiency
+        from trainledger.account.time.roofline import attention_efficiency
         assert attention_efficiency(h100, seq, False, True, head_dim=64) * 989.5e12 == pytest.approx(paper * 1e12)
         assert measured == pytest.approx(paper * 1e12, rel=0.15)      # the paper's cuDNN rate, in our run
 

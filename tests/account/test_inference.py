@@ -1,4 +1,4 @@
-"""Inference accounting (account/inference.py): the KV cache formula, weights, the largest batch, and the roofline
+"""Inference accounting (account/time/inference.py): the KV cache formula, weights, the largest batch, and the roofline
 of prefill (compute-bound) and decoding (bandwidth-bound, Pope et al. 2022)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from trainledger.account.inference import inference, kv_cache_bytes, weights_bytes
-from trainledger.account.params import n_params
+from trainledger.account.time.inference import inference, kv_cache_bytes, weights_bytes
+from trainledger.account.counting.params import n_params
 from trainledger.cli.main import compute, main
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_gpu, get_model

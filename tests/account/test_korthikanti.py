@@ -7,8 +7,7 @@ splits it, whether selective recompute drops it), so a wrong coefficient in eith
 
 import pytest
 
-from trainledger.account import korthikanti as K
-
+from trainledger.account.counting import korthikanti as K
 # Sec. 4.1, one layer, 16-bit activations, 1-byte dropout masks.
 # (name, bytes as a function of s, b, h, a, split by tensor parallelism, dropped by selective recompute)
 TENSORS = [

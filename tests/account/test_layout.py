@@ -1,11 +1,11 @@
-"""The layout search (account/layout.py): fastest layouts that fit, checked against the memory command and a paper."""
+"""The layout search (account/planning/layout.py): fastest layouts that fit, checked against the memory command and a paper."""
 
 import json
 
 import pytest
 
-from trainledger.account.layout import search
-from trainledger.account.time import step_time
+from trainledger.account.planning.layout import search
+from trainledger.account.time.step import step_time
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu

@@ -1,15 +1,15 @@
 """No layout is listed above the GPU's memory minus the reserve (issue: memory headroom in the layout search).
 
-Every returned layout is re-checked with account.memory.memory_per_gpu for its own settings: its step's peak plus
+Every returned layout is re-checked with account.memory.per_gpu.memory_per_gpu for its own settings: its step's peak plus
 the reserve (--reserve, or the CUDA default: context, cuBLAS workspaces, the caching allocator's cache) fits the
-memory, and `near_limit` marks exactly those within account.layout.NEAR_LIMIT_FRACTION of it.
+memory, and `near_limit` marks exactly those within account.planning.layout.NEAR_LIMIT_FRACTION of it.
 """
 
 import pytest
 
-from trainledger.account import memory as M
-from trainledger.account.fsdp import fsdp_settings
-from trainledger.account.layout import NEAR_LIMIT_FRACTION, search
+from trainledger.account.memory import per_gpu as M
+from trainledger.account.memory.fsdp import fsdp_settings
+from trainledger.account.planning.layout import NEAR_LIMIT_FRACTION, search
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.recipes import get_recipe
@@ -33,7 +33,7 @@ def test_no_pick_above_memory_minus_reserve(model, gpu_name, num_gpus, global_ba
     assert found["layouts"]
     for layout in found["layouts"]:
         fsdp = (fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=layout["pp"], dp=layout["dp"])
-                if layout["zero"] == 3 else None)        # ZeRO-3 layouts are FSDP2 as it runs (account.fsdp)
+                if layout["zero"] == 3 else None)        # ZeRO-3 layouts are FSDP2 as it runs (account.memory.fsdp)
         m = M.memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
                              dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                              recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainledger.account.matmul import (arithmetic_intensity, ideal_time_s, matmul_bytes, matmul_flops,
+from trainledger.account.counting.matmul import (arithmetic_intensity, ideal_time_s, matmul_bytes, matmul_flops,
                                         matmul_on_gpu, matmul_table)
 from trainledger.errors import TrainledgerError
 from trainledger.specs import GPUS, get_gpu

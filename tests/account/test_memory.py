@@ -1,10 +1,10 @@
-"""account/memory.py: ZeRO's Figure 1, the lecture's toy example, sharding by hand, and optimizer states measured in torch.optim."""
+"""account/memory/per_gpu.py: ZeRO's Figure 1, the lecture's toy example, sharding by hand, and optimizer states measured in torch.optim."""
 
 import pytest
 
-from trainledger.account import memory as M
-from trainledger.account.activations import activations_bytes
-from trainledger.account.params import param_counts
+from trainledger.account.memory import per_gpu as M
+from trainledger.account.memory.activations import activations_bytes
+from trainledger.account.counting.params import param_counts
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.model import CruncherSpec, TransformerSpec

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainledger.account.params import kaplan_non_embedding_params, n_params, param_counts
+from trainledger.account.counting.params import kaplan_non_embedding_params, n_params, param_counts
 from trainledger.specs import PRESETS, get_model
 from trainledger.specs.model import CruncherSpec, TransformerSpec
 
@@ -219,6 +219,6 @@ def test_hf_config_round_trip(spec):
 
 
 def test_params_and_specs_do_not_import_torch():
-    code = ("import sys, trainledger.specs, trainledger.specs.hf_config, trainledger.account.params, "
-            "trainledger.account.matmul; assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, trainledger.specs, trainledger.specs.hf_config, trainledger.account.counting.params, "
+            "trainledger.account.counting.matmul; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

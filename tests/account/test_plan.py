@@ -1,11 +1,11 @@
-"""account/plan.py against the lecture's napkin math, Chinchilla's Table 3 and Approach 3, and ZeRO's sharding."""
+"""account/planning/plan.py against the lecture's napkin math, Chinchilla's Table 3 and Approach 3, and ZeRO's sharding."""
 
 import math
 
 import pytest
 
-from trainledger.account import plan as P
-from trainledger.account.memory import memory_per_gpu
+from trainledger.account.planning import plan as P
+from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 
@@ -115,8 +115,8 @@ def test_bad_inputs_name_flags():
 def test_palm_540b_mfu_is_46_percent():
     # PaLM (Chowdhery et al. 2022, arXiv:2204.02311) Table 3 / App. B: 540.35B params, L=118, H=48, Q=256,
     # T=2048, 238.3K tokens/s on 6144 TPU v4 chips at 275 TFLOP/s (bf16) -> 46.2% MFU
-    from trainledger.account.flops import palm_train_flops_per_token
-    from trainledger.account.plan import model_flops_utilization
+    from trainledger.account.counting.flops import palm_train_flops_per_token
+    from trainledger.account.planning.plan import model_flops_utilization
     from trainledger.specs.hardware import get_gpu
     per_token = palm_train_flops_per_token(540.35e9, 118, 48, 256, 2048)
     peak = 6144 * get_gpu("tpu-v4").peak("bf16")
@@ -125,12 +125,12 @@ def test_palm_540b_mfu_is_46_percent():
 
 def test_llama_3_405b_training_flops():
     # Llama 3 (arXiv:2407.21783, Sec. 3.2.1): 405B parameters on 15.6T tokens = 3.8e25 FLOPs (6ND)
-    from trainledger.account.flops import train_flops
+    from trainledger.account.counting.flops import train_flops
     assert train_flops(405e9, 15.6e12) == pytest.approx(3.8e25, rel=0.01)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_mfu_rejects_non_positive_inputs(bad):
-    from trainledger.account.plan import model_flops_utilization
+    from trainledger.account.planning.plan import model_flops_utilization
     with pytest.raises(TrainledgerError):
         model_flops_utilization(bad, 1.0, 1.0)

@@ -1,12 +1,12 @@
-"""torchtitan's selective activation checkpointing (account/recompute.py): what each policy re-runs and keeps."""
+"""torchtitan's selective activation checkpointing (account/counting/recompute.py): what each policy re-runs and keeps."""
 
 import pytest
 
-from trainledger.account import recompute
-from trainledger.account.activations import activations_bytes
-from trainledger.account.flops import recompute_flops_per_token
-from trainledger.account.kernels import layer_kernels
-from trainledger.account.time import step_time
+from trainledger.account.counting import recompute
+from trainledger.account.memory.activations import activations_bytes
+from trainledger.account.counting.flops import recompute_flops_per_token
+from trainledger.account.time.kernels import layer_kernels
+from trainledger.account.time.step import step_time
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 

@@ -1,4 +1,4 @@
-"""Valid pipeline schedules (account/schedule.py): `step` refuses an invalid layout, `layout` never searches one.
+"""Valid pipeline schedules (account/time/schedule.py): `step` refuses an invalid layout, `layout` never searches one.
 
 Rules (Megatron-LM, cited in the module): pp ≤ n_layers; with interleave v > 1, pp ≥ 2, pp·v ≤ n_layers, n_layers
 (+ 1 or 2 for the embedding and the loss counted as layers) divisible by pp·v and the micro-batches a multiple of pp.
@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-import trainledger.account.layout as layout_mod
-from trainledger.account.fsdp import fsdp_settings
-from trainledger.account.layout import search
-from trainledger.account.memory import memory_per_gpu
-from trainledger.account.schedule import check_schedule, schedule_problem, valid_interleaves
-from trainledger.account.time import step_time
+import trainledger.account.planning.layout as layout_mod
+from trainledger.account.memory.fsdp import fsdp_settings
+from trainledger.account.planning.layout import search
+from trainledger.account.memory.per_gpu import memory_per_gpu
+from trainledger.account.time.schedule import check_schedule, schedule_problem, valid_interleaves
+from trainledger.account.time.step import step_time
 from trainledger.cli import main as cli_main
 from trainledger.errors import TrainledgerError
 from trainledger.specs import PRESETS, TransformerSpec, get_model
@@ -101,7 +101,7 @@ def test_returned_layouts_are_valid_and_fit(name, gpu, num_gpus, global_batch, s
     for layout in found["layouts"]:
         assert_valid(spec.n_layers, layout)
         assert layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"] == num_gpus
-        # ZeRO-3 is FSDP2 with the bf16 policy the search assumes (account.layout)
+        # ZeRO-3 is FSDP2 with the bf16 policy the search assumes (account.planning.layout)
         fsdp = (fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=layout["pp"], dp=layout["dp"])
                 if layout["zero"] == 3 else None)
         memory = memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"], fsdp=fsdp,

@@ -1,10 +1,10 @@
-"""account/tensor.py: pure strides and bytes from a shape and dtype (the torch cross-check is tests/test_tensors.py)."""
+"""account/counting/tensor.py: pure strides and bytes from a shape and dtype (the torch cross-check is tests/test_tensors.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainledger.account.tensor import (Layout, can_flatten_as_view, is_contiguous, layout_report, row_major_strides,
+from trainledger.account.counting.tensor import (Layout, can_flatten_as_view, is_contiguous, layout_report, row_major_strides,
                                         tensor_bytes)
 from trainledger.errors import TrainledgerError
 

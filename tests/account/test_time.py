@@ -1,11 +1,13 @@
-"""The time model (account/time.py, roofline.py, kernels.py): each cost on a hand-worked case, then published runs."""
+"""The time model (account/time/step.py, roofline.py, kernels.py): each cost on a hand-worked case, then published runs."""
 
 import pytest
 
-from trainledger.account import roofline, time as T
-from trainledger.account.kernels import layer_kernels
-from trainledger.account.roofline import Kernel, kernel_seconds, wave_utilization
-from trainledger.account.validation import korthikanti_cases, korthikanti_layer_cases, llama3_cases
+from trainledger.account.time import roofline
+
+from trainledger.account.time import step as T
+from trainledger.account.time.kernels import layer_kernels
+from trainledger.account.time.roofline import Kernel, kernel_seconds, wave_utilization
+from trainledger.account.validation.runs import korthikanti_cases, korthikanti_layer_cases, llama3_cases
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import GPUSpec, get_gpu
@@ -68,7 +70,7 @@ def test_dp_collective_hidden_behind_backward_slows_it():
 def test_megatron_optimizer_bytes_per_parameter():
     """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
     main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""
-    from trainledger.account.kernels import optimizer_kernels
+    from trainledger.account.time.kernels import optimizer_kernels
     fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", 2, 4, framework="megatron")
     bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", 2, 4, framework="megatron")
     assert sum(k.bytes for k in fp16) == pytest.approx(50e9)
@@ -146,8 +148,8 @@ def test_no_flash_streams_the_scores():
 
 
 def test_layer_gemm_flops_equal_account_flops():
-    """The kernels of a layer carry exactly the matmul FLOPs account.flops counts (3 × forward with backward)."""
-    from trainledger.account.flops import flops_per_step
+    """The kernels of a layer carry exactly the matmul FLOPs account.counting.flops counts (3 × forward with backward)."""
+    from trainledger.account.counting.flops import flops_per_step
     spec = get_model("llama-2-7b")
     b, s = 2, 512
     lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False)
@@ -167,10 +169,10 @@ def test_layer_gemm_flops_equal_account_flops():
 ])
 @pytest.mark.parametrize("framework", ["trainledger", "megatron"])
 def test_layer_gemm_flops_equal_account_flops_for_every_kind_of_layer(name, changes, framework):
-    """Summed over spec.layer_groups() (each kind of layer × how many), the kernels carry exactly account.flops's
+    """Summed over spec.layer_groups() (each kind of layer × how many), the kernels carry exactly account.counting.flops's
     matmul FLOPs: MoE router + k routed experts + shared expert, dense layers of an MoE model, sliding layers
-    (the math path multiplies the whole square, as account.flops counts). tp = 1: the router is replicated."""
-    from trainledger.account.flops import flops_per_step
+    (the math path multiplies the whole square, as account.counting.flops counts). tp = 1: the router is replicated."""
+    from trainledger.account.counting.flops import flops_per_step
     spec = get_model(name).with_(**changes)
     b, s, tp = 1, 1024, 1
     total = 0.0
@@ -206,7 +208,7 @@ def test_sliding_window_flash_flops_by_hand():
 def test_soft_capping_is_memory_traffic():
     """Gemma 2's soft-capped logits: our torch model takes the math path (three passes over the T×T scores) and
     caps the vocabulary logits (three passes over tokens × vocab); a fused kernel (Megatron) caps for free."""
-    from trainledger.account.kernels import edge_kernels
+    from trainledger.account.time.kernels import edge_kernels
     spec = get_model("gemma-2-2b")
     plain = spec.with_(attn_softcap=None, final_softcap=None)
     names = {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024)["forward"]}
@@ -221,7 +223,7 @@ def test_soft_capping_is_memory_traffic():
 
 def test_step_time_costs_one_layer_per_kind_of_layer(monkeypatch):
     """Per-layer work iterates spec.layer_groups(): O(kinds of layers), never O(n_layers)."""
-    from trainledger.account import kernels
+    from trainledger.account.time import kernels
     calls = []
     real = kernels.layer_kernels
     monkeypatch.setattr(T, "layer_kernels", lambda *a, **k: calls.append(k["layer"]) or real(*a, **k))
@@ -300,7 +302,7 @@ def test_korthikanti_table4_one_layer():
 
 
 def test_llama3_table4_mfu_within_15_percent():
-    """Llama 3 (arXiv:2407.21783) Table 4: 43 %, 41 %, 38 % BF16 MFU (assumptions in account/validation.py)."""
+    """Llama 3 (arXiv:2407.21783) Table 4: 43 %, 41 %, 38 % BF16 MFU (assumptions in account/validation/runs.py)."""
     for case in llama3_cases():
         assert abs(case["error"]) <= 0.15, case
 
@@ -346,10 +348,10 @@ class _ForeachLog:
 
 @pytest.mark.parametrize("name", ["sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw"])
 def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
-    """account.kernels.FOREACH_PASSES against the aten ops of trainledger.optim's step (+ clip_grad_norm_), op by
+    """account.time.kernels.FOREACH_PASSES against the aten ops of trainledger.optim's step (+ clip_grad_norm_), op by
     op, and the bytes each moves (fp32: 4 bytes per gradient, weight and state element)."""
     torch = pytest.importorskip("torch")
-    from trainledger.account.kernels import CLIP_PASSES, FOREACH_PASSES, optimizer_kernels
+    from trainledger.account.time.kernels import CLIP_PASSES, FOREACH_PASSES, optimizer_kernels
     from trainledger.optim import build_optimizer, clip_grad_norm_
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32)),
@@ -376,7 +378,7 @@ def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
 def test_adamw_moves_80_bytes_per_parameter_in_fp32():
     """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 28: read g, read
     and write w and both states), + 12 for clipping (norm: read g; scale: read and write g)."""
-    from trainledger.account.kernels import optimizer_kernels
+    from trainledger.account.time.kernels import optimizer_kernels
     kernels = optimizer_kernels(1.0, 1, "fp32", framework="trainledger", optimizer="adamw")
     assert sum(k.bytes for k in kernels) == pytest.approx(80 + 12)
     assert all(k.working_set_bytes == k.bytes for k in kernels if k.kind == "elementwise")   # each pass sweeps every tensor

@@ -1,14 +1,14 @@
-"""PyTorch-native runs: torchtitan's published tokens/s per GPU (account/validation.py) and the ZeRO stage a layout's
-user runs (account/zero_choice.py), including the issue's GPT-3 175B example."""
+"""PyTorch-native runs: torchtitan's published tokens/s per GPU (account/validation/runs.py) and the ZeRO stage a layout's
+user runs (account/planning/zero_choice.py), including the issue's GPT-3 175B example."""
 
 import pytest
 
-from trainledger.account import zero_choice
-from trainledger.account.kernels import edge_kernels, layer_kernels
-from trainledger.account.roofline import gemm_efficiency
-from trainledger.account.fsdp import fsdp_settings
-from trainledger.account.time import step_time
-from trainledger.account.validation import TORCHTITAN, summary, torchtitan_cases
+from trainledger.account.planning import zero_choice
+from trainledger.account.time.kernels import edge_kernels, layer_kernels
+from trainledger.account.time.roofline import gemm_efficiency
+from trainledger.account.memory.fsdp import fsdp_settings
+from trainledger.account.time.step import step_time
+from trainledger.account.validation.runs import TORCHTITAN, summary, torchtitan_cases
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs import performance as perf

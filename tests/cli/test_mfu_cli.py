@@ -51,7 +51,7 @@ def test_per_gpu_and_total_throughput_agree(capsys):
     total = run_json(capsys, "mfu", "--model", "llama-3-8b", "--tokens-per-s", "24000", "--num-gpus", "8")
     per_gpu = run_json(capsys, "mfu", "--model", "llama-3-8b", "--tokens-per-s-per-gpu", "3000", "--num-gpus", "8")
     assert total["mfu"] == pytest.approx(per_gpu["mfu"]) and total["tokens_per_s_per_gpu"] == 3000
-    from trainledger.account.flops import train_flops_per_token
+    from trainledger.account.counting.flops import train_flops_per_token
     from trainledger.specs import get_model
     assert per_gpu["mfu"] == pytest.approx(3000 * train_flops_per_token(get_model("llama-3-8b"), 8192) / 989.5e12)
     # the prediction beside the measurement: the fastest layout `trainledger layout` finds on these 8 GPUs

@@ -46,7 +46,7 @@ def test_plan_default_is_the_lecture_question(capsys):
 
 def test_plan_with_model_and_deadline(capsys):
     data = run_json(capsys, "plan", "--model", "gpt2", "--tokens", "10B", "--num-gpus", "8", "--deadline", "1h")
-    from trainledger.account.flops import train_flops_per_token
+    from trainledger.account.counting.flops import train_flops_per_token
     from trainledger.specs import get_model
     assert data["flops_per_token"] == train_flops_per_token(get_model("gpt2"), 1024)
     assert data["n_params"] == 124_439_808

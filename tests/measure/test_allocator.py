@@ -102,7 +102,7 @@ def test_replay_reproduces_the_recorded_h100_out_of_memory_error():
     6.6 GiB reserved but unallocated. Its step kept the logits (`_, loss = model(x, y)`) until the step returned.
     Two such steps on fake tensors, replayed on the device less a CUDA context, fail at the same request with the
     same figures; without holding the logits (what `train` does) the same steps fit."""
-    from trainledger.account.memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+    from trainledger.account.memory.per_gpu import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
     from trainledger.measure.compare import _fake_mode
     from trainledger.measure.memory import track_steps
     from trainledger.models import build_model

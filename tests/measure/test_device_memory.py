@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainledger.account.memory import cuda_reserve_bytes, memory_per_gpu
+from trainledger.account.memory.per_gpu import cuda_reserve_bytes, memory_per_gpu
 from trainledger.errors import TrainledgerError
 from trainledger.measure import device_memory as D
 from trainledger.specs import get_model

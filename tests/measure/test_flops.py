@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from trainledger.account.flops import flops_per_step
+from trainledger.account.counting.flops import flops_per_step
 from trainledger.measure.flops import count_flops, count_step_flops, flop_counter_mode
 from trainledger.models import Transformer
 from trainledger.specs import get_model
@@ -82,7 +82,7 @@ GPT = get_model("gpt2").with_(d_model=64, n_heads=4, d_ff=256, vocab_size=128, n
                                   GPT.with_(tied_embeddings=False, d_head=32)],
                          ids=["llama-gqa", "gpt2-tied", "mixtral-moe", "gpt-untied-dhead"])
 def test_transformer_flops_equal_account_prediction(spec):
-    # account/flops.py (H2) predicts model FLOPs; the count on a fake-tensor step must agree exactly
+    # account/counting/flops.py (H2) predicts model FLOPs; the count on a fake-tensor step must agree exactly
     # (MoE on real CPU tensors: our MoE refuses fake ones, its routing depends on data; with top-k every
     # token still reaches exactly k experts, so the count is deterministic)
     batch_size, seq_len = 2, 24
@@ -96,7 +96,7 @@ def test_transformer_flops_equal_account_prediction(spec):
 
 
 def test_every_family_flops_equal_account_prediction(family_spec, one_torch_thread):
-    # the new architectures (issue 13): account/flops.py against FlopCounterMode on our model, forward and train;
+    # the new architectures (issue 13): account/counting/flops.py against FlopCounterMode on our model, forward and train;
     # dense models on fake tensors, MoE on real CPU tensors
     spec, batch_size, seq_len = family_spec, 2, 24
     with FakeTensorMode() if not spec.is_moe else torch.device("cpu"):

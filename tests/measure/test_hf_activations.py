@@ -1,4 +1,4 @@
-"""--impl hf: account/hf_activations.py against transformers' own models, one small config per family.
+"""--impl hf: account/memory/hf_activations.py against transformers' own models, one small config per family.
 
 Each case runs one real CPU training step of AutoModelForCausalLM.from_config (transformers 5.x) through
 measure.compare.measure_hf and checks the issue's bar: activations within 3 %, train FLOPs within 1 %,
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from trainledger.account.hf_activations import HfImpl, default_attn_impl, hf_activations_bytes
+from trainledger.account.memory.hf_activations import HfImpl, default_attn_impl, hf_activations_bytes
 from trainledger.errors import TrainledgerError
 from trainledger.specs.hf_config import hf_run_fields, spec_from_config_dict
 

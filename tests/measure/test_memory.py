@@ -92,11 +92,11 @@ def test_cuda_peak_matches_allocator():
 
 def test_gradient_accumulation_holds_the_grads_through_the_next_micro_batch():
     """Two micro-batches per step without zero_grad between them (as `train --grad-accum 2` runs): the second
-    micro-batch's forward and backward run beside the first one's gradients. account.memory's peak with
+    micro-batch's forward and backward run beside the first one's gradients. account.memory.per_gpu's peak with
     grad_accum=2 is the tracked peak of the first and of a later step, on fake tensors."""
     import torch
 
-    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.memory.per_gpu import memory_per_gpu
     from trainledger.measure.compare import _fake_mode
     from trainledger.measure.memory import LiveTracker, storage_bytes
     from trainledger.models import build_model

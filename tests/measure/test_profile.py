@@ -12,7 +12,7 @@ import torch
 
 from trainledger.cli.main import main
 from trainledger.measure import calibrate as cal
-from trainledger.account.time import PARTS
+from trainledger.account.time.step import PARTS
 from trainledger.measure.profile import (CATEGORIES, GPU_CATEGORIES, PART_CATEGORY, event_category, largest_part,
                                          measured_categories, op_category, predicted_categories, profile_steps)
 from trainledger.specs import PRESETS

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainledger.account.params import param_counts
+from trainledger.account.counting.params import param_counts
 from trainledger.models import Cruncher, Linear
 from trainledger.specs import PRESETS
 

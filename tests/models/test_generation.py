@@ -1,5 +1,5 @@
 """Generation with a KV cache: the same greedy tokens and logits as the uncached model, the cache's bytes equal to
-account/inference.py's formula, sampling's filters, and the operator counts account/inference_ops.py predicts."""
+account/time/inference.py's formula, sampling's filters, and the operator counts account/time/inference_ops.py predicts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainledger.account.inference import kv_cache_bytes
-from trainledger.account.inference_ops import decode_step_ops, forward_ops
+from trainledger.account.time.inference import kv_cache_bytes
+from trainledger.account.time.inference_ops import decode_step_ops, forward_ops
 from trainledger.errors import TrainledgerError
 from trainledger.models import Transformer
 from trainledger.models.generation import generate
@@ -145,7 +145,7 @@ def test_bad_sampling_values_name_their_flag(kwargs, flag):
         next_token(torch.zeros(1, 4), **{"temperature": 1.0, **kwargs})
 
 
-# ----- operator counts (account/inference_ops.py) against what the dispatcher sees ------------------------------
+# ----- operator counts (account/time/inference_ops.py) against what the dispatcher sees ------------------------------
 class _Count(TorchDispatchMode):
     def __init__(self):
         super().__init__()

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from trainledger.account.params import param_counts
+from trainledger.account.counting.params import param_counts
 from trainledger.models import Transformer
 from trainledger.specs.hf_config import spec_from_config_file
 

@@ -84,8 +84,8 @@ def test_saved_bytes_match_the_documented_list(name, dtype, recompute):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_every_family_saves_what_account_predicts(family_spec, dtype, one_torch_thread):
     """Issue 13's families, measured a second way (saved_tensors_hooks instead of the live-storage tracker):
-    what autograd packs equals account/activations.py's prediction plus the token ids and targets."""
-    from trainledger.account.activations import activations_bytes
+    what autograd packs equals account/memory/activations.py's prediction plus the token ids and targets."""
+    from trainledger.account.memory.activations import activations_bytes
 
     torch.manual_seed(0)
     model = Transformer(family_spec, dtype=dtype)

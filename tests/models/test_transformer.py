@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from trainledger.account.params import param_counts
+from trainledger.account.counting.params import param_counts
 from trainledger.errors import TrainledgerError
 from trainledger.models import Transformer, build_model
 from trainledger.optim import AdamW

@@ -135,7 +135,7 @@ def test_peak_takes_every_dtype_name_the_dtype_table_knows():
 def test_sustained_matmul_measurements_are_reproduced(name, shape, dtype, tflops):
     """At a measured shape the model returns the published measurement (its wave utilisation divided out, then
     multiplied back in)."""
-    from trainledger.account.roofline import gemm_efficiency
+    from trainledger.account.time.roofline import gemm_efficiency
     gpu = get_gpu(name)
     assert gemm_efficiency(gpu, *shape, dtype)["efficiency"] * gpu.peak(dtype) == pytest.approx(tflops * 1e12)
 

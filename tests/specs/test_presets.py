@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from trainledger.account.params import n_params
+from trainledger.account.counting.params import n_params
 from trainledger.errors import TrainledgerError
 from trainledger.specs import PRESET_ALIASES, PRESETS, get_model, presets
 

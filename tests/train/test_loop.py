@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainledger.account.flops import flops_per_step
+from trainledger.account.counting.flops import flops_per_step
 from trainledger.optim import cosine_with_warmup
 from trainledger.specs import get_model
 from trainledger.train import Trainer, resolve

@@ -170,7 +170,7 @@ def test_measure_comm_under_autocast(tmp_path):
 
 
 def test_trainer_comm_prediction_per_stage_and_dtype():
-    from trainledger.account.trainer_comm import trainer_bytes_sent
+    from trainledger.account.time.trainer_comm import trainer_bytes_sent
     from trainledger.specs import get_model
     tiny = get_model("tiny")
     hidden = 4 * 16 * 128 * 4                       # one micro-batch's fp32 hidden states, bytes
@@ -186,6 +186,6 @@ def test_trainer_comm_prediction_per_stage_and_dtype():
     assert bf16["total"] < amp["total"]
     once = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=2, dp=2, zero=3)["dp_comm"]
     each = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=1, dp=2, zero=3)["dp_comm"]
-    from trainledger.account.params import n_params
+    from trainledger.account.counting.params import n_params
     reduce_scatter = n_params(tiny) * 4 / 2         # fp32 gradients, (n-1)/n of them sent, n = 2
     assert once == pytest.approx(2 * each - reduce_scatter)   # gathers per micro-batch, reduce-scatter once

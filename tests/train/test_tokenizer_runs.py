@@ -120,7 +120,7 @@ def test_vocab_multiple_pads_and_counts_the_cost_as_measured(docs, tmp_path, cap
         sizes = {v: sum(p.numel() for p in Transformer(replace(get_model("tiny"), vocab_size=v)).parameters())
                  for v in (2000, 2048)}
     assert summary["vocab_padding_params"] == sizes[2048] - sizes[2000]
-    from trainledger.account.flops import flops_per_step
+    from trainledger.account.counting.flops import flops_per_step
     flops = {v: flops_per_step(replace(get_model("tiny"), vocab_size=v), 4, 16)["train_flops_per_step"] for v in (2000, 2048)}
     # LM head: 2·d_model FLOPs per token and row forward, ×3 with backward, for 4 × 16 tokens
     assert summary["vocab_padding_train_flops_per_step"] == pytest.approx(flops[2048] - flops[2000]) == 6 * 128 * 48 * 64

@@ -171,7 +171,7 @@ def test_health_and_schema(client):
 def test_optimal_curve_spends_the_same_budget(client):
     """Every point of the iso-FLOP curve has N·D of the optimum (the same C = 6ND); under Approach 3 the
     command's optimum is the lowest point of the curve (Hoffmann et al. 2022, Sec. 3.3)."""
-    from trainledger.account.plan import approach3_loss
+    from trainledger.account.planning.plan import approach3_loss
 
     query = "budget-flops=5.76e23&law=approach3"
     curve = client.get(f"/api/optimal-curve?{query}").json()

@@ -1,10 +1,13 @@
-"""Pure accounting formulas (stdlib only, never torch): parameters, FLOPs, activation and model-state memory, plans.
+"""Pure accounting formulas (stdlib only, never torch), in four layers; each imports only the layers above it here.
 
-Modules, each importable on its own:
-    params       parameter counts by component            param_counts(spec)
-    flops        FLOPs per matmul, token and step          flops_per_step(spec, batch_size, seq_len, attention, recompute)
-    activations  bytes autograd saves for backward         activations_bytes(spec, batch_size, seq_len, ...)
-    memory       bytes per GPU by named part               memory_per_gpu(spec or n_params=..., precision, optimizer, zero, dp, tp, pp, ...)
-    plan         time, GPUs, largest model, optimal size   training_time, gpus_needed, max_params, max_micro_batch, compute_optimal
-    korthikanti  published reference formulas             Korthikanti et al. 2022 Table 2 and App. A, Megatron-LM Eq. 3
+    counting/    what a model is and costs per token: params, flops, matmul, tensor, recompute, korthikanti
+                 (published reference formulas), placement (parameters per GPU under TP/PP, ZeRO's divisors)
+    memory/      bytes: activations (what autograd saves), hf_activations, per_gpu (bytes per GPU by named part,
+                 the CUDA reserve), fsdp (FSDP2's settings, units and unsharded buffers)
+    time/        seconds: roofline (one kernel), eager/compiled/torchtitan/kernels (a step's kernels), comm (one
+                 collective), fsdp_comm, overlap, schedule (one pipeline schedule), timeline, step (a whole
+                 step: step_time), inference
+    planning/    questions over many steps: plan (time to train, largest model, optimal size), layout (the
+                 search), suggest, zero_choice, failures
+    validation/  published runs as a user would type them, predicted beside the published figure
 """

@@ -219,7 +219,7 @@ def add_calibration_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compile_flag(parser: argparse.ArgumentParser) -> None:
-    """--compile: the model under torch.compile (account/compiled.py)."""
+    """--compile: the model under torch.compile (account/time/compiled.py)."""
     parser.add_argument("--compile", action="store_true",
                         help="the model under torch.compile (Inductor, default mode): pointwise ops between GEMMs and "
                              "attention fused, fewer launches (docs/time.md)")
@@ -275,15 +275,15 @@ def approximation_notes(spec) -> list[str]:
     return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]
 
 
-RECOMPUTE_CHOICES = ("none", "selective", "full", "selective-op", "selective-layer")   # account.recompute.POLICIES
+RECOMPUTE_CHOICES = ("none", "selective", "full", "selective-op", "selective-layer")   # account.counting.recompute.POLICIES
 RECOMPUTE_HELP = ("activation recomputation: none, selective (the attention core, Korthikanti), full (each block), "
                   "selective-op (torchtitan's per-op policy: every second matmul and the elementwise ops re-run), "
                   "selective-layer (torchtitan's per-layer policy: every second block fully)")
 
 
 def add_fsdp_flags(parser: argparse.ArgumentParser) -> None:
-    """How FSDP2 runs under --zero 3 (account/fsdp.py): mixed-precision policy, resharding, accumulation, HSDP."""
-    g = parser.add_argument_group("FSDP2 with --zero 3 (account/fsdp.py)")
+    """How FSDP2 runs under --zero 3 (account/memory/fsdp.py): mixed-precision policy, resharding, accumulation, HSDP."""
+    g = parser.add_argument_group("FSDP2 with --zero 3 (account/memory/fsdp.py)")
     g.add_argument("--fsdp-param-dtype", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
                    help="dtype FSDP2 gathers and computes in (MixedPrecisionPolicy.param_dtype); auto: the recipe's "
                         "compute dtype, as torchtitan, Lightning and Accelerate run it; fp32: no policy (autocast over "
@@ -301,9 +301,9 @@ def add_fsdp_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def fsdp_from_args(args, precision: str, zero: int, dp: int, pp: int):
-    """account.fsdp.FsdpSettings for these flags when the layout shards with FSDP2 (zero 3, dp > 1), else None;
+    """account.memory.fsdp.FsdpSettings for these flags when the layout shards with FSDP2 (zero 3, dp > 1), else None;
     --dp-replicate > 1 without such a layout is an error naming the flag."""
-    from trainledger.account.fsdp import fsdp_settings
+    from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.specs.recipes import get_recipe
     replicate = getattr(args, "dp_replicate", 1)
     if zero != 3 or dp <= 1:

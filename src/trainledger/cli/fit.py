@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.plan import max_micro_batch, max_params
+    from trainledger.account.planning.plan import max_micro_batch, max_params
     from trainledger.errors import TrainledgerError
     from trainledger.specs.hardware import get_gpu
 
@@ -69,13 +69,13 @@ def compute(args) -> dict:
         result.update({"model": spec.name, "seq_len": seq_len, "max_batch_size": found["max_batch_size"],
                        "total_bytes_at_max_batch": found["memory_at_max"]["total_bytes"] if found["max_batch_size"] else None})
         if args.batch_size is not None:
-            from trainledger.account.memory import memory_per_gpu
+            from trainledger.account.memory.per_gpu import memory_per_gpu
             m = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, reserve_bytes=args.reserve,
                                memory_per_gpu_bytes=memory, **kwargs)
             result.update({"batch_size": args.batch_size, "total_bytes": m["total_bytes"], "fits": m["fits"]})
         result["assumptions"].insert(0, seq_len_assumption(spec, seq_len, args.seq_len))
         result["assumptions"].append(f"micro-batch search: {spec.name} at seq_len {seq_len:,}, activations from "
-                                     f"account.activations, recompute {args.recompute}, data parallel over {args.num_gpus}")
+                                     f"account.memory.activations, recompute {args.recompute}, data parallel over {args.num_gpus}")
         if seq_len_warnings(spec, seq_len):
             result["warnings"] = seq_len_warnings(spec, seq_len)
     elif args.batch_size is not None or args.seq_len is not None:

@@ -9,7 +9,7 @@ from trainledger.cli import common
 from trainledger.cli.plan import ATTENTION_WORDS, load_transformer, print_table, seq_len_assumption, seq_len_warnings
 
 HELP = "FLOPs of --model at --batch-size and --seq-len: forward, train (3×), hardware (with recomputation)"
-DESCRIPTION = """FLOPs of one training step (account/flops.py).
+DESCRIPTION = """FLOPs of one training step (account/counting/flops.py).
 
 Counted: every matmul a token passes through (q, k, v with grouped-query sizes, o, the MLP's 2 or 3
 matrices, MoE router + experts_per_token experts, the LM head at every position) as 2·in·out, plus
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account import flops as F
+    from trainledger.account.counting import flops as F
     from trainledger.errors import TrainledgerError
     from trainledger.cli.measure import hf_impl_of
     impl = hf_impl_of(args)

@@ -19,7 +19,7 @@ to the smallest set whose probabilities reach --top-p, seeded by --seed. --no-ca
 every new token instead of keeping keys and values (slower; what the cache saves).
 
 Measured: prefill tokens/s (the prompt's forward) and decoding tokens/s (one new token per step), after one
-untimed warm-up; the KV cache's bytes (its key and value tensors). Predicted: account/inference.py for the same
+untimed warm-up; the KV cache's bytes (its key and value tensors). Predicted: account/time/inference.py for the same
 model and lengths on this machine's calibrated device (`trainledger bench --calibrate`, measured once and cached;
 `trainledger infer` gives the same prediction for any GPU). Timings on a busy machine are slower: the 1-minute
 load average is reported beside them.

@@ -9,7 +9,7 @@ from trainledger.cli import common
 from trainledger.cli.plan import nonnegative_bytes, print_table
 
 HELP = "inference: KV cache and weight bytes, the largest batch that fits, prefill time, decoding tokens/s, bottleneck"
-DESCRIPTION = """Serving --batch-size sequences of --prompt-len prompt tokens and --gen-len new tokens each (account/inference.py):
+DESCRIPTION = """Serving --batch-size sequences of --prompt-len prompt tokens and --gen-len new tokens each (account/time/inference.py):
 
   KV cache bytes  = Σ_layers 2 · batch · kv_heads · head_dim · (prompt + gen) · bytes of --kv-dtype
                     (grouped-/multi-query attention caches fewer heads; a sliding-window layer its last W positions)
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.inference import inference
+    from trainledger.account.time.inference import inference
     from trainledger.specs import get_model
 
     spec = get_model(args.model)

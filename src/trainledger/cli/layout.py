@@ -11,9 +11,9 @@ from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserv
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
 DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
-data parallelism with ZeRO 0-3, the micro-batch and recomputation (account/layout.py) for the layouts with the
-shortest predicted step (account/time.py, as `trainledger step` prints) among those whose memory per GPU
-(account/memory.py, as `trainledger memory` prints) fits the GPU. For each layout only the lightest
+data parallelism with ZeRO 0-3, the micro-batch and recomputation (account/planning/layout.py) for the layouts with the
+shortest predicted step (account/time/step.py, as `trainledger step` prints) among those whose memory per GPU
+(account/memory/per_gpu.py, as `trainledger memory` prints) fits the GPU. For each layout only the lightest
 recomputation that fits is timed (recomputation costs time and only saves memory).
 
 examples:
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.layout import search
+    from trainledger.account.planning.layout import search
 
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
@@ -67,7 +67,7 @@ def compute(args) -> dict:
         + ("; torch.compile" if args.compile else "")
         + (f"; device measured by {args.calibration}" if args.calibration else ""),
         f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "
-        f"(account/memory.py), {found['timed']} timed with interleaving (account/time.py)",
+        f"(account/memory/per_gpu.py), {found['timed']} timed with interleaving (account/time/step.py)",
         "memory/GPU = the peak of a training step; it fits when peak + reserve <= memory. Reserve: "
         + ("--reserve" if args.reserve is not None else "by default what a CUDA process holds besides its tensors "
            "(CUDA context, cuBLAS workspaces, 10% of the peak for the caching allocator)"),

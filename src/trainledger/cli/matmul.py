@@ -49,7 +49,7 @@ def _names(values: list[str] | None, flag: str) -> list[str] | None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.matmul import matmul_flops, matmul_table
+    from trainledger.account.counting.matmul import matmul_flops, matmul_table
     from trainledger.specs.dtypes import get_dtype
     from trainledger.specs.hardware import get_gpu
 

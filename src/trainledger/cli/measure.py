@@ -19,7 +19,7 @@ alive for backward) and the peak of the first step (the batch itself excluded). 
 peak of every later step (the optimizer states now exist through forward and backward: the steady state of a
 run). "reserved" is what PyTorch's CUDA caching allocator holds for both steps: measured by torch.cuda on
 --device cuda, else replayed from the steps' allocations (measure/allocator.py); predicted = the later
-step's peak + the allocator's cache and cuBLAS workspaces (account.memory.cuda_reserve_bytes). A CUDA
+step's peak + the allocator's cache and cuBLAS workspaces (account.memory.per_gpu.cuda_reserve_bytes). A CUDA
 process holds its context (~0.6 GiB) besides.
 
 --device fake (default) runs on FakeTensorMode: shapes and dtypes only, no memory, any model size;
@@ -36,7 +36,7 @@ passed as model(*inputs) and loss_fn(output) returns the scalar loss (or returns
 output must be the loss). There is no analytic prediction for such a module: only measurements.
 --impl hf predicts and measures Hugging Face transformers' own model built from the config.json
 (GPT2LMHeadModel, LlamaForCausalLM, ...): the prediction follows transformers' code for that model_type
-(account/hf_activations.py: its activation functions, eager or SDPA attention, dropout masks in train
+(account/memory/hf_activations.py: its activation functions, eager or SDPA attention, dropout masks in train
 mode, KV-cache copies, the loss's labels). --attn-impl eager|sdpa picks the attention (default: what
 transformers picks: sdpa, eager for gemma2 and mpt). All --precision recipes; mixed-* keep fp32 masters.
 
@@ -100,13 +100,13 @@ def check_attn_impl(args) -> None:
 
 
 def hf_impl_of(args):
-    """The account.hf_activations.HfImpl that --impl hf and --attn-impl name for --model (None without --impl hf)."""
+    """The account.memory.hf_activations.HfImpl that --impl hf and --attn-impl name for --model (None without --impl hf)."""
     check_attn_impl(args)
     if getattr(args, "impl", "trainledger") != "hf":
         return None
     from pathlib import Path
 
-    from trainledger.account.hf_activations import hf_impl_from_config
+    from trainledger.account.memory.hf_activations import hf_impl_from_config
     from trainledger.specs.hf_config import read_config_file
     model = getattr(args, "model", None)
     if model is None or not (model.endswith(".json") or Path(model).exists()):

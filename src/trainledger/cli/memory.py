@@ -12,17 +12,17 @@ from trainledger.cli.reserve import add_reserve_flag, reserve_of
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
 HELP = "bytes per GPU of --model or --params: params, grads, master params, optimizer states, activations"
-DESCRIPTION = """Bytes per GPU by named part (account/memory.py), under a precision recipe and sharding.
+DESCRIPTION = """Bytes per GPU by named part (account/memory/per_gpu.py), under a precision recipe and sharding.
 
 Model states: bytes per parameter of --precision × --optimizer (specs/recipes.py), placed by --pp
 (heaviest pipeline stage), --tp (Megatron-sharded matrices and vocabulary) and ZeRO --zero over --dp
 ranks (ZeRO Sec. 3.1). Activations: what our torch Transformer saves for backward at --batch-size ×
---seq-len (account/activations.py); with --params only, activations are not modelled (0).
+--seq-len (account/memory/activations.py); with --params only, activations are not modelled (0).
 total_bytes is the sum of the parts; peak_bytes what the GPU holds at the busiest moment of a training step
 after the first (optimizer states through forward and backward, the loss's fp32 logits-sized buffers at the
 start of backward, the optimizer's temporary); `fits` = peak + --reserve <= the GPU's memory. --reserve
 defaults to what a CUDA process holds besides its tensors (context, cuBLAS workspaces, the caching
-allocator's cache: account/memory.py, with sources).
+allocator's cache: account/memory/per_gpu.py, with sources).
 
 Defaults, and why: --precision amp-bf16 (PyTorch autocast with fp32 weights and states, what a GPU run
 of `trainledger train --precision amp-bf16` does; AdamW 16 B/param as for fp32 and mixed-bf16, with
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.memory.per_gpu import memory_per_gpu
     from trainledger.errors import TrainledgerError
     from trainledger.specs.hardware import get_gpu
 
@@ -88,7 +88,7 @@ def compute(args) -> dict:
         impl = hf_impl_of(args)
         spec, seq_len = load_transformer(args.model, args.seq_len)
         if impl is not None:
-            from trainledger.account.hf_activations import hf_impl_note, hf_memory_per_gpu
+            from trainledger.account.memory.hf_activations import hf_impl_note, hf_memory_per_gpu
             if not args.flash:
                 raise TrainledgerError("--no-flash applies to trainledger's Transformer; with --impl hf give --attn-impl eager")
             settings.pop("flash")
@@ -99,10 +99,10 @@ def compute(args) -> dict:
         first = [seq_len_assumption(spec, seq_len, args.seq_len),
                  f"micro-batch {args.batch_size} sequence{'s' if args.batch_size > 1 else ''} per GPU (--batch-size)"]
         activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len:,}: what our torch model "
-                       f"saves for backward (account/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
+                       f"saves for backward (account/memory/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
         if impl is not None:
             activations = (f"activations of transformers' model of {spec.name} at batch {args.batch_size} × seq {seq_len:,} "
-                           f"(account/hf_activations.py); {hf_impl_note(impl)}")
+                           f"(account/memory/hf_activations.py); {hf_impl_note(impl)}")
         warnings += seq_len_warnings(spec, seq_len)
     else:
         if args.impl == "hf":

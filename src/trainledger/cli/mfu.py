@@ -47,8 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account import flops as F
-
+    from trainledger.account.counting import flops as F
     gpu = common.resolve_gpu(args.gpu, calibration=args.calibration)
     peak = gpu.peak(args.dtype)
     if args.tokens_per_s is not None:
@@ -108,7 +107,7 @@ def predicted(args, spec, seq_len: int, gpu, peak: float) -> dict:
     One sequence per GPU per step, the run's --recompute (any when none), amp-fp16 for --dtype fp16 and amp-bf16
     otherwise; the MFU is re-expressed against the --dtype peak. None (with the reason) when nothing fits.
     """
-    from trainledger.account.layout import search
+    from trainledger.account.planning.layout import search
     from trainledger.errors import TrainledgerError
     precision = "amp-fp16" if args.dtype in ("fp16", "float16", "half") else "amp-bf16"
     try:

@@ -19,7 +19,7 @@ _FEATURES = ("gelu_approximate", "partial_rotary_factor", "rope_local_theta", "p
 
 
 def _record(spec) -> dict:
-    from trainledger.account.params import param_counts
+    from trainledger.account.counting.params import param_counts
     from trainledger.specs import PRESET_ALIASES
 
     counts = param_counts(spec)

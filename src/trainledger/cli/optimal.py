@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.plan import budget_flops, compute_optimal
+    from trainledger.account.planning.plan import budget_flops, compute_optimal
 
     if args.budget_flops is not None:
         if args.mfu == "auto":
@@ -95,7 +95,7 @@ def compute(args) -> dict:
 def gpt_like(n_params: float, seq_len: int):
     """A GPT-3-style TransformerSpec of about n_params parameters: d_model = (128·N/12)^(1/3) rounded to 128,
     n_layers = d_model/128 (GPT-3 175B's aspect ratio), heads of 128, d_ff = 4·d_model, GPT-2 vocabulary."""
-    from trainledger.account.memory import d_model_estimate
+    from trainledger.account.memory.per_gpu import d_model_estimate
     from trainledger.specs.model import TransformerSpec
     d = max(128, int(round(d_model_estimate(n_params) / 128)) * 128)
     return TransformerSpec(name=f"gpt-like-{n_params:.3g}", vocab_size=50257, d_model=d, n_layers=max(1, d // 128),
@@ -107,8 +107,8 @@ def gpt_like(n_params: float, seq_len: int):
 
 def auto_mfu(args, gpu, peak: float) -> tuple[float, list[str]]:
     """(MFU, [assumption, layout]) for `optimal --mfu auto`: lay out the optimal-size model, recompute the budget, repeat."""
-    from trainledger.account.layout import search
-    from trainledger.account.plan import budget_flops, compute_optimal
+    from trainledger.account.planning.layout import search
+    from trainledger.account.planning.plan import budget_flops, compute_optimal
     mfu, best, spec = 0.5, None, None
     for _ in range(6):
         n = compute_optimal(budget_flops(args.num_gpus, args.days, peak, mfu), args.law, args.tokens_per_param)["n_params"]

@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.params import kaplan_non_embedding_params, param_counts
+    from trainledger.account.counting.params import kaplan_non_embedding_params, param_counts
     from trainledger.specs import get_model
 
     spec = get_model(args.model, "--model")

@@ -22,7 +22,7 @@ pre-trained at; every matmul incl. the LM head and the attention scores, backwar
 `trainledger flops`).
 No flags: the lecture's question, 70B parameters on 15T tokens on 1024 H100 at MFU 0.5 (~143.9 days).
 
-At scale the run is interrupted (account/failures.py): the job's mean time between interruptions
+At scale the run is interrupted (account/planning/failures.py): the job's mean time between interruptions
 M = 1 / (--failures-per-gpu-day × num_gpus); a checkpoint (weights + optimizer states of --precision and
 --optimizer) takes δ = bytes / (--checkpoint-bandwidth per node × nodes of 8 GPUs); each interruption
 costs the work since the last checkpoint plus --restart. The checkpoint interval is Daly's (2006)
@@ -136,9 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of the failure-aware figures (account/failures.py), defaults with their sources."""
-    from trainledger.account import failures
-    g = parser.add_argument_group("interruptions and checkpoints (account/failures.py)")
+    """The flags of the failure-aware figures (account/planning/failures.py), defaults with their sources."""
+    from trainledger.account.planning import failures
+    g = parser.add_argument_group("interruptions and checkpoints (account/planning/failures.py)")
     g.add_argument("--failures-per-gpu-day", type=common.positive_float, default=failures.LLAMA3_FAILURES_PER_GPU_DAY,
                    help="unexpected job interruptions per GPU per day (default 4.736e-4 = 419 in 54 days on 16,384 "
                         "GPUs, Llama 3, arXiv:2407.21783 Sec. 3.3.4)")
@@ -163,8 +163,8 @@ def mfu_or_auto(text: str):
 
 
 def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
-    """(MFU, the fastest layout, assumption lines) for `--mfu auto`: account.layout's best on these GPUs."""
-    from trainledger.account.layout import search
+    """(MFU, the fastest layout, assumption lines) for `--mfu auto`: account.planning.layout's best on these GPUs."""
+    from trainledger.account.planning.layout import search
     from trainledger.cli.reserve import reserve_of
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
@@ -207,13 +207,13 @@ def _datasheet(name: str):
 
 
 def compute(args) -> dict:
-    from trainledger.account import flops as F
-    from trainledger.account.plan import gpus_needed, training_time
+    from trainledger.account.counting import flops as F
+    from trainledger.account.planning.plan import gpus_needed, training_time
     gpu = common.resolve_gpu(args.gpu, calibration=args.calibration) if args.calibration else _datasheet(args.gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
     if args.model is not None:
-        from trainledger.account.params import param_counts
+        from trainledger.account.counting.params import param_counts
         spec, seq_len = load_transformer(args.model, args.seq_len)
         n_params = param_counts(spec)["n_params"]
         flops_per_token = F.train_flops_per_token(spec, seq_len, args.attention)
@@ -285,9 +285,9 @@ ATTENTION_WORDS = {"full": "scores over the full T×T (PaLM App. B, nanoGPT); ca
 
 
 def failure_figures(args, spec, n_params: float, seq_len, train_seconds: float) -> dict:
-    """The failure-aware keys of `plan` (account/failures.py), with the checkpoint bytes from account/memory.py."""
-    from trainledger.account import failures
-    from trainledger.account.memory import memory_per_gpu
+    """The failure-aware keys of `plan` (account/planning/failures.py), with the checkpoint bytes from account/memory/per_gpu.py."""
+    from trainledger.account.planning import failures
+    from trainledger.account.memory.per_gpu import memory_per_gpu
 
     states = dict(precision=args.precision, optimizer=args.optimizer)
     memory = (memory_per_gpu(spec, batch_size=1, seq_len=seq_len, **states) if spec is not None

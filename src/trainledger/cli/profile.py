@@ -13,7 +13,7 @@ HELP = ("run a few real training steps under torch.profiler, or read a recorded 
 DESCRIPTION = """Runs --warmup + --steps training steps of --model on this machine (CPU, or CUDA when present), then
 --steps more under torch.profiler, and groups the measured time into the parts of the prediction:
 matmul, attention, memory_bound, optimizer, communication, data_loading, overhead (Python, dispatch, idle).
-The prediction is `trainledger step` (account/time.py) on this machine's calibrated device: matmul rates by
+The prediction is `trainledger step` (account/time/step.py) on this machine's calibrated device: matmul rates by
 shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `trainledger bench --calibrate`
 (run automatically the first time, a few seconds, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
@@ -232,7 +232,7 @@ def render(result: dict, args) -> None:
         how = (f"categories: {steps} profiled steps, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
                f"({100 * result['categories_sum_error']:+.0f}% vs the step)")
     caption = [f"measured step: median of {steps} unprofiled steps; {how}",
-               f"prediction: account/time.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
+               f"prediction: account/time/step.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
     if result.get("trace"):
         caption.append(f"trace: {result['trace']} (open in ui.perfetto.dev or chrome://tracing)")
     where = (f"{result['device']}{', ' + str(result['threads']) + ' threads' if result.get('threads') else ''}")
@@ -265,7 +265,7 @@ def render_trace(result: dict) -> None:
                      "pseudo-events" + (f" ({meas['n_runtime_pseudo_events']} Command Buffer Full and the like here)"
                                         if meas["n_runtime_pseudo_events"] else "") + " are never GPU time")
     if result.get("predicted"):
-        notes.append(f"prediction: account/time.py for {result['model']}, batch {result['batch_size']} × "
+        notes.append(f"prediction: account/time/step.py for {result['model']}, batch {result['batch_size']} × "
                      f"{result['seq_len']}, {result['precision']} + {result['optimizer']}; {result['assumptions'][0]}")
     where = meas.get("device_name") or meas["device"]
     console = common.console()

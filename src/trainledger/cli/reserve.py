@@ -9,18 +9,18 @@ from trainledger.errors import TrainledgerError
 
 HELP = ("bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (the default: on NVIDIA and AMD "
         "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.62 GiB + two cuBLAS workspaces 64 MiB "
-        "+ 10%% of the peak for the caching allocator's cache, account/memory.py; 0 on other devices); or "
+        "+ 10%% of the peak for the caching allocator's cache, account/memory/per_gpu.py; 0 on other devices); or "
         "'expandable' (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: context and workspaces only)")
 EXPANDABLE = "expandable"
 
 
 def reserve_size(text: str) -> float | None:
     """An argparse type for --reserve: 'auto' (None: the device's default), 'expandable' (the context and cuBLAS
-    workspaces of account.memory.cuda_reserve_bytes, no allocator cache) or a non-negative size like 2GiB."""
+    workspaces of account.memory.per_gpu.cuda_reserve_bytes, no allocator cache) or a non-negative size like 2GiB."""
     if str(text).strip().lower() == "auto":
         return None
     if str(text).strip().lower() == EXPANDABLE:
-        from trainledger.account.memory import cuda_reserve_bytes
+        from trainledger.account.memory.per_gpu import cuda_reserve_bytes
         return cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
     try:
         value = units.parse_bytes(text)
@@ -36,15 +36,15 @@ def add_reserve_flag(parser) -> None:
 
 
 def reserve_of(args, gpu) -> float | None:
-    """reserve_bytes for account/: --reserve when given, else the device's default (account.memory.default_reserve)."""
-    from trainledger.account.memory import default_reserve
+    """reserve_bytes for account/: --reserve when given, else the device's default (account.memory.per_gpu.default_reserve)."""
+    from trainledger.account.memory.per_gpu import default_reserve
     value = getattr(args, "reserve", None)
     return default_reserve(gpu) if value is None else value
 
 
 def near_limit_warning(what: str, peak_bytes: float, reserve_bytes: float, memory_bytes: float) -> str | None:
-    """One warning line when `what` fits but leaves less than account.layout.NEAR_LIMIT_FRACTION of the memory."""
-    from trainledger.account.layout import NEAR_LIMIT_FRACTION
+    """One warning line when `what` fits but leaves less than account.planning.layout.NEAR_LIMIT_FRACTION of the memory."""
+    from trainledger.account.planning.layout import NEAR_LIMIT_FRACTION
     headroom = memory_bytes - peak_bytes - reserve_bytes
     if not 0 <= headroom < NEAR_LIMIT_FRACTION * memory_bytes:
         return None

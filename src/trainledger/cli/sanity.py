@@ -2,7 +2,7 @@
 where no answer is meaningful. Each check says what was received and why it cannot be what the user meant.
 
 - a compute budget that trains less than one parameter (`optimal`): an error, raised by
-  account.plan.compute_optimal (cli/optimal.py names --num-gpus × --days × --mfu when the budget came from them);
+  account.planning.plan.compute_optimal (cli/optimal.py names --num-gpus × --days × --mfu when the budget came from them);
 - ZeRO sharding over more data-parallel ranks than the model has parameters (`memory`): an error; over more
   than a million GPUs: the outlandish-GPU-count warning;
 - bytes beyond any machine (`measure`, `tensor`): a warning once one device's memory would exceed

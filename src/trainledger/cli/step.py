@@ -10,7 +10,7 @@ from trainledger.cli.plan import load_transformer, print_table, seq_len_assumpti
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
 HELP = "time of one training iteration of --model on --num-gpus GPUs under a parallel layout, by part, with MFU"
-DESCRIPTION = """One iteration predicted by account/time.py: every kernel of a layer (GEMMs on a shape-dependent
+DESCRIPTION = """One iteration predicted by account/time/step.py: every kernel of a layer (GEMMs on a shape-dependent
 roofline with measured matmul efficiency, the attention core, memory-bound ops), recomputation, the exposed part
 of each collective (α–β ring costs on the link it crosses), the pipeline bubble and the optimizer step.
 
@@ -96,8 +96,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account import zero_choice
-    from trainledger.account.time import derive_layout, step_time
+    from trainledger.account.planning import zero_choice
+    from trainledger.account.time.step import derive_layout, step_time
 
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
@@ -153,8 +153,8 @@ def compute(args) -> dict:
 
 def suggestion(spec, gpu, result: dict, fsdp_for=None) -> dict | None:
     """A faster micro-batch / ZeRO / recompute / interleave on the same GPUs, or one that fits when this step does
-    not (account.suggest.faster_setting), with a one-line summary under "line"; None when there is none."""
-    from trainledger.account.suggest import faster_setting
+    not (account.planning.suggest.faster_setting), with a one-line summary under "line"; None when there is none."""
+    from trainledger.account.planning.suggest import faster_setting
     found = faster_setting(spec, gpu, result, fsdp_for=fsdp_for)
     if found is None:
         return None

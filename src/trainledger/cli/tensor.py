@@ -4,7 +4,7 @@
     trainledger tensor --shape 4096,4096 --dtype bf16 --transpose 0,1 --slice ::2 --json
     trainledger tensor --shape 3,4 --slice :,1 --torch         # also build it in PyTorch and compare
 
-The numbers come from `trainledger.account.tensor` (pure arithmetic); `--torch` builds the tensor with PyTorch
+The numbers come from `trainledger.account.counting.tensor` (pure arithmetic); `--torch` builds the tensor with PyTorch
 (on the meta device unless --device says otherwise: no memory is allocated) and reports whether the layouts agree.
 """
 
@@ -142,7 +142,7 @@ def _torch_check(args, result: dict) -> dict:
 
 
 def compute(args) -> dict:
-    from trainledger.account.tensor import layout_report
+    from trainledger.account.counting.tensor import layout_report
 
     result = {"expression": _expression(args.transpose, args.index)}
     result |= layout_report(tuple(args.shape), args.dtype, args.transpose, args.index)

@@ -22,7 +22,7 @@ no PYTORCH_CUDA_ALLOC_CONF, one stream):
   (`release_cached_blocks`) and the request retried once; then it is an out-of-memory error, whose
   "reserved but unallocated" is what stays cached in partly used segments.
 Not modelled: expandable segments, `max_split_size_mb`, `garbage_collection_threshold`, several streams, CUDA
-graphs, memory the driver keeps for itself (the CUDA context: see account.memory.CUDA_CONTEXT_BYTES).
+graphs, memory the driver keeps for itself (the CUDA context: see account.memory.per_gpu.CUDA_CONTEXT_BYTES).
 """
 
 from __future__ import annotations

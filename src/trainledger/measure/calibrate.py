@@ -22,7 +22,7 @@ clock's resolution does not matter:
   divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping, the kernel launch), and the same
   for a chain of views, which launch nothing (`host_op_seconds`); and per operator of our Transformer's KV-cache
   decoding step at a negligible size, in inference mode (module calls, views and the cache's bookkeeping
-  included), for account/inference.py (`decode_op_overhead_seconds`).
+  included), for account/time/inference.py (`decode_op_overhead_seconds`).
 On CUDA (version 2) the two timelines are measured apart: the CPU costs by the wall clock (the kernels of 8
 elements finish long before the next launch), every kernel rate by CUDA events around calls queued behind a
 long `torch.cuda._sleep` kernel, so that the GPU runs them back to back however slowly the CPU launched them
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from trainledger.account.roofline import FLASH_BACKWARD_FLOPS_RATIO
+from trainledger.account.time.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
 from trainledger.measure.cpu_load import OthersCpu, busy_warning  # noqa: F401  (busy_warning: part of this API)
@@ -256,7 +256,7 @@ def memory_rates(device: str) -> list[list[float]]:
 
 def elementwise_rates(device: str) -> dict:
     """{kernel name: [[bytes per op, bytes/s], ...]} of fp32 elementwise ops that are not plain streams on this
-    device, bytes counted as account/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element),
+    device, bytes counted as account/time/kernels.py counts them: tanh-GELU ("gelu": read x, write y, 8 B/element),
     its backward ("gelu_backward": read x and the gradient, write the input gradient, 12 B/element), and the
     cross-entropy forward and backward (cross_entropy_rates)."""
     out = {"gelu": [], "gelu_backward": []}
@@ -276,7 +276,7 @@ def elementwise_rates(device: str) -> dict:
 
 def cross_entropy_rates(device: str, vocab: int = 8192) -> dict:
     """The fp32 loss over the vocabulary (F.cross_entropy: log-softmax's exp and log are arithmetic, not streams)
-    as account/kernels.py counts it: "cross_entropy" 12 bytes per logit in 2 ops (log-softmax reads a row twice and
+    as account/time/kernels.py counts it: "cross_entropy" 12 bytes per logit in 2 ops (log-softmax reads a row twice and
     writes it; NLL), "cross_entropy_backward" 20 bytes per logit in 3 ops (NLL's zeros and scatter, log-softmax's
     backward); [[bytes per op, bytes/s], ...] at 3 sizes."""
     out = {"cross_entropy": [], "cross_entropy_backward": []}

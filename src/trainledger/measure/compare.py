@@ -110,15 +110,15 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
             flash: bool = True, hf_impl=None) -> dict:
     """Predictions from account/ for one step: n_params, FLOPs per step, bytes by part, peak bytes.
 
-    hf_impl (an account.hf_activations.HfImpl): the activations (and so the peak) of transformers' model.
+    hf_impl (an account.memory.hf_activations.HfImpl): the activations (and so the peak) of transformers' model.
     """
-    from trainledger.account.flops import flops_per_step
-    from trainledger.account.memory import cuda_reserve_bytes, memory_per_gpu
-    from trainledger.account.params import param_counts
+    from trainledger.account.counting.flops import flops_per_step
+    from trainledger.account.memory.per_gpu import cuda_reserve_bytes, memory_per_gpu
+    from trainledger.account.counting.params import param_counts
 
     flops = flops_per_step(spec, batch_size, seq_len, recompute=recompute)
     if hf_impl is not None:
-        from trainledger.account.hf_activations import hf_memory_per_gpu
+        from trainledger.account.memory.hf_activations import hf_memory_per_gpu
         memory = hf_memory_per_gpu(spec, hf_impl, batch_size=batch_size, seq_len=seq_len, precision=precision,
                                    optimizer=optimizer, recompute=recompute)
     else:
@@ -130,7 +130,7 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
                  "hardware_flops_per_step": flops["hardware_flops_per_step"]}
     for key in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes"):
         predicted[key] = memory[key]
-    # account.memory's step peaks (trainledger.optim's foreach steps: one state-sized temporary, SGD none)
+    # account.memory.per_gpu's step peaks (trainledger.optim's foreach steps: one state-sized temporary, SGD none)
     predicted["peak_bytes"] = memory["first_step_peak_bytes"]
     predicted["later_step_peak_bytes"] = memory["peak_bytes"]
     # what the CUDA caching allocator reserves: the peak + its cache + the cuBLAS workspaces (no context: not PyTorch's)
@@ -370,7 +370,7 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
                optimizer: str = "adamw", device: str = "fake", attn_impl: str | None = None) -> dict:
     """{"predicted", "measured", "relative_error", ...} of one training step of transformers' own model of a config.json.
 
-    Predicted: account.hf_activations (transformers' code for that model_type: its activation functions, eager or
+    Predicted: account.memory.hf_activations (transformers' code for that model_type: its activation functions, eager or
     SDPA attention, dropout in train mode, KV-cache copies, the loss's labels) on top of account/'s parameter,
     FLOP and model-state formulas. Measured: AutoModelForCausalLM.from_config(config) built with
     `attn_implementation` (default: what transformers picks), one step of loss = model(input_ids, labels).loss,
@@ -379,7 +379,7 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
     """
     from pathlib import Path
 
-    from trainledger.account.hf_activations import hf_impl_from_config, hf_impl_note
+    from trainledger.account.memory.hf_activations import hf_impl_from_config, hf_impl_note
     from trainledger.specs.hf_config import read_config_file
     from trainledger.specs.recipes import get_recipe
     if not Path(config_path).exists():
@@ -423,7 +423,7 @@ def measure_hf(config_path: str, spec, batch_size: int, seq_len: int, *, precisi
         notes.append("meta device: autocast does not cast meta tensors, so this amp step computes in fp32 while the "
                      "prediction is for amp; use --device fake")
     if not transformers.__version__.startswith("5."):
-        notes.append(f"transformers {transformers.__version__}: account/hf_activations.py follows transformers 5.x "
+        notes.append(f"transformers {transformers.__version__}: account/memory/hf_activations.py follows transformers 5.x "
                      "(tested with 5.24); other versions may save other tensors")
     if device in ("fake", "meta") and getattr(spec, "is_moe", False):
         notes.append(f"{device} device: the experts' routing is whatever the {device} tensors give; FLOPs and saved "

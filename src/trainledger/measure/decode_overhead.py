@@ -1,6 +1,6 @@
 """The CPU cost per operator of our Transformer's eager KV-cache decoding step, for measure/calibrate.py.
 
-account/inference.py predicts a decoding step of a small model on a CPU as its operator count (account/
+account/time/inference.py predicts a decoding step of a small model on a CPU as its operator count (account/
 inference_ops.py) × this cost + its bytes over the bandwidth; this measures the cost where arithmetic is negligible.
 """
 

@@ -3,11 +3,11 @@
 `check_cuda_fits` runs before `train`, `profile` or `measure` allocate anything on a GPU. It compares what the
 step will hold with the free memory torch.cuda.mem_get_info() reports (asking for it starts CUDA, so the context
 and any other process are already out of that figure). The step's tensors peak at the predicted peak of a
-training step after the first (account.memory.memory_per_gpu's peak_bytes: optimizer states, activations, the
+training step after the first (account.memory.per_gpu.memory_per_gpu's peak_bytes: optimizer states, activations, the
 loss's fp32 logits-sized buffers); PyTorch's caching allocator holds more, by an amount that depends on the order
 of allocations (1.5-20 % of the peak over the configurations replayed in docs/measure.md). So:
 - peak + cuBLAS workspaces > free: it cannot fit; stop;
-- peak + account.memory.cuda_reserve_bytes (10 % for the cache) <= free: it fits;
+- peak + account.memory.per_gpu.cuda_reserve_bytes (10 % for the cache) <= free: it fits;
 - in between, when `replay` is given (measure.compare.check_gpu_memory gives it for one-GPU runs of trainledger's
   Transformer: the step replayed on fake tensors through measure.allocator, a few seconds), stop if the replayed
   reservation exceeds the free memory; without it, go on with a warning line.
@@ -45,7 +45,7 @@ def cuda_free_bytes(mem_get_info=None) -> tuple[float, float]:
 
 def needed_bytes(peak_bytes: float) -> float:
     """Bytes a step whose tensors peak at `peak_bytes` needs from the free memory of a started CUDA device."""
-    from trainledger.account.memory import cuda_reserve_bytes
+    from trainledger.account.memory.per_gpu import cuda_reserve_bytes
     return peak_bytes + cuda_reserve_bytes(peak_bytes, context=False)["total"]
 
 
@@ -68,7 +68,7 @@ def check_cuda_fits(peak_of_batch, batch_size: int, *, what: str = "this trainin
     when it fits, with a "warning" line when only the allowance said it might not (checked False when
     TRAINLEDGER_NO_MEMORY_CHECK=1). `mem_get_info` and `environ` replace torch.cuda's and os.environ (tests).
     """
-    from trainledger.account.memory import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES
+    from trainledger.account.memory.per_gpu import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES
     environ = os.environ if environ is None else environ
     if environ.get(SKIP_ENV, "") not in ("", "0"):
         return {"checked": False}
@@ -153,8 +153,8 @@ def _live_cuda() -> dict:
 
 
 def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, recompute: str = "none", **settings):
-    """b -> the predicted peak bytes of a later training step of `spec` at batch size b (account.memory, one GPU)."""
-    from trainledger.account.memory import memory_per_gpu
+    """b -> the predicted peak bytes of a later training step of `spec` at batch size b (account.memory.per_gpu, one GPU)."""
+    from trainledger.account.memory.per_gpu import memory_per_gpu
 
     settings = {"zero": 0, **settings}
 
@@ -167,7 +167,7 @@ def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, reco
 def check_before_run(spec, device, *, batch_size: int, seq_len: int, precision: str, optimizer: str,
                      recompute: str = "none", what: str = "this training step", flag: str = "--batch-size",
                      hint: str = "", mem_get_info=None, environ=None, replay=None, **sharding) -> dict | None:
-    """check_cuda_fits of `spec`'s step at the micro-batch `batch_size` (account.memory's peak of a later step on one
+    """check_cuda_fits of `spec`'s step at the micro-batch `batch_size` (account.memory.per_gpu's peak of a later step on one
     GPU; `sharding`: zero, dp, tp, pp, grad_accum of the run, as memory_per_gpu takes them). `replay(b)` is used only
     when the run is one GPU without accumulation (it replays that step). Nothing is checked off CUDA (None).
     `train`, `profile` and `measure` call it through measure.compare.check_gpu_memory, which supplies the replay."""

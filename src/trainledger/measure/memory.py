@@ -258,9 +258,9 @@ def track_steps(model: torch.nn.Module, batch, optimizer, *, steps: int = 2, ext
 
 def two_steps(model, batch, opt, device: str, *, extra_storages=(), **kwargs) -> tuple:
     """(first step's MemoryReport, a later step's, the allocator replay of both): track_steps with two steps, the
-    cuBLAS workspaces of a Hopper-class GPU (account.memory.CUBLAS_WORKSPACE_BYTES) and FLOPs counted in the first.
+    cuBLAS workspaces of a Hopper-class GPU (account.memory.per_gpu.CUBLAS_WORKSPACE_BYTES) and FLOPs counted in the first.
     On CUDA the device's own peak statistics are reset first (memory_rows reads them)."""
-    from trainledger.account.memory import CUBLAS_WORKSPACE_BYTES
+    from trainledger.account.memory.per_gpu import CUBLAS_WORKSPACE_BYTES
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     (report, later), replayed = track_steps(model, batch, opt, steps=2, extra_storages=extra_storages,

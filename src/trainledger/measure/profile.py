@@ -4,7 +4,7 @@ prediction's parts, predicted vs measured, and a diagnosis.
     profile_steps(spec, ...) -> dict              measured: step_seconds (unprofiled median), categories
     measured_categories(events, ...) -> dict      CPU: seconds by category from profiler events (pure over the tree)
     measured_from_trace(path) -> dict             the same grouping for a Chrome/Kineto trace file (no torch)
-    predicted_categories(breakdown) -> dict       account.time's breakdown in the same categories
+    predicted_categories(breakdown) -> dict       account.time.step's breakdown in the same categories
     compare(spec, gpu, ...) -> dict               everything `trainledger profile --json` prints
     compare_trace(path, ...) -> dict              everything `trainledger profile --from-trace FILE --json` prints
     (the sentences: measure/diagnosis.py; the categories: measure/categories.py; the trace: measure/trace.py)
@@ -41,8 +41,8 @@ from trainledger.measure.categories import (  # noqa: F401  (GPU_CATEGORIES, WOR
     CATEGORIES, GPU_CATEGORIES, REGIONS, WORDS, op_category)
 from trainledger.measure.diagnosis import SetUp, diagnose, largest_part  # noqa: F401
 
-# account.time's breakdown parts -> categories (a single device has no communication or bubble; kept for CUDA).
-# A part this table does not know counts as overhead (a test checks that every part of account.time is here).
+# account.time.step's breakdown parts -> categories (a single device has no communication or bubble; kept for CUDA).
+# A part this table does not know counts as overhead (a test checks that every part of account.time.step is here).
 PART_CATEGORY = {"compute": "matmul", "attention": "attention", "memory_bound": "memory_bound",
                  "optimizer": "optimizer", "overhead": "overhead", "tp_comm": "communication",
                  "cp_comm": "communication", "pp_comm": "communication", "dp_comm": "communication",
@@ -134,7 +134,7 @@ def _span_seconds(event) -> float:
 
 
 def predicted_categories(breakdown: dict, optimizer_overhead_seconds: float = 0.0, device: str = "cpu") -> dict:
-    """account.time's breakdown (seconds by part) summed into the measured side's categories (data loading: not
+    """account.time.step's breakdown (seconds by part) summed into the measured side's categories (data loading: not
     modelled, 0). On CPU, `optimizer_overhead_seconds` (the dispatch overhead of the optimizer's ops, inside the
     breakdown's "overhead") moves to "optimizer", as the measured optimizer region includes its Python. On CUDA
     the categories are GPU_CATEGORIES: the predicted overhead (CPU time the kernels cannot hide) is GPU idle."""
@@ -151,8 +151,8 @@ def predicted_categories(breakdown: dict, optimizer_overhead_seconds: float = 0.
 
 def optimizer_overhead_seconds(spec, gpu, precision: str, optimizer: str) -> float:
     """Dispatch overhead of one optimizer step on one device: its ops (account.kernels.optimizer_kernels, one
-    per parameter tensor and update) × the device's per-op overhead, as account.time counts it."""
-    from trainledger.account.time import optimizer_dispatch_seconds
+    per parameter tensor and update) × the device's per-op overhead, as account.time.step counts it."""
+    from trainledger.account.time.step import optimizer_dispatch_seconds
     return optimizer_dispatch_seconds(spec, gpu, precision, optimizer)
 
 
@@ -193,7 +193,7 @@ def compare_trace(path, *, measured: dict | None = None, spec=None, gpu=None, ba
                   seq_len: int | None = None, precision: str = "amp-bf16", optimizer: str = "adamw",
                   calibrated: bool = False, max_bytes: int | None = None) -> dict:
     """Everything `trainledger profile --from-trace FILE --json` prints: the trace's measured parts and diagnosis,
-    and with a model (`spec`, `gpu`, shapes) the prediction of account.time.step_time beside them. `measured`:
+    and with a model (`spec`, `gpu`, shapes) the prediction of account.time.step.step_time beside them. `measured`:
     measured_from_trace(path), when already read."""
     measured = measured if measured is not None else measured_from_trace(path, max_bytes)
     result = {"source": "trace", "trace": str(path), "device": measured["device"],
@@ -213,7 +213,7 @@ def compare_trace(path, *, measured: dict | None = None, spec=None, gpu=None, ba
 
 def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash=True, compiled=False) -> dict:
     """step_time of profile's own loop (loop="profile": its synchronizations and per-step host work)."""
-    from trainledger.account.time import step_time
+    from trainledger.account.time.step import step_time
 
     prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
                            optimizer=optimizer, zero=0, flash=flash, with_memory=False, compiled=compiled,
@@ -371,7 +371,7 @@ MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
             warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False) -> dict:
-    """Predicted (account.time.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
+    """Predicted (account.time.step.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
     from trainledger.measure.compare import check_gpu_memory
 
     check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,

@@ -13,7 +13,7 @@ in slot p mod W, and a query never sees more than the last W keys (Mistral 7B, a
 
     Σ_layers 2 · batch · n_kv_heads · head_dim · slots · bytes per element,  slots = capacity or min(capacity, W)
 
-which account/inference.py predicts (`kv_cache_bytes`); `nbytes` measures it from the tensors themselves.
+which account/time/inference.py predicts (`kv_cache_bytes`); `nbytes` measures it from the tensors themselves.
 
 Use: `cache = KVCache(spec, batch_size, capacity, ...)`, then `model.forward_cached(idx, cache)` for the prompt
 (any length, from position 0) and for each new token. The prompt's forward is the training forward exactly

@@ -8,7 +8,7 @@ The profile is a plain JSON object, written by measure/calibrate.py and read bac
     gemm {dtype: [[m, n, k, flops_per_s], ...]}           C[m,n] = A[m,k]·B[k,n], fastest of timed samples
     memory [[bytes_per_op, bytes_per_s], ...]             out-of-place adds: 3 · n · 4 bytes per op, by size
     elementwise {kernel name: [[bytes_per_op, bytes_per_s], ...]}   (optional) ops that are not plain streams,
-                                                          named as account/kernels.py names them, bytes counted
+                                                          named as account/time/kernels.py names them, bytes counted
                                                           as it does (tanh-GELU: 8, its backward 12 per fp32 element;
                                                           cross_entropy 12, its backward 20 per logit; version 1
                                                           counted 8 and 16 and is converted on load)

@@ -30,13 +30,13 @@ class GPUSpec:
     attention_efficiency: dict[str, AttentionEfficiency] = field(default_factory=dict)   # kernel -> rates; first = default
     memory_bandwidth_fraction: float = 1.0        # streaming kernels' share of the datasheet bandwidth
     # measured (bytes per op, achieved bytes/s) of a calibrated device (specs/calibration.py): caches make small ops
-    # faster than DRAM; account.roofline interpolates it by op size. Empty for datasheet entries.
+    # faster than DRAM; account.time.roofline interpolates it by op size. Empty for datasheet entries.
     memory_bandwidth_curve: tuple[tuple[float, float], ...] = ()
     # measured (bytes per op, bytes/s) of elementwise kernels that are not plain streams on a calibrated device,
-    # keyed by the kernel name of account/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
+    # keyed by the kernel name of account/time/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
     elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
-    # How ops run (account/timeline.py): True on accelerators, where the CPU launches kernels ahead of the device
+    # How ops run (account/time/timeline.py): True on accelerators, where the CPU launches kernels ahead of the device
     # and a step costs the longer of the two timelines; False on a calibrated CPU, where each op runs in turn.
     async_launch: bool = True
     kernel_overhead_seconds: float = 0.0          # device time a kernel holds beyond its arithmetic (launch, ramp, tail)
@@ -44,11 +44,11 @@ class GPUSpec:
     launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
     optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
     # share of the streaming bandwidth an elementwise kernel reaches by how it walks memory ("broadcast", "strided",
-    # "column_reduction": account.roofline Kernel.access); empty: every kernel streams
+    # "column_reduction": account.time.roofline Kernel.access); empty: every kernel streams
     access_fractions: dict[str, float] = field(default_factory=dict)
     unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
     # per operator of our Transformer's eager decoding step (a calibrated device: measure/calibrate.py); None: not
-    # measured, account.inference uses op_overhead_seconds
+    # measured, account.time.inference uses op_overhead_seconds
     decode_op_overhead_seconds: float | None = None
     gpus_per_node: int = 8
     intra_node_link: Link | None = None

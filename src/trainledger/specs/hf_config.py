@@ -351,7 +351,7 @@ _DROPOUT_DEFAULTS = {"gpt2": 0.1}
 
 
 def hf_run_fields(config: dict, flag: str = "--model") -> dict:
-    """How transformers runs a config.json in training (for account.hf_activations.HfImpl): model_type,
+    """How transformers runs a config.json in training (for account.memory.hf_activations.HfImpl): model_type,
     use_cache (default true), the activation as written, and the dropout probabilities (train mode)."""
     model_type = config.get("model_type")
     if model_type not in SUPPORTED:

@@ -40,7 +40,7 @@ class Link:
     one CTA per channel and does not share the SM with compute kernels: NVIDIA, NVIDIA/nccl#689), which the
     GEMMs it overlaps lose; 0 where no channel count is published (then no interference is modelled).
     busbw_curve: measured nccl-tests all_reduce bus bandwidth by message size, ((bytes, bytes/s), ...) ascending,
-    where one is published: it replaces the α–β terms for collectives on this link (account.comm), since NCCL's
+    where one is published: it replaces the α–β terms for collectives on this link (account.time.comm), since NCCL's
     achieved rate below ~1 GB falls short of what fixed latencies predict (protocol, channel and algorithm
     choices change with size).
     """

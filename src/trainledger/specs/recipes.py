@@ -137,7 +137,7 @@ def adafactor_elements_per_param(d_model: float) -> float:
 
     A d×d matrix keeps d + d elements for its d² parameters, i.e. 2/d per parameter; Transformer matrices
     are d×d or d×4d (rows + cols over rows·cols = 5/(4d)), so 2/d is an upper estimate within 1.6×.
-    With a model spec, account.memory counts rows + cols of every matrix exactly instead.
+    With a model spec, account.memory.per_gpu counts rows + cols of every matrix exactly instead.
     """
     return 2.0 / d_model
 

@@ -28,9 +28,9 @@ SECONDS_PER_DAY = 86400
 def tensor_operations_flops(tour: Tour) -> None:
     import torch
 
-    from trainledger.account.flops import train_flops
-    from trainledger.account.matmul import matmul_flops
-    from trainledger.account.plan import budget_flops
+    from trainledger.account.counting.flops import train_flops
+    from trainledger.account.counting.matmul import matmul_flops
+    from trainledger.account.planning.plan import budget_flops
     from trainledger.measure.flops import count_flops
     from trainledger.specs.hardware import get_gpu
 
@@ -42,7 +42,7 @@ def tensor_operations_flops(tour: Tour) -> None:
     peak = get_gpu("h100").peak("bf16")
     one_week = budget_flops(8, 7 * SECONDS_PER_DAY, peak, mfu=1.0)
     two_weeks = budget_flops(8, 14 * SECONDS_PER_DAY, peak, mfu=1.0)
-    tour.inspect("8 H100 × 2 weeks at peak (account.plan.budget_flops)", two_weeks)
+    tour.inspect("8 H100 × 2 weeks at peak (account.planning.plan.budget_flops)", two_weeks)
     with tour.claim("8 H100s for two weeks at peak: 9.58e21 FLOPs, twice what the lecture's cell printed") as c:
         c.approx(one_week, LECTURE_8_H100_TWO_WEEKS_PRINTED, rel=1e-3, one_week=one_week,
                  lecture_printed=LECTURE_8_H100_TWO_WEEKS_PRINTED)
@@ -128,7 +128,7 @@ def gradients_basics(tour: Tour) -> None:
 def gradients_flops(tour: Tour) -> None:
     import torch
 
-    from trainledger.account.matmul import matmul_flops
+    from trainledger.account.counting.matmul import matmul_flops
     from trainledger.measure.flops import count_step_flops
 
     B, D, K = CPU_SIZES["B"], CPU_SIZES["D"], CPU_SIZES["K"]

@@ -2,7 +2,7 @@
 
 Follows CS336 Lecture 2 (Spring 2025), `module_parameters` and `custom_model`. The modules are
 trainledger's own (`trainledger.models.Linear`, `Cruncher`); parameter counts are predicted by
-`trainledger.account.params` and measured with `numel()`.
+`trainledger.account.counting.params` and measured with `numel()`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _truncated_std(cut: float) -> float:
 def custom_model(tour: Tour) -> None:
     import torch
 
-    from trainledger.account.params import n_params
+    from trainledger.account.counting.params import n_params
     from trainledger.models import Cruncher
     from trainledger.specs.model import CruncherSpec
 
@@ -89,7 +89,7 @@ def custom_model(tour: Tour) -> None:
     with tour.claim("Cruncher(dim=64, num_layers=2).state_dict(): layers.0.weight D², layers.1.weight D², final.weight D") as c:
         c.check(param_sizes == [("layers.0.weight", D * D), ("layers.1.weight", D * D), ("final.weight", D)],
                 param_sizes=param_sizes)
-    with tour.claim("it has 8,256 parameters: numel (measured) = account.params (predicted) = the lecture's value") as c:
+    with tour.claim("it has 8,256 parameters: numel (measured) = account.counting.params (predicted) = the lecture's value") as c:
         measured = sum(p.numel() for p in model.parameters())
         predicted = n_params(CruncherSpec(dim=D, n_layers=num_layers))
         tour.inspect("num_parameters", measured)

@@ -19,8 +19,8 @@ LECTURE_MAX_PARAMS = 4.0e10
 
 
 def motivating_questions(tour: Tour) -> None:
-    from trainledger.account.flops import train_flops
-    from trainledger.account.plan import max_params, training_time
+    from trainledger.account.counting.flops import train_flops
+    from trainledger.account.planning.plan import max_params, training_time
     from trainledger.specs.hardware import get_gpu
 
     h100 = get_gpu("h100")
@@ -31,12 +31,12 @@ def motivating_questions(tour: Tour) -> None:
 
     total_flops = train_flops(70e9, 15e12)
     tour.inspect("total_flops = 6 · 70e9 · 15e12", total_flops)
-    with tour.claim("70B parameters × 15T tokens: 6ND = 6.3e24 FLOPs (account.flops.train_flops)") as c:
+    with tour.claim("70B parameters × 15T tokens: 6ND = 6.3e24 FLOPs (account.counting.flops.train_flops)") as c:
         c.approx(total_flops, LECTURE_TOTAL_FLOPS, rel=1e-12, predicted=total_flops, lecture=LECTURE_TOTAL_FLOPS)
     time = training_time(total_flops, num_gpus=1024, peak_flops_per_s=peak, mfu=0.5)
     tour.inspect("flops_per_day (1024 H100, MFU 0.5)", time["flops_per_day"])
     tour.inspect("days", time["train_days"])
-    with tour.claim("1024 H100 at MFU 0.5 deliver 4.377e22 FLOPs a day (account.plan.training_time)") as c:
+    with tour.claim("1024 H100 at MFU 0.5 deliver 4.377e22 FLOPs a day (account.planning.plan.training_time)") as c:
         c.approx(time["flops_per_day"], LECTURE_FLOPS_PER_DAY, rel=1e-9, predicted=time["flops_per_day"],
                  lecture=LECTURE_FLOPS_PER_DAY)
     with tour.claim("so the 70B × 15T run takes ≈ 144 days (143.93)") as c:
@@ -46,7 +46,7 @@ def motivating_questions(tour: Tour) -> None:
     tour.inspect("h100_bytes (specs.hardware)", h100.memory_bytes)
     tour.inspect("bytes_per_parameter (fp32 AdamW: params, grads, m, v)", fit["bytes_per_param_parts"])
     tour.inspect("num_parameters that fit on 8 H100", fit["max_params"])
-    with tour.claim("naive float32 AdamW needs 4 + 4 + (4 + 4) = 16 bytes per parameter (account.plan.max_params)") as c:
+    with tour.claim("naive float32 AdamW needs 4 + 4 + (4 + 4) = 16 bytes per parameter (account.planning.plan.max_params)") as c:
         c.check(fit["bytes_per_param"] == LECTURE_BYTES_PER_PARAM, predicted=fit["bytes_per_param"],
                 lecture=LECTURE_BYTES_PER_PARAM, parts=fit["bytes_per_param_parts"])
     with tour.claim("the largest model on 8 H100 (80e9 bytes each) is ≈ 40B parameters, activations not counted") as c:

@@ -144,7 +144,7 @@ def tensors_on_gpus(tour: Tour) -> None:
         used = torch.cuda.memory_allocated() - before
         tour.inspect("memory_used (bytes)", used)
         # The caching allocator rounds each block up to 512 bytes; 4096-byte tensors are exact.
-        from trainledger.account.tensor import tensor_bytes
+        from trainledger.account.counting.tensor import tensor_bytes
         predicted = 2 * tensor_bytes((32, 32), "fp32")
         c.check(y.device == torch.device("cuda", 0) and used == predicted == 2 * 32 * 32 * 4,
                 memory_used_bytes=used, predicted_bytes=predicted)

@@ -87,8 +87,8 @@ def optimizer(tour: Tour) -> None:
     import torch
     import torch.nn.functional as F
 
-    from trainledger.account.flops import flops_per_step
-    from trainledger.account.memory import memory_per_gpu
+    from trainledger.account.counting.flops import flops_per_step
+    from trainledger.account.memory.per_gpu import memory_per_gpu
     from trainledger.measure.flops import count_step_flops
     from trainledger.measure.memory import track_step
     from trainledger.models import Cruncher

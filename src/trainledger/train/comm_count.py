@@ -5,7 +5,7 @@ gradient all-reduce (issued by its C++ reducer), FSDP2's all-gathers and reduce-
 functional collectives (tensor and sequence parallelism, loss_parallel) and the pipeline's send/recv —
 with its tensors and process group. From the payload S (the full tensor: an all-reduce's buffer, an
 all-gather's output, a reduce-scatter's input, a message) and the group size n it adds the bytes one rank
-sends in a ring, `account.comm.ring_bytes_sent` (2(n−1)/n·S, (n−1)/n·S, S), the convention the prediction
+sends in a ring, `account.time.comm.ring_bytes_sent` (2(n−1)/n·S, (n−1)/n·S, S), the convention the prediction
 uses. The payloads are measured, the ring volume per payload is the standard accounting (nccl-tests' bus
 bandwidth); gloo's own algorithms may move a different number of bytes on the wire.
 
@@ -22,7 +22,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from trainledger.account.comm import ring_bytes_sent
+from trainledger.account.time.comm import ring_bytes_sent
 from trainledger.errors import TrainledgerError
 
 # op name (after the namespace) -> (kind, which tensor is the full payload S)
@@ -128,7 +128,7 @@ class StepComm:
 
 def predicted_comm_bytes(trainer) -> float:
     """What account/ predicts this rank sends in one step of the trainer's layout (PyTorch's implementations)."""
-    from trainledger.account.trainer_comm import trainer_bytes_sent
+    from trainledger.account.time.trainer_comm import trainer_bytes_sent
     config, world = trainer.config, trainer.world
     return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
                               micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
@@ -151,7 +151,7 @@ def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1
     `batch_size` is the micro-batch per data-parallel replica; the step runs `grad_accum` of them. No optimizer
     step and no data: the comparison of `train`'s records, without training. Collective on every rank.
     """
-    from trainledger.account.trainer_comm import trainer_bytes_sent
+    from trainledger.account.time.trainer_comm import trainer_bytes_sent
     from trainledger.models import build_model
     from trainledger.train import distributed as dist_
     from trainledger.models.precision import autocast, param_dtype

@@ -1,4 +1,4 @@
-"""`trainledger generate`: text from a trained model, with the measured speed beside account/inference.py's prediction.
+"""`trainledger generate`: text from a trained model, with the measured speed beside account/time/inference.py's prediction.
 
 Steps: load the model (train/run_model.py) and its tokenizer, encode the prompt, warm up once (the first call
 of a shape pays one-time costs: oneDNN primitive creation, CUDA context and kernels), then generate with or
@@ -135,8 +135,8 @@ def _no_prediction() -> dict:
 
 def predict_speed(spec, device: str, dtype: str, prompt_len: int, max_new_tokens: int, use_cache: bool, greedy: bool,
                   warnings: list[str], log=None) -> dict:
-    """account.inference's prediction for this generation on this machine's calibrated `device` (batch 1)."""
-    from trainledger.account.inference import inference
+    """account.time.inference's prediction for this generation on this machine's calibrated `device` (batch 1)."""
+    from trainledger.account.time.inference import inference
     from trainledger.measure.calibrate import calibrated_device
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     gpu = calibrated_device(device, log=say)

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from trainledger import units
-from trainledger.account.flops import flops_per_step
-from trainledger.account.memory import memory_per_gpu
+from trainledger.account.counting.flops import flops_per_step
+from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
@@ -275,7 +275,7 @@ class Trainer(Checkpointing):
 
     # ----- the run -----------------------------------------------------------------------------------
     def _memory(self) -> dict:
-        """account.memory's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
+        """account.memory.per_gpu's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
         config = self.config
         return memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
                               optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
@@ -284,7 +284,7 @@ class Trainer(Checkpointing):
     def _check_fits(self) -> None:
         """Refuses, before anything is allocated, a run that cannot fit in this machine's RAM (measure/resources.py:
         MemAvailable, cgroup and ulimit): the global batch's drawn rows (8-byte starts, or the Cruncher's inputs),
-        which every rank holds in RAM, plus on CPU account.memory's total for the micro-batch. A --batch-size of
+        which every rank holds in RAM, plus on CPU account.memory.per_gpu's total for the micro-batch. A --batch-size of
         10^8 is one line instead of a MemoryError after minutes. The GPU's own memory is checked by
         measure.compare.check_gpu_memory once the data is loaded."""
         config, device = self.config, self.world.device
@@ -298,7 +298,7 @@ class Trainer(Checkpointing):
         if need > have:
             raise TrainledgerError(
                 f"--batch-size {self.micro} (--global-batch-size {config.batch_size}) × --seq-len {self.seq_len} needs "
-                f"about {units.format_bytes(need)} of RAM (predicted by account.memory, with the drawn batch), more "
+                f"about {units.format_bytes(need)} of RAM (predicted by account.memory.per_gpu, with the drawn batch), more "
                 f"than the {units.format_bytes(have)} available ({source}); lower --batch-size, --global-batch-size "
                 "or --seq-len")
 

@@ -1,7 +1,7 @@
 """Per-step metrics: a JSONL file (one record per optimizer step), a live progress display, a loss-curve PNG.
 
 Record keys carry their units (torchtitan's habit): step, loss, lr, grad_norm, tokens (seen so far),
-step_time_s, predicted_step_time_s (account/time.py on this device; None without a prediction), tokens_per_s,
+step_time_s, predicted_step_time_s (account/time/step.py on this device; None without a prediction), tokens_per_s,
 flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
 
 A resumed run appends to the same file, so a step can appear twice (written, then the process was killed
@@ -199,7 +199,7 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "", fmt: str |
 def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, precision: str, optimizer: str,
                    device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1,
                    compiled: bool = False) -> dict | None:
-    """account.time's prediction of one training step on this device, or None when there is nothing to base it on.
+    """account.time.step's prediction of one training step on this device, or None when there is nothing to base it on.
 
     CPU and CUDA use this machine's cached calibration (`trainledger bench --calibrate`; training never starts
     one); a CUDA device without one falls back on its datasheet entry. Returns {step_seconds, breakdown,
@@ -208,7 +208,7 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
     """
     import torch
 
-    from trainledger.account.time import step_time
+    from trainledger.account.time.step import step_time
     from trainledger.errors import TrainledgerError
     from trainledger.measure.calibrate import busy_warning, gpu_from_profile, load_profile, profile_path
 

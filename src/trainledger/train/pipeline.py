@@ -2,7 +2,7 @@
 
 Stage s of P holds a contiguous run of blocks; the first also the embeddings, the last the final norm and
 the LM head. The split points minimize the most expensive stage, with the head's and a block's forward FLOPs
-(every block costed as the mean block) from `account.flops.forward_flops_breakdown` (the layer accounting).
+(every block costed as the mean block) from `account.counting.flops.forward_flops_breakdown` (the layer accounting).
 
 Every stage keeps the whole `Transformer` object with the blocks of other stages replaced by nn.Identity
 (a ModuleList keeps its indices), so parameter names are those of the unsplit model and a DCP checkpoint
@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainledger.account.flops import forward_flops_breakdown
+from trainledger.account.counting.flops import forward_flops_breakdown
 from trainledger.errors import TrainledgerError
 from trainledger.tensors import local
 

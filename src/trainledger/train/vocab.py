@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainledger.account.flops import flops_per_step
-from trainledger.account.params import n_params
+from trainledger.account.counting.flops import flops_per_step
+from trainledger.account.counting.params import n_params
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 

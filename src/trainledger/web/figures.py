@@ -26,10 +26,10 @@ def optimal_curve(request: Request) -> JSONResponse:
     """The iso-FLOP curve behind `trainledger optimal` (same query): predicted loss of many splits N·D of its budget.
 
     The budget and the optimum are the command's answer; each point keeps N·D equal to the optimum's, so it
-    spends the same C = 6·N·D, and its loss is account.plan.approach3_loss(N, D) (Chinchilla Approach 3).
+    spends the same C = 6·N·D, and its loss is account.planning.plan.approach3_loss(N, D) (Chinchilla Approach 3).
     N runs from 1/100 to 100 times the optimum in 81 log-spaced points.
     """
-    from trainledger.account.plan import approach3_loss
+    from trainledger.account.planning.plan import approach3_loss
 
     status, body, argv = answer("optimal", list(request.query_params.multi_items()), settings_of(request))
     if status != 200:
@@ -76,10 +76,10 @@ def tensor_storage(request: Request) -> JSONResponse:
     """Where each element of the `trainledger tensor` view (same query) lives in the flat storage.
 
     `storage_index` lists, in the view's row-major order, the storage offset (elements) of every view element:
-    the offset of the one-element view x[..][i, j, ...] from account.tensor.Layout.index. Drawn only for
+    the offset of the one-element view x[..][i, j, ...] from account.counting.tensor.Layout.index. Drawn only for
     tensors of at most TENSOR_DRAW_LIMIT elements (`drawable` false otherwise).
     """
-    from trainledger.account.tensor import Layout
+    from trainledger.account.counting.tensor import Layout
 
     status, body, _ = answer("tensor", list(request.query_params.multi_items()), settings_of(request))
     if status != 200:

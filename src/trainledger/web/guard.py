@@ -362,13 +362,13 @@ def check_heavy_caps(command: str, args) -> None:
 
 def heavy_cost(command: str, args) -> tuple[int, int]:
     """(candidate layouts, layers of the model) of a heavy request: the cost the guard admits it on and the time
-    budget grows with. Candidates are those account.layout.candidates enumerates, counted up to
+    budget grows with. Candidates are those account.planning.layout.candidates enumerates, counted up to
     MAX_LAYOUT_CANDIDATES + 1 (a few ms); `optimal --mfu auto` searches up to 6 times, for GPT-style models of the
     size its budget makes optimal (counted: the first, × 6). 0 candidates when the request does not search; (0, 0)
     when its flags are bad (compute() then says why)."""
     import itertools
 
-    from trainledger.account.layout import candidates
+    from trainledger.account.planning.layout import candidates
     from trainledger.cli import common
     from trainledger.cli.plan import load_transformer
 
@@ -377,7 +377,7 @@ def heavy_cost(command: str, args) -> tuple[int, int]:
     try:
         gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu), args)
         if command == "optimal":  # the model of its first search (at MFU 0.5); the later ones differ little
-            from trainledger.account.plan import budget_flops, compute_optimal
+            from trainledger.account.planning.plan import budget_flops, compute_optimal
             from trainledger.cli.optimal import gpt_like
             budget = budget_flops(args.num_gpus, args.days, gpu.peak(args.dtype), 0.5)
             spec = gpt_like(compute_optimal(budget, args.law, args.tokens_per_param)["n_params"], args.seq_len)

@@ -569,7 +569,7 @@
       out.append(layoutTable(calc, calc.layoutReply));
     },
   };
-  // `step`'s suggestion (account/advice.py): a faster setting on the same GPUs, or one that fits.
+  // `step`'s suggestion (account/time/advice.py): a faster setting on the same GPUs, or one that fits.
   function suggestionLine(s) {
     return el("p", { class: "suggestion" }, [s.why === "fits" ? "Fits with " : "Faster with ", el("code", { text: s.changes.join(" ") }),
       ": ", valueNode("suggestion.step_seconds", s.step_seconds, Fmt.seconds), ", MFU ",

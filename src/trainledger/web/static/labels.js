@@ -83,7 +83,7 @@
     batch_size: ["micro-batch (sequences per GPU)", Fmt.whole],
     global_batch_size: ["global batch (sequences per step)", Fmt.whole],
   };
-  // The parts of a step (account/time.py's breakdown), in words.
+  // The parts of a step (account/time/step.py's breakdown), in words.
   const PARTS = {
     compute: "matrix multiplications (GEMMs)", attention: "attention core",
     memory_bound: "memory-bound ops (norms, activations, casts)", overhead: "per-op dispatch overhead",

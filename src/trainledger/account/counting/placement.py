@@ -1,0 +1,78 @@
+"""Where parameters sit before any sharding of model states: per GPU under pipeline and tensor parallelism, and
+what ZeRO divides each state by. Pure, no torch; the bottom of account/ that memory, time and planning share.
+
+1. Pipeline parallel `pp` (Narayanan et al. 2021, arXiv:2104.04473): the layers are split into pp stages of
+   ceil(L/pp) layers; the first stage also holds the token (and position) embeddings, the last the final norm
+   and LM head (a tied head keeps a copy of the embedding there, as Megatron-LM does). The heaviest stage is
+   reported.
+2. Tensor parallel `tp` (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): q/k/v/o, MLP and expert matrices and
+   their column-parallel biases, the vocabulary-parallel token embedding and LM head are divided by tp; norms,
+   position embeddings, row-parallel biases (o, MLP down) and the MoE router are replicated.
+3. ZeRO over `dp` ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1): `zero_divisors`.
+"""
+
+from __future__ import annotations
+
+from trainledger.account.counting.params import norm_params, param_counts
+from trainledger.errors import TrainledgerError
+from trainledger.specs.model import CruncherSpec, TransformerSpec
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+def check_positive_int(value, flag: str) -> int:
+    """`value` if it is a positive integer, else a TrainledgerError naming the flag."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise TrainledgerError(f"{flag} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
+    """Validate --tp, --pp, --dp, --zero against the model; a TrainledgerError naming the flag otherwise."""
+    for value, flag in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp")):
+        check_positive_int(value, flag)
+    if zero not in ZERO_STAGES:
+        raise TrainledgerError(f"--zero must be one of 0, 1, 2, 3, got {zero!r}")
+    if isinstance(spec, TransformerSpec):
+        if spec.n_heads % tp or spec.kv_heads % tp:
+            raise TrainledgerError(f"--tp {tp} must divide n_heads={spec.n_heads} and n_kv_heads={spec.kv_heads} of '{spec.name}'")
+        if pp > spec.n_layers:
+            raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'")
+    elif spec is not None and (tp > 1 or pp > 1):
+        raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
+
+
+def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
+    """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp.
+
+    Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated"}.
+    """
+    counts = param_counts(spec)
+    if isinstance(spec, CruncherSpec):
+        return {"n_params_per_gpu": counts["n_params"], "stage": "all", "layers_per_stage": spec.n_layers,
+                "sharded": 0, "replicated": counts["n_params"]}
+    c, L, d = counts["components"], spec.n_layers, spec.d_model
+    # biases of row-parallel matrices (o_proj, every MLP `down`: each expert's, the shared expert's) stay whole
+    downs = sum(count * (spec.n_experts + (1 if spec.shared_expert_d_ff else 0) if spec.is_moe_layer(i) else 1)
+                for i, count in spec.layer_groups())
+    row_biases = L * (d if spec.attn_out_bias else 0) + (downs * d if spec.mlp_bias else 0)
+    replicated_per_layer = (c["norms"] - norm_params(spec) + row_biases + c["router"]) / L
+    sharded_per_layer = (c["attention"] + c["mlp"] - row_biases) / L
+    per_stage = -(-L // pp)
+    embedding = c["token_embedding"]
+    head = embedding if spec.tied_embeddings else c["lm_head"]
+    stages = {
+        "first": (per_stage * sharded_per_layer + embedding, per_stage * replicated_per_layer + c["position_embedding"]),
+        "last": (per_stage * sharded_per_layer + head, per_stage * replicated_per_layer + norm_params(spec)),
+    }
+    if pp == 1:
+        stages = {"all": (L * sharded_per_layer + embedding + c["lm_head"],
+                          L * replicated_per_layer + c["position_embedding"] + norm_params(spec))}
+    name, (sharded, replicated) = max(stages.items(), key=lambda item: item[1][0] / tp + item[1][1])
+    return {"n_params_per_gpu": sharded / tp + replicated, "stage": name, "layers_per_stage": per_stage,
+            "sharded": sharded, "replicated": replicated}
+
+
+def zero_divisors(zero: int, dp: int) -> dict:
+    """What each model state is divided by under ZeRO stage `zero` over `dp` ranks (ZeRO Sec. 3.1)."""
+    return {"params": dp if zero >= 3 else 1, "grads": dp if zero >= 2 else 1,
+            "master_params": dp if zero >= 1 else 1, "optimizer": dp if zero >= 1 else 1}

@@ -1,0 +1,246 @@
+"""Bytes per GPU of a training run, by named part: params, grads, master params, optimizer states, activations. Pure, no torch.
+
+Model states (per parameter, from the precision recipe and optimizer in specs/recipes.py) are placed
+on GPUs in three steps, in this order:
+
+1. Pipeline parallel `pp` (Narayanan et al. 2021, arXiv:2104.04473): the layers are split into pp
+   stages of ceil(L/pp) layers; the first stage also holds the token (and position) embeddings, the
+   last the final norm and LM head (a tied head keeps a copy of the embedding there, as Megatron-LM
+   does). The heaviest stage is reported.
+2. Tensor parallel `tp` (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): q/k/v/o, MLP and expert
+   matrices and their column-parallel biases, the vocabulary-parallel token embedding and LM head are
+   divided by tp; norms, position embeddings, row-parallel biases (o, MLP down) and the MoE router are
+   replicated. tp must divide n_heads and n_kv_heads.
+3. ZeRO over `dp` data-parallel ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1, Fig. 1):
+   stage 1 shards optimizer states and master params, stage 2 also grads, stage 3 (FSDP full shard)
+   also params: 16Ψ → 4Ψ + 12Ψ/N_d → 2Ψ + 14Ψ/N_d → 16Ψ/N_d for mixed-precision Adam.
+
+Activations come from account.memory.activations (what OUR torch Transformer saves for backward, with the
+same tp/sp/pp/recompute/flash settings). Given only a parameter count (no architecture), activations
+are not modelled: activations_bytes = 0 and `activations_modeled` is False.
+
+total_bytes is the sum of the parts. What a GPU must hold at once is `peak_bytes`: the largest moment of a
+training step after the first (account.memory.activations.step_peak_bytes with later_steps: the optimizer states
+exist through forward and backward, the loss's fp32 logits-sized buffers are alive at the start of backward,
+the optimizer step makes a state-sized temporary). A CUDA process also holds what its tensors do not
+(`cuda_reserve_bytes`): the CUDA context, cuBLAS workspaces and what the caching allocator keeps cached
+(fragmentation). `fits` = peak_bytes + reserve_bytes <= memory. Not counted: communication buffers.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainledger.account.memory.activations import activations_bytes as _activations_bytes
+from trainledger.account.counting.params import norm_params, param_counts
+from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
+                                                    params_per_gpu, zero_divisors)
+from trainledger.errors import TrainledgerError
+from trainledger.specs.model import CruncherSpec, TransformerSpec
+from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
+
+# What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
+# - the CUDA context: 666,632,192 B with every kernel module of PyTorch loaded; 287,047,680 B right after
+#   initialisation with lazy module loading, which grows toward the former as kernels are first used
+#   (measured in pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY PyTorch's default);
+CUDA_CONTEXT_BYTES = 666_632_192
+# - cuBLAS workspaces: 32 MiB per handle on Hopper and Blackwell (":4096:8"; 8.125 MiB, ":4096:2:16:8", before),
+#   allocated through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize);
+#   a training step has two handles: the forward's thread and autograd's device thread;
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+CUBLAS_HANDLES = 2
+# - the caching allocator's cache (fragmentation): reserved minus the later step's peak, as a fraction of that
+#   peak. Replaying PyTorch's allocator policy (measure/allocator.py, which reproduces the recorded H100
+#   out-of-memory error of Llama 1B 8 x 2048 to 0.1 GiB) over two steps of 16 configurations
+#   (benchmarks/bench_allocator_slack.py, table in docs/measure.md) gave 1.5-20 %, median 6 %; 13 of the 16
+#   need at most 10 %, which the default counts. `measure` replays the exact figure of one configuration.
+ALLOCATOR_SLACK_FRACTION = 0.10
+# Aspect ratio d_model / n_layers assumed when only a parameter count is known (GPT-3 175B: 12288/96 = 128).
+ASSUMED_ASPECT_RATIO = 128
+
+
+def cuda_reserve_bytes(peak_bytes: float, *, context: bool = True, expandable_segments: bool = False) -> dict:
+    """Bytes a CUDA training process holds beyond its tensors' peak `peak_bytes`, by part, and their "total".
+
+    context (CUDA_CONTEXT_BYTES; context=False when the free memory is read after CUDA started, as
+    torch.cuda.mem_get_info() does, so the context is already taken), two cuBLAS workspaces
+    (CUBLAS_WORKSPACE_BYTES each) and the caching allocator's cache (ALLOCATOR_SLACK_FRACTION of the peak; none
+    with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, where segments grow and are unmapped by 2 or 20 MiB
+    pages instead of being split: c10/cuda/CUDACachingAllocator.cpp, "Expandable Segments"; torchtitan's
+    run_train.sh sets it). Sources beside the constants.
+    """
+    parts = {"context": float(CUDA_CONTEXT_BYTES) if context else 0.0,
+             "workspaces": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
+             "allocator": 0.0 if expandable_segments else ALLOCATOR_SLACK_FRACTION * float(peak_bytes)}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def default_reserve(gpu) -> float | None:
+    """The reserve `gpu` gets when --reserve is not given: None (cuda_reserve_bytes of each layout's peak) for the
+    devices PyTorch drives through its caching allocator (NVIDIA; AMD through HIP, a port of the same allocator;
+    a calibrated `cuda` device), 0.0 for the others (TPUs through XLA, a CPU), whose overheads are not modelled."""
+    return None if getattr(gpu, "vendor", "") in ("NVIDIA", "AMD") or getattr(gpu, "name", "") == "cuda" else 0.0
+
+
+def d_model_estimate(n_params: float) -> float:
+    """d_model (a count) of a Transformer with N ≈ 12·L·d² parameters and d/L = 128: (128·N/12)^(1/3)."""
+    return (ASSUMED_ASPECT_RATIO * n_params / 12) ** (1 / 3)
+
+
+def adafactor_elements_per_param_of(spec) -> float:
+    """Adafactor state elements per parameter of `spec`: Σ(rows + cols) over matrices + every vector entry, over n_params.
+
+    Matrices: q, k, v, o, router, every expert's MLP matrices, the token/position embeddings and an
+    untied head (Shazeer & Stern 2018, Alg. 4 factors every 2-D parameter); vectors (norms, biases)
+    keep a full second moment.
+    """
+    n = param_counts(spec)["n_params"]
+    if isinstance(spec, CruncherSpec):
+        mats = [(spec.dim, spec.dim, spec.n_layers), (spec.dim, 1, 1)]
+    else:
+        d, L, q, kv = spec.d_model, spec.n_layers, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
+        n_mlp, moe = (3 if spec.gated_mlp else 2), spec.n_moe_layers
+        mats = [(d, q, 2 * L), (d, kv, 2 * L), (d, spec.d_ff, n_mlp * moe * spec.n_experts), (spec.vocab_size, d, 1),
+                (d, spec.d_ff if not spec.is_moe else (spec.dense_d_ff or 0), n_mlp * (L - moe))]
+        if spec.is_moe:
+            mats.append((d, spec.n_experts, moe))
+            if spec.shared_expert_d_ff:
+                mats.append((d, spec.shared_expert_d_ff, n_mlp * moe))
+            if spec.shared_expert_gate:
+                mats.append((d, 1, moe))
+        if spec.position == "learned":
+            mats.append((spec.max_seq_len, d, 1))
+        if not spec.tied_embeddings:
+            mats.append((d, spec.vocab_size, 1))
+    entries = sum(r * c * k for r, c, k in mats)
+    factored = sum((r + c) * k for r, c, k in mats)
+    return (factored + (n - entries)) / n
+
+
+def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
+                   precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
+                   pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
+                   reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
+                   grad_accum: int = 1, fsdp=None) -> dict:
+    """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
+
+    Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
+    divide all parameters evenly). total_bytes is the sum of the five parts; peak_bytes what one GPU holds
+    at the busiest moment of a training step after the first (first_step_peak_bytes: the first step, whose
+    optimizer states appear only in its optimizer step; peak_moment: which moment). `reserve_bytes` is kept
+    apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
+    in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
+    `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
+    `fsdp` (account.memory.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
+    HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
+    its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
+    peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
+    """
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    check_parallel(spec, tp, pp, dp, zero)
+    if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
+        raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
+    if spec is None:
+        if n_params is None or not n_params > 0 or not math.isfinite(n_params):
+            raise TrainledgerError(f"--params must be positive, got {n_params!r}")
+        total_params, per_gpu = float(n_params), float(n_params) / (tp * pp)
+        placement = {"n_params_per_gpu": per_gpu, "stage": "even split", "layers_per_stage": None}
+        elements = adafactor_elements_per_param(d_model_estimate(n_params)) if opt.factored else None
+    else:
+        total_params = param_counts(spec)["n_params"]
+        placement = params_per_gpu(spec, tp, pp)
+        per_gpu = placement["n_params_per_gpu"]
+        elements = adafactor_elements_per_param_of(spec) if opt.factored else None
+    per_param = bytes_per_param(recipe, opt, elements)
+    fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
+                    and getattr(spec, "kind", None) == "transformer") else None
+    divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
+    parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
+    buffers = None
+    if fsdp is not None:
+        from trainledger.account.memory.fsdp import buffers as fsdp_buffers, compute_precision, units
+        buffers = fsdp_buffers(units(spec, placement, tp, pp), fsdp)
+        parts["params_bytes"] += buffers["params_bytes"]
+        parts["grads_bytes"] += buffers["grads_bytes"]
+
+    activations = None
+    if spec is not None:
+        seq_len = seq_len if seq_len is not None else getattr(spec, "default_seq_len", 1)  # pre-training context
+        check_positive_int(batch_size, "--batch-size")
+        check_positive_int(seq_len, "--seq-len")
+        computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
+        activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
+                                         flash=flash, tp=tp, sp=sp, pp=pp)
+    parts["activations_bytes"] = activations["total"] if activations else 0.0
+    total = sum(parts.values())
+    peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
+                                batch_size=batch_size, seq_len=seq_len,
+                                precision=computes_in if spec is not None else recipe.name, optimizer=opt,
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
+    reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
+    reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
+    result = {
+        **parts,
+        "total_bytes": total,
+        "peak_bytes": peaks["later_steps"],
+        "first_step_peak_bytes": peaks["first_step"],
+        "peak_moment": peaks["moment"],
+        "reserve_bytes": reserve,
+        "reserve_parts": reserve_parts,
+        "n_params": total_params,
+        # parameters whose weights this GPU stores: after tensor/pipeline placement and ZeRO-3 sharding
+        "n_params_per_gpu": per_gpu / divisors["params"],
+        "n_params_per_gpu_before_zero": per_gpu,
+        "pipeline_stage": placement["stage"],
+        "bytes_per_param": per_param["total"],
+        "bytes_per_param_parts": per_param,
+        "activations_modeled": activations is not None,
+        "activations": activations,
+        "fsdp_buffers": buffers["detail"] if buffers else None,
+        "activations_precision": computes_in if spec is not None else None,
+        "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
+        "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,
+        "batch_size": batch_size if spec is not None else None,
+        "seq_len": seq_len if spec is not None else None,
+    }
+    if memory_per_gpu_bytes is not None:
+        result["memory_per_gpu_bytes"] = float(memory_per_gpu_bytes)
+        result["headroom_bytes"] = memory_per_gpu_bytes - peaks["later_steps"] - reserve
+        result["fits"] = result["headroom_bytes"] >= 0
+    return result
+
+
+def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
+                        seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
+                        grad_accum: int = 1) -> dict:
+    """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
+    moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu).
+
+    Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
+    (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
+    """
+    from trainledger.account.memory.activations import step_peak_bytes
+    # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
+    # SGD with or without momentum none
+    temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
+    memory = {**parts, "n_params": n_params, "activations": activations}
+    peaks = {}
+    for key, later in (("first_step", False), ("later_steps", True)):
+        if spec is None:
+            states = parts["optimizer_bytes"]
+            t = (1 if optimizer.n_states else 0) if temporaries is None else temporaries
+            moments = {"optimizer": parts["grads_bytes"] + states + (states / optimizer.n_states * t if optimizer.n_states else 0)
+                       + parts["master_params_bytes"], "backward_end": parts["grads_bytes"] + (states if later else 0)}
+            base = parts["params_bytes"] + parts["master_params_bytes"]
+            peak = {k: base + v for k, v in moments.items()}
+            peak["total"] = max(peak.values())
+        else:
+            peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
+                                   optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
+                                   later_steps=later, tp=tp, grad_accum=grad_accum)
+        peaks[key] = peak["total"]
+        if later:
+            peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)
+    return peaks
+

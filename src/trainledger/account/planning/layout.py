@@ -1,0 +1,128 @@
+"""The fastest parallel layouts that fit: a search over TP, SP, PP, interleave, CP, DP, ZeRO, micro-batch, recompute. Pure.
+
+The search is kept apart from the cost model: it only enumerates candidates, asks account.memory.per_gpu whether each
+fits (the same `memory_per_gpu` that `trainledger memory` prints) and account.time.step how long its step takes.
+
+Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus):
+- tp: divisors of gcd(n_heads, n_kv_heads) up to the GPUs of one node (tensor parallelism across nodes is never
+  faster on today's networks); with sp on or off when tp > 1.
+- cp: 1, or powers of two dividing seq_len that keep at least 1,024 tokens per rank.
+- pp: divisors of num_gpus/(tp·cp) up to n_layers; interleave v up to 8 where the schedule is valid
+  (account.time.schedule: n_layers divisible by pp·v, micro-batches a multiple of pp, as Megatron-LM requires).
+- micro-batch b: divisors of global_batch/dp (powers of two and the quotient itself).
+- ZeRO 0-3 over dp (0 only when dp = 1); for framework "megatron" only 0 and 1 (DDP or Megatron-LM's distributed
+  optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.memory.fsdp: a bf16
+  mixed-precision policy unless `fsdp_param_dtype` says otherwise; with pipelining, gathered once per step), so the
+  stage that is fastest under the model wins; on a tie the lower stage is listed first.
+Memory: a layout fits when the peak of its training step (account.memory.per_gpu's peak_bytes) plus the reserve fits the
+GPU: --reserve, or by default what a CUDA process holds besides its tensors (context, cuBLAS workspaces, the
+caching allocator's cache; account.memory.per_gpu.cuda_reserve_bytes). So no layout is listed above memory - reserve;
+`near_limit` marks those within NEAR_LIMIT_FRACTION of it (the allocator's cache varies from step to step).
+Pruning (keeps the answer exact under the model): recomputation only adds time and only saves memory, so for each
+(tp, sp, pp, cp, b, zero) only the lightest recompute that fits is timed; interleaving does not change memory in
+account.memory.per_gpu, so it is timed only for layouts that fit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
+from trainledger.account.time.schedule import valid_interleaves
+from trainledger.account.time.step import step_time
+from trainledger.errors import TrainledgerError
+
+RECOMPUTE_ORDER = ("none", "selective", "full")
+MIN_TOKENS_PER_CP_RANK = 1024
+MAX_INTERLEAVE = 8
+# a pick whose headroom (after the reserve) is below this share of the GPU's memory is flagged `near_limit`: the
+# replayed caching-allocator cache ranges 1.5-20 % of the peak where the default reserve counts 10 %
+# (account.memory.per_gpu.ALLOCATOR_SLACK_FRACTION)
+NEAR_LIMIT_FRACTION = 0.05
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(spec, num_gpus: int, global_batch_size: int, seq_len: int, gpus_per_node: int):
+    """Yield (tp, sp, cp, pp, dp, batch_size) of every layout the search considers (before memory and interleave)."""
+    heads = math.gcd(spec.n_heads, spec.kv_heads)
+    for tp in (d for d in _divisors(heads) if d <= min(gpus_per_node, num_gpus) and num_gpus % d == 0):
+        for cp in (c for c in (1, 2, 4, 8, 16, 32) if seq_len % c == 0 and (c == 1 or seq_len // c >= MIN_TOKENS_PER_CP_RANK)
+                   and num_gpus % (tp * c) == 0 and (c == 1 or c * tp <= num_gpus)):
+            rest = num_gpus // (tp * cp)
+            for pp in (p for p in _divisors(rest) if p <= spec.n_layers):
+                dp = rest // pp
+                if global_batch_size % dp:
+                    continue
+                per_rank = global_batch_size // dp
+                sizes = sorted({b for b in _divisors(per_rank) if b & (b - 1) == 0} | {per_rank})
+                for b in sizes:
+                    for sp in ((False, True) if tp > 1 else (False,)):
+                        yield tp, sp, cp, pp, dp, b
+
+
+def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
+           optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
+           attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
+           recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto",
+           compiled: bool = False, reserve_bytes: float | None = None) -> dict:
+    """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
+
+    Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
+    batch_size recompute step_seconds mfu memory_bytes (the step's peak per GPU) reserve_bytes headroom_bytes
+    near_limit (+ tokens_per_s, hfu, micro_batches, bottleneck). `recomputes` restricts the recomputation
+    policies tried (default all, lightest first). `fsdp_param_dtype`: the dtype ZeRO-3 layouts gather in
+    (account.memory.fsdp.fsdp_settings; "auto": the recipe's compute dtype). `reserve_bytes`: kept back per GPU (None:
+    the device's default, account.memory.per_gpu.default_reserve).
+    """
+    from trainledger.account.memory.fsdp import fsdp_settings
+    from trainledger.specs.recipes import get_recipe
+    recipe = get_recipe(precision)
+    order = tuple(r for r in RECOMPUTE_ORDER if recomputes is None or r in recomputes)
+    capacity = memory_per_gpu_bytes if memory_per_gpu_bytes is not None else gpu.memory_bytes
+    reserve = default_reserve(gpu) if reserve_bytes is None else reserve_bytes
+    results, considered, fitting, timed = [], 0, 0, 0
+    cache: dict = {}
+    for tp, sp, cp, pp, dp, b in candidates(spec, num_gpus, global_batch_size, seq_len, gpu.gpus_per_node):
+        stages = (0, 1) if framework == "megatron" else (0, 1, 2, 3)
+        for zero in (stages if dp > 1 else (0,)):
+            considered += 1
+            chosen = None
+            micro_batches = global_batch_size // (dp * b)
+            fsdp = (fsdp_settings(recipe, param_dtype=fsdp_param_dtype, pp=pp, dp=dp)
+                    if zero == 3 and framework != "megatron" else None)
+            for recompute in order:
+                memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
+                                        optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
+                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
+                                        reserve_bytes=reserve, grad_accum=micro_batches)
+                if memory["fits"]:
+                    chosen = (recompute, memory)
+                    break
+            if chosen is None:
+                continue
+            fitting += 1
+            recompute, memory = chosen
+            for v in valid_interleaves(spec.n_layers, pp, micro_batches, MAX_INTERLEAVE):
+                timed += 1
+                r = step_time(spec, gpu, batch_size=b, seq_len=seq_len, global_batch_size=global_batch_size,
+                              num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
+                              interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
+                              attention=attention, framework=framework, attention_kernel=attention_kernel,
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled)
+                results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero,
+                                "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
+                                "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],
+                                "micro_batches": micro_batches, "memory_bytes": memory["peak_bytes"],
+                                "reserve_bytes": memory["reserve_bytes"], "headroom_bytes": memory["headroom_bytes"],
+                                "near_limit": memory["headroom_bytes"] < NEAR_LIMIT_FRACTION * capacity,
+                                "bottleneck": r["bottleneck"]})
+    if not results:
+        kept = f", {reserve / 1e9:.3g} GB of it reserved" if reserve else ", less the CUDA reserve" if reserve is None else ""
+        raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({capacity / 1e9:.3g} GB each{kept}) at "
+                               f"global batch {global_batch_size} × seq {seq_len} with {precision}: more GPUs "
+                               "(--num-gpus), a shorter --seq-len or a lighter --precision/--optimizer")
+    results.sort(key=lambda r: (r["step_seconds"], r["tp"] * r["pp"] * r["cp"], r["zero"]))
+    return {"layouts": results[:top], "considered": considered, "fitting": fitting, "timed": timed}

@@ -1,0 +1,323 @@
+"""The kernels of one transformer layer, the head and the embedding, forward and backward, on one GPU. Pure.
+
+Built from the same structure as account.counting.flops (the weight matrices of `weight_matmuls`) and account.memory.activations
+(the tensors each op reads and writes), for one micro-batch of `batch_size × seq_len` tokens sharded by
+tensor (tp, with sequence parallelism sp) and context parallelism (cp). Two implementations:
+
+- "trainledger": our torch Transformer (models/) in eager PyTorch, op by op with the backward autograd runs for
+  each (account/time/eager.py: AMP casts, bias gradients, gradient sums, RMSNorm's six ops...).
+- "torchtitan": torchtitan's Llama, our Transformer's eager ops but its complex RoPE, and torch.compile applied per
+  block (account/time/torchtitan.py).
+- "megatron": Megatron-LM's GPT (the implementation behind Korthikanti et al. 2022): apex fused LayerNorm, one
+  fused QKV GEMM, baddbmm QKᵀ + fused scale-mask-softmax + dropout + bmm without flash attention, fused
+  bias-GeLU, fused bias-dropout-add (dropout on, p = 0.1, 1-byte masks), weight gradients accumulated into
+  fp32 main_grad inside the GEMM (gradient_accumulation_fusion).
+Bytes are per element: `a` matmul-input (16 bit under AMP/mixed), `r` residual stream, norm and loss.
+Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from trainledger.account.time import eager
+
+from trainledger.account.time import torchtitan
+from trainledger.account.memory.activations import recipe_bytes
+from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
+from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, unaligned
+from trainledger.account.time.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
+                                                   foreach_optimizer_kernels, megatron_optimizer_kernels,
+                                                   optimizer_kernels)
+from trainledger.account.time.roofline import Kernel
+from trainledger.errors import TrainledgerError
+from trainledger.specs.recipes import get_recipe
+
+FRAMEWORKS = ("trainledger", "megatron", "torchtitan")
+FP32 = 4
+
+
+def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
+            backward: bool, fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
+    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping).
+    `batch` > 1: that many Linears of the same shape (experts), each over n tokens, as one batched GEMM."""
+    if not backward:
+        out = [gemm(name, n, fan_out, fan_in, a, dtype, batch=batch)]
+        if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
+            out.append(ew(f"{name}_cast", batch * (n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a)), count=2))
+        return out
+    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"),
+             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad",
+                  out_bytes=FP32 * 2 if fused_accumulation else None)]
+    if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
+        grads.append(ew(f"{name}_grad_accumulate", batch * fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
+    return grads
+
+
+def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
+             loop: bool = False):
+    """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (all experts on it, each
+    expert's d_ff split over tp: tensor-parallel experts, no expert parallelism).
+
+    Router GEMM d_model → n_experts (replicated), softmax and top-k in fp32; tokens permuted to their experts
+    (a gather of n·k rows forward, a scatter-add backward); the n_experts expert MLPs as batched GEMMs over
+    n·k/n_experts tokens each (balanced routing: the mean load; a skewed router is slower); the gated
+    activation; the weighted combine of k outputs per token; the shared expert (and its sigmoid gate) over all
+    n tokens (Qwen2-MoE). GEMM FLOPs = account.counting.flops's router + k experts + shared expert per token.
+    `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
+    scale, index_put): the per-expert launches are added as zero-byte kernels (they cost dispatch overhead on
+    a calibrated CPU; their bytes are in the permute/combine kernels); Megatron's grouped GEMM runs them at once.
+    """
+    E, k = spec.n_experts, spec.experts_per_token
+    f = spec.d_ff / tp
+    per_expert = n * k / E
+    fwd = _linear("router", n, d, E, a, dtype, amp, w, backward=False)
+    bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+    fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
+    bwd.append(ew("router_softmax_backward", n * E * 3 * FP32, count=2))
+    fwd.append(ew("moe_permute", 2 * n * k * d * a + n * k * 8, count=2))
+    bwd.append(ew("moe_unpermute_backward", 3 * n * k * d * a, count=2))
+    ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
+    for name in ups:
+        fwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=False, batch=E)
+        bwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+    hidden = n * k * f * a
+    fwd += _activation(spec, hidden, "expert_")[0]
+    bwd += _activation(spec, hidden, "expert_")[1]
+    fwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=False, batch=E)
+    bwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+    fwd.append(ew("moe_combine", n * k * d * a + n * k * FP32 + n * d * a, count=2))
+    bwd.append(ew("moe_combine_backward", 2 * n * k * d * a + n * d * a, count=2))
+    if loop:
+        mats = 3 if spec.gated_mlp else 2
+        fwd.append(ew("moe_expert_loop", 0.0, count=E * (4 + mats) - mats))
+        bwd.append(ew("moe_expert_loop_backward", 0.0, count=E * (4 + 2 * mats) - 2 * mats))
+    if spec.shared_expert_d_ff:
+        fs = spec.shared_expert_d_ff / tp
+        names = ("shared_gate", "shared_up") if spec.gated_mlp else ("shared_up",)
+        for name in names:
+            fwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=False)
+            bwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+        fwd += _activation(spec, n * fs * a, "shared_")[0]
+        bwd += _activation(spec, n * fs * a, "shared_")[1]
+        fwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=False)
+        bwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+        if spec.shared_expert_gate:
+            fwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=False)
+            bwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+            fwd.append(ew("shared_expert_sigmoid_mul", 3 * n * d * a, count=2))
+            bwd.append(ew("shared_expert_sigmoid_mul_backward", 4 * n * d * a, count=3))
+        fwd.append(ew("shared_expert_add", 3 * n * d * a))
+    return fwd, bwd
+
+
+def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kernel], list[Kernel]]:
+    """The MLP activation over `hidden_bytes` (one [tokens, d_ff] tensor): silu/gelu(gate)·up, or GELU."""
+    if spec.gated_mlp:   # act(gate) then act·up; backward: the product's two grads, the activation's
+        return ([ew(f"{prefix}act_mul", 5 * hidden_bytes, count=2)],
+                [ew(f"{prefix}act_mul_backward", 8 * hidden_bytes, count=3)])
+    return [ew(f"{prefix}gelu", 2 * hidden_bytes)], [ew(f"{prefix}gelu_backward", 3 * hidden_bytes)]
+
+
+def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
+                  cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
+                  dropout: bool | None = None, layer: int = 0, compiled: bool = False) -> dict[str, list[Kernel]]:
+    """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
+    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
+    `compiled`: our Transformer under torch.compile (account/time/compiled.py)."""
+    if framework not in FRAMEWORKS:
+        raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    recipe = get_recipe(precision)
+    a, r, w = recipe_bytes(recipe.name)
+    amp = w > 0
+    dtype = recipe.compute_dtype
+    dropout = (framework == "megatron") if dropout is None else dropout
+    n = batch_size * seq_len / cp                  # tokens of this rank (TP-replicated work)
+    n_sp = n / tp if sp else n                     # tokens of the norms / residual stream on this rank
+    d, dh = spec.d_model, spec.head_dim
+    f = spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff      # a dense layer's MLP width
+    h, kv = spec.n_heads / tp, spec.kv_heads / tp
+    q_dim, kv_dim = h * dh, kv * dh
+    mlp_mats = 3 if spec.gated_mlp else 2
+    window = spec.sliding_window if spec.is_sliding(layer) else None
+    core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
+    moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger")
+           if spec.is_moe_layer(layer) else None)
+    if framework == "megatron":
+        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
+    build = compiled_layer if compiled else eager.layer
+    rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
+    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe, rope_kernels=rope)
+
+
+def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
+                    framework: str, dropout: bool, window: int | None = None) -> dict[str, list[Kernel]]:
+    """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
+
+    With context parallelism each rank holds s/cp queries against all s keys (K, V all-gathered: Llama 3
+    Sec. 3.3.2). Executed FLOPs: 2 matmuls of 2·b·h·(s/cp)·s·dh forward; causal flash kernels skip half.
+    A sliding window W < s: a fused kernel with a window (FlashAttention-2's window_size, Megatron) skips the
+    blocks outside it, executing the fraction W/s − W²/(2s²) of the square; our torch model passes the window
+    as an additive mask (as it does ALiBi's biases), which SDPA runs over the whole square (no causal skipping).
+    Soft-capped logits (Gemma 2): our torch model takes the math path (three elementwise passes over the T×T
+    scores, softmax in fp32) even with --flash; Megatron-style fused kernels cap inside the kernel
+    (FlashAttention-2 ≥ 2.6), free.
+    """
+    h, kv, dh = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim
+    q = s / cp
+    full_flops = 2 * 2 * b * h * q * s * dh
+    windowed = window is not None and window < s
+    eager_torch = framework in EAGER_FRAMEWORKS
+    softcap = spec.attn_softcap is not None and eager_torch
+    flash = flash and not softcap
+    if flash:
+        if eager_torch and (windowed or spec.position == "alibi"):
+            executed = full_flops                  # an additive mask (window, ALiBi): SDPA runs the whole square
+        elif windowed:
+            executed = full_flops * (window / s - window**2 / (2 * s**2))
+        else:
+            executed = full_flops / 2 if causal else full_flops
+        io = b * (q * h * dh * 2 + s * kv * dh * 2) * a + b * h * q * FP32     # q, o, k, v, logsumexp
+        fwd = [Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal, dh), dtype,
+                      1, "forward", True)]
+        bwd = [Kernel("flash_attention_backward", "attention", "flash_attention",
+                      2.5 * executed, 2.5 * io, (s, True, causal, dh), dtype, 1, "dgrad", True)]
+        if eager_torch:
+            # FlashAttention-2's backward (Dao 2023, Alg. 2) first computes D = rowsum(dO ∘ O) and accumulates dQ
+            # in fp32, then casts it: two more kernels (cuDNN's and PyTorch's flash paths alike, in the traces).
+            o_bytes = b * q * h * dh
+            prep = ew("attention_backward_prep", o_bytes * 2 * a + b * h * q * FP32 + o_bytes * (FP32 + a), count=3,
+                      part="attention", core=True, role="dgrad")              # + the workspace memset
+            fwd = [ew("attention_workspace_memset", 0.0, part="attention", core=True)] + fwd
+            bwd = [prep] + bwd
+            if kv < h:   # SDPA's GQA on cuDNN: k and v expanded to every query head, their gradients summed back
+                moved = 2 * b * s * dh * (kv + h) * a
+                fwd = [ew("gqa_expand", moved, count=2, part="attention", core=True)] + fwd
+                bwd.append(ew("gqa_reduce", moved, count=2, part="attention", core=True, role="dgrad"))
+        return {"forward": fwd, "backward": bwd}
+    heads = int(b * h)
+    scores = heads * q * s                                  # elements of the T×T scores on this rank
+    qk = gemm("scores_qk", q, s, dh, a, dtype, batch=heads, part="attention", core=True)
+    av = gemm("probs_v", q, dh, s, a, dtype, batch=heads, part="attention", core=True)
+    if framework == "megatron":   # one fused scale-mask-softmax kernel: read and write the scores
+        fwd = [qk, ew("scale_mask_softmax", 2 * scores * a, part="attention", core=True)]
+    else:                         # SDPA's math path: add the causal mask, then softmax
+        fwd = [qk, ew("mask_softmax", 4 * scores * a, count=2, part="attention", core=True)]
+    if softcap:   # scores / c, tanh, · c (Gemma 2), then the softmax in fp32 and a cast back
+        fwd.append(ew("attention_softcap", 3 * 2 * scores * a + scores * (a + 2 * FP32 + FP32 + a), count=5,
+                      part="attention", core=True))
+    if dropout:
+        fwd.append(ew("attention_dropout", scores * (2 * a + 1), part="attention", core=True))
+    fwd += [av, ew("context_copy", 2 * b * q * h * dh * a, part="attention", core=True)]
+    bwd = [gemm("probs_v_dgrad", q, s, dh, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           gemm("probs_v_wgrad", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           ew("softmax_backward", scores * 3 * a, part="attention", core=True, role="dgrad"),
+           gemm("scores_dgrad_q", q, dh, s, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           gemm("scores_dgrad_k", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           ew("context_copy_backward", 2 * b * q * h * dh * a, part="attention", core=True, role="dgrad")]
+    if softcap:   # the fp32 softmax's backward and tanh's (1 − t²) chain over the square
+        bwd.append(ew("attention_softcap_backward", scores * (3 * FP32 + 3 * 3 * a), count=4, part="attention",
+                      core=True, role="dgrad"))
+    if dropout:
+        bwd.append(ew("attention_dropout_backward", scores * (2 * a + 1), part="attention", core=True, role="dgrad"))
+    return {"forward": fwd, "backward": bwd}
+
+
+def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe=None):
+    """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM)."""
+    fwd, bwd = [], []
+    mask = 1 if dropout else 0
+    ln = ([ew("layernorm", 2 * n_sp * d * a)], [ew("layernorm_backward", 5 * n_sp * d * a, count=2)])
+    bda = ew("bias_dropout_add", n_sp * d * (3 * a + mask))
+    bda_bwd = ew("bias_dropout_add_backward", n_sp * d * (2 * a + mask) + n_sp * d * a)   # + bias grad read
+    qkv_out = q_dim + 2 * kv_dim
+    for block in ("attention", "mlp"):
+        fwd += ln[0]
+        if block == "attention":
+            fwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=False)
+            fwd += core["forward"]
+            fwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=False)
+            bwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd += core["backward"]
+            bwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=True, fused_accumulation=True)
+        elif moe:
+            fwd += moe[0]
+            bwd += moe[1]
+        else:
+            up = f * (mlp_mats - 1)
+            fwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=False)
+            fwd.append(ew("bias_gelu", n * up * 2 * a))
+            fwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=False)
+            bwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd.append(ew("bias_gelu_backward", n * up * 3 * a))
+            bwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=True, fused_accumulation=True)
+        fwd.append(bda)
+        bwd.append(bda_bwd)
+        bwd += ln[1]
+        bwd.append(ew("residual_grad_add", 3 * n_sp * d * a))
+    return {"forward": fwd, "backward": bwd}
+
+
+def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
+                 cp: int = 1, framework: str = "trainledger", compiled: bool = False) -> dict[str, list[Kernel]]:
+    """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
+
+    Embedding: a gather (+ learned positions: arange, gather, add; RoPE: its cos/sin tables, a dozen tiny ops);
+    its backward sorts the token ids and writes the dense fp32 table gradient (CUDA's deterministic embedding
+    backward: about eight kernels), summed with the LM head's when they are tied. Head: the final norm, the LM
+    head (vocabulary-parallel over tp), the loss over fp32 logits (ours: logits.float(), log-softmax reading the
+    row twice and writing it, NLL; backward: zeros + scatter, log-softmax's backward, the cast back; Megatron:
+    vocab-parallel cross entropy, about six fp32 passes).
+    """
+    recipe = get_recipe(precision)
+    a, r, w = recipe_bytes(recipe.name)
+    amp = w > 0
+    dtype = recipe.compute_dtype
+    n = batch_size * seq_len / cp
+    n_sp = n / tp if sp else n
+    d, v = spec.d_model, spec.vocab_size / tp
+    logits = n * v
+    if framework == "megatron":
+        emb_fwd = [ew("embedding", n_sp * d * (r + a) + n_sp * 8, count=2 if spec.position == "learned" else 1)]
+        emb_bwd = [ew("embedding_backward", v * d * FP32 * 2 + n_sp * d * (r + FP32), count=2)]
+        head_fwd = [ew("final_layernorm", 2 * n_sp * d * a)] + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
+        head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=True)
+        if spec.final_softcap is not None:
+            head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
+            head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3))
+        head_fwd.append(ew("vocab_parallel_cross_entropy", logits * (a + FP32 + 5 * FP32), count=6))
+        head_bwd.insert(0, ew("cross_entropy_backward", logits * (3 * FP32 + a), count=3))
+        head_bwd.append(ew("final_layernorm_backward", 5 * n_sp * d * a))
+        return {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+                "head_backward": head_bwd}
+    table = FP32 if amp else r                    # the embedding table's dtype (fp32 parameters under AMP)
+    emb_fwd = [ew("embedding", n_sp * d * 2 * table + n_sp * 8)]
+    emb_bwd = [ew("embedding_backward", v * d * FP32 + n_sp * d * (r + FP32) + n_sp * 16, count=8, role="wgrad")]
+    if spec.position == "learned":
+        t = seq_len / cp
+        emb_fwd.append(ew("position_embedding", t * d * 2 * table + n_sp * d * 3 * r, count=3))
+        emb_bwd.append(ew("position_embedding_backward", n_sp * d * (r + FP32) + t * d * FP32, count=8, role="wgrad"))
+    if spec.position == "rope":
+        emb_fwd.append(ew("rope_tables", 24 * seq_len * spec.rotary_dim * FP32, count=11))
+    if spec.tied_embeddings:       # the LM head's and the embedding's fp32 weight gradients summed
+        emb_bwd.append(ew("tied_weight_grad_sum", v * d * 3 * FP32, role="wgrad"))
+    emb_bwd += eager.host("embedding_grad_handover", 1 + (spec.position == "learned"), "wgrad")
+    norm_out = FP32 if amp else r
+    norm_fwd, norm_bwd = eager.norm(spec, n_sp, d, r, norm_out, "final")
+    lm_fwd, lm_bwd = eager.linear("lm_head", n, d, v, a, dtype, amp=amp, input_fp32=norm_out == FP32)
+    head_fwd, head_bwd = norm_fwd + lm_fwd, []
+    if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
+        head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
+        head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3, role="dgrad"))
+    if a != FP32:                        # logits.float() and, backward, its gradient cast back
+        head_fwd.append(ew("logits_cast", logits * (a + FP32)))
+        head_bwd.insert(0, ew("logits_grad_cast", logits * (FP32 + a), role="dgrad"))
+    # log-softmax reads each row twice (max, sum of exp) and writes it: 12 B per logit; NLL reads one per row.
+    # Backward: NLL's zeros + scatter (4 B), log-softmax's backward (reads gradient and output twice, writes: 16 B).
+    head_fwd.append(ew("cross_entropy", logits * 3 * FP32 + n * 16, count=2))
+    head_bwd.insert(0, ew("cross_entropy_backward", logits * 5 * FP32, count=3, role="dgrad"))
+    head_fwd += eager.host("logits_view", 1)
+    head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
+    out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
+           "head_backward": head_bwd}
+    if compiled and framework == "trainledger":     # torchtitan compiles each block only: its edges run eager
+        return compiled_edges(spec, out, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype)
+    return out

@@ -1,0 +1,65 @@
+"""Which pipeline schedules exist: the divisibility rules of 1F1B and the interleaved schedule. Pure, no torch.
+
+A layout is checked for validity before it is timed: `step` refuses an invalid one (exit 2) and `layout` never
+searches one. The rules, with where each is enforced in Megatron-LM (github.com/NVIDIA/Megatron-LM):
+
+- Every pipeline stage holds at least one layer: pp ≤ n_layers. With one chunk per stage (1F1B, Narayanan et al.
+  2021 Sec. 2.2.1) the stages may be uneven (torch.distributed.pipelining and trainledger's `train --pp` balance
+  them by FLOPs; Megatron-LM's --decoder-first/last-pipeline-num-layers); account.time.step then paces the pipeline
+  by the fullest stage, ceil(n_layers / pp) layers.
+- The interleaved schedule (v > 1 model chunks per GPU, Narayanan et al. 2021 Sec. 2.2.2) needs
+  - more than one stage: pp ≥ 2 (megatron/training/arguments.py, validate_args: "when interleaved schedule is
+    used, pipeline-model-parallel size should be greater than 1" with p2p overlap, greater than 2 without it and
+    in older releases);
+  - the same number of layers in every chunk: n_layers divisible by pp · v (validate_args: "number of layers of
+    the model must be divisible pipeline model parallel size" and "number of layers per pipeline stage must be
+    divisible number of layers per virtual pipeline stage"), where the embedding and the loss may each count as
+    one layer of the split (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split;
+    Llama 3 405B's 126 layers on 16 stages, arXiv:2407.21783 Sec. 3.3.2: one layer fewer on the first and the
+    last stage): n_layers + e divisible by pp · v for e in {0, 1, 2}; and never more chunks than layers,
+    pp · v ≤ n_layers;
+  - the micro-batches in whole rounds over the stages: micro_batches divisible by pp
+    (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving: "number of
+    microbatches ... is not divisible by pipeline-model-parallel-size ... when using interleaved schedule").
+"""
+
+from __future__ import annotations
+
+from trainledger.errors import TrainledgerError
+
+
+def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int) -> str | None:
+    """Why (pp, interleave, micro_batches) is not a valid pipeline schedule for `n_layers` layers, or None if it is."""
+    if pp > n_layers:
+        return f"--pp {pp} stages need at least one layer each, but the model has {n_layers} layers"
+    if interleave == 1:
+        return None
+    if pp < 2:
+        return f"--interleave {interleave} needs pipeline stages to interleave over (--pp 2 or more), got --pp {pp}"
+    if not _even_chunks(n_layers, pp * interleave):
+        valid = [v for v in range(1, n_layers // pp + 1) if _even_chunks(n_layers, pp * v)]
+        return (f"--pp {pp} × --interleave {interleave} = {pp * interleave} model chunks, but the model's {n_layers} layers "
+                f"{'are fewer' if pp * interleave > n_layers else 'do not divide into equal chunks'} (Megatron-LM's "
+                f"interleaved schedule); with --pp {pp} use --interleave {' or '.join(map(str, valid))}")
+    if micro_batches % pp:
+        return (f"--interleave {interleave} needs a number of micro-batches that is a multiple of --pp {pp} "
+                f"(Megatron-LM's interleaved schedule), got {micro_batches} = global batch / (dp × --batch-size)")
+    return None
+
+
+def _even_chunks(n_layers: int, chunks: int) -> bool:
+    """Whether `n_layers` split into `chunks` equal model chunks, counting the embedding and the loss as a layer
+    each where that helps (Megatron-LM's --account-for-embedding/loss-in-pipeline-split), never more chunks than layers."""
+    return chunks <= n_layers and any((n_layers + extra) % chunks == 0 for extra in (0, 1, 2))
+
+
+def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int) -> None:
+    """Raise a TrainledgerError naming the flag when the schedule is invalid (`schedule_problem`)."""
+    problem = schedule_problem(n_layers, pp, interleave, micro_batches)
+    if problem:
+        raise TrainledgerError(problem)
+
+
+def valid_interleaves(n_layers: int, pp: int, micro_batches: int, largest: int) -> list[int]:
+    """Every interleave v ≤ `largest` (chunks per GPU) with a valid schedule, 1 first (when pp itself is valid)."""
+    return [v for v in range(1, largest + 1) if schedule_problem(n_layers, pp, v, micro_batches) is None]

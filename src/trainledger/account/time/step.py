@@ -1,0 +1,443 @@
+"""Seconds of one training iteration, by part, from the hardware and the layout. Pure, no torch.
+
+API: `step_time(spec, gpu, *, batch_size, seq_len, global_batch_size, num_gpus, precision, optimizer, tp, sp, pp,
+interleave, cp, dp, zero, recompute, flash, attention, causal, framework, dropout) -> dict` with
+step_seconds, tokens_per_s, mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part:
+compute, attention, memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble;
+they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory.per_gpu) and assumptions.
+`gpu` is a GPUSpec (a datasheet entry or a calibrated device); `batch_size` is the micro-batch per GPU and
+global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
+
+How a step is built (each piece is a small function a test checks by hand):
+1. The kernels of one layer of each kind (spec.layer_groups(): MoE or dense, sliding or global; weighted by how
+   many layers it has, O(kinds of layers)), forward and backward, and of the embedding and head
+   (account.time.kernels: the same matrices as account.counting.flops, the same tensors as account.memory.activations), each timed
+   on the roofline of account.time.roofline; recomputation re-runs the attention core (selective) or the whole
+   layer forward (full).
+2. Communication (account.time.comm), α–β ring costs on the link each group crosses. Only the exposed part is added:
+   max(0, collective − the compute it overlaps), with the overlap each collective states (Megatron-LM: TP input-
+   gradient all-reduce / SP reduce-scatter behind the weight-gradient GEMM of the same column-parallel Linear, SP
+   input re-gather behind its input-gradient GEMM; DDP gradient buckets behind the last micro-batch's backward
+   when pp = 1; ZeRO-3 in PyTorch as FSDP2 runs it, unit by unit, account.memory.fsdp via account.time.overlap.fsdp_step).
+   Everything else is exposed. A TP collective holds
+   its link's `sm_channels` SMs, so the GEMMs it overlaps run on the others (overlapped_exposed).
+3. The pipeline: a stage runs m micro-batches of its ceil(L/pp) layers (the first stage also the embedding, the
+   last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
+   (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
+4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
+Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
+published channel count, imbalanced stages beyond embedding/head, the interleaved schedule's extra activation memory.
+5. Eager PyTorch on an accelerator (framework trainledger): the CPU launches ops ahead of the GPU, so the step is
+   the longer of the two timelines between the loop's synchronizations (account/time/timeline.py, eager_step.py);
+   the time the GPU waits for the CPU is "overhead". --compile: account/time/compiled.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainledger.account.time import comm as comm_mod
+from trainledger.account.memory import fsdp as fsdp_mod
+from trainledger.account.counting import recompute as recompute_mod
+from trainledger.account.time import timeline
+from trainledger.account.time.advice import WORDS as ADVICE_WORDS, bottleneck_advice
+from trainledger.account.memory.activations import recipe_bytes
+from trainledger.account.time.eager import EAGER_FRAMEWORKS, unaligned
+from trainledger.account.time.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
+                                            host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
+from trainledger.account.counting.flops import check_choice, hardware_flops_per_token, train_flops_per_token
+from trainledger.account.time.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
+from trainledger.account.time.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
+from trainledger.account.time.step_notes import assumptions
+from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
+from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
+from trainledger.account.time.roofline import kernel_seconds
+from trainledger.account.time.schedule import check_schedule
+from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
+                                         fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
+                                         sms_beside as _sms_beside)
+from trainledger.errors import TrainledgerError
+from trainledger.specs.recipes import get_optimizer, get_recipe
+
+PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
+         "pipeline_bubble")
+WORDS = ADVICE_WORDS   # the parts of a step in words (account.time.advice)
+
+
+def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -> float:
+    """Idle fraction of the ideal time of a pipeline: (p − 1)/m for 1F1B, (p − 1)/(v·m) interleaved (Narayanan et al. 2021)."""
+    return (pp - 1) / (interleave * micro_batches)
+
+
+def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
+    """The part of a communication that compute does not hide: max(0, comm − overlapping compute)."""
+    return max(0.0, comm_seconds - hidden_by_seconds)
+
+
+def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | None, batch_size: int,
+                  global_batch_size: int | None) -> tuple[int, int, int, int]:
+    """(num_gpus, dp, global_batch_size, micro_batches) with dp = num_gpus/(tp·pp·cp) when not given; errors name the flag."""
+    for value, flag in ((tp, "--tp"), (pp, "--pp"), (cp, "--cp"), (batch_size, "--batch-size")):
+        check_positive_int(value, flag)
+    model = tp * pp * cp
+    if dp is None:
+        num_gpus = num_gpus if num_gpus is not None else model
+        if num_gpus % model:
+            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
+        dp = num_gpus // model
+    else:
+        check_positive_int(dp, "--dp")
+        if num_gpus is not None and num_gpus != dp * model:
+            raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
+                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
+        num_gpus = dp * model
+    per_step = batch_size * dp
+    global_batch_size = global_batch_size if global_batch_size is not None else per_step
+    check_positive_int(global_batch_size, "--global-batch-size")
+    if global_batch_size % per_step:
+        raise TrainledgerError(f"--global-batch-size {global_batch_size} must be a multiple of --batch-size × dp = "
+                               f"{batch_size} × {dp} = {per_step}")
+    return num_gpus, dp, global_batch_size, global_batch_size // per_step
+
+
+COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
+
+
+def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
+          cpu_op: float | None = None) -> dict:
+    """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
+    ("dgrad", "wgrad"; with `narrow_sms`, also "dgrad_narrow", "wgrad_narrow": the same kernels with their GEMMs
+    on only that many SMs).
+
+    `cpu_op` (eager PyTorch on an accelerator, which launches asynchronously): each launch also holds the device
+    for gpu.kernel_overhead_seconds, nothing is added to "overhead", and "block" is the list as the CPU and GPU
+    timelines see it (account/time/timeline.py), each launch costing the CPU `cpu_op` seconds."""
+    out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
+           "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
+    blocks = []
+    for k in kernels:
+        if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
+            host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
+            if cpu_op is None:
+                out["overhead"] += k.count * host
+            else:
+                blocks.append(timeline.Block(k.count * host, 0.0, k.count * host))
+            continue
+        seconds = kernel_seconds(gpu, k, attention_kernel)
+        if cpu_op is not None:
+            seconds += k.count * gpu.kernel_overhead_seconds
+            blocks.append(timeline.op(cpu_op, seconds / k.count, k.count))
+        out[k.part] += seconds
+        if k.role in ("dgrad", "wgrad"):
+            out[k.role] += seconds
+            narrow = seconds
+            if narrow_sms and k.kind == "gemm":
+                narrow = kernel_seconds(gpu, k, attention_kernel, narrow_sms)
+            out[k.role + "_narrow"] += narrow
+            if k.kind == "gemm":
+                full_narrow = out.setdefault("gemms", {}).setdefault(k.name, [0.0, 0.0])
+                full_narrow[0] += seconds
+                full_narrow[1] += narrow
+        if cpu_op is None:
+            out["overhead"] += k.count * gpu.op_overhead_seconds
+        out["kernels"] += k.count
+    if cpu_op is not None:
+        out["block"] = timeline.sequence(blocks)
+    return out
+
+
+def _add(total: dict, part: dict, times: float = 1.0) -> None:
+    for key, value in part.items():
+        if key != "block":
+            total[key] = total.get(key, 0.0) + value * times
+
+
+def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
+              num_gpus: int | None = None, precision: str = "amp-bf16", optimizer: str = "adamw", tp: int = 1,
+              sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
+              recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
+              framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
+              with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
+              loop: str = "train", reserve_bytes: float | None = None) -> dict:
+    """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
+
+    `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
+    times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.per_gpu.default_reserve of `gpu`).
+    `fsdp`: account.memory.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
+    accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
+    `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
+    timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
+    """
+    seq_len = seq_len if seq_len is not None else spec.default_seq_len
+    check_positive_int(seq_len, "--seq-len")
+    check_choice(recompute, recompute_mod.POLICIES, "--recompute")
+    check_choice(attention, ("full", "causal"), "--attention")
+    check_choice(framework, FRAMEWORKS, "--framework")
+    check_choice(loop, LOOPS, "loop")
+    if compiled and framework not in EAGER_FRAMEWORKS:
+        raise TrainledgerError("--compile models PyTorch code under torch.compile (--framework trainledger or "
+                               "torchtitan), not Megatron-LM's fused kernels")
+    num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
+    check_parallel(spec, tp, pp, dp, zero)
+    check_positive_int(interleave, "--interleave")
+    check_schedule(spec.n_layers, pp, interleave, m)
+    if seq_len % cp:
+        raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    peak = gpu.peak(recipe.compute_dtype)
+    style = "megatron" if framework == "megatron" else "torch"
+    settings = None
+    if zero == 3 and style == "torch" and dp > 1:
+        settings = fsdp if fsdp is not None else fsdp_mod.fsdp_settings(recipe, pp=pp, dp=dp)
+        fsdp_mod.fsdp_settings(recipe, replicate=settings.replicate, dp=dp)     # HSDP must divide dp
+    elif fsdp is not None and fsdp.replicate > 1:
+        raise TrainledgerError(f"--dp-replicate {fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 sharding "
+                               "inside each replica group), with dp > 1")
+    compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
+
+    # 1. kernels of one layer and of the edges, for one micro-batch
+    if flash:
+        gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    gpn = gpu.gpus_per_node
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
+    cpu_op = eager_cpu_op_seconds(gpu, framework)
+    layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
+    key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
+           recompute, narrow_sms, compiled)
+    if cache is not None and key in cache:
+        groups, edges = cache[key]
+    else:
+        groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled)
+        if cache is not None:
+            cache[key] = (groups, edges)
+
+    # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
+                  recompute=recompute, style=style, gpus_per_node=gpn)
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
+
+    layer = {}
+    for part in (fwd, bwd, rec):
+        _add(layer, {k: part[k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    _add(layer, per_layer)
+
+    # 3. the pipeline: the slower of the first and the last stage sets the pace
+    layers_per_stage = -(-spec.n_layers // pp)
+    stage_layers = spec.n_layers if pp == 1 else layers_per_stage
+    first, last = {}, {}
+    _add(first, layer, stage_layers)
+    _add(last, layer, stage_layers)
+    for name in ("embedding_forward", "embedding_backward"):
+        _add(first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    for name in ("head_forward", "head_backward"):
+        _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
+    stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
+    step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
+                                          zero=zero, layers_per_stage=layers_per_stage)
+    per_mb = dict(stage)
+    after = {"pp_comm": 0.0, "dp_comm": 0.0}
+    stage_fwd = stage_layers * (fwd["compute"] + fwd["attention"] + fwd["memory_bound"])
+    stage_bwd = stage_layers * (bwd["compute"] + bwd["attention"] + bwd["memory_bound"] + rec["compute"]
+                                + rec["attention"] + rec["memory_bound"])
+    fsdp_detail = None
+    if settings is not None:
+        step_comm = [c for c in step_comm if c.part != "dp_comm"]
+        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m)
+        after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
+        records += fsdp_detail.pop("records")
+    for c in step_comm:
+        if c.part not in ("pp_comm", "dp_comm"):
+            continue
+        seconds = collective_seconds(gpu, c)
+        records.append((c, seconds))
+        if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
+            per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
+        elif c.part == "dp_comm":
+            after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
+        else:
+            after[c.part] += seconds
+
+    ideal = {k: v * m for k, v in per_mb.items()}
+    bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
+
+    # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
+    placement = params_per_gpu(spec, tp, pp)
+    sharded_over = (dp // settings.replicate if settings is not None else dp) if zero >= 1 else 1
+    shard_params = placement["n_params_per_gpu"] / sharded_over
+    n_tensors = parameter_tensors(spec) / pp / sharded_over
+    state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
+    numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
+                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
+    # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
+    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
+                                                 m if settings is None else 1, recipe, framework), cpu_op=cpu_op)
+    for part in ("memory_bound", "overhead"):
+        ideal[part] = ideal.get(part, 0.0) + accumulate[part]
+
+    breakdown = {part: 0.0 for part in PARTS}
+    for key, value in ideal.items():
+        breakdown[key] += value
+    breakdown["optimizer"] = optim["optimizer"]
+    breakdown["overhead"] += optim["overhead"]
+    breakdown["pipeline_bubble"] = bubble
+    breakdown["pp_comm"] += after["pp_comm"]
+    breakdown["dp_comm"] += after["dp_comm"]
+    if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/time/timeline.py)
+        norm = [k for k in optim_kernels if k.name.endswith("_norm")]
+        clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
+    if fsdp_detail is not None:
+        breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
+    step_seconds = sum(breakdown.values())
+
+    tokens = global_batch_size * seq_len
+    model_flops = train_flops_per_token(spec, seq_len, attention) * tokens
+    hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute) * tokens
+    result = {
+        "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
+        "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
+        "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
+        "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
+        "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp,
+        "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
+        "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
+        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
+        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
+        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
+                                 and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
+        "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
+        "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
+        "compute_precision": compute,
+    }
+    result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
+                                      setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))
+    if fsdp_detail is not None:
+        result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
+    if with_memory:
+        memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
+                                optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
+                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
+                                reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
+                                grad_accum=m)
+        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+                      reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
+                      memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
+                                                       "optimizer_bytes", "activations_bytes", "total_bytes")})
+    result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
+    return result
+
+
+def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
+    """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
+    views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
+    opt = get_optimizer(optimizer)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    return _time(gpu, kernels)["overhead"]
+
+
+def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
+    """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
+    if tp == 1:
+        return None
+    return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
+
+
+def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
+    """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
+    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
+    how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
+    pipeline stage is assumed to hold the same mix (its layers × this mean)."""
+    total = sum(count for count, *_ in groups)
+    fwd, bwd, rec, comm = {}, {}, {}, {}
+    records = None
+    for count, f, b, r in groups:
+        per_layer, recs = _layer_comm(spec, gpu, common, b, framework)
+        records = records if records is not None else recs
+        for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
+            _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
+    return fwd, bwd, rec, comm, records
+
+
+def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dict, list]:
+    """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
+    records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
+    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
+    per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
+    hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
+    column = COLUMN_PARALLEL.get(framework, ())
+    records = []
+    for c in layer_comm:
+        seconds = collective_seconds(gpu, c)
+        records.append((c, seconds))
+        own = [bwd.get("gemms", {}).get(f"{name}_{c.hides_behind}") for name in column]
+        if c.hides_behind in hide and column and c.count == len(column) and all(own):
+            # Megatron-LM overlaps each call with the GEMM of ITS column-parallel Linear only (one per block):
+            # the input re-gather with that Linear's dgrad, the input-gradient all-reduce / reduce-scatter with
+            # its wgrad (LinearWithGradAccumulationAndAsyncCommunication.backward)
+            for full, narrow in own:
+                per_layer[c.part] += overlapped_exposed(seconds / c.count, full, narrow)
+        elif c.hides_behind in hide:
+            hide[c.hides_behind][0] += seconds
+        else:
+            per_layer[c.part] += seconds
+    per_layer["tp_comm"] += sum(overlapped_exposed(comm, gemms, narrow) for comm, gemms, narrow in hide.values())
+    return per_layer, records
+
+
+def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
+                       sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
+                       framework: str = "megatron", dropout: bool | None = None, layer: int = 0) -> dict:
+    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch on one GPU, with its
+    exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the
+    recomputation (and a full recompute's forward collectives)."""
+    recipe = get_recipe(precision)
+    sp = sp and tp > 1
+    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
+    narrow_sms = _sms_beside_tp_comm(gpu, tp, 1, 1)
+    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
+                                           narrow_sms, [(layer, 1)])
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
+                  style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
+    total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
+    _, records = _layer_comm(spec, gpu, dict(common, recompute="none"), bwd, framework)
+    forward_comm = sum(seconds for c, seconds in records if c.name.endswith("_forward"))
+    kernels = ("compute", "attention", "memory_bound", "overhead")
+    forward = sum(fwd[k] for k in kernels) + forward_comm
+    backward = sum(bwd[k] + rec[k] for k in kernels) + sum(total.values()) - forward_comm
+    return {"forward": forward, "backward": backward}
+
+
+def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
+                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
+                 compiled: bool = False):
+    """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
+    `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
+    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
+    groups = []
+    for layer, count in layers:
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
+                           compiled=compiled)
+        fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
+        kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
+        timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
+        rec = {k: v * weight for k, v in timed.items() if k not in ("gemms", "block")}
+        if cpu_op is not None:
+            rec["block"] = timed["block"].times(weight)
+        groups.append((count, fwd, bwd, rec))
+    edges = {name: _time(gpu, ks, cpu_op=cpu_op)
+             for name, ks in edge_kernels(spec, **shard, framework=framework, compiled=compiled).items()}
+    return groups, edges
+
+
+def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int, setup: dict | None = None) -> str:
+    """The largest part of the step in words, with its share and what would help given the flags in effect
+    (`setup`: the step's settings, account.time.advice.bottleneck_advice)."""
+    return bottleneck_advice(breakdown, dict(setup or {}, pp=pp, micro_batches=micro_batches, interleave=interleave))

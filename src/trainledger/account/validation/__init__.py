@@ -1,0 +1,1 @@
+"""Validation: published runs as a user would type them, each predicted beside its published figure (top layer)."""
