@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
+from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
+from trainledger.errors import TrainledgerError
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
 DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
@@ -18,6 +21,7 @@ recomputation that fits is timed (recomputation costs time and only saves memory
 
 examples:
   trainledger layout --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64
+  trainledger layout --model llama-3-8b --gpu h100 --num-gpus 16 --launch slurm > job.sbatch
   trainledger layout --model gpt3-175b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 2048 \\
       --precision mixed-fp16 --optimizer adam --framework megatron --no-flash
 """
@@ -42,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_compile_flag(parser)
     common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
+    parser.add_argument("--launch", choices=KINDS, type=str.lower,
+                        help="print, instead of the table, what runs the fastest listed layout that `trainledger "
+                             "train` implements: torchrun = the line to start on each node, slurm = an sbatch script "
+                             "(cli/launch.py; both in --json as launch)")
     common.add_json_flag(parser)
 
 
@@ -74,6 +82,12 @@ def compute(args) -> dict:
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
+    if args.launch:
+        result["launch"] = launch_texts(result, model=args.model, gpus_per_node=gpu.gpus_per_node,
+                                        compile_model=args.compile)
+        if result["launch"] is None:
+            raise TrainledgerError(f"--launch {args.launch}: no layout of {spec.name} fits on {args.num_gpus} × "
+                                   f"{gpu.name}, so there is nothing to launch; add GPUs or lower --global-batch-size")
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:
         best = found["layouts"][0]
@@ -84,6 +98,11 @@ def compute(args) -> dict:
 
 
 def render(result: dict, args) -> None:
+    if args.launch:         # the script alone, so that `> job.sbatch` keeps it; warnings go to stderr
+        for warning in result.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+        print(result["launch"][args.launch], end="")
+        return
     out = common.console()
     out.print(f"Fastest layouts of {result['model']} on {result['num_gpus']} × {result['gpu']}", style="bold")
     for line in result["assumptions"]:
