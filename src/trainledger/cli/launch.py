@@ -145,11 +145,10 @@ def slurm_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int
 
 
 def launch_texts(result: dict, *, model: str, gpus_per_node: int, compile_model: bool = False) -> dict:
-    """{"layout": rank, "runnable", "torchrun", "slurm"} for the fastest listed layout train can run (rank 1-based),
-    else for layout #1 with the reasons; None when no layout fits."""
+    """{"layout": rank, "runnable", "nodes", "processes_per_node", "train_args", "torchrun", "slurm"} for the fastest
+    listed layout train can run (rank 1-based), else for layout #1 with the reasons. `result` lists at least one
+    layout (account.layout.search raises when none fits)."""
     layouts = result["layouts"]
-    if not layouts:
-        return None
     nodes, per_node = nodes_of(result["num_gpus"], gpus_per_node)
 
     def reasons_of(layout):

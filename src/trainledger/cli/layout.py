@@ -10,7 +10,6 @@ from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
 from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
-from trainledger.errors import TrainledgerError
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
 DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
@@ -84,10 +83,7 @@ def compute(args) -> dict:
     ]
     if args.launch:
         result["launch"] = launch_texts(result, model=args.model, gpus_per_node=gpu.gpus_per_node,
-                                        compile_model=args.compile)
-        if result["launch"] is None:
-            raise TrainledgerError(f"--launch {args.launch}: no layout of {spec.name} fits on {args.num_gpus} × "
-                                   f"{gpu.name}, so there is nothing to launch; add GPUs or lower --global-batch-size")
+                                        compile_model=args.compile)       # search() raises when none fits
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:
         best = found["layouts"][0]
