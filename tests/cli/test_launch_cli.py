@@ -128,23 +128,26 @@ def test_runnable_layouts_have_no_reasons(changes, precision):
     assert launch.unsupported(layout(**changes), precision, "adamw", 1) == []
 
 
-def result_of(*layouts) -> dict:
-    return {"model": "tiny", "gpu": "h100-sxm", "num_gpus": 8, "global_batch_size": 8, "seq_len": 64,
-            "precision": "amp-bf16", "optimizer": "adamw", "layouts": list(layouts)}
+RESULT = {"model": "tiny", "gpu": "h100-sxm", "num_gpus": 8, "global_batch_size": 8, "seq_len": 64,
+          "precision": "amp-bf16", "optimizer": "adamw"}
 
 
-def test_fastest_runnable_layout_is_launched_and_the_faster_ones_are_said_skipped():
-    texts = launch.launch_texts(result_of(layout(cp=2, dp=4), layout(zero=0)), model="tiny", gpus_per_node=8)
-    assert texts["layout"] == 2 and texts["runnable"]
+def test_fastest_runnable_layout_is_launched_and_why_the_faster_are_not():
+    ranked = [layout(cp=2, dp=4), layout(interleave=2, pp=2, dp=4), layout(zero=0), layout()]
+    texts = launch.launch_texts(RESULT, ranked, model="tiny", gpus_per_node=8)
+    assert texts["layout"] == 3 and texts["runnable"]
     assert texts["train_args"] == ["--model", "tiny", "--parallel", "ddp", "--batch-size", "1", "--global-batch-size",
                                    "8", "--seq-len", "64", "--precision", "amp-bf16", "--optimizer", "adamw"]
     for kind in launch.KINDS:
-        assert "#1-#1 need what train does not implement; #2 is the fastest it runs" in texts[kind]
-        assert "# layout #2 of tiny on 8 × h100-sxm" in texts[kind]
+        assert "# the fastest layout, #1, needs what trainledger train does not implement:" in texts[kind]
+        assert "#   - context parallelism (cp 2)" in texts[kind]
+        assert "# #2-#2 likewise need parts train lacks; so this runs #3" in texts[kind]
+        assert "# layout #3 of tiny on 8 × h100-sxm" in texts[kind] and "cannot run this layout" not in texts[kind]
+    assert texts["slurm"].startswith("#!/bin/bash\n# the fastest layout")
 
 
 def test_no_runnable_layout_prints_reasons_and_a_commented_command():
-    texts = launch.launch_texts(result_of(layout(cp=2, dp=4), layout(recompute="full")), model="tiny",
+    texts = launch.launch_texts(RESULT, [layout(cp=2, dp=4), layout(recompute="full")], model="tiny",
                                 gpus_per_node=8)
     assert texts["layout"] == 1 and not texts["runnable"]
     for kind in launch.KINDS:
@@ -153,8 +156,19 @@ def test_no_runnable_layout_prints_reasons_and_a_commented_command():
         assert [line for line in texts[kind].splitlines() if line.startswith(("# torchrun", "# srun torchrun"))]
 
 
+def test_launch_looks_past_the_table_for_a_layout_train_runs(capsys):
+    """gpt2 on 16 H100: the five fastest are interleaved pipelines (train runs plain 1F1B); the launched layout is
+    the fastest the search found without what train lacks, and the table stays the top 5."""
+    argv = ["layout", "--model", "gpt2", "--gpu", "h100", "--num-gpus", "16"]
+    table = json.loads(run(capsys, *argv, "--json"))["layouts"]
+    data = json.loads(run(capsys, *argv, "--launch", "torchrun", "--json"))
+    assert data["layouts"] == table and all(r["interleave"] > 1 for r in table)
+    assert data["launch"]["runnable"] and data["launch"]["layout"] > len(table)
+    assert "an interleaved pipeline (" in data["launch"]["torchrun"]
+
+
 def test_config_json_model_path_is_quoted(tmp_path):
-    texts = launch.launch_texts(result_of(layout()), model=str(tmp_path / "my model" / "config.json"),
+    texts = launch.launch_texts(RESULT, [layout()], model=str(tmp_path / "my model" / "config.json"),
                                 gpus_per_node=8)
     words = shlex.split(command_lines(texts["torchrun"])[0])
     assert words[words.index("--model") + 1] == str(tmp_path / "my model" / "config.json")

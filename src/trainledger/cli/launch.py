@@ -144,30 +144,33 @@ def slurm_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int
     return "\n".join(lines) + "\n"
 
 
-def launch_texts(result: dict, *, model: str, gpus_per_node: int, compile_model: bool = False) -> dict:
+def launch_texts(result: dict, ranked: list[dict], *, model: str, gpus_per_node: int,
+                 compile_model: bool = False) -> dict:
     """{"layout": rank, "runnable", "nodes", "processes_per_node", "train_args", "torchrun", "slurm"} for the fastest
-    listed layout train can run (rank 1-based), else for layout #1 with the reasons. `result` lists at least one
-    layout (account.layout.search raises when none fits)."""
-    layouts = result["layouts"]
+    layout of `ranked` (every layout the search timed, fastest first; at least one) that train can run, rank
+    1-based in that order; else for layout #1 with its reasons. `result` is the layout command's answer (model,
+    gpu, num_gpus, global_batch_size, seq_len, precision, optimizer)."""
     nodes, per_node = nodes_of(result["num_gpus"], gpus_per_node)
 
     def reasons_of(layout):
         return unsupported({**layout, "global_batch_size": result["global_batch_size"]}, result["precision"],
                            result["optimizer"], nodes)
 
-    rank = next((i for i, layout in enumerate(layouts, 1) if not reasons_of(layout)), 1)
-    layout = {**layouts[rank - 1], "global_batch_size": result["global_batch_size"]}
+    rank = next((i for i, layout in enumerate(ranked, 1) if not reasons_of(layout)), 1)
+    layout = {**ranked[rank - 1], "global_batch_size": result["global_batch_size"]}
     reasons = reasons_of(layout)
     flags = train_flags(layout, model=model, seq_len=result["seq_len"], precision=result["precision"],
                         optimizer=result["optimizer"], compile_model=compile_model)
     title = f"{result['model']} on {result['num_gpus']} × {result['gpu']}"
-    skipped = [f"# layouts #1-#{rank - 1} need what train does not implement; #{rank} is the fastest it runs"] \
-        if rank > 1 else []
     job_name = "trainledger-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in result["model"])[:40]
     torchrun = torchrun_text(layout, rank, title, flags, nodes, per_node, reasons)
     slurm = slurm_text(layout, rank, title, flags, nodes, per_node, reasons, job_name)
-    if skipped:
-        torchrun = skipped[0] + "\n" + torchrun
-        slurm = slurm.replace("#!/bin/bash\n", "#!/bin/bash\n" + skipped[0] + "\n", 1)
+    if rank > 1:        # say why the faster ones are not launched
+        others = f"#2-#{rank - 1} likewise need parts train lacks; " if rank > 2 else ""
+        skipped = "\n".join(["# the fastest layout, #1, needs what trainledger train does not implement:",
+                             *(f"#   - {reason}" for reason in reasons_of(ranked[0])),
+                             f"# {others}so this runs #{rank}, the fastest layout of the search that train runs"]) + "\n"
+        torchrun = skipped + torchrun
+        slurm = slurm.replace("#!/bin/bash\n", "#!/bin/bash\n" + skipped, 1)
     return {"layout": rank, "runnable": not reasons, "nodes": nodes, "processes_per_node": per_node,
             "train_args": flags, "torchrun": torchrun, "slurm": slurm}

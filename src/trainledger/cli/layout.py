@@ -26,6 +26,9 @@ examples:
 """
 
 
+ALL_LAYOUTS = 1 << 30     # search(top=...) that keeps every timed layout
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainledger.cli.step import add_model_flags
     parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
@@ -60,7 +63,8 @@ def compute(args) -> dict:
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
                    precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
-                   framework=args.framework, attention_kernel=args.attention_kernel, top=args.top,
+                   framework=args.framework, attention_kernel=args.attention_kernel,
+                   top=ALL_LAYOUTS if args.launch else args.top,      # --launch looks past the table for one train runs
                    memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile,
                    reserve_bytes=reserve_of(args, gpu))
     capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
@@ -81,9 +85,10 @@ def compute(args) -> dict:
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
-    if args.launch:
-        result["launch"] = launch_texts(result, model=args.model, gpus_per_node=gpu.gpus_per_node,
-                                        compile_model=args.compile)       # search() raises when none fits
+    if args.launch:     # search() raises when none fits
+        result["launch"] = launch_texts(result, found["layouts"], model=args.model, gpus_per_node=gpu.gpus_per_node,
+                                        compile_model=args.compile)
+        result["layouts"] = found["layouts"][:args.top]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:
         best = found["layouts"][0]
