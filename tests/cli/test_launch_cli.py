@@ -65,7 +65,9 @@ def test_slurm_script_has_one_agent_per_node_and_elastic_restarts(capsys, monkey
         assert f"#SBATCH {directive}" in lines
     first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
     assert all(not line.startswith("#SBATCH") for line in lines[first_command:])    # sbatch stops reading there
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in lines[first_command:]     # before srun: it inherits it
     [srun] = [line for line in lines if line.startswith("srun torchrun")]
+    assert lines.index("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1") < lines.index(srun)
     words = shlex.split(srun.replace('"$head_node:29500"', "head:29500"))
     assert words[words.index("--rdzv-backend") + 1] == "c10d"
     assert words[words.index("--rdzv-endpoint") + 1] == "head:29500"

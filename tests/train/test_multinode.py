@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from train_helpers import SMALL, env, losses, train_in_process
+from trainledger.cli import launch
 from trainledger.train import checkpoint as ckpt
 
 STEPS, EVERY = 8, 3
@@ -53,9 +54,11 @@ def agent_command(node_rank: int, port: int, rendezvous: str, max_restarts: int 
 
 
 def start_nodes(args, rendezvous: str, max_restarts: int = 0, extra_env: dict | None = None) -> list[subprocess.Popen]:
+    """The two agents; c10d ones with the environment the Slurm script of `layout --launch slurm` exports."""
     port = free_port()
+    c10d_env = launch.C10D_ENV if rendezvous == "c10d" else {}
     return [subprocess.Popen([*agent_command(node, port, rendezvous, max_restarts), "-m", "trainledger.cli.main",
-                              "train", *map(str, args)], env={**env(), **(extra_env or {})},
+                              "train", *map(str, args)], env={**env(), **c10d_env, **(extra_env or {})},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for node in (0, 1)]
 

@@ -24,6 +24,11 @@ KINDS = ("torchrun", "slurm")
 RDZV_PORT = 29500           # torchrun's default --master-port, the port Slurm examples of PyTorch use
 MAX_RESTARTS = 3            # elastic restarts of the workers before the job fails (each resumes the last checkpoint)
 PRECISION_ALTERNATIVE = "amp-{}"    # what train runs instead of mixed-* under FSDP, TP or PP (train/config.py)
+# The environment of the c10d agents: workers restarted after a failure bootstrap on a fresh store. By default
+# torchrun's c10d rendezvous shares one TCPStore, created at the first round, with the workers, and a restarted
+# worker may read a peer's address of the previous round from it (connection refused; pytorch/pytorch#135712;
+# seen here in about one FSDP restart in two under torch 2.13, tests/train/test_multinode.py).
+C10D_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def nodes_of(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -137,6 +142,8 @@ def slurm_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int
              "# RUN_DIR (checkpoints, metrics, token cache, lock) and DATA on storage every node mounts (docs/train.md)",
              'export RUN_DIR="${RUN_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_NAME}"',
              ': "${DATA:?set DATA to a token file (trainledger tokenize) on storage every node mounts}"',
+             "# restarted workers bootstrap on a fresh store, not the previous round's (pytorch/pytorch#135712)",
+             *(f"export {name}={value}" for name, value in C10D_ENV.items()),
              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
              f'{off}srun torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-id "$SLURM_JOB_ID" '
              f'--rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" --max-restarts {MAX_RESTARTS} '
