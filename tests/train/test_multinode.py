@@ -35,9 +35,6 @@ SAVES = [3, 6, 8]                                  # every 3 steps, and always a
 BASE = ["--steps", STEPS, "--checkpoint-every", EVERY, "--global-batch-size", 4, *SMALL[4:]]
 AGENT_TIMEOUT_S = 240
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find a node's worker")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,6 +145,7 @@ def test_two_nodes_match_one_process_and_save_once(token_file, tmp_path, single,
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find a node's worker")
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_killed_worker_restarts_from_last_checkpoint_and_a_second_run_is_refused(token_file, tmp_path, single,
                                                                                  parallel, capsys):
