@@ -153,7 +153,7 @@ def test_killed_worker_restarts_from_last_checkpoint_and_a_second_run_is_refused
     args = ["--data", token_file, "--seq-len", 16, *BASE, "--parallel", parallel, "--out-dir", out, "--resume"]
     # c10d rendezvous and --max-restarts as in the Slurm script of `layout --launch slurm`; steps slowed so that
     # the kill lands between known steps on a loaded machine
-    agents = start_nodes(args, "c10d", max_restarts=1, extra_env={"TRAINLEDGER_TEST_STEP_DELAY_S": "0.5"})
+    agents = start_nodes(args, "c10d", max_restarts=1, extra_env={"TRAINLEDGER_TEST_STEP_DELAY_S": "0.8"})
     try:
         wait_for_step(out / "metrics.jsonl", 1, agents)
         # a second trainer on the same --out-dir meanwhile (in this process: no start-up time for the job to end in)

@@ -27,7 +27,7 @@ PRECISION_ALTERNATIVE = "amp-{}"    # what train runs instead of mixed-* under F
 # The environment of the c10d agents: workers restarted after a failure bootstrap on a fresh store. By default
 # torchrun's c10d rendezvous shares one TCPStore, created at the first round, with the workers, and a restarted
 # worker may read a peer's address of the previous round from it (connection refused; pytorch/pytorch#135712;
-# seen here in about one FSDP restart in two under torch 2.13, tests/train/test_multinode.py).
+# seen here in one of the first two FSDP restarts of tests/train/test_multinode.py under torch 2.13).
 C10D_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
