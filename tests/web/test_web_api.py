@@ -331,3 +331,22 @@ def test_commands_that_run_work_are_not_endpoints(client):
     assert client.get("/api/measure?model=llama-2-7b&device=cpu").status_code == 404
     assert not {"bench", "measure"} & set(client.get("/api/health").json()["commands"])
     assert not {"bench", "measure"} & set(client.get("/api/schema").json())
+
+
+def test_layout_launch_text_is_the_clis(client):
+    """`launch=` gives the text of `layout --launch` (cli/launch.py): both forms, as the command line computes them."""
+    body = client.get("/api/layout?model=gpt2&gpu=h100&num-gpus=16&launch=slurm").json()
+    assert body == cli_json(["layout", "--model", "gpt2", "--gpu", "h100", "--num-gpus", "16", "--launch", "slurm"])
+    assert body["launch"]["slurm"].startswith("#!/bin/bash") and "\nsrun torchrun --nnodes 2 " in body["launch"]["slurm"]
+    assert "--model gpt2 " in body["launch"]["torchrun"]
+
+
+def test_layout_launch_of_a_custom_model_names_its_file_not_the_server_path(client):
+    fields = {"family": "llama", "d_model": "256", "n_layers": "4", "n_heads": "4", "n_kv_heads": "4",
+              "d_ff": "512", "vocab_size": "1000", "max_seq_len": "512"}
+    query = "&".join(f"arch.{k}={v}" for k, v in fields.items())
+    body = client.get(f"/api/layout?{query}&num-gpus=2&launch=torchrun").json()
+    path = api.custom_config_path(fields)
+    assert str(Path(path).parent) not in json.dumps(body["launch"])
+    assert f"--model {Path(path).name} " in body["launch"]["torchrun"]
+    assert body["launch"]["train_args"][:2] == ["--model", Path(path).name]

@@ -360,6 +360,9 @@ def test_step_time_and_layout(page):
     layout = cli_json(["layout", *common, "--top", "5"])
     assert_shown_equals(layout_values, layout)
     assert sum(1 for path in layout_values if path.endswith(".step_seconds")) == len(layout["layouts"]) == 5
+    launch = cli_json(["layout", *common, "--top", "5", "--launch", "torchrun"])["launch"]   # the text to copy
+    for kind in ("torchrun", "slurm"):
+        assert page.text_content(f"#calc-step pre.launch-text[data-launch={kind}]") == launch[kind]
     bars = page.eval_on_selector_all("#calc-step svg rect.part", "n => n.length")
     assert bars == sum(1 for v in expected["breakdown"].values() if v > 0)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
+from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
@@ -18,9 +20,13 @@ recomputation that fits is timed (recomputation costs time and only saves memory
 
 examples:
   trainledger layout --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64
+  trainledger layout --model llama-3-8b --gpu h100 --num-gpus 16 --launch slurm > job.sbatch
   trainledger layout --model gpt3-175b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 2048 \\
       --precision mixed-fp16 --optimizer adam --framework megatron --no-flash
 """
+
+
+ALL_LAYOUTS = 1 << 30     # search(top=...) that keeps every timed layout
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_compile_flag(parser)
     common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
+    parser.add_argument("--launch", choices=KINDS, type=str.lower,
+                        help="print, instead of the table, what runs the fastest listed layout that `trainledger "
+                             "train` implements: torchrun = the line to start on each node, slurm = an sbatch script "
+                             "(cli/launch.py; both in --json as launch)")
     common.add_json_flag(parser)
 
 
@@ -53,7 +63,8 @@ def compute(args) -> dict:
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
                    precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
-                   framework=args.framework, attention_kernel=args.attention_kernel, top=args.top,
+                   framework=args.framework, attention_kernel=args.attention_kernel,
+                   top=ALL_LAYOUTS if args.launch else args.top,      # --launch looks past the table for one train runs
                    memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile,
                    reserve_bytes=reserve_of(args, gpu))
     capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
@@ -74,6 +85,10 @@ def compute(args) -> dict:
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
+    if args.launch:     # search() raises when none fits
+        result["launch"] = launch_texts(result, found["layouts"], model=args.model, gpus_per_node=gpu.gpus_per_node,
+                                        compile_model=args.compile)
+        result["layouts"] = found["layouts"][:args.top]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:
         best = found["layouts"][0]
@@ -84,6 +99,11 @@ def compute(args) -> dict:
 
 
 def render(result: dict, args) -> None:
+    if args.launch:         # the script alone, so that `> job.sbatch` keeps it; warnings go to stderr
+        for warning in result.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+        print(result["launch"][args.launch], end="")
+        return
     out = common.console()
     out.print(f"Fastest layouts of {result['model']} on {result['num_gpus']} × {result['gpu']}", style="bold")
     for line in result["assumptions"]:

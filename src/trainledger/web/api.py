@@ -339,7 +339,22 @@ def outcome(command: str, argv: list[str] | None, custom: bool = False) -> tuple
     except Exception as error:  # a bug, not bad input: the CLI's one line for it, never a traceback page
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
         return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
+    if isinstance(result, dict) and isinstance(result.get("launch"), dict):
+        _hide_model_path(result["launch"], argv)
     return 200, json_ready(result)
+
+
+def _hide_model_path(launch: dict, argv: list[str]) -> None:
+    """The launch text of `layout --launch` (cli/launch.py) names --model as run; a custom model's or --config-dir's
+    config.json is a path on the server, shown to the client as its file name (the user's own copy of it)."""
+    model = next((a.split("=", 1)[1] for a in argv if a.startswith("--model=")), None)
+    if model is None or "/" not in model:           # a preset name
+        return
+    import shlex
+    shown = Path(model).name
+    for kind in ("torchrun", "slurm"):
+        launch[kind] = launch[kind].replace(shlex.quote(model), shlex.quote(shown))
+    launch["train_args"] = [shown if a == model else a for a in launch["train_args"]]
 
 
 DEFAULT_SETTINGS = guard.WebSettings()

@@ -36,7 +36,7 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
              "reserve", *FSDP_FLAGS),
     "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
                "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",
-               "inter-node-bandwidth", "compile", "reserve"),
+               "inter-node-bandwidth", "compile", "reserve", "launch"),
     "dtypes": (),
     "hardware": (),
     "models": (),

@@ -560,7 +560,9 @@
           { label: "pipeline bubble fraction", path: "bubble_fraction", value: body.bubble_fraction, format: Fmt.percent },
           ...Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), path: `breakdown.${k}`, value: v, format: Fmt.seconds })),
         ]), assumptions(body));
-      const query = [...sent.filter(([param]) => !STEP_ONLY.includes(param)), ["top", String(LAYOUT_TOP)]];
+      // launch=torchrun: the reply carries both launch texts (torchrun line and sbatch script) of cli/launch.py
+      const query = [...sent.filter(([param]) => !STEP_ONLY.includes(param)), ["top", String(LAYOUT_TOP)],
+                     ["launch", "torchrun"]];
       const key = JSON.stringify(query);
       if (!calc.layoutReply || calc.layoutKey !== key) {  // the search runs again only when its inputs change
         calc.layoutKey = key;
@@ -598,7 +600,27 @@
     table.append(tbody);
     box.append(table, el("p", { class: "note" }, [`searched `, valueNode("considered", reply.body.considered, Fmt.exact),
       " layouts, ", valueNode("fitting", reply.body.fitting, Fmt.exact), " fit in memory"]));
+    if (reply.body.launch) box.append(launchBlock(reply.body.launch));
     return box;
+  }
+  // `trainledger layout --launch torchrun|slurm`: the text that runs the layout with `trainledger train`, to copy.
+  function launchBlock(launch) {
+    const part = (kind, title) => {
+      const text = launch[kind];
+      const copy = el("button", { type: "button", class: "copy-launch", "data-launch": kind, text: "Copy" });
+      copy.addEventListener("click", () => {
+        const done = (word) => { copy.textContent = word; setTimeout(() => { copy.textContent = "Copy"; }, 1500); };
+        if (navigator.clipboard) navigator.clipboard.writeText(text).then(() => done("Copied"), () => done("Select the text to copy"));
+        else done("Select the text to copy");
+      });
+      return el("div", { class: "launch-part" }, [el("h4", {}, [title, " ", copy]),
+        el("pre", { class: "launch-text", "data-launch": kind, tabindex: "0", text })]);
+    };
+    const runs = launch.runnable ? `layout #${launch.layout}` : "no listed layout (the text says why)";
+    return el("details", { class: "launch" }, [
+      el("summary", { text: `Run ${runs} with trainledger train (trainledger layout --launch torchrun | slurm)` }),
+      part("torchrun", "By hand: the same line on every node (NODE_RANK, MASTER_ADDR, DATA, RUN_DIR set)"),
+      part("slurm", "Slurm: an sbatch script (DATA set, on storage every node mounts)")]);
   }
 
   function fill(select, options) {

@@ -1,0 +1,183 @@
+"""Launch text for a layout of `trainledger layout`: the torchrun line and the Slurm script that run it with
+`trainledger train`. Pure string building from the layout record; nothing here runs or imports torch.
+
+A layout (account/layout.py) maps onto train's flags one to one where the trainer implements the part:
+tp -> --tp, sp -> --sp, pp -> --pp, dp > 1 with ZeRO 0 -> --parallel ddp, with ZeRO 3 -> --parallel fsdp
+(FSDP2 fully_shard), the micro-batch -> --batch-size, the global batch -> --global-batch-size (train derives
+--grad-accum = global / (micro × dp)), and --seq-len, --precision, --optimizer, --compile as searched. The parts
+train does not implement (context parallelism, interleaved 1F1B, ZeRO-1/2, recomputation, --tp with --pp, ...)
+are named in comment lines and the command is left commented out, instead of a command that fails or runs
+another layout. train/distributed.py check_layout and train/config.py validate are the rules mirrored here.
+
+Placeholders are shell variables the text names in its comments: NODE_RANK and MASTER_ADDR (by hand), RUN_DIR
+(the --out-dir, on storage every node mounts) and DATA (a token file of `trainledger tokenize`, likewise shared).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from trainledger import units
+from trainledger.train.config import OPTIMIZERS as TRAIN_OPTIMIZERS, PRECISIONS as TRAIN_PRECISIONS
+
+KINDS = ("torchrun", "slurm")
+RDZV_PORT = 29500           # torchrun's default --master-port, the port Slurm examples of PyTorch use
+MAX_RESTARTS = 3            # elastic restarts of the workers before the job fails (each resumes the last checkpoint)
+PRECISION_ALTERNATIVE = "amp-{}"    # what train runs instead of mixed-* under FSDP, TP or PP (train/config.py)
+# The environment of the c10d agents: workers restarted after a failure bootstrap on a fresh store. By default
+# torchrun's c10d rendezvous shares one TCPStore, created at the first round, with the workers, and a restarted
+# worker may read a peer's address of the previous round from it (connection refused; pytorch/pytorch#135712;
+# seen here in one of the first two FSDP restarts of tests/train/test_multinode.py under torch 2.13).
+C10D_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def nodes_of(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, processes per node): full nodes of `gpus_per_node`, or one node when the job is smaller.
+
+    A job that does not fill whole nodes evenly (12 GPUs on 8-GPU nodes) takes ceil(n / g) nodes with n / nodes
+    processes each when that divides, else (0, 0): torchrun starts the same number of processes on every node."""
+    if num_gpus <= gpus_per_node:
+        return 1, num_gpus
+    nodes = -(-num_gpus // gpus_per_node)
+    return (nodes, num_gpus // nodes) if num_gpus % nodes == 0 else (0, 0)
+
+
+def unsupported(layout: dict, precision: str, optimizer: str, nodes: int) -> list[str]:
+    """Why `trainledger train` cannot run `layout` as searched: one reason per part, empty when it can."""
+    tp, pp, dp, zero = layout["tp"], layout["pp"], layout["dp"], layout["zero"]
+    reasons = []
+    if nodes == 0:
+        reasons.append("the GPUs do not split evenly over nodes (torchrun starts as many processes on each node); "
+                       "give --num-gpus a multiple of --gpus-per-node")
+    if layout["cp"] > 1:
+        reasons.append(f"context parallelism (cp {layout['cp']}): train has no --cp")
+    if layout["interleave"] > 1:
+        reasons.append(f"an interleaved pipeline ({layout['interleave']} chunks per GPU): train's --pp runs plain 1F1B "
+                       "(train/pipeline.py)")
+    if zero in (1, 2):
+        reasons.append(f"ZeRO-{zero}: train replicates (--parallel ddp, ZeRO-0) or fully shards (--parallel fsdp, "
+                       "ZeRO-3)")
+    if layout["recompute"] != "none":
+        reasons.append(f"{layout['recompute']} recomputation: train recomputes nothing, so its activations would not "
+                       "fit as this layout's do")
+    if tp > 1 and pp > 1:
+        reasons.append("--tp with --pp: train runs one of them at a time")
+    if dp > 1 and zero == 0 and (tp > 1 or pp > 1):
+        reasons.append(f"{'--tp' if tp > 1 else '--pp'} with {dp} data-parallel replicas: train needs --parallel fsdp "
+                       "(ZeRO-3) there, this layout is ZeRO-0")
+    micro_batches = layout["global_batch_size"] // (layout["batch_size"] * dp)
+    if pp > 1 and micro_batches < pp:
+        reasons.append(f"--pp {pp} with {micro_batches} micro-batch(es) per step: train's 1F1B needs at least {pp}")
+    if precision not in TRAIN_PRECISIONS:
+        reasons.append(f"--precision {precision}: train runs {', '.join(TRAIN_PRECISIONS)}")
+    elif precision.startswith("mixed-") and (zero == 3 or tp > 1 or pp > 1):
+        reasons.append(f"--precision {precision} with FSDP, --tp or --pp: train runs "
+                       f"{PRECISION_ALTERNATIVE.format(precision[6:])} there (train/config.py)")
+    if optimizer not in TRAIN_OPTIMIZERS:
+        reasons.append(f"--optimizer {optimizer}: train runs {', '.join(TRAIN_OPTIMIZERS)}")
+    return reasons
+
+
+def train_flags(layout: dict, *, model: str, seq_len: int, precision: str, optimizer: str,
+                compile_model: bool = False) -> list[str]:
+    """The `trainledger train` arguments of `layout` (data and output placeholders included)."""
+    flags = ["--model", model]
+    if layout["dp"] > 1:
+        flags += ["--parallel", "fsdp" if layout["zero"] == 3 else "ddp"]
+    if layout["tp"] > 1:
+        flags += ["--tp", str(layout["tp"])] + (["--sp"] if layout["sp"] else [])
+    if layout["pp"] > 1:
+        flags += ["--pp", str(layout["pp"])]
+    flags += ["--batch-size", str(layout["batch_size"]), "--global-batch-size", str(layout["global_batch_size"]),
+              "--seq-len", str(seq_len), "--precision", precision, "--optimizer", optimizer]
+    if compile_model:
+        flags.append("--compile")
+    return flags
+
+
+def _command(flags: list[str]) -> str:
+    """train's arguments quoted for a shell; the placeholders stay expandable ("$DATA")."""
+    model_and_layout = " ".join(shlex.quote(f) for f in flags)
+    return (f"-m trainledger.cli.main train {model_and_layout} "
+            '--data "$DATA" --out-dir "$RUN_DIR" --resume')
+
+
+def _header(layout: dict, rank: int, title: str, reasons: list[str]) -> list[str]:
+    parts = (f"tp {layout['tp']}{' (sp)' if layout['sp'] else ''}, pp {layout['pp']}, interleave "
+             f"{layout['interleave']}, cp {layout['cp']}, dp {layout['dp']}, ZeRO {layout['zero']}, micro-batch "
+             f"{layout['batch_size']}, recompute {layout['recompute']}")
+    lines = [f"# layout #{rank} of {title}: {parts}; predicted {units.format_seconds(layout['step_seconds'])} per step, "
+             f"MFU {100 * layout['mfu']:.1f}%"]
+    if reasons:
+        lines.append("# trainledger train cannot run this layout, so the command below is commented out:")
+        lines += [f"#   - {reason}" for reason in reasons]
+    return lines
+
+
+def torchrun_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int, per_node: int,
+                  reasons: list[str]) -> str:
+    """Comment lines and the one torchrun line to start on each node by hand (static rendezvous on node 0)."""
+    lines = _header(layout, rank, title, reasons) + [
+        f"# on each of the {nodes} node(s): NODE_RANK=0 on the first, 1, 2, ... on the others; MASTER_ADDR = the "
+        "first node's address;",
+        "# RUN_DIR (checkpoints, metrics, token cache, lock) and DATA on storage every node mounts (docs/train.md)",
+    ]
+    command = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank $NODE_RANK --rdzv-backend static "
+               f"--rdzv-endpoint $MASTER_ADDR:{RDZV_PORT} {_command(flags)}")
+    lines.append(("# " if reasons else "") + command)
+    return "\n".join(lines) + "\n"
+
+
+def slurm_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int, per_node: int,
+               reasons: list[str], job_name: str) -> str:
+    """An sbatch script: one torchrun agent per node (srun), c10d rendezvous on the first node, elastic restarts
+    that resume from the last checkpoint."""
+    off = "# " if reasons else ""
+    lines = ["#!/bin/bash", *_header(layout, rank, title, reasons),
+             f"#SBATCH --job-name={job_name}",
+             f"#SBATCH --nodes={max(nodes, 1)}",
+             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --gpus-per-node={max(per_node, 1)}",
+             "#SBATCH --exclusive",
+             "# RUN_DIR (checkpoints, metrics, token cache, lock) and DATA on storage every node mounts (docs/train.md)",
+             'export RUN_DIR="${RUN_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_NAME}"',
+             ': "${DATA:?set DATA to a token file (trainledger tokenize) on storage every node mounts}"',
+             "# restarted workers bootstrap on a fresh store, not the previous round's (pytorch/pytorch#135712)",
+             *(f"export {name}={value}" for name, value in C10D_ENV.items()),
+             'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+             f'{off}srun torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-id "$SLURM_JOB_ID" '
+             f'--rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" --max-restarts {MAX_RESTARTS} '
+             + _command(flags)]
+    return "\n".join(lines) + "\n"
+
+
+def launch_texts(result: dict, ranked: list[dict], *, model: str, gpus_per_node: int,
+                 compile_model: bool = False) -> dict:
+    """{"layout": rank, "runnable", "nodes", "processes_per_node", "train_args", "torchrun", "slurm"} for the fastest
+    layout of `ranked` (every layout the search timed, fastest first; at least one) that train can run, rank
+    1-based in that order; else for layout #1 with its reasons. `result` is the layout command's answer (model,
+    gpu, num_gpus, global_batch_size, seq_len, precision, optimizer)."""
+    nodes, per_node = nodes_of(result["num_gpus"], gpus_per_node)
+
+    def reasons_of(layout):
+        return unsupported({**layout, "global_batch_size": result["global_batch_size"]}, result["precision"],
+                           result["optimizer"], nodes)
+
+    rank = next((i for i, layout in enumerate(ranked, 1) if not reasons_of(layout)), 1)
+    layout = {**ranked[rank - 1], "global_batch_size": result["global_batch_size"]}
+    reasons = reasons_of(layout)
+    flags = train_flags(layout, model=model, seq_len=result["seq_len"], precision=result["precision"],
+                        optimizer=result["optimizer"], compile_model=compile_model)
+    title = f"{result['model']} on {result['num_gpus']} × {result['gpu']}"
+    job_name = "trainledger-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in result["model"])[:40]
+    torchrun = torchrun_text(layout, rank, title, flags, nodes, per_node, reasons)
+    slurm = slurm_text(layout, rank, title, flags, nodes, per_node, reasons, job_name)
+    if rank > 1:        # say why the faster ones are not launched
+        others = f"#2-#{rank - 1} likewise need parts train lacks; " if rank > 2 else ""
+        skipped = "\n".join(["# the fastest layout, #1, needs what trainledger train does not implement:",
+                             *(f"#   - {reason}" for reason in reasons_of(ranked[0])),
+                             f"# {others}so this runs #{rank}, the fastest layout of the search that train runs"]) + "\n"
+        torchrun = skipped + torchrun
+        slurm = slurm.replace("#!/bin/bash\n", "#!/bin/bash\n" + skipped, 1)
+    return {"layout": rank, "runnable": not reasons, "nodes": nodes, "processes_per_node": per_node,
+            "train_args": flags, "torchrun": torchrun, "slurm": slurm}
