@@ -1,7 +1,7 @@
 """Launch text for a layout of `trainledger layout`: the torchrun line and the Slurm script that run it with
 `trainledger train`. Pure string building from the layout record; nothing here runs or imports torch.
 
-A layout (account/layout.py) maps onto train's flags one to one where the trainer implements the part:
+A layout (account/planning/layout.py) maps onto train's flags one to one where the trainer implements the part:
 tp -> --tp, sp -> --sp, pp -> --pp, dp > 1 with ZeRO 0 -> --parallel ddp, with ZeRO 3 -> --parallel fsdp
 (FSDP2 fully_shard), the micro-batch -> --batch-size, the global batch -> --global-batch-size (train derives
 --grad-accum = global / (micro × dp)), and --seq-len, --precision, --optimizer, --compile as searched. The parts
