@@ -16,9 +16,10 @@ def rows():
 
 
 def test_every_source_is_in_the_table(rows):
-    counts = {s: sum(r["source"] == s for r in rows) for s in ("korthikanti", "llama3", "torchtitan-a100",
-                                                              "torchtitan-h100")}
-    assert counts == {"korthikanti": 8, "llama3": 3, "torchtitan-a100": 8, "torchtitan-h100": 5}
+    counts = {s: sum(r["source"] == s for r in rows) for s in ("korthikanti", "narayanan", "llama3",
+                                                              "torchtitan-a100", "torchtitan-h100")}
+    assert counts == {"korthikanti": 8, "narayanan": 16, "llama3": 3, "torchtitan-a100": 8, "torchtitan-h100": 5}
+    assert len(rows) == 40 and len({r["gpu"] for r in rows}) == 3
     # the published step of a torchtitan row from its tokens/s per GPU: Llama 2 13B no AC, 2 × 64 × 4096 tokens at
     # 2,162 tokens/s per GPU on 64 GPUs = 3.789 s
     no_ac = next(r for r in rows if r["label"] == "Llama 2 13B, no AC")
@@ -26,17 +27,22 @@ def test_every_source_is_in_the_table(rows):
 
 
 def test_per_source_thresholds(rows):
-    """Issue 27's thresholds where they hold, the honest current numbers as regression bounds where they do not
-    (docs/time.md, "Time at scale"): torchtitan A100 all within 15 % with a mean within ±5 %; Korthikanti all within
-    15 %, mean within ±5 %. Not met: the torchtitan H100 rows (500 W parts, 2 of 5 within 15 %, mean −14 %) and the
-    table as a whole (20 of 24 within 15 %: 83 %, mean −3.5 %)."""
+    """Issue 27's thresholds for the wider table: ≥ 40 rows from ≥ 4 sources, ≥ 80 % within 15 %, mean signed
+    error within ±5 % overall and within ±10 % for every source. Met by every source but one: the torchtitan H100
+    rows (500 W HBM2e parts, 2 of 5 within 15 %, mean −14 %) are held to their honest current numbers as a
+    regression bound (docs/time.md, "Time at scale"). Narayanan et al. is optimistic on all 16 rows (mean −6 %)."""
     stats = per_source(rows)
+    assert stats["all"]["n"] >= 40 and len(stats) - 1 >= 4
+    assert stats["all"]["within"] / stats["all"]["n"] >= 0.80
+    assert abs(stats["all"]["mean_signed_error"]) <= 0.05
+    for source in ("korthikanti", "narayanan", "llama3", "torchtitan-a100"):
+        assert abs(stats[source]["mean_signed_error"]) <= 0.10, source
     a100 = stats["torchtitan-a100"]
     assert a100["n"] == 8 and a100["within"] == 8 and abs(a100["mean_signed_error"]) <= 0.05
     k = stats["korthikanti"]
     assert k["within"] == k["n"] == 8 and abs(k["mean_signed_error"]) <= 0.05
-    assert stats["all"]["within"] / stats["all"]["n"] >= 0.80
-    assert abs(stats["all"]["mean_signed_error"]) <= 0.05
+    assert stats["narayanan"]["within"] == stats["narayanan"]["n"] == 16
+    # not met (regression bound): the issue asks |mean| ≤ 10 % here
     assert stats["torchtitan-h100"]["within"] >= 2 and stats["torchtitan-h100"]["mean_signed_error"] >= -0.16
     assert stats["llama3"]["within"] >= 2
 
@@ -87,3 +93,18 @@ def test_leave_one_out_coverage_and_width(rows):
     checks = leave_one_out(rows)
     assert sum(c["inside"] for c in checks) / len(checks) >= 0.80
     assert statistics.median(c["width"] for c in checks) <= 0.40
+
+
+def test_narayanan_published_step_by_their_eq3():
+    """Narayanan et al. 2021, Table 1: the 1T model (l 128, h 25600) at batch 3072 on 3072 GPUs at 163 TFLOP/s per
+    GPU. Eq. 3: F = 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)) = 96·3072·2048·128·25600²·(1 + 2048/153600 +
+    51200/52428800) = 5.139e19 FLOPs, so a step of 5.139e19 / (163e12 · 3072) = 102.6 s. The paper's aggregate,
+    502 PFLOP/s, is 163 × 3072 TFLOP/s to three digits: the same convention."""
+    from trainledger.account.validation.megatron_runs import eq3_flops_per_step, narayanan_cases
+    flops = 96 * 3072 * 2048 * 128 * 25600 ** 2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
+    assert eq3_flops_per_step(3072, 128, 25600) == pytest.approx(flops)
+    assert flops == pytest.approx(5.139e19, rel=1e-3)
+    one_t = next(r for r in narayanan_cases() if r["label"] == "Table 1: 1008B, t 8 p 64, 3072 GPUs")
+    assert one_t["published_seconds"] == pytest.approx(flops / (163e12 * 3072))
+    assert 163 * 3072 / 1000 == pytest.approx(502, rel=2e-3)
+    assert abs(one_t["error"]) <= 0.15

@@ -5,7 +5,7 @@ A row: source, label, framework kind ("megatron" or "pytorch"), gpu, gpu_kind (a
 predicted_step_seconds, published_step_seconds and error = predicted / published − 1 of the step (positive: the
 prediction is slower than the run; negative: optimistic). Steps come from the published figure as printed:
 seconds per iteration (Korthikanti Table 5), tokens/s per GPU (torchtitan: step = tokens per step / (tokens/s per
-GPU · GPUs)), MFU (Llama 3 Table 4: the step error is published MFU / predicted MFU − 1).
+GPU · GPUs)), TFLOP/s per GPU (Narayanan: step = their Eq. 3 FLOPs / (TFLOP/s · GPUs)), MFU (Llama 3 Table 4: the step error is published MFU / predicted MFU − 1).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from functools import lru_cache
 
 SOURCES = {
     "korthikanti": "Korthikanti et al. 2022 (arXiv:2205.05198), Table 5: Megatron-LM GPT 22B-1T on A100-80GB",
+    "narayanan": "Narayanan et al. 2021 (arXiv:2104.04473), Tables 1 and 2: Megatron-LM GPT 1.7B-1T on 32-3072 "
+                 "A100-80GB, TFLOP/s per GPU by their Eq. 3",
     "llama3": "Llama 3 (arXiv:2407.21783), Table 4: 405B on 8,192-16,384 H100, BF16 MFU (causal count)",
     "torchtitan-a100": "pytorch/torchtitan docs/performance.md (A100 version, 2024-08): FSDP2 on 64 A100 80GB",
     "torchtitan-h100": "pytorch/torchtitan docs/performance.md (2024-12; arXiv:2410.06511): H100 96GB HBM2e at 500 W",
@@ -38,11 +40,14 @@ def framework_kind(framework: str) -> str:
 @lru_cache(maxsize=1)
 def published_rows() -> tuple[dict, ...]:
     """All rows, predicted now with the model as it is (about a second; cached for the process)."""
-    from trainledger.account.validation import runs
+    from trainledger.account.validation import megatron_runs, runs
     rows = []
     for r in runs.korthikanti_cases():
         rows.append(_row("korthikanti", f"{r['model']} {r['setting']}", "megatron", "a100-80gb",
                          _korthikanti_gpus(r["model"]), r["predicted_seconds"], r["published_seconds"]))
+    for r in megatron_runs.narayanan_cases():
+        rows.append(_row("narayanan", r["label"], "megatron", "a100-80gb", r["num_gpus"], r["predicted_seconds"],
+                         r["published_seconds"], cli=r["cli"]))
     for r in runs.llama3_cases():
         step = r["step_seconds"]
         rows.append(_row("llama3", f"{r['gpus']} GPUs, seq {r['seq_len']}, cp {r['cp']}", "megatron", "h100-sxm",
