@@ -99,12 +99,12 @@ def test_narayanan_published_step_by_their_eq3():
     """Narayanan et al. 2021, Table 1: the 1T model (l 128, h 25600) at batch 3072 on 3072 GPUs at 163 TFLOP/s per
     GPU. Eq. 3: F = 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)) = 96·3072·2048·128·25600²·(1 + 2048/153600 +
     51200/52428800) = 5.139e19 FLOPs, so a step of 5.139e19 / (163e12 · 3072) = 102.6 s. The paper's aggregate,
-    502 PFLOP/s, is 163 × 3072 TFLOP/s to three digits: the same convention."""
+    502 PFLOP/s, is 163 × 3072 TFLOP/s within the rounding of 163: the same convention."""
     from trainledger.account.validation.megatron_runs import eq3_flops_per_step, narayanan_cases
     flops = 96 * 3072 * 2048 * 128 * 25600 ** 2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
     assert eq3_flops_per_step(3072, 128, 25600) == pytest.approx(flops)
     assert flops == pytest.approx(5.139e19, rel=1e-3)
     one_t = next(r for r in narayanan_cases() if r["label"] == "Table 1: 1008B, t 8 p 64, 3072 GPUs")
     assert one_t["published_seconds"] == pytest.approx(flops / (163e12 * 3072))
-    assert 163 * 3072 / 1000 == pytest.approx(502, rel=2e-3)
+    assert 163 * 3072 / 1000 == pytest.approx(502, rel=3e-3)   # 163 is rounded: 502 / 3072 = 163.4
     assert abs(one_t["error"]) <= 0.15
