@@ -71,3 +71,27 @@ def test_no_published_run_near_widens_and_says_so(capsys):
     data = run_json(capsys, "step", "--model", "gpt2", "--gpu", "b200", "--num-gpus", "8")
     assert "no published run this near" in data["interval_words"]
     assert data["interval_rows"] >= 20
+
+
+def test_optimal_mfu_auto_interval(capsys):
+    """`optimal --mfu auto` carries the error bar of its layout's step: a step s/(1 + e) runs at MFU·(1 + e), so the
+    budget of the same GPUs × days and the compute-optimal size follow from each end of the step's range."""
+    from trainledger.account.planning.plan import compute_optimal
+    data = run_json(capsys, "optimal", "--num-gpus", "8", "--days", "1", "--mfu", "auto")
+    assert all(key in data for key in INTERVAL_KEYS)
+    step = data["layout"]["step_seconds"]
+    expected = step_interval(step, 8 * 2048, "trainledger", data["gpu"], 8)
+    assert data["step_seconds_low"] == pytest.approx(expected["step_seconds_low"])
+    assert data["interval_rows"] == expected["interval_rows"]
+    assert data["mfu_low"] == pytest.approx(data["mfu"] * step / data["step_seconds_high"])
+    assert data["mfu_high"] == pytest.approx(data["mfu"] * step / data["step_seconds_low"])
+    assert data["budget_flops_low"] == pytest.approx(data["budget_flops"] * data["mfu_low"] / data["mfu"])
+    assert data["n_params_low"] == pytest.approx(compute_optimal(data["budget_flops_low"])["n_params"])
+    assert data["n_params_low"] < data["n_params_high"] and data["n_tokens_low"] < data["n_tokens_high"]
+    assert cli_main.main(["optimal", "--num-gpus", "8", "--days", "1", "--mfu", "auto"]) == 0
+    assert "published" in capsys.readouterr().out
+
+
+def test_optimal_with_a_given_mfu_has_no_interval(capsys):
+    data = run_json(capsys, "optimal", "--num-gpus", "8", "--days", "1", "--mfu", "0.4")
+    assert "step_seconds_low" not in data and "n_params_low" not in data
