@@ -96,7 +96,7 @@ def leave_one_out(rows=None) -> list[dict]:
     out = []
     for i, r in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
-        framework = "megatron" if r["framework_kind"] == "megatron" else "torchtitan"
+        framework = "torchtitan" if r["framework_kind"] == "pytorch" else r["framework_kind"]
         iv = step_interval(r["predicted_step_seconds"], 1.0, framework, r["gpu"], r["num_gpus"], others)
         inside = iv["step_seconds_low"] <= r["published_step_seconds"] <= iv["step_seconds_high"]
         out.append({"source": r["source"], "label": r["label"], "inside": inside, "rows": iv["interval_rows"],

@@ -19,6 +19,17 @@ uses activation recomputation; Eq. 3 assumes it); the interleaved schedule (the 
 virtual stages Korthikanti's Table 3 used for the identical 530B and 1T layouts (3 and 1) and otherwise 2 chunks
 per GPU (the paper's Fig. 4 draws 2), 3 where the layers of a stage do not split in 2; no sequence parallelism
 (it came with Korthikanti et al. 2022).
+
+Smith et al. 2022, MT-NLG 530B (arXiv:2201.11990, Sec. 2.4; the same words in NVIDIA's and Microsoft's blog posts
+of 2021-10): "the end-to-end throughput of our system for the 530 billion parameters model with batch size 1920
+on 280, 350, and 420 DGX A100 servers on Selene ... iteration time of 60.1, 50.2, and 44.4 seconds, respectively.
+These correspond to 126, 121, and 113 teraFLOP/s per GPU" (A100 80GB). Model: 105 layers, hidden 20480, 128
+heads, seq 2048, GPT-2's BPE (vocab 50272 padded); DeepSpeed's pipeline with Megatron's tensor slicing: 8-way
+tensor within a node, 35-way pipeline across nodes (cli99/llm-analysis examples/megatron-turing-nlg/run_train.sh
+models it the same way). Their teraFLOP/s are Eq. 3 of Narayanan et al. (96·B·s·l·h²·(…) / (60.1 s · 2240) =
+125.7e12), so they include full recomputation. Assumed: micro-batch 1, DeepSpeed's 1F1B pipeline (no
+interleaving), the optimizer states sharded over data parallelism (ZeRO-1), fp16 mixed precision (A100: the same
+tensor rate as bf16).
 """
 
 from __future__ import annotations
@@ -51,6 +62,9 @@ NARAYANAN_TABLE2 = [
     (529.6, 128, 20480, 105, 8, 35, 1120, 2240, 167),
     (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 159),
 ]
+# MT-NLG 530B: (DGX A100 servers, iteration seconds, TFLOP/s per GPU as published)
+MTNLG = [(280, 60.1, 126), (350, 50.2, 121), (420, 44.4, 113)]
+MTNLG_VOCAB, MTNLG_BATCH = 50272, 1920
 # virtual stages Korthikanti et al. 2022, Table 3, ran for the same layouts (hidden, layers, p) on Selene
 KORTHIKANTI_INTERLEAVE = {(20480, 105, 35): 3, (25600, 128, 64): 1}
 
@@ -109,4 +123,26 @@ def narayanan_cases() -> list[dict]:
                          "published_tflops_per_gpu": tflops_per_gpu, "published_seconds": published,
                          "predicted_seconds": r["step_seconds"], "error": r["step_seconds"] / published - 1,
                          "cli": narayanan_cli(row), "breakdown": r["breakdown"]})
+    return rows
+
+
+def mtnlg_cases() -> list[dict]:
+    """MT-NLG 530B on 2240, 2800 and 3360 A100: published and predicted seconds per iteration, error."""
+    from dataclasses import replace
+    gpu = get_gpu("a100-80gb")
+    spec = replace(megatron_gpt("mt-nlg-530B", 20480, 128, 105), vocab_size=MTNLG_VOCAB,
+                   source="Smith et al. 2022 (arXiv:2201.11990): MT-NLG 530B")
+    rows = []
+    for servers, seconds, tflops_per_gpu in MTNLG:
+        n = 8 * servers
+        r = step_time(spec, gpu, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH, num_gpus=n,
+                      precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
+                      recompute="full", flash=False, framework="megatron", with_memory=False)
+        rows.append({"label": f"530B, t 8 p 35, {n} GPUs", "num_gpus": n, "published_seconds": seconds,
+                     "published_tflops_per_gpu": tflops_per_gpu, "predicted_seconds": r["step_seconds"],
+                     "error": r["step_seconds"] / seconds - 1, "breakdown": r["breakdown"],
+                     "cli": ("trainledger step --model CONFIG.json (MT-NLG 530B: hidden 20480, 128 heads, 105 layers, "
+                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --precision mixed-fp16 "
+                             f"--optimizer adam --tp 8 --pp 35 --zero 1 --batch-size 1 --global-batch-size "
+                             f"{MTNLG_BATCH} --seq-len {SEQ_LEN} --recompute full --no-flash")})
     return rows

@@ -1,7 +1,8 @@
 """Every published multi-GPU run of account/validation/runs.py in one form, and how far the model is off per
 source: the table of docs/time.md ("Time at scale") and the rows account/validation/interval.py rests on. Pure.
 
-A row: source, label, framework kind ("megatron" or "pytorch"), gpu, gpu_kind (a100, hopper), num_gpus,
+A row: source, label, framework kind ("megatron", "pytorch", or "deepspeed" for Megatron-DeepSpeed, which no
+--framework models: its rows count in the table but never in the interval of a `--framework megatron` answer), gpu, gpu_kind (a100, hopper), num_gpus,
 predicted_step_seconds, published_step_seconds and error = predicted / published − 1 of the step (positive: the
 prediction is slower than the run; negative: optimistic). Steps come from the published figure as printed:
 seconds per iteration (Korthikanti Table 5), tokens/s per GPU (torchtitan: step = tokens per step / (tokens/s per
@@ -16,6 +17,8 @@ SOURCES = {
     "korthikanti": "Korthikanti et al. 2022 (arXiv:2205.05198), Table 5: Megatron-LM GPT 22B-1T on A100-80GB",
     "narayanan": "Narayanan et al. 2021 (arXiv:2104.04473), Tables 1 and 2: Megatron-LM GPT 1.7B-1T on 32-3072 "
                  "A100-80GB, TFLOP/s per GPU by their Eq. 3",
+    "mt-nlg": "Smith et al. 2022 (arXiv:2201.11990), Sec. 2.4: MT-NLG 530B on 2240-3360 A100-80GB, seconds per "
+              "iteration (Megatron-DeepSpeed: DeepSpeed's pipeline with Megatron's tensor slicing)",
     "llama3": "Llama 3 (arXiv:2407.21783), Table 4: 405B on 8,192-16,384 H100, BF16 MFU (causal count)",
     "torchtitan-a100": "pytorch/torchtitan docs/performance.md (A100 version, 2024-08): FSDP2 on 64 A100 80GB",
     "torchtitan-h100": "pytorch/torchtitan docs/performance.md (2024-12; arXiv:2410.06511): H100 96GB HBM2e at 500 W",
@@ -33,8 +36,9 @@ def gpu_kind(gpu_name: str) -> str:
 
 
 def framework_kind(framework: str) -> str:
-    """megatron (Megatron-LM's fused kernels) or pytorch (eager PyTorch: trainledger, torchtitan)."""
-    return "megatron" if framework == "megatron" else "pytorch"
+    """megatron (Megatron-LM's fused kernels), deepspeed (Megatron-DeepSpeed, only in published rows) or pytorch
+    (eager PyTorch: trainledger, torchtitan)."""
+    return framework if framework in ("megatron", "deepspeed") else "pytorch"
 
 
 @lru_cache(maxsize=1)
@@ -47,6 +51,9 @@ def published_rows() -> tuple[dict, ...]:
                          _korthikanti_gpus(r["model"]), r["predicted_seconds"], r["published_seconds"]))
     for r in megatron_runs.narayanan_cases():
         rows.append(_row("narayanan", r["label"], "megatron", "a100-80gb", r["num_gpus"], r["predicted_seconds"],
+                         r["published_seconds"], cli=r["cli"]))
+    for r in megatron_runs.mtnlg_cases():
+        rows.append(_row("mt-nlg", r["label"], "deepspeed", "a100-80gb", r["num_gpus"], r["predicted_seconds"],
                          r["published_seconds"], cli=r["cli"]))
     for r in runs.llama3_cases():
         step = r["step_seconds"]
