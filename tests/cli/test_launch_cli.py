@@ -39,11 +39,13 @@ def train_config(line: str, world_size: int, monkeypatch):
     return config_from_args(args), words
 
 
-def test_torchrun_line_runs_layout_one_with_its_flags(capsys, monkeypatch):
-    best = json.loads(run(capsys, *LLAMA_16, "--json"))["layouts"][0]
+def test_torchrun_line_runs_the_layout_it_names_with_its_flags(capsys, monkeypatch):
+    launched = json.loads(run(capsys, *LLAMA_16, "--launch", "torchrun", "--json"))["launch"]["layout"]
+    best = json.loads(run(capsys, *LLAMA_16, "--top", str(launched), "--json"))["layouts"][launched - 1]
     text = run(capsys, *LLAMA_16, "--launch", "torchrun")
     [line] = command_lines(text)
-    assert text.startswith("# layout #1 of llama-3-8b on 16 × h100-sxm")
+    assert any(line.startswith(f"# layout #{launched} of llama-3-8b on 16 × h100-sxm:") for line in text.splitlines())
+    assert (launched == 1) == text.startswith("# layout #1 ")      # a faster layout train lacks parts of is named
     config, words = train_config(line, 16, monkeypatch)
     # 16 H100 = 2 HGX nodes of 8: one agent per node, 8 processes each, node 0 the static rendezvous
     assert words[:words.index("-m")] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--node-rank", "0",
@@ -143,7 +145,7 @@ def test_fastest_runnable_layout_is_launched_and_why_the_faster_are_not():
     for kind in launch.KINDS:
         assert "# the fastest layout, #1, needs what trainledger train does not implement:" in texts[kind]
         assert "#   - context parallelism (cp 2)" in texts[kind]
-        assert "# #2-#2 likewise need parts train lacks; so this runs #3" in texts[kind]
+        assert "# #2 likewise needs parts train lacks; so this runs #3" in texts[kind]
         assert "# layout #3 of tiny on 8 × h100-sxm" in texts[kind] and "cannot run this layout" not in texts[kind]
     assert texts["slurm"].startswith("#!/bin/bash\n# the fastest layout")
 
@@ -178,8 +180,10 @@ def test_config_json_model_path_is_quoted(tmp_path):
 
 def test_json_carries_both_forms(capsys):
     data = json.loads(run(capsys, *LLAMA_16, "--launch", "slurm", "--json"))
-    assert data["launch"]["layout"] == 1 and data["launch"]["nodes"] == 2 and data["launch"]["processes_per_node"] == 8
-    assert data["launch"]["torchrun"].startswith("# layout #1") and data["launch"]["slurm"].startswith("#!/bin/bash")
+    rank = data["launch"]["layout"]
+    assert rank >= 1 and data["launch"]["runnable"] and data["launch"]["nodes"] == 2
+    assert data["launch"]["processes_per_node"] == 8 and data["launch"]["slurm"].startswith("#!/bin/bash")
+    assert f"# layout #{rank} of llama-3-8b" in data["launch"]["torchrun"]
 
 
 def test_bad_launch_is_one_line_naming_the_flag(capsys):

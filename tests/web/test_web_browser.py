@@ -357,6 +357,9 @@ def test_step_time_and_layout(page):
     expected = cli_json(["step", *common])
     assert_shown_equals(step_values, expected)
     assert sum(1 for path in step_values if path.startswith("breakdown.")) == len(expected["breakdown"])
+    # the error bar of every time answer (issue 27): the range the most similar published runs were off by
+    assert {"step_seconds_low", "step_seconds_high"} <= set(step_values)
+    assert expected["interval_words"] in page.text_content("#calc-step .interval")
     layout = cli_json(["layout", *common, "--top", "5"])
     assert_shown_equals(layout_values, layout)
     assert sum(1 for path in layout_values if path.endswith(".step_seconds")) == len(layout["layouts"]) == 5

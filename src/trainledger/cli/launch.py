@@ -173,7 +173,8 @@ def launch_texts(result: dict, ranked: list[dict], *, model: str, gpus_per_node:
     torchrun = torchrun_text(layout, rank, title, flags, nodes, per_node, reasons)
     slurm = slurm_text(layout, rank, title, flags, nodes, per_node, reasons, job_name)
     if rank > 1:        # say why the faster ones are not launched
-        others = f"#2-#{rank - 1} likewise need parts train lacks; " if rank > 2 else ""
+        others = ("" if rank == 2 else "#2 likewise needs parts train lacks; " if rank == 3
+                  else f"#2-#{rank - 1} likewise need parts train lacks; ")
         skipped = "\n".join(["# the fastest layout, #1, needs what trainledger train does not implement:",
                              *(f"#   - {reason}" for reason in reasons_of(ranked[0])),
                              f"# {others}so this runs #{rank}, the fastest layout of the search that train runs"]) + "\n"

@@ -7,6 +7,7 @@ import sys
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
 from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
@@ -85,6 +86,12 @@ def compute(args) -> dict:
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
+    for layout in found["layouts"]:           # the error bar of each time (account/validation/interval.py)
+        layout.update(interval_of(layout["step_seconds"], global_batch * seq_len, args.framework, gpu.name,
+                                  args.num_gpus))
+    if found["layouts"]:
+        result.update({k: v for k, v in found["layouts"][0].items() if k.startswith(("step_seconds_", "tokens_per_s_",
+                                                                                    "interval_"))})
     if args.launch:     # search() raises when none fits
         result["launch"] = launch_texts(result, found["layouts"], model=args.model, gpus_per_node=gpu.gpus_per_node,
                                         compile_model=args.compile)
@@ -119,4 +126,6 @@ def render(result: dict, args) -> None:
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     out.print(table)
     if result["layouts"]:
+        best = result["layouts"][0]
+        out.print(f"step of #1: {with_interval(units.format_seconds(best['step_seconds']), best)}", soft_wrap=True)
         out.print(f"bottleneck of #1: {result['layouts'][0]['bottleneck']}", soft_wrap=True)

@@ -72,6 +72,7 @@ def compute(args) -> dict:
         extra = {"gpu": gpu.name, "num_gpus": args.num_gpus, "seconds": args.days, "peak_flops_per_s": peak, "mfu": args.mfu}
         if layout_lines:
             extra["layout"] = layout_lines[1]
+            extra.update(auto_interval(layout_lines[1], args, gpu.name, budget))
     try:
         result = {**compute_optimal(budget, args.law, args.tokens_per_param), **extra}
     except TrainledgerError as error:   # a GPU budget below one parameter: name the flags it came from
@@ -126,6 +127,23 @@ def auto_mfu(args, gpu, peak: float) -> tuple[float, list[str]]:
     return mfu, [line, best]
 
 
+def auto_interval(layout: dict, args, gpu_name: str, budget: float) -> dict:
+    """The error bar of --mfu auto (cli/interval.py): the step of the chosen layout as the published runs most like
+    it were off, and what it spans. A step s/(1 + e) runs at MFU·(1 + e), so the budget of the same GPUs × days
+    spans budget·step/step_high … budget·step/step_low, and the compute-optimal size follows from each end
+    (mfu_low/high, budget_flops_low/high, n_params_low/high, n_tokens_low/high)."""
+    from trainledger.account.planning.plan import compute_optimal
+    from trainledger.cli.interval import interval_of
+    step = layout["step_seconds"]
+    out = interval_of(step, args.num_gpus * args.seq_len, "trainledger", gpu_name, args.num_gpus)
+    for end, step_end in (("low", out["step_seconds_high"]), ("high", out["step_seconds_low"])):
+        budget_end = budget * step / step_end
+        optimal = compute_optimal(budget_end, args.law, args.tokens_per_param)
+        out.update({f"mfu_{end}": layout["mfu"] * step / step_end, f"budget_flops_{end}": budget_end,
+                    f"n_params_{end}": optimal["n_params"], f"n_tokens_{end}": optimal["n_tokens"]})
+    return out
+
+
 def render(result: dict, args) -> None:
     rows = [
         ("budget", units.format_flops(result["budget_flops"]) + " FLOPs"),
@@ -134,4 +152,13 @@ def render(result: dict, args) -> None:
         ("tokens per parameter", f"{result['tokens_per_param']:.1f}"),
         ("predicted loss", f"{result['predicted_loss']:.3f}"),
     ]
+    if "interval_words" in result:   # --mfu auto: the error bar of its step (cli/interval.py)
+        rows[0:3] = [
+            ("budget", f"{units.format_flops(result['budget_flops'])} FLOPs ({units.format_flops(result['budget_flops_low'])}"
+                       f" … {units.format_flops(result['budget_flops_high'])}: {result['interval_words']})"),
+            ("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_low'])} … "
+                           f"{units.format_count(result['n_params_high'])})"),
+            ("tokens", f"{units.format_count(result['n_tokens'])} ({units.format_count(result['n_tokens_low'])} … "
+                       f"{units.format_count(result['n_tokens_high'])})")]
+        rows.insert(3, ("MFU (--mfu auto)", f"{result['mfu']:.3f} ({result['mfu_low']:.3f} … {result['mfu_high']:.3f})"))
     print_table(f"Compute-optimal size ({result['law']})", rows, result["assumptions"])

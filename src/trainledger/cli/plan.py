@@ -179,6 +179,15 @@ def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
     return best["mfu"], best, [words]
 
 
+def layout_interval(layout: dict, args, seq_len: int, gpu_name: str, train_seconds: float) -> dict:
+    """The error bar of --mfu auto's step (cli/interval.py) and the training time it spans (train_seconds_low/high)."""
+    from trainledger.cli.interval import interval_of
+    global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
+    out = interval_of(layout["step_seconds"], global_batch * seq_len, "trainledger", gpu_name, args.num_gpus)
+    scale = train_seconds / layout["step_seconds"]
+    return dict(out, train_seconds_low=out["step_seconds_low"] * scale, train_seconds_high=out["step_seconds_high"] * scale)
+
+
 def trials(text: str) -> int:
     """An argparse type for --trials: 1..10000 (the simulation's cost grows with it)."""
     value = common.positive_int(text)
@@ -260,6 +269,7 @@ def compute(args) -> dict:
         result_note = None
     if layout is not None:
         result["layout"] = layout
+        result.update(layout_interval(layout, args, seq_len, gpu.name, result["train_seconds"]))
     if spec is not None:
         result["hardware_flops_per_token"] = F.hardware_flops_per_token(spec, seq_len, args.attention, args.recompute or "none")
     if args.deadline is not None:
@@ -347,7 +357,9 @@ def render(result: dict, args) -> None:
         ("peak per GPU", units.format_rate(result["peak_flops_per_s"])),
         ("MFU", f"{result['mfu']:g}"),
         ("FLOPs per day", units.format_flops(result["flops_per_day"])),
-        ("time without failures", format_days(result["train_seconds"])),
+        ("time without failures", format_days(result["train_seconds"]) + (
+            f" ({format_days(result['train_seconds_low'])} … {format_days(result['train_seconds_high'])}: "
+            f"{result['interval_words']})" if "interval_words" in result else "")),
         ("GPU-hours", units.format_count(result["gpu_hours"])),
         ("interruptions: one every", units.format_seconds(result["mtbf_seconds"])),
         ("checkpoint write (δ)", units.format_seconds(result["checkpoint_seconds"])),

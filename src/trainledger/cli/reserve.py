@@ -10,7 +10,8 @@ from trainledger.errors import TrainledgerError
 HELP = ("bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (the default: on NVIDIA and AMD "
         "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.62 GiB + two cuBLAS workspaces 64 MiB "
         "+ 10%% of the peak for the caching allocator's cache, account/memory/per_gpu.py; 0 on other devices); or "
-        "'expandable' (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: context and workspaces only)")
+        "'expandable' (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: context and workspaces only; the default "
+        "with --framework torchtitan, whose launcher sets it)")
 EXPANDABLE = "expandable"
 
 
@@ -36,10 +37,16 @@ def add_reserve_flag(parser) -> None:
 
 
 def reserve_of(args, gpu) -> float | None:
-    """reserve_bytes for account/: --reserve when given, else the device's default (account.memory.per_gpu.default_reserve)."""
+    """reserve_bytes for account/: --reserve when given, else the device's default (account.memory.per_gpu.default_reserve);
+    with --framework torchtitan on a CUDA device, 'expandable': torchtitan's launcher (run_train.sh) sets
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so its runs keep no caching-allocator cache."""
     from trainledger.account.memory.per_gpu import default_reserve
     value = getattr(args, "reserve", None)
-    return default_reserve(gpu) if value is None else value
+    if value is not None:
+        return value
+    if getattr(args, "framework", None) == "torchtitan" and default_reserve(gpu) is None:
+        return reserve_size(EXPANDABLE)
+    return default_reserve(gpu)
 
 
 def near_limit_warning(what: str, peak_bytes: float, reserve_bytes: float, memory_bytes: float) -> str | None:

@@ -6,6 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
@@ -137,6 +138,8 @@ def compute(args) -> dict:
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     result["assumptions"] = first + result["assumptions"]
+    result.update(interval_of(result["step_seconds"], result["tokens_per_step"], args.framework, gpu.name,
+                              result["num_gpus"]))
     result["suggestion"] = suggestion(spec, gpu, result, lambda z: fsdp_for(z) if args.dp_replicate == 1 or z == 3 else None)
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:
@@ -178,7 +181,7 @@ def default_precision(asked: str | None, gpu) -> tuple[str, str | None]:
 
 def render(result: dict, args) -> None:
     total = result["step_seconds"]
-    rows = [("step time", units.format_seconds(total)),
+    rows = [("step time", with_interval(units.format_seconds(total), result)),
             ("tokens/s", f"{units.format_count(result['tokens_per_s'])} ({units.format_count(result['tokens_per_step'])} per step)"),
             ("MFU / HFU", f"{100 * result['mfu']:.1f}% / {100 * result['hfu']:.1f}%"),
             ("model / hardware FLOPs per step", f"{units.format_flops(result['model_flops_per_step'])} / "

@@ -13,6 +13,7 @@ from dataclasses import replace
 from trainledger.account.time import comm as comm_mod
 from trainledger.account.memory import fsdp as fsdp_mod
 from trainledger.account.time import fsdp_comm
+from trainledger.account.time.interference import overlap_slowdown
 from trainledger.errors import TrainledgerError
 
 DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
@@ -29,14 +30,12 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     than the pass. The parameter all-gather after a ZeRO-1/2 optimizer step is exposed. PyTorch's DDP copies
     gradients into its buckets and back (gradient_as_bucket_view=False, the default) and FSDP2 copies into and out
     of its flat communication buffers: 4·S and 2·S bytes of memory traffic, added here (Megatron uses contiguous
-    buffers and copies nothing). While a hidden collective runs, its NCCL kernel holds `link.sm_channels` SMs:
-    the compute it hides behind runs SMs/(SMs − channels) slower meanwhile (overlapped_exposed; all of that
-    compute is treated as SM-bound, an upper bound for its memory-bound part).
+    buffers and copies nothing). While a hidden collective runs, the compute it hides behind runs slower
+    (account.time.interference.overlap_slowdown: SMs/(SMs − channels) where NCCL's channel count is published,
+    else the measured average of arXiv:2507.03114; overlapped_exposed).
     """
     from trainledger.account.time.roofline import memory_seconds
-    where = link(gpu, c.link)
-    free = sms_beside(gpu, where)
-    slow = gpu.sm_count / free if free else 1.0
+    slow = overlap_slowdown(gpu, link(gpu, c.link))     # NCCL's SMs, or the measured average (interference.py)
 
     def exposed(comm: float, hidden: float) -> float:
         return overlapped_exposed(comm, hidden, hidden * slow)
@@ -81,9 +80,7 @@ def fsdp_step(spec, gpu, settings, fwd: dict, bwd: dict, rec: dict, *, tp: int, 
     times = {"ag": one("fsdp_allgather_forward", u["block"], pb), "ag_root": one("fsdp_allgather_root", u["root"], pb),
              "rs": one("fsdp_reducescatter", u["block"], rb) + one("hsdp_allreduce", u["block"] / shard, rb),
              "rs_root": one("fsdp_reducescatter", u["root"], rb) + one("hsdp_allreduce", u["root"] / shard, rb)}
-    where = link(gpu, collectives[0].link) if collectives else None
-    free = sms_beside(gpu, where) if where is not None else None
-    slow = gpu.sm_count / free if free else 1.0
+    slow = overlap_slowdown(gpu, link(gpu, collectives[0].link)) if collectives else 1.0
     fwd_block = fwd["compute"] + fwd["attention"] + fwd["memory_bound"]
     bwd_block = sum(part[k] for part in (bwd, rec) for k in ("compute", "attention", "memory_bound"))
     exposed = fsdp_comm.step_exposed(settings, micro_batches, blocks, fwd_block, bwd_block, times,

@@ -25,8 +25,9 @@ How a step is built (each piece is a small function a test checks by hand):
    last the head and loss; the slower one sets the pace), plus its point-to-point sends; the 1F1B bubble adds
    (p − 1)/m of that, the interleaved schedule with v chunks (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2).
 4. The optimizer step (memory traffic of parameters, gradients and states on this GPU), then DP communication.
-Not modelled: data loading, evaluation, stragglers and jitter, SMs taken by collectives on links without a
-published channel count, imbalanced stages beyond embedding/head, the interleaved schedule's extra activation memory.
+   At scale every step waits for the slowest of N GPUs (account/time/stragglers.py), and compute overlapped by a
+   collective runs slower (account/time/interference.py).
+Not modelled: data loading, evaluation, step-to-step jitter, imbalanced stages beyond embedding/head, the interleaved schedule's extra activation memory.
 5. Eager PyTorch on an accelerator (framework trainledger): the CPU launches ops ahead of the GPU, so the step is
    the longer of the two timelines between the loop's synchronizations (account/time/timeline.py, eager_step.py);
    the time the GPU waits for the CPU is "overhead". --compile: account/time/compiled.py.
@@ -49,6 +50,7 @@ from trainledger.account.counting.flops import check_choice, hardware_flops_per_
 from trainledger.account.time.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.time.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.time.step_notes import assumptions
+from trainledger.account.time.stragglers import wait_for_slowest
 from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
@@ -287,6 +289,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     breakdown["pipeline_bubble"] = bubble
     breakdown["pp_comm"] += after["pp_comm"]
     breakdown["dp_comm"] += after["dp_comm"]
+    straggler = wait_for_slowest(breakdown, num_gpus)     # the slowest of N GPUs sets the pace (stragglers.py)
     if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/time/timeline.py)
         norm = [k for k in optim_kernels if k.name.endswith("_norm")]
         clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
@@ -315,7 +318,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
-        "compute_precision": compute,
+        "compute_precision": compute, "straggler_slowdown": straggler,
     }
     result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
                                       setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))

@@ -543,6 +543,9 @@
       const partOf = window.TL.Labels.partOf;
       const parts = Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), value: v }));
       out.append(headline("One step:", "step_seconds", body.step_seconds, Fmt.seconds),
+        ...(body.interval_words ? [el("p", { class: "interval" }, [  // the error bar of account/validation/interval.py
+          valueNode("step_seconds_low", body.step_seconds_low, Fmt.seconds), " … ",
+          valueNode("step_seconds_high", body.step_seconds_high, Fmt.seconds), ` (${body.interval_words})`])] : []),
         el("p", { class: body.fits ? "verdict-fits" : "verdict-oom" },
           [valueNode("memory_bytes", body.memory_bytes, Fmt.bytes), ` per GPU of ${Fmt.bytes(body.memory_per_gpu_bytes)}: `,
            valueNode("fits", body.fits, (f) => (f ? "fits" : "does not fit"))]),
