@@ -157,6 +157,10 @@ NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CAL
 # NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU = 900 GB/s per direction; no published ring measurement.
 NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 1.0, 3.4 * US, NCCL_CALL_LATENCY,
                "HGX B200 datasheet (1.8 TB/s bidirectional); no published ring busbw: datasheet rate; " + _NCCL)
+# H800 NVLink: 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA H800 datasheet); DeepSeek-V3 (arXiv:2412.19437,
+# Sec. 3.2.2) states the achieved rate: "NVLink offers a bandwidth of 160 GB/s".
+NVLINK_H800 = Link("NVLink (H800, 400 GB/s)", 200 * GB, 160 / 200, 3.4 * US, NCCL_CALL_LATENCY,
+                   "H800 datasheet (400 GB/s bidirectional); 160 GB/s achieved (DeepSeek-V3, Sec. 3.2.2); " + _NCCL)
 # PCIe 4.0 / 5.0 x16: 31.5 / 63 GB/s per direction (PCI-SIG; stas00/ml-engineering network/README.md table).
 PCIE4 = Link("PCIe 4.0 x16", 31.5 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 4.0 x16 per direction; " + _NCCL)
 PCIE5 = Link("PCIe 5.0 x16", 63 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 5.0 x16 per direction; " + _NCCL)
