@@ -74,6 +74,8 @@ def compute(args) -> dict:
     from trainledger.specs.hardware import get_gpu
 
     gpu = get_gpu(args.gpu)
+    from trainledger.specs.fp8 import check_gpu_supports
+    check_gpu_supports(args.precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     zero = DEFAULT_ZERO if args.zero is None else args.zero
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,

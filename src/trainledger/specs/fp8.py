@@ -122,5 +122,6 @@ def check_gpu_supports(precision: str, gpu, flag: str = "--precision") -> None:
     scheme = fp8_scheme(precision)
     if scheme is None or scheme.requires in gpu.peak_flops_per_s:
         return
+    instead = "fp8-cs" if "fp8" in gpu.peak_flops_per_s else "mixed-bf16"
     raise TrainledgerError(f"{flag} {scheme.name} needs {REQUIREMENTS[scheme.requires]}; {gpu.name} has none: "
-                           f"use --precision mixed-bf16 or a GPU with {scheme.requires} (see `trainledger hardware`)")
+                           f"use --precision {instead} here, or a GPU with them (see `trainledger hardware`)")
