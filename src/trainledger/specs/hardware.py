@@ -245,7 +245,10 @@ B200 = GPUSpec(
     source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks; MXFP8 (OCP MX block scaling) "
            "at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
     intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
-    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; no published efficiency data yet"
+    # measured matmul fractions (specs/performance.py); MXFP8 GEMMs at the fp8 fraction (same tensor-core rate)
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8, "mxfp8": perf.B200_FP8},
+    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; matmul fractions measured by "
+                       "mamf-finder (specs/performance.py); no attention or bandwidth measurement"
 )
 
 # GB200 NVL72: 36 Grace CPUs + 72 Blackwell GPUs in ONE NVLink 5 domain (NVIDIA GB200 NVL72 product page: 130 TB/s
@@ -260,8 +263,10 @@ GB200 = GPUSpec(
     source="NVIDIA GB200 NVL72 product page (per GPU = rack / 72); Blackwell technical brief (GB200 at 1,200 W), "
            "dense tensor-core peaks",
     gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
+    # the B200's measured matmul fractions, applied to the GB200's higher (1,200 W) peaks: the same Blackwell die
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8, "mxfp8": perf.B200_FP8},
     performance_source="GB200 NVL72: 72 GPUs on NVLink 5 switches (one NVLink domain, gpus_per_node = 72); one "
-                       "400 Gb/s NIC per GPU between racks; no published efficiency data yet"
+                       "400 Gb/s NIC per GPU between racks; matmul fractions of the B200 (same die; an assumption)"
 )
 
 # H800 SXM5: the H100 SXM5 (same GH100 compute, HBM3 80 GB, 3.35 TB/s) sold in China with NVLink cut to 400 GB/s

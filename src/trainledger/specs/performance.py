@@ -242,6 +242,16 @@ MI300X_BF16 = GemmEfficiency(((10240, 15360, 8192, 668.4 / 1307.4),), full_waves
                              source=_MAMF + ": MI300X bf16 668.4 TFLOP/s at 10240x15360x8192 (ROCm 6.3, TunableOp); "
                                             "no wave model for CDNA: applied to every shape")
 
+# B200 SXM, maximum achievable matmul FLOP/s (mamf-finder.py): bf16 1745.0 of 2250 TFLOP/s (77.6 %), fp8 3432.5 of
+# 4500 (76.3 %), as tabulated in the guide "When Is It Worth Upgrading GPUs?" (MAMF section, H200 vs B200; it links
+# stas00/ml-engineering's MAMF table and mamf-finder.py). The best shape is not printed there: one fraction for
+# every shape (full_waves False; the B200 entry has no SM count for a wave model either).
+_B200_MAMF = 'mamf-finder on B200 SXM, "When Is It Worth Upgrading GPUs?" (MAMF tables; best shape not printed)'
+B200_BF16 = GemmEfficiency(((8192, 8192, 8192, 1745.0 / 2250),), full_waves=False,
+                           source=_B200_MAMF + ": bf16 1745.0 of 2250 TFLOP/s, applied to every shape")
+B200_FP8 = GemmEfficiency(((8192, 8192, 8192, 3432.5 / 4500),), full_waves=False,
+                          source=_B200_MAMF + ": fp8 3432.5 of 4500 TFLOP/s, applied to every shape")
+
 # --- the same die at a lower power limit -------------------------------------------------------------------------
 # A GPU's tensor cores run at the clock its power limit sustains under tensor-core load, and NVIDIA rates each
 # part's tensor throughput at that clock: the GH100 die with 132 SMs is rated 989.5 dense bf16 TFLOP/s as the
