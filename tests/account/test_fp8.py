@@ -30,7 +30,7 @@ def test_an_fp8_gemm_reads_one_byte_operands_at_the_fp8_peak():
     assert fp8.dtype == "fp8" and fp8.flops == fwd.flops          # same FLOPs, other tensor cores
     assert fwd.bytes - fp8.bytes == (TOKENS * D + D * F) * (2 - 1)   # X and W at 1 byte, C still bf16
     mx = gemm_in_fp8(fwd, SCHEMES["mxfp8"], 2)
-    assert mx.dtype == "mxfp8" and fwd.bytes - mx.bytes == pytest.approx((TOKENS * D + D * F) * (1 - 1 / 32))
+    assert mx.dtype == "fp8" and fwd.bytes - mx.bytes == pytest.approx((TOKENS * D + D * F) * (1 - 1 / 32))
 
 
 def test_transformer_engine_current_scaling_casts_by_hand():
@@ -114,7 +114,9 @@ def test_fp8_refused_where_the_gpu_lacks_it():
                                   ["step", "--gpu", "h100", "--precision", "mxfp8"],
                                   ["layout", "--gpu", "a100", "--num-gpus", "8", "--precision", "fp8-rowwise"],
                                   ["memory", "--gpu", "a100", "--precision", "fp8-delayed"],
-                                  ["fit", "--gpu", "h200", "--precision", "mxfp8"]])
+                                  ["fit", "--gpu", "h200", "--precision", "mxfp8"],
+                                  ["measure", "--precision", "fp8-cs"],
+                                  ["profile", "--precision", "fp8-rowwise"]])
 def test_cli_refusal_is_one_line_exit_2(capsys, argv):
     assert cli_main.main([*argv, "--model", "llama-3-8b"]) == 2
     err = capsys.readouterr().err

@@ -51,7 +51,7 @@ class Fp8Scheme:
     backward in FP8 (else in bf16, recast in backward); saved_copies: FP8 copies of each saved input (TE keeps
     only the column-wise usage wgrad reads: te.pytorch linear.py, update_usage(rowwise_usage=False)); amax_history: fp32 entries per scaled tensor (delayed scaling); amax_pass:
     current scaling reads a tensor once for its amax before casting it (delayed scaling fuses both in one kernel);
-    requires: the GPU capability (a peak key of specs.hardware: "fp8", "mxfp8").
+    requires: the GPU capability: "fp8" (an fp8 peak in specs.hardware) or "mxfp8" (also in GPUSpec.block_scaled).
     """
 
     name: str
@@ -120,8 +120,9 @@ def fp8_scheme(precision: str) -> Fp8Scheme | None:
 def check_gpu_supports(precision: str, gpu, flag: str = "--precision") -> None:
     """Refuse an FP8 recipe on a GPU without the tensor cores it needs (data-driven: the GPU's peak keys)."""
     scheme = fp8_scheme(precision)
-    if scheme is None or scheme.requires in gpu.peak_flops_per_s:
+    if scheme is None or "fp8" in gpu.peak_flops_per_s and (scheme.requires == "fp8"
+                                                             or scheme.requires in gpu.block_scaled):
         return
-    instead = "fp8-cs" if "fp8" in gpu.peak_flops_per_s else "mixed-bf16"
+    instead = "fp8-cs" if "fp8" in gpu.peak_flops_per_s else "mixed-bf16"   # MXFP8 refused where FP8 runs
     raise TrainledgerError(f"{flag} {scheme.name} needs {REQUIREMENTS[scheme.requires]}; {gpu.name} has none: "
                            f"use --precision {instead} here, or a GPU with them (see `trainledger hardware`)")

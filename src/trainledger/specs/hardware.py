@@ -54,6 +54,8 @@ class GPUSpec:
     intra_node_link: Link | None = None
     inter_node_link: Link | None = None
     performance_source: str = ""
+    # block-scaled low-precision GEMMs the tensor cores run natively at the FP8 rate ("mxfp8": OCP MX, Blackwell)
+    block_scaled: tuple[str, ...] = ()
 
     def gemm_table(self, dtype: str) -> GemmEfficiency | None:
         """The measured GEMM efficiency for `dtype` (a peak key), or None. fp16 and bf16 share one table when only
@@ -118,7 +120,8 @@ class GPUSpec:
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
-                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source}
+                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source,
+                "block_scaled": list(self.block_scaled)}
 
 
 T = 1e12
@@ -240,13 +243,13 @@ H200 = GPUSpec(
 B200 = GPUSpec(
     name="b200", aliases=("hgx-b200", "b200-sxm"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 40 * T, "fp32": 80 * T, "tf32": 1125 * T, "bf16": 2250 * T, "fp16": 2250 * T,
-                      "fp8": 4500 * T, "int8": 4500 * T, "mxfp8": 4500 * T},
+                      "fp8": 4500 * T, "int8": 4500 * T}, block_scaled=("mxfp8",),
     memory_bytes=180e9, memory_bandwidth_bytes_per_s=8e12,
-    source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks; MXFP8 (OCP MX block scaling) "
-           "at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
+    source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks; MXFP8 (OCP MX block scaling, "
+           "block_scaled) at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
     intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
     # measured matmul fractions (specs/performance.py); MXFP8 GEMMs at the fp8 fraction (same tensor-core rate)
-    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8, "mxfp8": perf.B200_FP8},
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
     performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; matmul fractions measured by "
                        "mamf-finder (specs/performance.py); no attention or bandwidth measurement"
 )
@@ -254,17 +257,18 @@ B200 = GPUSpec(
 # GB200 NVL72: 36 Grace CPUs + 72 Blackwell GPUs in ONE NVLink 5 domain (NVIDIA GB200 NVL72 product page: 130 TB/s
 # NVLink = 1.8 TB/s per GPU, HBM3e 13.4 TB and 576 TB/s per rack = 186 GB and 8 TB/s per GPU). The Blackwell GPU of
 # a GB200 runs at 1,200 W: dense FP8 5,000, BF16 2,500, TF32 1,250, FP64 45 TFLOP/s (NVIDIA Blackwell architecture
-# technical brief, as tabulated at glennklockwood.com/garden/processors/B200); MXFP8 at the FP8 rate.
+# technical brief, as tabulated at glennklockwood.com/garden/processors/B200; stas00/ml-engineering's TFLOPS table
+# prints the same); MXFP8 (block_scaled) at the FP8 rate.
 GB200 = GPUSpec(
     name="gb200", aliases=("gb200-nvl72", "dgx-gb200"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 45 * T, "tf32": 1250 * T, "bf16": 2500 * T, "fp16": 2500 * T,
-                      "fp8": 5000 * T, "int8": 5000 * T, "mxfp8": 5000 * T},
+                      "fp8": 5000 * T, "int8": 5000 * T}, block_scaled=("mxfp8",),
     memory_bytes=13.4e12 / 72, memory_bandwidth_bytes_per_s=576e12 / 72,
     source="NVIDIA GB200 NVL72 product page (per GPU = rack / 72); Blackwell technical brief (GB200 at 1,200 W), "
            "dense tensor-core peaks",
     gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
     # the B200's measured matmul fractions, applied to the GB200's higher (1,200 W) peaks: the same Blackwell die
-    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8, "mxfp8": perf.B200_FP8},
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
     performance_source="GB200 NVL72: 72 GPUs on NVLink 5 switches (one NVLink domain, gpus_per_node = 72); one "
                        "400 Gb/s NIC per GPU between racks; matmul fractions of the B200 (same die; an assumption)"
 )

@@ -4,7 +4,7 @@
 account.time.kernels builds for the 16-bit recipe an FP8 recipe rests on (specs/recipes.py), and returns them with
 - each weight GEMM (part "compute", kind "gemm": the Linears of attention and MLP; never the attention core, the
   router or the LM head, which is an edge kernel and stays bf16) whose role is in the scheme's fp8_gemms run at the
-  GPU's "fp8" (or "mxfp8") peak and measured FP8 efficiency, its two operands read at 1 byte per element (+ the
+  GPU's "fp8" peak (MXFP8 too: GPUSpec.block_scaled) and measured FP8 efficiency, its two operands read at 1 byte per element (+ the
   MX scales), its output still written in bf16;
 - the quantization kernels each scheme runs (specs/fp8.py), memory-bound, counted from the GEMM shapes
   (forward C[m,n] = X[m,k]·W[k,n]: the input has m·k elements, the weight k·n; dgrad reads the output gradient, m·n):
@@ -53,7 +53,8 @@ def gemm_in_fp8(kernel, scheme, a: int):
     """The GEMM `kernel` run in FP8: the scheme's peak key, operands at 1 byte (+ scales) instead of `a` bytes."""
     operands = sum(_operand_elements(kernel).values())
     saved = operands * (a - scheme.fp8_bytes_per_element())
-    return replace(kernel, dtype=scheme.requires, bytes=max(kernel.bytes - saved, 0.0))
+    # MXFP8 runs at the FP8 rate (the datasheets print one figure); its scales are in the bytes
+    return replace(kernel, dtype="fp8", bytes=max(kernel.bytes - saved, 0.0))
 
 
 def quantize_kernels(kernel, scheme, a: int) -> list:
