@@ -133,11 +133,13 @@ def compute(args) -> dict:
     if precision_note:
         first.append(precision_note)
     if "fp8" in result:
+        from trainledger.account.time.roofline import gemm_efficiency
         f = result["fp8"]
         first.append(f"FP8 GEMMs ({', '.join(f['fp8_gemms'])}): {units.format_seconds(f['fp8_gemm_seconds'])} of GEMMs "
                      f"vs {units.format_seconds(f['base_gemm_seconds'])} in {f['base_precision']}, casts add "
                      f"{units.format_seconds(f['cast_seconds_added'])}; step {f['speedup']:.2f}× faster; attention, "
-                     f"norms and the LM head stay bf16")
+                     f"norms and the LM head stay bf16; FP8 GEMMs: "
+                     f"{gemm_efficiency(gpu, 4096, 4096, 4096, 'fp8')['source']}")
         first.append(result["model_flops_convention"] + f": {result['model_flops_per_s_per_gpu'] / 1e12:.0f} TFLOP/s/GPU")
     if args.calibration is not None:
         first.append(f"device measured by {args.calibration}: {gpu.performance_source.split(';')[0]} (--gpu ignored)")
