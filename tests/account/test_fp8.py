@@ -171,3 +171,14 @@ def test_plan_mfu_auto_and_layout_take_fp8(capsys):
         assert status == 0
         days[precision] = json.loads(out)["train_days"]
     assert days["fp8-cs"] < days["mixed-bf16"]
+
+
+def test_web_calculator_answers_and_refuses_fp8():
+    """The web calculator's step (web/api.py answer): the FP8 comparison in its JSON; a100 refused naming --precision."""
+    pytest.importorskip("fastapi", reason="the web extra")
+    from trainledger.web.api import answer
+    status, body = answer("step", [("model", "llama-3-8b"), ("gpu", "h100"), ("num-gpus", "8"),
+                                   ("precision", "fp8-cs")])[:2]
+    assert status == 200 and body["fp8"]["speedup"] > 1 and body["fp8_gemms"]
+    status, body = answer("step", [("model", "llama-3-8b"), ("gpu", "a100"), ("precision", "fp8-cs")])[:2]
+    assert status == 422 and body["error"].startswith("--precision fp8-cs needs FP8 tensor cores")
