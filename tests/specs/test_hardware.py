@@ -58,6 +58,8 @@ def test_peaks_are_ordered_and_dense(gpu):
         assert p["int8"] >= p["bf16"]
     assert all(value > 0 for value in p.values())
     assert set(p) <= {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+    if gpu.block_scaled:      # MX block scaling is a Blackwell FP8 mode: never without plain FP8 tensor cores
+        assert "fp8" in p and set(gpu.block_scaled) <= {"mxfp8"}
     assert gpu.memory_bytes > 0 and gpu.memory_bandwidth_bytes_per_s > 0 and gpu.source
 
 

@@ -148,6 +148,12 @@ def _lower_refusing(refused: dict | None):
     return name
 
 
+# FP8 recipes that `measure` and `profile` do not run (no torchao conversion in their steps): what to use instead
+FP8_NOT_MEASURED = {name: "FP8 is not measured here yet (no FP8 conversion in this step); predict it with `step`/"
+                          "`memory`, run it with `train --precision fp8-rowwise` on a GPU with FP8 tensor cores"
+                    for name in ("fp8-cs", "fp8-delayed", "fp8-rowwise", "mxfp8")}
+
+
 def add_precision_flag(parser, default: str, why: str = "", names=None, refused: dict | None = None) -> None:
     """--precision with the recipes of specs/recipes.py (or `names`, a subset) and a help text that states the default.
 

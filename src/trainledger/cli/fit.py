@@ -50,6 +50,8 @@ def compute(args) -> dict:
 
     from trainledger.cli.sanity import custom_memory_label
     gpu = get_gpu(args.gpu if args.gpu is not None else "h100")
+    from trainledger.specs.fp8 import check_gpu_supports
+    check_gpu_supports(args.precision, gpu)
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     label = custom_memory_label(gpu.name, args.memory_per_gpu, args.gpu is not None)
     result = {"gpu": gpu.name if args.memory_per_gpu is None else ("custom" if args.gpu is None else gpu.name),

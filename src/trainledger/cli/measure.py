@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="preset name, Hugging Face config.json path, or package.module:factory")
     parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch: sequences in the measured step (default 1)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at; 128 for a factory)")
-    common.add_precision_flag(parser, "amp-bf16", "as in `memory`")
+    common.add_precision_flag(parser, "amp-bf16", "as in `memory`", refused=common.FP8_NOT_MEASURED)
     common.add_optimizer_flag(parser)
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none", help="activation recomputation")
     parser.add_argument("--device", choices=("fake", "meta", "cpu", "cuda"), default="fake", help="where the step runs (default fake)")

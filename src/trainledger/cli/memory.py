@@ -74,6 +74,8 @@ def compute(args) -> dict:
     from trainledger.specs.hardware import get_gpu
 
     gpu = get_gpu(args.gpu)
+    from trainledger.specs.fp8 import check_gpu_supports
+    check_gpu_supports(args.precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     zero = DEFAULT_ZERO if args.zero is None else args.zero
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
@@ -117,6 +119,11 @@ def compute(args) -> dict:
     check_zero_ranks(result["n_params"], args.dp, zero)
     warnings += common.outlandish(num_gpus=args.dp * args.tp * args.pp)
     result["gpu"] = gpu.name
+    if result.get("fp8"):          # what the FP8 recipe adds and saves (account/memory/fp8.py)
+        f, fmt = result["fp8"], units.format_bytes
+        first.append(f"FP8 ({result['precision']}): params include {fmt(f['weight_copies_bytes'])} of FP8 weight copies"
+                     f" and {fmt(f['amax_history_bytes'])} of amax histories; activations save "
+                     f"{fmt(f['saved_inputs_bytes_saved'])} by keeping Linear inputs in FP8")
     parts = result["bytes_per_param_parts"]
     result["assumptions"] = first + [
         f"precision {result['precision']} + {result['optimizer']} (--precision, --optimizer): {result['bytes_per_param']:.4g} "

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per step (default 8; with --from-trace and --model: the trace's, required)")
     parser.add_argument("--seq-len", type=common.positive_int,
                         help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, None, "fp32 on CPU, amp-bf16 on CUDA")
+    common.add_precision_flag(parser, None, "fp32 on CPU, amp-bf16 on CUDA", refused=common.FP8_NOT_MEASURED)
     common.add_optimizer_flag(parser)
     parser.add_argument("--steps", type=common.positive_int, default=None,
                         help="timed steps, and as many profiled steps (default 3)")

@@ -114,6 +114,10 @@ def compute(args) -> dict:
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
+    if "fp8_gemms" in result:     # the same layout in the 16-bit recipe: what FP8 buys (account/time/fp8_compare.py)
+        from trainledger.account.time.fp8_compare import base_precision, compare_with_base
+        base_fsdp = common.fsdp_from_args(args, base_precision(precision), zero, dp, args.pp)
+        result["fp8"] = compare_with_base(spec, gpu, result, dict(settings, zero=zero), base_fsdp)
     if max(result["breakdown"], key=result["breakdown"].get) == "dp_comm":
         found = zero_choice.lever(spec, gpu, settings, result, fsdp_for=lambda z: fsdp_for(z) if args.dp_replicate == 1
                                   or z == 3 else None)
@@ -129,6 +133,15 @@ def compute(args) -> dict:
              f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
     if precision_note:
         first.append(precision_note)
+    if "fp8" in result:
+        from trainledger.account.time.roofline import gemm_efficiency
+        f = result["fp8"]
+        first.append(f"FP8 GEMMs ({', '.join(f['fp8_gemms'])}): {units.format_seconds(f['fp8_gemm_seconds'])} of GEMMs "
+                     f"vs {units.format_seconds(f['base_gemm_seconds'])} in {f['base_precision']}, casts add "
+                     f"{units.format_seconds(f['cast_seconds_added'])}; step {f['speedup']:.2f}× faster; attention, "
+                     f"norms and the LM head stay bf16; FP8 GEMMs: "
+                     f"{gemm_efficiency(gpu, 4096, 4096, 4096, 'fp8')['source']}")
+        first.append(result["model_flops_convention"] + f": {result['model_flops_per_s_per_gpu'] / 1e12:.0f} TFLOP/s/GPU")
     if args.calibration is not None:
         first.append(f"device measured by {args.calibration}: {gpu.performance_source.split(';')[0]} (--gpu ignored)")
     if why is not None:

@@ -106,7 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_optimizer_flag(g, "adamw", names=TRAIN_OPTIMIZERS, refused=ACCOUNTING_ONLY_OPTIMIZERS)
     common.add_precision_flag(g, "fp32", "amp-*: fp32 weights with autocast; mixed-*: 16-bit weights and grads, fp32 "
                               "master copy the optimizer steps (one process or ddp); bf16: all bf16; the fp16 ones "
-                              "scale the loss (GradScaler)", names=TRAIN_PRECISIONS)
+                              "scale the loss (GradScaler)", names=TRAIN_PRECISIONS,
+                              refused={name: "a Transformer Engine recipe `train` does not run (accounted in memory, "
+                                             "step, layout, plan); train FP8 with fp8-rowwise or fp8-cs (torchao)"
+                                       for name in ("fp8-delayed", "mxfp8")})
     parser.set_defaults(optimizer=None, precision=None)     # unset: --config, then the defaults above, apply
     g.add_argument("--seed", type=common.nonnegative_int, help="seeds init, data order, torch/numpy/random (default: 0)")
     g = parser.add_argument_group("checkpoints and outputs")

@@ -22,7 +22,9 @@ import torch
 
 from trainledger.specs.recipes import get_recipe
 
-AUTOCAST_DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+# fp8-rowwise / fp8-cs (train/fp8.py): fp32 weights under bf16 autocast, torchao's Float8Linear casting to FP8
+AUTOCAST_DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16, "fp8-rowwise": torch.bfloat16,
+                   "fp8-cs": torch.bfloat16}
 
 
 PARAM_DTYPES = {"bf16": torch.bfloat16, "mixed-bf16": torch.bfloat16, "mixed-fp16": torch.float16}

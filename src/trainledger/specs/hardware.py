@@ -54,6 +54,8 @@ class GPUSpec:
     intra_node_link: Link | None = None
     inter_node_link: Link | None = None
     performance_source: str = ""
+    # block-scaled low-precision GEMMs the tensor cores run natively at the FP8 rate ("mxfp8": OCP MX, Blackwell)
+    block_scaled: tuple[str, ...] = ()
 
     def gemm_table(self, dtype: str) -> GemmEfficiency | None:
         """The measured GEMM efficiency for `dtype` (a peak key), or None. fp16 and bf16 share one table when only
@@ -118,7 +120,8 @@ class GPUSpec:
                 "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
-                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source}
+                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source,
+                "block_scaled": list(self.block_scaled)}
 
 
 T = 1e12
@@ -240,11 +243,53 @@ H200 = GPUSpec(
 B200 = GPUSpec(
     name="b200", aliases=("hgx-b200", "b200-sxm"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 40 * T, "fp32": 80 * T, "tf32": 1125 * T, "bf16": 2250 * T, "fp16": 2250 * T,
-                      "fp8": 4500 * T, "int8": 4500 * T},
+                      "fp8": 4500 * T, "int8": 4500 * T}, block_scaled=("mxfp8",),
     memory_bytes=180e9, memory_bandwidth_bytes_per_s=8e12,
-    source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks",
+    source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks; MXFP8 (OCP MX block scaling, "
+           "block_scaled) at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
     intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
-    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; no published efficiency data yet"
+    # measured matmul fractions (specs/performance.py); MXFP8 GEMMs at the fp8 fraction (same tensor-core rate)
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
+    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; matmul fractions measured by "
+                       "mamf-finder (specs/performance.py); no attention or bandwidth measurement"
+)
+
+# GB200 NVL72: 36 Grace CPUs + 72 Blackwell GPUs in ONE NVLink 5 domain (NVIDIA GB200 NVL72 product page: 130 TB/s
+# NVLink = 1.8 TB/s per GPU, HBM3e 13.4 TB and 576 TB/s per rack = 186 GB and 8 TB/s per GPU). The Blackwell GPU of
+# a GB200 runs at 1,200 W: dense FP8 5,000, BF16 2,500, TF32 1,250, FP64 45 TFLOP/s (NVIDIA Blackwell architecture
+# technical brief, as tabulated at glennklockwood.com/garden/processors/B200; stas00/ml-engineering's TFLOPS table
+# prints the same); MXFP8 (block_scaled) at the FP8 rate.
+GB200 = GPUSpec(
+    name="gb200", aliases=("gb200-nvl72", "dgx-gb200"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 45 * T, "tf32": 1250 * T, "bf16": 2500 * T, "fp16": 2500 * T,
+                      "fp8": 5000 * T, "int8": 5000 * T}, block_scaled=("mxfp8",),
+    memory_bytes=13.4e12 / 72, memory_bandwidth_bytes_per_s=576e12 / 72,
+    source="NVIDIA GB200 NVL72 product page (per GPU = rack / 72); Blackwell technical brief (GB200 at 1,200 W), "
+           "dense tensor-core peaks",
+    gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
+    # the B200's measured matmul fractions, applied to the GB200's higher (1,200 W) peaks: the same Blackwell die
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
+    performance_source="GB200 NVL72: 72 GPUs on NVLink 5 switches (one NVLink domain, gpus_per_node = 72); one "
+                       "400 Gb/s NIC per GPU between racks; matmul fractions of the B200 (same die; an assumption)"
+)
+
+# H800 SXM5: the H100 SXM5 (same GH100 compute, HBM3 80 GB, 3.35 TB/s) sold in China with NVLink cut to 400 GB/s
+# (200 GB/s per direction; NVIDIA H800 datasheet). DeepSeek-V3 (arXiv:2412.19437, Sec. 3.2.2) trained on it:
+# "NVLink offers a bandwidth of 160 GB/s, roughly 3.2 times that of IB (50 GB/s)": the achieved NVLink rate.
+# FP64 is cut on the H800 too; its figure is not carried here (no FP64 key).
+H800 = GPUSpec(
+    name="h800", aliases=("h800-sxm", "h800-sxm5"), vendor="NVIDIA",
+    peak_flops_per_s={"fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
+                      "fp8": 1979 * T, "int8": 1979 * T},
+    memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
+    source="NVIDIA H800 SXM5 datasheet (H100 SXM5 tensor peaks, NVLink 400 GB/s); DeepSeek-V3 (arXiv:2412.19437)",
+    sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
+    attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100},
+    memory_bandwidth_fraction=perf.H100_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
+    unaligned_gemm_fraction=perf.H100_UNALIGNED_GEMM_FRACTION, access_fractions=perf.H100_ACCESS_FRACTIONS,
+    intra_node_link=perf.NVLINK_H800, inter_node_link=perf.IB_NDR,
+    performance_source="the H100 SXM's GH100 measurements (same die and clocks); NVLink at DeepSeek-V3's 160 GB/s; "
+                       "IB NDR 50 GB/s per GPU (DeepSeek-V3 Sec. 3.2.2)"
 )
 
 # NVIDIA L4 Tensor Core GPU datasheet, dense = half of the printed sparse tensor-core figures
@@ -333,13 +378,14 @@ TPU_V5P = GPUSpec(
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
-GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, L4, L40S, RTX_3090, RTX_4090,
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, GB200, H800, L4, L40S, RTX_3090, RTX_4090,
                        MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
 DEVICE_NAME_PATTERNS = [
-    (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"b200", "b200"),
+    (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"gb200", "gb200"), (r"b200", "b200"),
+    (r"h800", "h800"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
 ]

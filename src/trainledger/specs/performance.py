@@ -157,6 +157,10 @@ NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CAL
 # NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU = 900 GB/s per direction; no published ring measurement.
 NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 1.0, 3.4 * US, NCCL_CALL_LATENCY,
                "HGX B200 datasheet (1.8 TB/s bidirectional); no published ring busbw: datasheet rate; " + _NCCL)
+# H800 NVLink: 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA H800 datasheet); DeepSeek-V3 (arXiv:2412.19437,
+# Sec. 3.2.2) states the achieved rate: "NVLink offers a bandwidth of 160 GB/s".
+NVLINK_H800 = Link("NVLink (H800, 400 GB/s)", 200 * GB, 160 / 200, 3.4 * US, NCCL_CALL_LATENCY,
+                   "H800 datasheet (400 GB/s bidirectional); 160 GB/s achieved (DeepSeek-V3, Sec. 3.2.2); " + _NCCL)
 # PCIe 4.0 / 5.0 x16: 31.5 / 63 GB/s per direction (PCI-SIG; stas00/ml-engineering network/README.md table).
 PCIE4 = Link("PCIe 4.0 x16", 31.5 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 4.0 x16 per direction; " + _NCCL)
 PCIE5 = Link("PCIe 5.0 x16", 63 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 5.0 x16 per direction; " + _NCCL)
@@ -237,6 +241,16 @@ H100_SXM_FP8 = GemmEfficiency(((1024, 9216, 14336, 1402.6 / 1979),),
 MI300X_BF16 = GemmEfficiency(((10240, 15360, 8192, 668.4 / 1307.4),), full_waves=False,
                              source=_MAMF + ": MI300X bf16 668.4 TFLOP/s at 10240x15360x8192 (ROCm 6.3, TunableOp); "
                                             "no wave model for CDNA: applied to every shape")
+
+# B200 SXM, maximum achievable matmul FLOP/s (mamf-finder.py): bf16 1745.0 of 2250 TFLOP/s (77.6 %), fp8 3432.5 of
+# 4500 (76.3 %), as tabulated in the guide "When Is It Worth Upgrading GPUs?" (MAMF section, H200 vs B200; it links
+# stas00/ml-engineering's MAMF table and mamf-finder.py). The best shape is not printed there: one fraction for
+# every shape (full_waves False; the B200 entry has no SM count for a wave model either).
+_B200_MAMF = 'mamf-finder on B200 SXM, "When Is It Worth Upgrading GPUs?" (MAMF tables; best shape not printed)'
+B200_BF16 = GemmEfficiency(((8192, 8192, 8192, 1745.0 / 2250),), full_waves=False,
+                           source=_B200_MAMF + ": bf16 1745.0 of 2250 TFLOP/s, applied to every shape")
+B200_FP8 = GemmEfficiency(((8192, 8192, 8192, 3432.5 / 4500),), full_waves=False,
+                          source=_B200_MAMF + ": fp8 3432.5 of 4500 TFLOP/s, applied to every shape")
 
 # --- the same die at a lower power limit -------------------------------------------------------------------------
 # A GPU's tensor cores run at the clock its power limit sustains under tensor-core load, and NVIDIA rates each

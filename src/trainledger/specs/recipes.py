@@ -11,6 +11,10 @@ state tensors it keeps per parameter. Together they give the bytes per parameter
     mixed-bf16      2     2     4      fp32         bf16             16   (ZeRO Sec. 3.1: 2+2+12)
     mixed-fp16      2     2     4      fp32         fp16             16   (ZeRO Sec. 3.1: 2+2+12)
     bf16            2     2     0      bf16         bf16              8   (pure bf16, no master copy)
+    fp8-cs          2     2     4      fp32         bf16/FP8         16   (+ FP8 weight copies: specs/fp8.py)
+    fp8-delayed     2     2     4      fp32         bf16/FP8         16   (+ FP8 copies, amax histories)
+    fp8-rowwise     4     4     0      fp32         bf16             16   (torchao: casts each pass, keeps none)
+    mxfp8           2     2     4      fp32         bf16/MXFP8       16   (+ MXFP8 copies; Blackwell only)
 
 Units: bytes per parameter (or per optimizer-state element). No torch.
 """
@@ -61,6 +65,7 @@ class OptimizerRecipe:
 
 
 _ZERO = "Rajbhandari et al. 2019, ZeRO (arXiv:1910.02054), Sec. 3.1: mixed-precision Adam keeps 2Ψ + 2Ψ + 12Ψ bytes"
+_FP8 = "FP8 recipes of specs/fp8.py (Transformer Engine, torchao float8, OCP MX v1.0)"
 _AMP = "PyTorch AMP docs (torch.amp.autocast, torch.amp.GradScaler): parameters, grads and optimizer states stay fp32; autocast runs matmuls in 16-bit"
 
 RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in [
@@ -78,6 +83,20 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in [
     PrecisionRecipe("bf16", 2, 2, 0, 2, "bf16", "bf16",
                     "everything bf16, no master copy (AdamW: 2 + 2 + 2·2 = 8 B/param)",
                     "DESIGN.md `bf16` recipe; pure low-precision training, states in the parameter dtype"),
+    # FP8: the Linear GEMMs in FP8, the rest as the 16-bit recipe below them; compute_dtype stays bf16 (the peak of
+    # attention, norms and head, and of MFU as NVIDIA and torchtitan state it). What FP8 adds: specs/fp8.py.
+    PrecisionRecipe("fp8-cs", 2, 2, 4, 4, "bf16", "bf16",
+                    "FP8 Linear GEMMs, per-tensor current scaling (TE/Megatron); bf16 weights and grads, fp32 master "
+                    "and states as mixed-bf16, + FP8 weight copies (specs/fp8.py)", _ZERO + "; " + _FP8),
+    PrecisionRecipe("fp8-delayed", 2, 2, 4, 4, "bf16", "bf16",
+                    "FP8 Linear GEMMs, per-tensor delayed scaling with an amax history (TE/Megatron); states as "
+                    "mixed-bf16, + FP8 weight copies and amax histories (specs/fp8.py)", _ZERO + "; " + _FP8),
+    PrecisionRecipe("fp8-rowwise", 4, 4, 0, 4, "bf16", "bf16",
+                    "FP8 Linear GEMMs, torchao rowwise scaling; fp32 weights, grads and states as amp-bf16 (nothing "
+                    "FP8 kept between passes)", _AMP + "; " + _FP8),
+    PrecisionRecipe("mxfp8", 2, 2, 4, 4, "bf16", "bf16",
+                    "MXFP8 Linear GEMMs (32-element blocks, E8M0 scales; Blackwell only); states as mixed-bf16, + "
+                    "row- and column-wise MXFP8 weight copies (specs/fp8.py)", _ZERO + "; " + _FP8),
 ]}
 
 # Adafactor keeps no momentum by default (beta1 = None) and factors the second moment of every matrix

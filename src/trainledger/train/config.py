@@ -16,7 +16,7 @@ from pathlib import Path
 from trainledger.errors import TrainledgerError, first_line
 from trainledger.files import read_regular_file
 
-PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16", "fp8-cs", "fp8-rowwise")
 PARALLEL = ("none", "ddp", "fsdp")
 OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw")  # optim.build_optimizer
 

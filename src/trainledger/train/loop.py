@@ -36,6 +36,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
+from trainledger.train.fp8 import TORCHAO_RECIPES, check_fp8_training, convert_to_fp8
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
 from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s, peak_memory_bytes
@@ -113,6 +114,8 @@ class Trainer(Checkpointing):
         self.expected_checkpoint_bytes = 0
         self.launcher_pid = launcher_pid()
 
+        check_fp8_training(config.precision, self.world.device, parallel=config.parallel, tp=self.world.tp,
+                           pp=self.world.pp)              # FP8 needs FP8 tensor cores and torchao (train/fp8.py)
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
         if self.is_lm and self.spec.vocab_size != self.preset_vocab_size:
@@ -127,6 +130,7 @@ class Trainer(Checkpointing):
             init_from(model, config.init_from)            # a Hugging Face checkpoint's weights (safetensors only)
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
+        self.fp8_linears = convert_to_fp8(self.model, config.precision) if config.precision in TORCHAO_RECIPES else []
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
 

@@ -35,6 +35,12 @@ _RECIPES = {
     "mixed-bf16": (2, 2, 0),
     "mixed-fp16": (2, 2, 0),
     "bf16": (2, 2, 0),
+    # FP8 recipes (specs/fp8.py): the 16-bit recipe they build on; the FP8 copies of saved Linear inputs and the
+    # cached FP8 weights are adjusted by account/memory/fp8.py
+    "fp8-cs": (2, 2, 0),
+    "fp8-delayed": (2, 2, 0),
+    "fp8-rowwise": (2, 4, 2),
+    "mxfp8": (2, 2, 0),
 }
 _FP32 = 4
 _INDEX = 8  # int64

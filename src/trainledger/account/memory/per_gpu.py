@@ -37,6 +37,7 @@ from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel,
                                                     params_per_gpu, zero_divisors)
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, TransformerSpec
+from trainledger.account.memory.fp8 import apply as apply_fp8, fp8_memory
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
 
 # What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
@@ -173,6 +174,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
                                          flash=flash, tp=tp, sp=sp, pp=pp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
+    fp8 = fp8_memory(spec, recipe.name, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
+                     batch_size=batch_size, seq_len=seq_len, tp=tp, activations=activations, recompute=recompute)
+    parts = apply_fp8(parts, fp8)           # FP8 weight copies, amax histories, FP8-saved inputs (account/memory/fp8.py)
     total = sum(parts.values())
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
                                 batch_size=batch_size, seq_len=seq_len,
@@ -198,6 +202,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "activations_modeled": activations is not None,
         "activations": activations,
         "fsdp_buffers": buffers["detail"] if buffers else None,
+        "fp8": fp8,
         "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
         "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,

@@ -81,6 +81,17 @@ def _per_gpu_bytes_per_param(parts: dict, zero: int, num_gpus: int) -> float:
             + (parts["master_params"] + parts["optimizer"]) / shard(1))
 
 
+def _with_fp8_copies(parts: dict, precision: str) -> dict:
+    """Bytes per parameter with an FP8 recipe's cached weight copies (specs/fp8.py) added to "params", counted
+    for every parameter (without a model the Linear share is unknown: an upper bound by the embeddings' share)."""
+    from trainledger.specs.fp8 import fp8_scheme
+    scheme = fp8_scheme(precision)
+    if scheme is None or not scheme.weight_copies:
+        return parts
+    extra = scheme.weight_copies * scheme.fp8_bytes_per_element()
+    return dict(parts, params=parts["params"] + extra, total=parts["total"] + extra, fp8_weight_copies=extra)
+
+
 def max_params(memory_per_gpu_bytes: float, num_gpus: int, precision: str = "fp32", optimizer: str = "adamw",
                zero: int = 3, reserve_bytes: float = 0.0) -> dict:
     """Largest parameter count whose model states fit on `num_gpus` GPUs: usable memory / bytes per parameter per GPU.
@@ -104,7 +115,7 @@ def max_params(memory_per_gpu_bytes: float, num_gpus: int, precision: str = "fp3
     for _ in range(8 if opt.factored else 1):      # Adafactor's state depends on d_model, which depends on N
         if opt.factored:
             elements = adafactor_elements_per_param(d_model_estimate(n))
-        parts = bytes_per_param(recipe, opt, elements)
+        parts = _with_fp8_copies(bytes_per_param(recipe, opt, elements), recipe.name)
         per_gpu = _per_gpu_bytes_per_param(parts, zero, num_gpus)
         n = usable / per_gpu
     return {"memory_per_gpu_bytes": float(memory_per_gpu_bytes), "num_gpus": num_gpus, "reserve_bytes": float(reserve_bytes),

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainledger.account.time import comm as comm_mod
+from trainledger.account.time import fp8 as fp8_mod
 from trainledger.account.memory import fsdp as fsdp_mod
 from trainledger.account.counting import recompute as recompute_mod
 from trainledger.account.time import timeline
@@ -187,6 +188,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
     style = "megatron" if framework == "megatron" else "torch"
     settings = None
@@ -334,6 +336,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
+    if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
+        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
+        result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
 
@@ -428,6 +433,7 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
     for layer, count in layers:
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
                            compiled=compiled)
+        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
         timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
