@@ -39,12 +39,14 @@ def test_every_hopper_row_is_within_15_percent(main_rows):
 
 
 def test_current_state_is_a_regression_bound(main_rows, aside_rows):
-    """Measured on 2026-11-27: 7 of 10 main rows within 15 %, mean signed error +18.2 %; 1 of 6 aside rows."""
+    """Measured on 2026-11-27 with the at-scale mechanisms of issue 27 (the wait for the slowest GPU, interference):
+    7 of 10 main rows within 15 %, mean signed error +13.5 %; aside rows none within 15 %, mean |error| 28.4 %,
+    worst 55.9 % (before those mechanisms: main +18.2 %, aside 1 of 6 — torchtitan's 32K-token row, now +16.8 %)."""
     main, aside = fp8.report(main_rows), fp8.report(aside_rows)
     assert main["share_within"] >= 0.7
-    assert main["mean_signed_error"] <= 0.19
-    assert sum(abs(r["error"]) <= WITHIN for r in aside_rows) >= 1
-    assert aside["worst_abs_error"] <= 0.61
+    assert main["mean_signed_error"] <= 0.14
+    assert aside["mean_abs_error"] <= 0.29
+    assert aside["worst_abs_error"] <= 0.57
 
 
 @pytest.mark.xfail(strict=True, reason="Blackwell rows predicted 40-51 % fast: no measured B200/GB200 attention, "
