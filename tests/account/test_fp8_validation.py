@@ -49,14 +49,14 @@ def test_current_state_is_a_regression_bound(main_rows, aside_rows):
     assert aside["worst_abs_error"] <= 0.57
 
 
-@pytest.mark.xfail(strict=True, reason="Blackwell rows predicted 40-51 % fast: no measured B200/GB200 attention, "
+@pytest.mark.xfail(strict=True, reason="Blackwell rows predicted up to 43 % fast: no measured B200/GB200 attention, "
                                        "bandwidth or kernel overhead in specs/ (docs/time.md, FP8 section)")
 def test_issue_thresholds_main(main_rows):
     report = fp8.report(main_rows)
     assert report["share_within"] >= 0.8 and abs(report["mean_signed_error"]) <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="1 of 6 aside rows within 15 % today (docs/time.md, FP8 section)")
+@pytest.mark.xfail(strict=True, reason="0 of 6 aside rows within 15 % today (docs/time.md, FP8 section)")
 def test_issue_threshold_aside(aside_rows):
     assert sum(abs(r["error"]) <= WITHIN for r in aside_rows) >= 4
 
