@@ -442,10 +442,11 @@ def test_zero_dropdowns_are_filled(page):
 
 
 def test_fit_calculator(page):
-    """Calculator 9 equals `trainledger fit --json`: the lecture's 8 H100 × 80 GB / 16 B = 40B, then 16 GPUs, then a
-    model's largest micro-batch, then a custom memory size that is not called an H100."""
+    """Calculator 9 equals `trainledger fit --json`: 8 H100 × the 79.18 GiB each reports / 16 B = 42.5B (the lecture's
+    80e9 B gives 40B), then 16 GPUs, then a model's largest micro-batch, then a custom memory size that is not called
+    an H100."""
     assert_shown_equals(shown(page, "fit"), cli_json(["fit"]))
-    assert float(shown(page, "fit")["max_params"]) == 4e10                      # CS336 Lecture 2
+    assert float(shown(page, "fit")["max_params"]) == 8 * 85_017_493_504 / 16
     press(page, "fit", "#fit-num-gpus-slider", "ArrowRight")                     # 8 -> 16 GPUs
     assert page.input_value("#fit-num-gpus") == "16"
     assert_shown_equals(shown(page, "fit"), cli_json(["fit", "--num-gpus", "16"]))
