@@ -53,7 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_json_flag(parser)
 
 
+def _make_folder(folder) -> None:
+    """Creates OUTPUT's folder (and its parents) when missing, as `train --out-dir` does; one line when it cannot."""
+    from trainledger.errors import TrainledgerError
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TrainledgerError(f"cannot create the folder {folder} for OUTPUT.tokens: {error.strerror or error}") from None
+
+
 def run(args) -> int:
+    import sys
     from trainledger import units
     from trainledger.data.tokenizer import check_output, load_tokenizer, save_beside, tokenize_file
     from trainledger.errors import TrainledgerError
@@ -63,6 +75,9 @@ def run(args) -> int:
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
     if args.train_bpe and args.tokenizer:
         raise TrainledgerError("give --tokenizer or --train-bpe, not both (--train-bpe trains the tokenizer)")
+    from trainledger.data.tokens import check_input
+    check_input(args.input, "INPUT", "input file")
+    _make_folder(Path(args.output).parent)
     specials = args.special_token or []
     if specials and not (args.train_bpe or args.tokenizer not in (None, "bytes")):
         raise TrainledgerError("--special-token needs a BPE tokenizer: give --train-bpe N or --tokenizer FILE (the "
@@ -74,11 +89,9 @@ def run(args) -> int:
         saved = save_beside(tokenizer, args.output)
     if args.train_bpe:
         from trainledger.data.bpe import train_bpe_file
-        from trainledger.data.tokens import check_input
-        check_input(args.input, "INPUT", "input file")
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
-                                   progress=not args.json, special_tokens=specials)
+                                   progress=not args.json and sys.stderr.isatty(), special_tokens=specials)
         saved = save_beside(tokenizer, args.output)
     try:
         result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
@@ -88,7 +101,6 @@ def run(args) -> int:
     except OSError as error:
         raise TrainledgerError(f"cannot write {args.output}: {error.strerror or error} (OUTPUT.tokens)") from None
     result["tokenizer_path"] = str(saved) if saved else (None if args.tokenizer in (None, "bytes") else args.tokenizer)
-    import sys
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

@@ -32,7 +32,20 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
         from trainledger.specs.hf_config import spec_from_config_file
         return spec_from_config_file(path, flag)
     known = ", ".join(PRESETS)
-    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}). Known presets: {known}; or give a path to a Hugging Face config.json")
+    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}).{did_you_mean(key, [*PRESETS, *PRESET_ALIASES])} "
+                           f"Known presets: {known}; or give a path to a Hugging Face config.json")
+
+
+def did_you_mean(key: str, names) -> str:
+    """" Did you mean 'gpt2'?" for the closest of `names` to `key` (difflib, case and '-_. ' ignored), else ''."""
+    import difflib
+
+    def squash(text: str) -> str:
+        return "".join(c for c in str(text).lower() if c not in "-_. ")
+
+    by_squashed = {squash(n): n for n in names}
+    close = difflib.get_close_matches(squash(key), list(by_squashed), n=1, cutoff=0.6)
+    return f" Did you mean {by_squashed[close[0]]!r}?" if close else ""
 
 
 __all__ = ["get_model", "get_gpu", "get_dtype", "GPUS", "GPUSpec", "DTYPES", "DType", "bytes_per_element",
