@@ -377,6 +377,49 @@ def test_step_time_and_layout(page):
     screenshot(page, "step")
 
 
+GEOMETRY = """svg => {
+  const box = (n) => { const b = n.getBBox(); return {x: b.x, y: b.y, w: b.width, h: b.height}; };
+  const view = svg.viewBox.baseVal;
+  return {width: view.width, height: view.height,
+          legend: [...svg.querySelectorAll("text.legend")].map((n) => Object.assign(box(n), {text: n.textContent})),
+          labels: [...svg.querySelectorAll("text.bar-label")].map((n) => Object.assign(box(n), {text: n.textContent})),
+          parts: [...svg.querySelectorAll("rect.part")].map(box)};
+}"""
+
+
+def test_step_chart_shows_every_legend_entry_and_no_overlapping_labels(browser, base_url):
+    """Issue 31, item 5: the precision dropdown started blank (its CLI default is picked at run time), two of six
+    legend entries (optimizer step, data-parallel communication) were cut off, and labels inside the bar overlapped.
+    At 16 H100 and at 1 GPU (fewer parts): every legend entry lies inside the picture, every label inside the bar
+    fits its part, and no two overlap. The formula says what the step is now: the longer of two timelines."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})   # a fresh page: no layout from "Use"
+    page = context.new_page()
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    text = page.eval_on_selector("#step-precision", "s => s.options[s.selectedIndex].textContent")
+    assert text == "default (amp-bf16)" and page.input_value("#step-precision") == ""
+    formula = page.inner_text("#calc-step .formula")
+    assert "longer of two timelines" in formula and "sum of its parts" not in formula
+    for gpus in ("16", "1"):
+        before = updates(page, "step")
+        page.fill("#step-num-gpus", gpus)
+        wait_for_answer(page, "step", before)
+        geometry = page.eval_on_selector("#calc-step svg", GEOMETRY)
+        assert len(geometry["legend"]) == len(geometry["parts"]) >= 5
+        for entry in geometry["legend"]:
+            assert entry["x"] >= 0 and entry["x"] + entry["w"] <= geometry["width"], entry
+            assert entry["y"] >= 0 and entry["y"] + entry["h"] <= geometry["height"], entry
+        for a, b in zip(geometry["legend"], geometry["legend"][1:]):       # same row: no overlap
+            assert abs(a["y"] - b["y"]) > 1 or a["x"] + a["w"] <= b["x"], (a, b)
+        labels = sorted(geometry["labels"], key=lambda n: n["x"])
+        for a, b in zip(labels, labels[1:]):
+            assert a["x"] + a["w"] <= b["x"], (a, b)
+        for label in labels:
+            assert any(p["x"] <= label["x"] and label["x"] + label["w"] <= p["x"] + p["w"] for p in geometry["parts"]), label
+    screenshot(page, "step")
+    context.close()
+
+
 def test_plan_with_mfu_auto(page):
     """Calculator 1 with "MFU auto": `plan --mfu auto`, the MFU and the layout it names as the CLI gives them."""
     before = updates(page, "plan")
