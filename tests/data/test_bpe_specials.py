@@ -169,3 +169,21 @@ def test_special_token_without_a_bpe_is_refused(tmp_path, capsys):
     assert main(["train", "--text", str(tmp_path / "a.txt"), "--special-token", "<|x|>", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--special-token needs --tokenizer" in err
+
+
+def test_train_adds_special_tokens_to_its_tokenizer_and_keeps_them_on_resume(tmp_path, documents, capsys):
+    """`train --tokenizer FILE --special-token X`: the run's tokenizer.json has X as one id, the config records
+    it, and a --resume without the flag trains with the same tokenizer (its sha256 is checked on resume)."""
+    (tmp_path / "c.txt").write_text(EOT.join(documents[:300]))
+    bpe = train_bpe(documents, 300)
+    bpe.save(tmp_path / "tokenizer.json")
+    common = ["--steps", "2", "--seq-len", "16", "--batch-size", "2", "--eval-every", "0", "--no-plot", "--quiet",
+              "--threads", "1", "--out-dir", str(tmp_path / "run")]
+    assert main(["train", "--text", str(tmp_path / "c.txt"), "--tokenizer", str(tmp_path / "tokenizer.json"),
+                 "--special-token", "<|tool|>", *common]) == 0
+    run_tokenizer = load_tokenizer(tmp_path / "run" / "tokenizer.json")
+    assert run_tokenizer.encode("<|tool|>").tolist() == [bpe.vocab_size] and run_tokenizer.vocab_size == 301
+    manifests = sorted((tmp_path / "run" / "checkpoints").glob("step_*/manifest.json"))
+    assert json.loads(manifests[-1].read_text())["info"]["config"]["special_tokens"] == ["<|tool|>"]
+    assert main(["train", "--resume", *common[:-2], "--steps", "3", "--out-dir", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run" / "checkpoints" / "step_00000003").is_dir()
