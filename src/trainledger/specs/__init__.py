@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs import names
 from trainledger.specs.dtypes import DTYPES, DType, bytes_per_element, get_dtype, round_to_dtype
 from trainledger.specs.hardware import GPUS, GPUSpec, get_gpu
 from trainledger.specs.model import CruncherSpec, ModelSpec, TransformerSpec
@@ -32,20 +33,8 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
         from trainledger.specs.hf_config import spec_from_config_file
         return spec_from_config_file(path, flag)
     known = ", ".join(PRESETS)
-    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}).{did_you_mean(key, [*PRESETS, *PRESET_ALIASES])} "
+    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}).{names.did_you_mean(key, [*PRESETS, *PRESET_ALIASES])} "
                            f"Known presets: {known}; or give a path to a Hugging Face config.json")
-
-
-def did_you_mean(key: str, names) -> str:
-    """" Did you mean 'gpt2'?" for the closest of `names` to `key` (difflib, case and '-_. ' ignored), else ''."""
-    import difflib
-
-    def squash(text: str) -> str:
-        return "".join(c for c in str(text).lower() if c not in "-_. ")
-
-    by_squashed = {squash(n): n for n in names}
-    close = difflib.get_close_matches(squash(key), list(by_squashed), n=1, cutoff=0.6)
-    return f" Did you mean {by_squashed[close[0]]!r}?" if close else ""
 
 
 __all__ = ["get_model", "get_gpu", "get_dtype", "GPUS", "GPUSpec", "DTYPES", "DType", "bytes_per_element",

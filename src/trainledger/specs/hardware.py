@@ -401,7 +401,7 @@ def get_gpu(name: str, flag: str = "--gpu") -> GPUSpec:
     for gpu in GPUS:
         if key == gpu.name or key in gpu.aliases:
             return gpu
-    from trainledger.specs import did_you_mean
+    from trainledger.specs.names import did_you_mean
     known = ", ".join(gpu.name for gpu in GPUS)
     hint = did_you_mean(key, [n for gpu in GPUS for n in (gpu.name, *gpu.aliases)])
     raise TrainledgerError(f"unknown GPU {name!r} ({flag}).{hint} Known: {known} (see `trainledger hardware`)")
