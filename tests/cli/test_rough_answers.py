@@ -121,6 +121,8 @@ def test_tokenize_makes_the_output_folder_and_prints_no_blank_lines(tmp_path, ca
     assert "cannot create the folder" in capsys.readouterr().err
     assert main(["tokenize", str(tmp_path / "missing.txt"), str(tmp_path / "new" / "x.tokens")]) == 2
     assert not (tmp_path / "new").exists()                          # a bad INPUT leaves nothing behind
+    assert main(["tokenize", str(tmp_path / "book.txt"), str(tmp_path / "new" / "x.tokens"), "--special-token", "X"]) == 2
+    assert not (tmp_path / "new").exists()                          # nor a refused flag
 
 
 def plain_mode() -> int:

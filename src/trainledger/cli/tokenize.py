@@ -75,20 +75,23 @@ def run(args) -> int:
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
     if args.train_bpe and args.tokenizer:
         raise TrainledgerError("give --tokenizer or --train-bpe, not both (--train-bpe trains the tokenizer)")
-    from trainledger.data.tokens import check_input
-    check_input(args.input, "INPUT", "input file")
-    _make_folder(Path(args.output).parent)
     specials = args.special_token or []
     if specials and not (args.train_bpe or args.tokenizer not in (None, "bytes")):
         raise TrainledgerError("--special-token needs a BPE tokenizer: give --train-bpe N or --tokenizer FILE (the "
                                "byte tokenizer has only the 256 byte values)")
     tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials)
+    if Path(args.input).is_file():          # a bad INPUT or flag is refused first and leaves no folder behind
+        _make_folder(Path(args.output).parent)
     saved = None
     if specials and not args.train_bpe:
+        from trainledger.data.tokens import check_input
+        check_input(args.input, "INPUT", "input file")      # before a tokenizer.json is written beside OUTPUT
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         saved = save_beside(tokenizer, args.output)
     if args.train_bpe:
         from trainledger.data.bpe import train_bpe_file
+        from trainledger.data.tokens import check_input
+        check_input(args.input, "INPUT", "input file")
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
                                    progress=not args.json and sys.stderr.isatty(), special_tokens=specials)
