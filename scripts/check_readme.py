@@ -194,12 +194,25 @@ def quick_start_done(runs: Path) -> bool:
     return (runs / "tiny-stdlib" / "checkpoints" / "step_00000600").is_dir()
 
 
+def tracked_top_level(root: Path) -> set[str] | None:
+    """The names of the top-level entries git tracks in `root` (None outside a git checkout): an untracked data/ or
+    hf/ left by examples run by hand must not be linked into the scratch, where the examples would write into it."""
+    try:
+        done = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return {name.split("/", 1)[0] for name in done.stdout.decode("utf-8", "replace").split("\0") if name}
+
+
 def scratch_tree(root: Path) -> Path:
     """A temporary directory that looks like `root` after the quick start (module docstring)."""
     scratch = Path(tempfile.mkdtemp(prefix="check-readme-"))
+    tracked = tracked_top_level(root)
     for entry in root.iterdir():
-        if entry.name in ("runs", ".git"):
-            continue
+        if entry.name in ("runs", ".git") or (tracked is not None and entry.name not in tracked | {".venv"}):
+            continue        # what the examples write (data/, hf/, docs.jsonl) is made in the scratch, never in root
         (scratch / entry.name).symlink_to(entry)
     if not (scratch / ".venv").exists():
         (scratch / ".venv").symlink_to(Path(sys.prefix))

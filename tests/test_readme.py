@@ -117,3 +117,23 @@ def test_a_marked_block_is_listed_not_run(checker, tmp_path):
                     "error: ...\n```\n\n```\n$ trainledger plan\n```\n")
     marked, plain = checker.extract(path)
     assert marked.skip == "marked in the document: needs a corrupted checkpoint" and not plain.skip
+
+
+def test_the_scratch_links_only_what_git_tracks(checker, tmp_path):
+    """An untracked data/ or docs.jsonl left in the checkout by examples run by hand is not linked into the scratch
+    (the examples would write through the link into the checkout); tracked entries and the virtualenv are
+    (issue 31, item 5: the README's examples left data/, hf/, docs.jsonl and docs.parquet in the repository root)."""
+    import subprocess
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    (repo / "data").mkdir()
+    (repo / "docs.jsonl").write_text("{}\n")
+    (repo / ".venv").mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "src"], cwd=repo, check=True)
+    assert checker.tracked_top_level(repo) == {"src"}
+    scratch = checker.scratch_tree(repo)
+    names = {p.name for p in scratch.iterdir()}
+    assert {"src", ".venv", "runs"} <= names and not {"data", "docs.jsonl"} & names
+    assert (scratch / "src").is_symlink() and not (scratch / "runs").is_symlink()

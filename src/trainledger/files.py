@@ -21,10 +21,14 @@ from trainledger.errors import TrainledgerError
 @contextlib.contextmanager
 def atomic_path(path):
     """A temporary path beside `path` (its folder created) to write to: os.replace'd onto `path` when the block
-    succeeds, deleted when it raises."""
+    succeeds, deleted when it raises. It has the mode of a plain new file (0666 less the umask), not mkstemp's 0600,
+    so that what lands at `path` (loss.png, a tokenizer.json, a calibration) is as readable as the files beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
     os.close(fd)
     try:
         yield Path(tmp)

@@ -136,3 +136,8 @@ def _sig(x: float, digits: int) -> str:
     decimals = max(digits - 1 - int(math.floor(math.log10(abs(x)))), 0)
     text = f"{x:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def count_of(n: int | float, noun: str) -> str:
+    """'1 thread', '2 threads', '1,024 sequences': a whole number and its noun, singular for exactly one."""
+    return f"{n:,.0f} {noun}" + ("" if n == 1 else "s")

@@ -80,4 +80,4 @@ def test_fit_with_a_custom_memory_is_not_labelled_an_h100(capsys):
     assert json.loads(out)["gpu_label"].startswith("a100-80gb at ")
     code, out, _ = run(["fit", "--json"], capsys)
     result = json.loads(out)
-    assert result["gpu"] == "h100-sxm" and result["memory_per_gpu_bytes"] == 80e9
+    assert result["gpu"] == "h100-sxm" and result["memory_per_gpu_bytes"] == 85_017_493_504   # what an H100 reports

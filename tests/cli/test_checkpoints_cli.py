@@ -54,6 +54,18 @@ def test_lists_step_size_status_and_the_loss_of_the_metrics(run_dir, capsys):
     assert result["leftovers"] == [] and result["in_use_by_pid"] is None
 
 
+def test_one_checkpoint_directory_lists_that_checkpoint(run_dir, capsys):
+    """runs/x/checkpoints/step_00000002, which generate and export take, is that checkpoint (issue 31, item 5: it
+    said "no checkpoints")."""
+    one = run_dir / "checkpoints" / "step_00000002"
+    result = _json(capsys, one)
+    assert result["directory"] == str(run_dir / "checkpoints")
+    assert [(r["step"], r["status"], Path(r["path"]).name) for r in result["checkpoints"]] == [(2, "ok", one.name)]
+    assert main(["checkpoints", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert "no checkpoints" not in out and "ok" in out
+
+
 def test_damaged_incomplete_and_leftover_directories_are_reported(run_dir, tmp_path, capsys):
     import shutil
     directory = tmp_path / "checkpoints"

@@ -6,9 +6,13 @@ import sys
 from trainledger.cli import main as cli_main
 
 
-def test_no_command_prints_help(capsys):
-    assert cli_main.main([]) == 0
-    assert "usage: trainledger" in capsys.readouterr().out
+def test_no_command_prints_help_and_is_a_usage_error(capsys):
+    """`trainledger` alone did nothing asked for: the help on stderr, a last line saying what is missing, exit 2
+    (issue 31, item 5: it exited 0)."""
+    assert cli_main.main([]) == 2
+    captured = capsys.readouterr()
+    assert "usage: trainledger" in captured.err and captured.out == ""
+    assert captured.err.splitlines()[-1].startswith("error: give a COMMAND")
 
 
 def test_unknown_command_is_one_line_exit_2(capsys):

@@ -54,9 +54,15 @@ def test_plan_with_model_and_deadline(capsys):
 
 
 def test_fit_default_is_the_lecture_question(capsys):
-    # CS336 Lecture 2: 8 H100 × 80e9 B / 16 B per parameter = 4.0e10
-    data = run_json(capsys, "fit")
+    """CS336 Lecture 2: 8 H100 × 80e9 B / 16 B per parameter = 4.0e10, with the lecture's 80e9 B given explicitly.
+    By default an H100 holds what it reports, 79.18 GiB (85,017,493,504 B): 4.25e10, as on 8 A100-80GB (79.26 GiB)."""
+    data = run_json(capsys, "fit", "--memory-per-gpu", "80GB")
     assert data["max_params"] == pytest.approx(4.0e10) and data["bytes_per_param"] == 16
+    default = run_json(capsys, "fit")
+    assert default["memory_per_gpu_bytes"] == 85_017_493_504
+    assert default["max_params"] == pytest.approx(8 * 85_017_493_504 / 16)
+    a100 = run_json(capsys, "fit", "--gpu", "a100-80gb")
+    assert a100["max_params"] == pytest.approx(default["max_params"], rel=1e-3)
 
 
 def test_fit_memory_suffixes_and_micro_batch(capsys):

@@ -177,7 +177,7 @@ class _Boom:
     (lambda d: _put(d / "tokenizer.json", "[1, 2, 3]"), "JSON object"),
     (lambda d: _put(d / "x.tiktoken", "not base64 at all\n"), "not a .tiktoken rank file"),
     (lambda d: _put(d / "x.tiktoken", "YQ== 0\n"), "all 256 single bytes"),
-    (lambda d: _put(d / "vocab.txt", "a\n"), "is neither"),
+    (lambda d: _put(d / "vocab.txt", "a\n"), "is none of them"),
     (lambda d: d / "missing.json", "does not exist"),
     (lambda d: os.mkfifo(d / "fifo.json") or d / "fifo.json", "not a regular file"),
     (lambda d: "/dev/zero", "not a regular file"),

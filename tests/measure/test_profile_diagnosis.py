@@ -50,7 +50,17 @@ def test_a_gpu_waiting_for_the_cpu_is_cpu_bound():
     assert lines[0].startswith("largest part: " + WORDS["idle"])
     assert "CPU-bound" in lines[0] and "CUDA graphs" in lines[0] and "larger --batch-size than 4" in lines[0]
     traced = diagnose(measured, None, SetUp(device="cuda", profiled_steps=True))
-    assert "under the profiler" in traced[0]
+    assert "under the profiler" in traced[0] and "busy 400.0 ms" in traced[0]    # 1000 ms less 600 of idle
+    assert not traced[0].startswith("largest part") and traced[1].startswith("if the unprofiled step is well above")
+    assert traced[2].startswith("largest part of the GPU's busy time: " + WORDS["matmul"] + ", 300.0 of 400.0 ms")
+    assert sum("under the profiler" in line for line in traced) == 1
+
+
+def test_small_idle_under_the_profiler_is_not_explained_away():
+    """Below the idle flag (25 %), a profiled trace's largest part leads as in an unprofiled step."""
+    measured = side({"matmul": 0.7, "idle": 0.2, "memory_bound": 0.1}, "cuda")
+    lines = diagnose(measured, None, SetUp(device="cuda", profiled_steps=True))
+    assert lines[0].startswith("largest part: " + WORDS["matmul"]) and "profiler" not in " ".join(lines)
 
 
 def test_a_datasheet_prediction_does_not_blame_a_calibration():

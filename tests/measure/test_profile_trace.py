@@ -81,11 +81,23 @@ def test_recorded_figures(recorded):
 
 
 def test_the_diagnosis_opens_with_the_largest_part(recorded):
-    _, _, measured = recorded
-    result = run_json("profile", "--from-trace", str(RECORDED[recorded[0]]))
+    """Llama 1B's GPU idles 4 % of the profiled step: its largest part leads. gpt2's idles 43 %, most of it the
+    profiler's own CPU cost (an unprofiled step is 49.8 ms, the GPU busy 46.1 ms of it, profile_steps.jsonl): that
+    is said first, then the largest part of the GPU's busy time (issue 31, item 4)."""
+    name, _, measured = recorded
+    result = run_json("profile", "--from-trace", str(RECORDED[name]))
     largest = max(measured["categories"], key=measured["categories"].get)
     assert result["measured"]["largest_part"] == largest == largest_part(measured["categories"])
-    assert result["diagnosis"][0].startswith("largest part: " + WORDS[largest])
+    if name == "llama1b":
+        assert result["diagnosis"][0].startswith("largest part: " + WORDS[largest])
+    else:
+        assert largest == "idle"
+        first, second, third = result["diagnosis"][:3]
+        assert first.startswith("profiled steps: the GPU idled 34.6 of 80.7 ms per step (43 %)")
+        assert "profiler" in first and "busy 46.1 ms" in first and "CPU-bound" not in first.split("before")[0]
+        assert second.startswith("if the unprofiled step is well above 46.1 ms") and "CUDA graphs" in second
+        assert third.startswith("largest part of the GPU's busy time: " + WORDS["matmul"] + ", 22.1 of 46.1 ms")
+        assert not any(line.startswith("the step is CPU-bound") for line in result["diagnosis"])
     assert "foreach or fused optimizer" not in " ".join(result["diagnosis"])    # it is our foreach AdamW
     assert "--flash" not in " ".join(result["diagnosis"])                       # flash ran
 

@@ -10,11 +10,10 @@ from trainledger.specs.hardware import GPUS, get_gpu
 
 T, GB, GiB = 1e12, 1e9, 2**30
 
-# facts.md "Hardware (dense peaks, TFLOP/s)": name, {dtype: TFLOP/s}, memory bytes, bandwidth GB/s. The A100s hold
-# 40 / 80 GiB, what nvidia-smi reports (40960MiB, 81920MiB); facts.md prints the datasheet's "40 / 80 GB".
+# facts.md "Hardware (dense peaks, TFLOP/s)": name, {dtype: TFLOP/s}, datasheet memory bytes, bandwidth GB/s.
 FACTS = [
-    ("a100-40gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 40 * GiB, 1555),
-    ("a100-80gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 80 * GiB, 2039),
+    ("a100-40gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 40 * GB, 1555),
+    ("a100-80gb", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 80 * GB, 2039),
     ("h100-sxm", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 80 * GB, 3350),
     ("h100-pcie", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513}, 80 * GB, 2000),
     ("h200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979}, 141 * GB, 4800),
@@ -34,8 +33,65 @@ def test_facts_table(name, peaks, memory_bytes, bandwidth_gb_s):
     gpu = get_gpu(name)
     for dtype, tflops in peaks.items():
         assert gpu.peak(dtype) == pytest.approx(tflops * T, rel=1e-12), dtype
-    assert gpu.memory_bytes == pytest.approx(memory_bytes, rel=1e-12)
+    assert gpu.to_dict()["datasheet_memory_bytes"] == pytest.approx(memory_bytes, rel=1e-12)
     assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth_gb_s * GB, rel=1e-12)
+
+
+# The capacity CUDA reports (torch total_memory = totalGlobalMem), what fitting uses; each with where it was read.
+# The H100 figure is the recorded device's own (its trace's deviceProperties, read back below).
+REPORTED = [
+    ("a100-40gb", 42298834944, "bottlerocket-os/bottlerocket#3873 (deviceQuery)"),
+    ("a100-80gb", 85100068864, "thamada/nvidia-smi nvsim/A100SXMx4_deviceQuery.py"),
+    ("h100-sxm", 85017493504, "tests/data/h100_2026_11_26 trace deviceProperties.totalGlobalMem"),
+    ("h200", 139.81 * GiB, "torch OOM messages on H200, rounded to 0.01 GiB"),
+    ("b200", 178.35 * GiB, "pytorch/ao#4002, rounded to 0.01 GiB"),
+    ("l40s", 44.42 * GiB, "stepfun-ai/Step-Video-T2V#8, rounded to 0.01 GiB"),
+    ("rtx-3090", 23.70 * GiB, "GaoLii/DSP#10, rounded to 0.01 GiB"),
+    ("rtx-4090", 23.68 * GiB, "zai-org/CogVideo#36, rounded to 0.01 GiB"),
+]
+
+
+@pytest.mark.parametrize("name, reported_bytes, where", REPORTED, ids=[r[0] for r in REPORTED])
+def test_memory_is_what_cuda_reports(name, reported_bytes, where):
+    """Fitting fills what the device reports, not the datasheet's "80GB": the HBM3 H100 reports 79.18 GiB, 6 % more
+    than 80e9 B (74.5 GiB). Reported capacities sit within 6 % of the datasheet figure and below nvidia-smi's total."""
+    gpu = get_gpu(name)
+    assert gpu.memory_bytes == pytest.approx(reported_bytes, rel=1e-12), where
+    assert gpu.memory_source and gpu.datasheet_memory_bytes > 0
+    assert abs(gpu.memory_bytes / gpu.datasheet_memory_bytes - 1) < 0.07
+
+
+def test_recorded_h100_reports_the_capacity_in_the_table():
+    """The recorded H100 80GB HBM3's own totalGlobalMem (its Kineto trace) is h100-sxm's memory_bytes, 79.18 GiB;
+    nvidia-smi's 81559MiB (modal-labs/modal-client#2797) is larger: it counts memory the driver keeps."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    trace = Path(__file__).parents[1] / "data" / "h100_2026_11_26" / "trace_gpt2.json.gz"
+    props = json.loads(gzip.decompress(trace.read_bytes()))["deviceProperties"][0]
+    assert props["name"] == "NVIDIA H100 80GB HBM3"
+    assert get_gpu("h100").memory_bytes == props["totalGlobalMem"]
+    assert round(props["totalGlobalMem"] / GiB, 2) == 79.18
+    assert props["totalGlobalMem"] < 81559 * 2**20
+
+
+@pytest.mark.parametrize("gpu", [g for g in GPUS if not g.datasheet_memory_bytes], ids=lambda g: g.name)
+def test_entries_without_a_reported_capacity_say_so(gpu):
+    """Where no reported figure was found the datasheet figure is used, and the entry says which."""
+    assert "no published" in gpu.memory_source or "not a CUDA device" in gpu.memory_source
+
+
+def test_8_h100_and_8_a100_80gb_fit_the_same_model():
+    """Both report ~79.2 GiB (A100 80GB: 79.26, H100 80GB HBM3: 79.18): the largest model on 8 of either agrees
+    within 0.1 % (42.5B with fp32 AdamW), where the datasheet's 80e9 B gave the lecture's 40B for 8 H100."""
+    from trainledger.account.planning.plan import max_params
+
+    h100 = max_params(get_gpu("h100").memory_bytes, num_gpus=8, precision="fp32", optimizer="adamw")["max_params"]
+    a100 = max_params(get_gpu("a100-80gb").memory_bytes, num_gpus=8, precision="fp32", optimizer="adamw")["max_params"]
+    assert h100 == pytest.approx(a100, rel=1e-3)
+    assert h100 == pytest.approx(85017493504 / 2, rel=1e-12)
+    assert max_params(80e9, num_gpus=8, precision="fp32", optimizer="adamw")["max_params"] == pytest.approx(4.0e10)
 
 
 def test_lecture_peaks():

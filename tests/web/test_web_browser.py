@@ -383,6 +383,49 @@ def test_step_time_and_layout(page):
     screenshot(page, "step")
 
 
+GEOMETRY = """svg => {
+  const box = (n) => { const b = n.getBBox(); return {x: b.x, y: b.y, w: b.width, h: b.height}; };
+  const view = svg.viewBox.baseVal;
+  return {width: view.width, height: view.height,
+          legend: [...svg.querySelectorAll("text.legend")].map((n) => Object.assign(box(n), {text: n.textContent})),
+          labels: [...svg.querySelectorAll("text.bar-label")].map((n) => Object.assign(box(n), {text: n.textContent})),
+          parts: [...svg.querySelectorAll("rect.part")].map(box)};
+}"""
+
+
+def test_step_chart_shows_every_legend_entry_and_no_overlapping_labels(browser, base_url):
+    """Issue 31, item 5: the precision dropdown started blank (its CLI default is picked at run time), two of six
+    legend entries (optimizer step, data-parallel communication) were cut off, and labels inside the bar overlapped.
+    At 16 H100 and at 1 GPU (fewer parts): every legend entry lies inside the picture, every label inside the bar
+    fits its part, and no two overlap. The formula says what the step is now: the longer of two timelines."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})   # a fresh page: no layout from "Use"
+    page = context.new_page()
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    text = page.eval_on_selector("#step-precision", "s => s.options[s.selectedIndex].textContent")
+    assert text == "default (amp-bf16)" and page.input_value("#step-precision") == ""
+    formula = page.inner_text("#calc-step .formula")
+    assert "longer of two timelines" in formula and "sum of its parts" not in formula
+    for gpus in ("16", "1"):
+        before = updates(page, "step")
+        page.fill("#step-num-gpus", gpus)
+        wait_for_answer(page, "step", before)
+        geometry = page.eval_on_selector("#calc-step svg", GEOMETRY)
+        assert len(geometry["legend"]) == len(geometry["parts"]) >= 5
+        for entry in geometry["legend"]:
+            assert entry["x"] >= 0 and entry["x"] + entry["w"] <= geometry["width"], entry
+            assert entry["y"] >= 0 and entry["y"] + entry["h"] <= geometry["height"], entry
+        for a, b in zip(geometry["legend"], geometry["legend"][1:]):       # same row: no overlap
+            assert abs(a["y"] - b["y"]) > 1 or a["x"] + a["w"] <= b["x"], (a, b)
+        labels = sorted(geometry["labels"], key=lambda n: n["x"])
+        for a, b in zip(labels, labels[1:]):
+            assert a["x"] + a["w"] <= b["x"], (a, b)
+        for label in labels:
+            assert any(p["x"] <= label["x"] and label["x"] + label["w"] <= p["x"] + p["w"] for p in geometry["parts"]), label
+    screenshot(page, "step")
+    context.close()
+
+
 def test_plan_with_mfu_auto(page):
     """Calculator 1 with "MFU auto": `plan --mfu auto`, the MFU and the layout it names as the CLI gives them."""
     before = updates(page, "plan")
@@ -448,10 +491,11 @@ def test_zero_dropdowns_are_filled(page):
 
 
 def test_fit_calculator(page):
-    """Calculator 9 equals `trainledger fit --json`: the lecture's 8 H100 × 80 GB / 16 B = 40B, then 16 GPUs, then a
-    model's largest micro-batch, then a custom memory size that is not called an H100."""
+    """Calculator 9 equals `trainledger fit --json`: 8 H100 × the 79.18 GiB each reports / 16 B = 42.5B (the lecture's
+    80e9 B gives 40B), then 16 GPUs, then a model's largest micro-batch, then a custom memory size that is not called
+    an H100."""
     assert_shown_equals(shown(page, "fit"), cli_json(["fit"]))
-    assert float(shown(page, "fit")["max_params"]) == 4e10                      # CS336 Lecture 2
+    assert float(shown(page, "fit")["max_params"]) == 8 * 85_017_493_504 / 16
     press(page, "fit", "#fit-num-gpus-slider", "ArrowRight")                     # 8 -> 16 GPUs
     assert page.input_value("#fit-num-gpus") == "16"
     assert_shown_equals(shown(page, "fit"), cli_json(["fit", "--num-gpus", "16"]))

@@ -133,7 +133,7 @@ def render(result: dict, args) -> None:
 def render_calibration(result: dict) -> None:
     c, profile = result["calibration"], result["profile"]
     rows = [("device", f"{profile['device']}: {profile['device_name']}"
-                       + (f", {profile['threads']} threads" if profile.get("threads") else "")),
+                       + (f", {units.count_of(profile['threads'], 'thread')}" if profile.get("threads") else "")),
             ("torch", profile["torch_version"])]
     for dtype, r in c["matmul_flops_per_s"].items():
         rows.append((f"matmul {dtype} ({len(profile['gemm'][dtype])} shapes)",

@@ -22,6 +22,7 @@ and CRC-32s, never unpickles. The checks find damage, not forgery: see docs/trai
 examples:
   trainledger checkpoints runs/tiny-stdlib
   trainledger checkpoints runs/tiny-stdlib/checkpoints --json
+  trainledger checkpoints runs/tiny-stdlib/checkpoints/step_00000200     (that one checkpoint)
 """
 
 
@@ -30,13 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_json_flag(parser)
 
 
-def _directory(text: str) -> Path:
+def _directory(text: str) -> tuple[Path, Path | None]:
+    """(the checkpoint directory, the one checkpoint asked for or None): DIR may be a run, its checkpoints/, or one
+    checkpoint in it (runs/x/checkpoints/step_00000200, which `generate` and `export` take too)."""
     path = Path(text)
     if not path.is_dir():
         raise TrainledgerError(f"DIR {text!r} is not a directory (give a --checkpoint-dir or a run's --out-dir)")
+    if path.name.startswith("step_") and not any(c.name.startswith("step_") for c in path.iterdir()):
+        return path.parent, path
     if not any(child.name.startswith("step_") for child in path.iterdir()) and (path / "checkpoints").is_dir():
-        return path / "checkpoints"
-    return path
+        return path / "checkpoints", None
+    return path, None
 
 
 def compute(args) -> dict:
@@ -44,9 +49,11 @@ def compute(args) -> dict:
     "leftovers": temporary/trash directories of interrupted saves or prunes, "in_use_by_pid"}."""
     from trainledger.train import checkpoint as ckpt
 
-    directory = _directory(args.dir)
+    directory, only = _directory(args.dir)
     records = []
     for ref in ckpt.list_checkpoints(directory):
+        if only is not None and ref.path.resolve() != only.resolve():
+            continue
         manifest = ckpt.read_manifest(ref.path)
         fmt, problem = ckpt.verify(ref.path)
         info = ckpt.manifest_info(ref.path)

@@ -162,8 +162,15 @@ def add_precision_flag(parser, default: str, why: str = "", names=None, refused:
     from trainledger.specs.recipes import RECIPES
     names = tuple(names or RECIPES)
     parser.add_argument("--precision", type=_lower_refusing(refused), choices=names, default=default, metavar="RECIPE",
-                        help=f"precision recipe: {', '.join(names)} (default {default}{'; ' + why if why else ''}; "
+                        help=f"precision recipe: {', '.join(names)} ({_default_text(default, why)}; "
                              "bytes per state: `trainledger memory --help`)")
+
+
+def _default_text(default, why: str) -> str:
+    """'default X; why', or, for a default picked at run time (None), 'default: why' (never 'default None')."""
+    if default is None:
+        return f"default: {why}" if why else "no default"
+    return f"default {default}{'; ' + why if why else ''}"
 
 
 def add_optimizer_flag(parser, default: str = "adamw", names=None, refused: dict | None = None) -> None:

@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences decoded together (default 1)")
     parser.add_argument("--prompt-len", type=common.positive_int, default=512, help="prompt tokens per sequence (default 512)")
     parser.add_argument("--gen-len", type=common.positive_int, default=128, help="new tokens per sequence (default 128)")
-    parser.add_argument("--dtype", default="bf16", help="weights and matmuls: bf16, fp16, fp32 or fp8 (default bf16)")
+    parser.add_argument("--dtype", default=None, help="weights and matmuls: bf16, fp16, fp32 or fp8 (default: bf16; fp32 "
+                                                      "on a device without a bf16 peak, e.g. --gpu cpu, as `step` picks)")
     parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs (default 1)")
     parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0,
@@ -52,8 +53,9 @@ def compute(args) -> dict:
 
     spec = get_model(args.model)
     gpu = common.resolve_gpu(args.gpu)
+    dtype, note = default_dtype(args.dtype, gpu)
     result = inference(spec, gpu, batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
-                       dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
+                       dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
                        cache=args.cache)
     context = args.prompt_len + args.gen_len
     warnings = common.outlandish(seq_len=context)
@@ -67,10 +69,19 @@ def compute(args) -> dict:
         warnings.append(f"weights + KV cache need {units.format_bytes(result['memory_bytes'] + result['reserve_bytes'])} "
                         f"per GPU, more than the {units.format_bytes(gpu.memory_bytes)} of {gpu.name}: lower "
                         f"--batch-size (at most {result['max_batch_size']}), use --kv-dtype fp8 or --tp")
-    result["assumptions"] = common.approximation_notes(spec) + result["assumptions"]
+    result["assumptions"] = common.approximation_notes(spec) + ([note] if note else []) + result["assumptions"]
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def default_dtype(asked: str | None, gpu) -> tuple[str, str | None]:
+    """(dtype, note): `asked`, or by default bf16, fp32 on a device without a bf16 peak (a CPU), said once."""
+    if asked is not None:
+        return asked, None
+    if "bf16" in gpu.peak_flops_per_s:
+        return "bf16", None
+    return "fp32", f"--dtype fp32 (default here: {gpu.name} has no bf16 matmul peak; bf16 elsewhere)"
 
 
 def render(result: dict, args) -> None:
@@ -86,7 +97,7 @@ def render(result: dict, args) -> None:
         ("prefill (time to first token)", f"{f(result['prefill_seconds'])} ({units.format_count(result['prefill_tokens_per_s'])} "
                                           "tokens/s)"),
         ("decoding step", f(result["decode_seconds_per_token"])),
-        ("decoding tokens/s", f"{units.format_count(result['tokens_per_s'])} ({result['batch_size']} sequences)"),
+        ("decoding tokens/s", f"{units.format_count(result['tokens_per_s'])} ({units.count_of(result['batch_size'], 'sequence')})"),
         ("all tokens", f"{f(result['total_seconds'])} ({units.format_count(result['end_to_end_tokens_per_s'])} tokens/s "
                        "end to end)"),
         ("bottleneck", result["bottleneck"]),

@@ -74,7 +74,7 @@ def compute(args) -> dict:
               "framework": args.framework, "memory_per_gpu_bytes": capacity, **found}
     result["assumptions"] = [
         seq_len_assumption(spec, seq_len, args.seq_len),
-        f"global batch {global_batch} sequences{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
+        f"global batch {units.count_of(global_batch, 'sequence')}{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
         f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}"
         + ("; torch.compile" if args.compile else "")
         + (f"; device measured by {args.calibration}" if args.calibration else ""),

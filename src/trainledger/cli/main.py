@@ -155,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parse(parser, argv)
-        if not getattr(args, "_module", None):
-            parser.print_help()
-            return 0
+        if not getattr(args, "_module", None):     # no COMMAND: the help, and the usage error's status
+            parser.print_help(sys.stderr)
+            sys.stderr.write("error: give a COMMAND (one of the above), e.g. `trainledger plan`\n")
+            return 2
         status = _run(args)
     except TrainledgerError as error:
         sys.stderr.write(f"error: {error}\n")

@@ -285,6 +285,10 @@ def compute(args) -> dict:
     result.update(failure_figures(args, spec, n_params, seq_len, result["train_seconds"]))
     warnings += common.outlandish(tokens=args.tokens, params=n_params, num_gpus=args.num_gpus, mfu=args.mfu,
                                   train_seconds=result["train_seconds"])
+    if result.get("gpus_needed", 0) > common.OUTLANDISH["num_gpus"][0]:
+        warnings.append(f"--deadline {units.format_seconds(args.deadline)} needs {result['gpus_needed']:.3g} GPUs, "
+                        f"{common.OUTLANDISH['num_gpus'][1]}: no cluster meets it; check the value and its unit "
+                        "(a bare number is days)")
     if warnings:
         result["warnings"] = warnings
     return result

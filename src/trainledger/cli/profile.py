@@ -23,7 +23,7 @@ add up to their wall time (the profiler's own cost shows as the difference).
 examples:
   trainledger profile --model tiny --batch-size 8 --seq-len 128
   trainledger profile --model gpt2 --batch-size 4 --seq-len 256 --trace step.json   # open in ui.perfetto.dev
-  trainledger profile --model llama-3.2-1b --device cuda --precision amp-bf16 --json
+  trainledger profile --model gpt2 --device cuda --precision amp-bf16 --json
 
 On CUDA the parts are the GPU timeline: kernels grouped by name and by the op that launched them (GEMMs →
 matmul, flash/cuDNN/efficient attention → attention, NCCL → communication, kernels of the optimizer step →
@@ -225,17 +225,17 @@ def render(result: dict, args) -> None:
     meas = result["measured"]
     steps = result["steps"]
     if result["device"] == "cuda":
-        how = (f"categories: GPU kernels of {steps} profiled steps (busy {units.format_seconds(meas['busy_seconds'])}"
+        how = (f"categories: GPU kernels of {units.count_of(steps, 'profiled step')} (busy {units.format_seconds(meas['busy_seconds'])}"
                f") + idle: the unprofiled step less that (under the profiler idle was "
                f"{units.format_seconds(meas['profiled_idle_seconds'])})")
     else:
-        how = (f"categories: {steps} profiled steps, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
+        how = (f"categories: {units.count_of(steps, 'profiled step')}, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
                f"({100 * result['categories_sum_error']:+.0f}% vs the step)")
-    caption = [f"measured step: median of {steps} unprofiled steps; {how}",
+    caption = [f"measured step: median of {units.count_of(steps, 'unprofiled step')}; {how}",
                f"prediction: account/time/step.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
     if result.get("trace"):
         caption.append(f"trace: {result['trace']} (open in ui.perfetto.dev or chrome://tracing)")
-    where = (f"{result['device']}{', ' + str(result['threads']) + ' threads' if result.get('threads') else ''}")
+    where = (f"{result['device']}{', ' + units.count_of(result['threads'], 'thread') if result.get('threads') else ''}")
     console = common.console()
     console.print(_parts_table(
         f"Where a step's time goes: {result['model']}, batch {result['batch_size']} × {result['seq_len']}, "

@@ -16,15 +16,18 @@ each document followed by the tokenizer's end-of-text token). OUTPUT is written 
 and renamed into place. Reports the token count, bytes in and out, time and MB/s.
 
 --tokenizer bytes (default) writes one token per UTF-8 byte (vocabulary 256); --tokenizer FILE uses a
-Hugging Face tokenizer.json or a .tiktoken rank file on disk (no network is used); --train-bpe N first
-trains a byte-level BPE of N tokens on INPUT and saves it as tokenizer.json beside OUTPUT (train --data
-OUTPUT finds it there).
+Hugging Face tokenizer.json, a .tiktoken rank file or GPT-2's vocab.json (its merges.txt beside it) on
+disk (no network is used); --train-bpe N first trains a byte-level BPE of N tokens on INPUT, split on its
+special tokens (<|endoftext|> and each --special-token) so that none is learned as text, and saves it as
+tokenizer.json beside OUTPUT (train --data OUTPUT finds it there).
 
 examples:
   trainledger tokenize book.txt book.tokens
   trainledger tokenize book.txt data/book.tokens --train-bpe 4096
   trainledger tokenize docs.parquet docs.tokens --tokenizer data/tokenizer.json --text-column content
   trainledger tokenize book.txt book.tokens --tokenizer cl100k_base.tiktoken --json
+  trainledger tokenize chats.txt data/chats.tokens --train-bpe 8192 --special-token '<|im_start|>' --special-token '<|im_end|>'
+  trainledger tokenize book.txt book.tokens --tokenizer gpt2/vocab.json
 """
 
 
@@ -36,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-bpe", metavar="VOCAB_SIZE", type=common.positive_int,
                         help="train a byte-level BPE of VOCAB_SIZE tokens (257 or more) on INPUT, save it as "
                              "tokenizer.json beside OUTPUT and tokenize with it")
+    parser.add_argument("--special-token", metavar="TOKEN", action="append", default=None,
+                        help="a special token (repeatable), e.g. '<|im_start|>': matched whole, one id, never split; "
+                             "with --train-bpe it gets an id after <|endoftext|> and the training text is split on it; "
+                             "with --tokenizer FILE it is added and the tokenizer saved as tokenizer.json beside OUTPUT")
     parser.add_argument("--text-column", metavar="NAME", default="text",
                         help="a dataset's text column or JSON field (default: text)")
     parser.add_argument("--dtype", choices=["uint8", "uint16", "uint32", "int32"], default=None,
@@ -46,7 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_json_flag(parser)
 
 
+def _make_folder(folder) -> None:
+    """Creates OUTPUT's folder (and its parents) when missing, as `train --out-dir` does; one line when it cannot."""
+    from trainledger.errors import TrainledgerError
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TrainledgerError(f"cannot create the folder {folder} for OUTPUT.tokens: {error.strerror or error}") from None
+
+
 def run(args) -> int:
+    import sys
     from trainledger import units
     from trainledger.data.tokenizer import check_output, load_tokenizer, save_beside, tokenize_file
     from trainledger.errors import TrainledgerError
@@ -56,15 +75,26 @@ def run(args) -> int:
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
     if args.train_bpe and args.tokenizer:
         raise TrainledgerError("give --tokenizer or --train-bpe, not both (--train-bpe trains the tokenizer)")
-    tokenizer = load_tokenizer(args.tokenizer or "bytes")
+    specials = args.special_token or []
+    if specials and not (args.train_bpe or args.tokenizer not in (None, "bytes")):
+        raise TrainledgerError("--special-token needs a BPE tokenizer: give --train-bpe N or --tokenizer FILE (the "
+                               "byte tokenizer has only the 256 byte values)")
+    tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials)
+    if Path(args.input).is_file():          # a bad INPUT or flag is refused first and leaves no folder behind
+        _make_folder(Path(args.output).parent)
     saved = None
+    if specials and not args.train_bpe:
+        from trainledger.data.tokens import check_input
+        check_input(args.input, "INPUT", "input file")      # before a tokenizer.json is written beside OUTPUT
+        check_output(Path(args.output), Path(args.input), Path(args.input).stem)
+        saved = save_beside(tokenizer, args.output)
     if args.train_bpe:
         from trainledger.data.bpe import train_bpe_file
         from trainledger.data.tokens import check_input
         check_input(args.input, "INPUT", "input file")
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
-                                   progress=not args.json)
+                                   progress=not args.json and sys.stderr.isatty(), special_tokens=specials)
         saved = save_beside(tokenizer, args.output)
     try:
         result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),
@@ -74,7 +104,6 @@ def run(args) -> int:
     except OSError as error:
         raise TrainledgerError(f"cannot write {args.output}: {error.strerror or error} (OUTPUT.tokens)") from None
     result["tokenizer_path"] = str(saved) if saved else (None if args.tokenizer in (None, "bytes") else args.tokenizer)
-    import sys
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

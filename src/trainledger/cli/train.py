@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenizer", metavar="bytes|FILE", help="'bytes', a tokenizer.json or a .tiktoken file; sets the "
                                                              "model's vocabulary; unset: the one --data records, "
                                                              "else bytes; copied to <out-dir>/tokenizer.json")
+    g.add_argument("--special-token", metavar="TOKEN", action="append", dest="special_tokens",
+                   help="a special token added to --tokenizer (repeatable), e.g. '<|im_start|>': one id, matched whole "
+                        "in the text, never split; kept in <out-dir>/tokenizer.json")
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
                         "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")

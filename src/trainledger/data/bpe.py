@@ -229,30 +229,98 @@ def from_tiktoken(raw: bytes, name: str, path="(ranks)", flag: str = "--tokenize
     return HFTokenizer(backend, name)
 
 
-def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bool = False,
-              length: int | None = None) -> HFTokenizer:
-    """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, <|endoftext|> = id 0) trained on `texts`.
+def check_special_tokens(special_tokens, flag: str = "--special-token") -> list[str]:
+    """The special tokens, <|endoftext|> first, each once; a one-line error for an empty or oversized one."""
+    tokens = ["<|endoftext|>"]
+    for token in special_tokens or ():
+        if not isinstance(token, str) or not token.strip() or len(token) > 256:
+            raise TrainledgerError(f"{flag} must be a non-blank string of at most 256 characters, got {token!r}")
+        if token not in tokens:
+            tokens.append(token)
+    return tokens
 
-    `texts`: an iterable of strings (streamed; the library counts pairs in parallel). The vocabulary holds
-    the 256 bytes, <|endoftext|> and up to vocab_size − 257 merges; a text too small for that many merges
-    gives fewer (the returned vocab_size says how many).
+
+def split_on_specials(texts, special_tokens) -> object:
+    """The pieces of each text between its special tokens (which are dropped): what a BPE trainer must count,
+    so that a separator such as <|endoftext|> is never learned as text (its `<|`, `|>` and `endoftext`)."""
+    import re
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(special_tokens, key=len, reverse=True)))
+    for text in texts:
+        if not any(t in text for t in special_tokens):
+            yield text
+            continue
+        yield from (piece for piece in pattern.split(text) if piece)
+
+
+def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bool = False,
+              length: int | None = None, special_tokens=()) -> HFTokenizer:
+    """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, <|endoftext|> = id 0, then `special_tokens`
+    at ids 1, 2, ...) trained on `texts`.
+
+    `texts`: an iterable of strings (streamed; the library counts pairs in parallel). Each is first split on
+    the special tokens, which are never counted as text (the library's trainer does not split on them itself;
+    GPT-2's encoder treats <|endoftext|> the same way). The vocabulary holds the 256 bytes, the special tokens
+    and up to vocab_size − 256 − len(specials) merges; a text too small for that many merges gives fewer (the
+    returned vocab_size says how many).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    specials = check_special_tokens(special_tokens)
     vocab_size = int(vocab_size)
-    if not 257 <= vocab_size <= 2**20:
-        raise TrainledgerError(f"--train-bpe must be a vocabulary size from 257 (256 bytes + <|endoftext|>) to "
-                               f"{2**20}, got {vocab_size}")
+    smallest = 256 + len(specials)
+    if not smallest <= vocab_size <= 2**20:
+        raise TrainledgerError(f"--train-bpe must be a vocabulary size from {smallest} (256 bytes + "
+                               f"{len(specials)} special token{'s' if len(specials) > 1 else ''}) to {2**20}, "
+                               f"got {vocab_size}")
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=show_progress,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=show_progress,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    backend.train_from_iterator(texts, trainer, length=length)
+    backend.train_from_iterator(split_on_specials(texts, specials), trainer, length=length)
     return HFTokenizer(backend, name or f"bpe-{vocab_size}")
 
 
+def with_special_tokens(tokenizer: HFTokenizer, special_tokens, flag: str = "--special-token") -> HFTokenizer:
+    """A copy of `tokenizer` with `special_tokens` added (new ones after its largest id; ones in its vocabulary
+    keep their ids): matched whole in any text it encodes, never split by BPE, so two adjacent ones are two ids.
+    Its identity (sha256) changes with them."""
+    from tokenizers import AddedToken, Tokenizer
+    if not special_tokens:
+        return tokenizer
+    wanted = [t for t in check_special_tokens(special_tokens, flag) if t in special_tokens]
+    backend = Tokenizer.from_str(tokenizer.backend.to_str())
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in wanted])
+    return HFTokenizer(backend, tokenizer.name)
+
+
+def load_vocab_merges(vocab_path, flag: str = "--tokenizer") -> HFTokenizer:
+    """GPT-2's tokenizer from its original pair of files, vocab.json ({token: id}) and merges.txt (one merge per
+    line, by priority) in the same folder: GPT-2's byte-level pre-tokenizer and decoder (its encoder.py, as the
+    `tokenizers` library builds it: ByteLevel without a prefix space), and every vocabulary entry named like an
+    end-of-text token (<|endoftext|> = 50256 in GPT-2's) a special token, matched whole."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    vocab_path = Path(vocab_path)
+    merges_path = vocab_path.parent / "merges.txt"
+    check_input(vocab_path, flag, "vocab.json", max_bytes=MAX_TOKENIZER_BYTES)
+    if not merges_path.exists():
+        raise TrainledgerError(f"{flag} {vocab_path}: a GPT-2 style vocab.json needs its merges.txt beside it "
+                               f"({merges_path} is missing)")
+    check_input(merges_path, flag, "merges.txt", max_bytes=MAX_TOKENIZER_BYTES)
+    try:
+        model = models.BPE.from_file(str(vocab_path), str(merges_path))
+    except Exception as error:      # the library raises a bare Exception with its parser's message
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TrainledgerError(f"{flag} {vocab_path}: not a vocab.json + merges.txt pair: {reason}") from None
+    backend = Tokenizer(model)
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    vocab = backend.get_vocab()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in EOT_NAMES if t in vocab])
+    return HFTokenizer(backend, f"{vocab_path.resolve().parent.name or 'gpt2'}/vocab.json"[-48:])
+
+
 def train_bpe_file(path, vocab_size: int, text_column: str = "text", chunk_bytes: int = 1 << 24,
-                   progress: bool = False, flag: str = "INPUT") -> HFTokenizer:
+                   progress: bool = False, flag: str = "INPUT", special_tokens=()) -> HFTokenizer:
     """A byte-level BPE trained on a text file or a dataset's text column (streamed), named bpe-<vocab>-<stem>."""
     from trainledger.data.datasets import dataset_kind, iter_documents
     from trainledger.data.encode import file_chunks, text_pieces
@@ -261,4 +329,5 @@ def train_bpe_file(path, vocab_size: int, text_column: str = "text", chunk_bytes
         texts = iter_documents(path, text_column, flag)
     else:
         texts = (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
-    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{path.stem}"[:48], show_progress=progress)
+    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{path.stem}"[:48], show_progress=progress,
+                     special_tokens=special_tokens)

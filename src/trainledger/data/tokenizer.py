@@ -85,23 +85,45 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer"):
-    """The tokenizer named by `spec`: "bytes", or a path to a tokenizer.json or a .tiktoken rank file.
+def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_tokens=()):
+    """The tokenizer named by `spec`: "bytes", or a path to a tokenizer.json, a .tiktoken rank file, or a GPT-2
+    style vocab.json with its merges.txt beside it (or the folder holding that pair); `special_tokens` added.
 
     Files are checked before they are read (a directory, a pipe, a device or an oversized file is a one-line
     error naming `flag`); no network is used and nothing is unpickled.
     """
     if isinstance(spec, str) and spec.strip().lower() == BYTES:
+        if special_tokens:
+            raise TrainledgerError("--special-token needs a BPE tokenizer (--tokenizer FILE, or --train-bpe): the "
+                                   "byte tokenizer has only the 256 byte values")
         return ByteTokenizer()
     path = Path(spec)
     if path.is_dir() and (path / TOKENIZER_FILE).is_file():
         raise TrainledgerError(f"{flag} {path} is a directory; give its {path / TOKENIZER_FILE}")
+    if path.is_dir() and (path / "vocab.json").is_file():
+        path = path / "vocab.json"
     check_input(path, flag, "tokenizer file")
     if path.suffix not in (".json", ".tiktoken"):
-        raise TrainledgerError(f"{flag} {path}: give 'bytes', a tokenizer.json (Hugging Face tokenizers) or a "
-                               f".tiktoken rank file; '{path.suffix or path.name}' is neither")
-    from trainledger.data.bpe import load_hf
-    return load_hf(path, flag)
+        raise TrainledgerError(f"{flag} {path}: give 'bytes', a tokenizer.json (Hugging Face tokenizers), a "
+                               f".tiktoken rank file or a vocab.json with its merges.txt; '{path.suffix or path.name}' "
+                               "is none of them")
+    from trainledger.data.bpe import load_hf, load_vocab_merges, with_special_tokens
+    if path.name == "vocab.json" or (path.suffix == ".json" and (path.parent / "merges.txt").is_file()
+                                     and not _is_tokenizer_json(path)):
+        tokenizer = load_vocab_merges(path, flag)
+    else:
+        tokenizer = load_hf(path, flag)
+    return with_special_tokens(tokenizer, special_tokens)
+
+
+def _is_tokenizer_json(path: Path) -> bool:
+    """Whether a .json file starts like a tokenizer.json (an object with a "version" or "model" key early on)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return True
+    return b'"model"' in head or b'"version"' in head or b'"added_tokens"' in head
 
 
 def run_tokenizer(out_dir_or_config):

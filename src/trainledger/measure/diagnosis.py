@@ -52,12 +52,18 @@ def diagnose(measured: dict, predicted: dict | None = None, setup: SetUp = SetUp
     share = {k: v / total_m for k, v in cat_m.items()}
     top = largest_part(cat_m)
     hinted = set()
-    line = (f"largest part: {WORDS[top]}, {_ms(cat_m[top])} of {_ms(total_m)} ms per step "
-            f"({100 * share[top]:.0f} %)")
+    lines = []
+    if _profiler_idle(share, setup):
+        lines, top, hinted = _profiler_idle_lines(cat_m, total_m, share, setup), largest_part(_busy(cat_m)), {"idle"}
+    line = (f"largest part: {WORDS[top]}, {_ms(cat_m[top])} of {_ms(total_m)} ms per step ({100 * share[top]:.0f} %)")
+    if hinted:
+        busy = sum(_busy(cat_m).values())
+        line = (f"largest part of the GPU's busy time: {WORDS[top]}, {_ms(cat_m[top])} of {_ms(busy)} ms per step "
+                f"({100 * cat_m[top] / busy:.0f} %)")
     hint = _cost_hint(top, share[top], setup)
     if hint:
         hinted.add(top)
-    lines = [f"{line}: {hint}" if hint else line]
+    lines.append(f"{line}: {hint}" if hint else line)
     if predicted is not None:
         lines += _prediction_lines(predicted, measured, share, total_m, setup, hinted)
     for k, threshold in SHARE_FLAGS.items():
@@ -65,6 +71,29 @@ def diagnose(measured: dict, predicted: dict | None = None, setup: SetUp = SetUp
             hinted.add(k)
             lines.append(f"{WORDS[k]} is {100 * share[k]:.0f} % of the step: {_cost_hint(k, share[k], setup)}")
     return lines
+
+
+def _profiler_idle(share: dict, setup: SetUp) -> bool:
+    """True when GPU idle time of steps that ran under the profiler would otherwise lead or be flagged: the
+    profiler's own CPU cost (it records every op and launch) widens those gaps, so they do not show a CPU-bound step."""
+    return (setup.device == "cuda" and setup.profiled_steps and share.get("idle", 0.0) >= SHARE_FLAGS["idle"]
+            and len(share) > 1)
+
+
+def _busy(categories: dict) -> dict:
+    return {k: v for k, v in categories.items() if k != "idle"}
+
+
+def _profiler_idle_lines(cat_m: dict, total_m: float, share: dict, setup: SetUp) -> list[str]:
+    """What GPU idle under the profiler means, said before anything that reads it as a CPU-bound step."""
+    busy = sum(_busy(cat_m).values())
+    return [f"profiled steps: the GPU idled {_ms(cat_m['idle'])} of {_ms(total_m)} ms per step "
+            f"({100 * share['idle']:.0f} %), but these steps ran under the profiler, whose own CPU cost (it records "
+            f"every op and launch) makes much of that idle: the GPU was busy {_ms(busy)} ms per step, so time an "
+            f"unprofiled step (`trainledger profile --device cuda`, or your loop's step time) before calling it "
+            f"CPU-bound: near {_ms(busy)} ms it is GPU-bound",
+            f"if the unprofiled step is well above {_ms(busy)} ms, the GPU waits for the CPU; then "
+            + _launch_hint(SetUp(**{**setup.__dict__, "profiled_steps": False}))]
 
 
 def _prediction_lines(predicted, measured, share, total_m, setup, hinted) -> list[str]:

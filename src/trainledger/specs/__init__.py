@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs import names
 from trainledger.specs.dtypes import DTYPES, DType, bytes_per_element, get_dtype, round_to_dtype
 from trainledger.specs.hardware import GPUS, GPUSpec, get_gpu
 from trainledger.specs.model import CruncherSpec, ModelSpec, TransformerSpec
@@ -32,7 +33,8 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
         from trainledger.specs.hf_config import spec_from_config_file
         return spec_from_config_file(path, flag)
     known = ", ".join(PRESETS)
-    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}). Known presets: {known}; or give a path to a Hugging Face config.json")
+    raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}).{names.did_you_mean(key, [*PRESETS, *PRESET_ALIASES])} "
+                           f"Known presets: {known}; or give a path to a Hugging Face config.json")
 
 
 __all__ = ["get_model", "get_gpu", "get_dtype", "GPUS", "GPUSpec", "DTYPES", "DType", "bytes_per_element",

@@ -19,11 +19,13 @@ class GPUSpec:
 
     name: str
     peak_flops_per_s: dict[str, float]
-    memory_bytes: float
+    memory_bytes: float                           # what CUDA reports (total_memory): what fitting uses
     memory_bandwidth_bytes_per_s: float
     aliases: tuple[str, ...] = ()
     vendor: str = ""
     source: str = ""
+    datasheet_memory_bytes: float = 0.0           # the datasheet's "80GB" (SI bytes); 0: memory_bytes is the datasheet
+    memory_source: str = ""                       # where memory_bytes was read, or why the datasheet figure is used
     # Performance beyond the peaks (specs/performance.py; None/empty where nothing is published):
     sm_count: int | None = None                   # streaming multiprocessors: GEMM wave quantization
     gemm_efficiency: dict[str, GemmEfficiency] = field(default_factory=dict)   # dtype -> measured fractions
@@ -109,6 +111,8 @@ class GPUSpec:
         return {"name": self.name, "aliases": list(self.aliases), "vendor": self.vendor,
                 "peak_flops_per_s": dict(self.peak_flops_per_s), "memory_bytes": self.memory_bytes,
                 "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "source": self.source,
+                "datasheet_memory_bytes": self.datasheet_memory_bytes or self.memory_bytes,
+                "memory_source": self.memory_source,
                 "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
                 "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
                 "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
@@ -132,17 +136,23 @@ GiB = 2**30
 # AMD fp32 is the matrix-core figure. Aliases: "a100" means the 80GB SXM part, "h100" the SXM part,
 # as cloud catalogues and the lecture's "H100" (989.5 TFLOP/s bf16) mean.
 
-# A100 memory: the datasheet prints "40GB" / "80GB" HBM2(e); the devices hold 40 GiB / 80 GiB (HBM stacks come in
-# binary sizes): nvidia-smi reports "40960MiB" for an A100-SXM4-40GB and "81920MiB" for an A100-SXM4-80GB
-# (e.g. the nvidia-smi outputs quoted in NVIDIA/nccl-tests and NVIDIA/nccl issues), what training can fill.
+# Memory. `memory_bytes` is the capacity CUDA reports, torch.cuda.get_device_properties(i).total_memory (=
+# cudaDeviceProp.totalGlobalMem, what deviceQuery prints in bytes and torch's OOM message as "total capacity"): the
+# most a process can allocate, so what `fit`, `memory`, `infer` and `layout` fill. It is below the datasheet's "80GB"
+# on HBM3 parts and below nvidia-smi's total (which also counts memory the driver keeps: 81559MiB on an H100 80GB
+# HBM3, 81920MiB on an A100 80GB, 40960MiB on an A100 40GB, modal-labs/modal-client#2797). It moves by ~0.1 % with
+# the driver version. Where no reported figure was found, the datasheet figure is used and memory_source says so.
+# `datasheet_memory_bytes` keeps the datasheet's figure beside it (`trainledger hardware` shows both).
 
 # NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column); tensor peaks are the dense figures
 A100_40GB = GPUSpec(
     name="a100-40gb", aliases=("a100-40gb-sxm", "a100-sxm4-40gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=40 * GiB, memory_bandwidth_bytes_per_s=1555e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks; 40 GiB (nvidia-smi 40960MiB)",
+    memory_bytes=42298834944, memory_bandwidth_bytes_per_s=1555e9, datasheet_memory_bytes=40e9,
+    memory_source="deviceQuery on an A100-SXM4-40GB, driver 12.2: 42298834944 bytes (39.39 GiB; "
+                  "bottlerocket-os/bottlerocket#3873); nvidia-smi shows 40960MiB",
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM), dense tensor-core peaks",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -154,8 +164,10 @@ A100_80GB = GPUSpec(
     name="a100-80gb", aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                       "int8": 624 * T},
-    memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2039e9,
-    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks; 80 GiB (nvidia-smi 81920MiB)",
+    memory_bytes=85100068864, memory_bandwidth_bytes_per_s=2039e9, datasheet_memory_bytes=80e9,
+    memory_source="deviceQuery on an A100-SXM4-80GB, driver 12.5: 85100068864 bytes (79.26 GiB; thamada/nvidia-smi "
+                  "nvsim/A100SXMx4_deviceQuery.py; 84987740160 with driver 12.2); nvidia-smi shows 81920MiB",
+    source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM), dense tensor-core peaks",
     sm_count=108, gemm_efficiency={"fp16": perf.A100_SXM_FP16}, attention_efficiency={"flash-attention-2": perf.FA2_A100},
     memory_bandwidth_fraction=perf.A100_80GB_MEMORY_FRACTION,
     intra_node_link=perf.NVLINK3, inter_node_link=perf.IB_HDR,
@@ -167,7 +179,11 @@ H100_SXM = GPUSpec(
     name="h100-sxm", aliases=("h100", "h100-sxm5", "h100-80gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
                       "fp8": 1979 * T, "int8": 1979 * T},
-    memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
+    memory_bytes=85017493504, memory_bandwidth_bytes_per_s=3.35e12, datasheet_memory_bytes=80e9,
+    memory_source="totalGlobalMem of the recorded NVIDIA H100 80GB HBM3, driver 580: 85017493504 bytes (79.18 GiB; "
+                  "tests/data/h100_2026_11_26/trace_gpt2.json.gz deviceProperties; torch's OOM message on it said "
+                  "'total capacity of 79.18 GiB', shared/reference/facts.md); deviceQuery with driver 12.7: 85045477376"
+                  " (thamada/nvidia-smi nvsim/H100SXMx8_deviceQuery.py); nvidia-smi shows 81559MiB",
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
     # PyTorch's SDPA runs cuDNN's flash kernel on H100 (the recorded PyTorch 2.11 traces): the default, listed first
@@ -194,6 +210,7 @@ H100_HBM2E = GPUSpec(
     peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
                       "fp8": 1979 * T, "int8": 1979 * T},
     memory_bytes=96e9, memory_bandwidth_bytes_per_s=2.4e12,
+    memory_source="no published CUDA-reported capacity found: the 96GB of torchtitan docs/performance.md",
     source="pytorch/torchtitan docs/performance.md (Grand Teton: H100 SXM, 96GB HBM2e, 2.4 TB/s, 500 W); peaks of the "
            "H100 SXM datasheet, against which torchtitan states MFU",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_500W_BF16, "fp8": perf.H100_500W_FP8},
@@ -217,6 +234,7 @@ H100_PCIE = GPUSpec(
     peak_flops_per_s={"fp64": 51 * T, "fp32": 51 * T, "tf32": 378 * T, "bf16": 756.5 * T, "fp16": 756.5 * T,
                       "fp8": 1513 * T, "int8": 1513 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=2000e9,
+    memory_source="no published CUDA-reported capacity found: the datasheet's 80GB",
     source="NVIDIA H100 Tensor Core GPU datasheet (PCIe), dense tensor-core peaks",
     sm_count=114, intra_node_link=perf.PCIE5,
     performance_source="H100 whitepaper (114 SMs, PCIe); PCIe 5.0 between cards (NVLink bridges pair only two); no "
@@ -228,7 +246,9 @@ H200 = GPUSpec(
     name="h200", aliases=("h200-sxm", "h200-141gb"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 67 * T, "fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
                       "fp8": 1979 * T, "int8": 1979 * T},
-    memory_bytes=141e9, memory_bandwidth_bytes_per_s=4.8e12,
+    memory_bytes=139.81 * GiB, memory_bandwidth_bytes_per_s=4.8e12, datasheet_memory_bytes=141e9,
+    memory_source='torch\'s OOM message on H200 in public logs: "GPU 0 has a total capacity of 139.81 GiB" (found by '
+                  'text search; no repository to cite; rounded to 0.01 GiB)',
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense tensor-core peaks",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H200_SXM_FP8},
     memory_bandwidth_fraction=perf.H200_MEMORY_FRACTION, kernel_overhead_seconds=perf.H100_KERNEL_OVERHEAD_SECONDS,
@@ -244,7 +264,9 @@ B200 = GPUSpec(
     name="b200", aliases=("hgx-b200", "b200-sxm"), vendor="NVIDIA",
     peak_flops_per_s={"fp64": 40 * T, "fp32": 80 * T, "tf32": 1125 * T, "bf16": 2250 * T, "fp16": 2250 * T,
                       "fp8": 4500 * T, "int8": 4500 * T}, block_scaled=("mxfp8",),
-    memory_bytes=180e9, memory_bandwidth_bytes_per_s=8e12,
+    memory_bytes=178.35 * GiB, memory_bandwidth_bytes_per_s=8e12, datasheet_memory_bytes=180e9,
+    memory_source='cudaDeviceProp.totalGlobalMem on a B200: "Total Global Memory: 178.35" (pytorch/ao#4002, printed / '
+                  '2^30), as torch\'s OOM messages on B200 say "total capacity of 178.35 GiB"; rounded to 0.01 GiB',
     source="NVIDIA HGX B200 datasheet (per GPU = board / 8), dense tensor-core peaks; MXFP8 (OCP MX block scaling, "
            "block_scaled) at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
     intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
@@ -264,6 +286,7 @@ GB200 = GPUSpec(
     peak_flops_per_s={"fp64": 45 * T, "tf32": 1250 * T, "bf16": 2500 * T, "fp16": 2500 * T,
                       "fp8": 5000 * T, "int8": 5000 * T}, block_scaled=("mxfp8",),
     memory_bytes=13.4e12 / 72, memory_bandwidth_bytes_per_s=576e12 / 72,
+    memory_source="no published CUDA-reported capacity found: the rack's 13.4 TB HBM3e / 72 (product page)",
     source="NVIDIA GB200 NVL72 product page (per GPU = rack / 72); Blackwell technical brief (GB200 at 1,200 W), "
            "dense tensor-core peaks",
     gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
@@ -282,6 +305,8 @@ H800 = GPUSpec(
     peak_flops_per_s={"fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T,
                       "fp8": 1979 * T, "int8": 1979 * T},
     memory_bytes=80e9, memory_bandwidth_bytes_per_s=3.35e12,
+    memory_source="no published CUDA-reported capacity of an H800 found: the datasheet's 80GB (its HBM3 is the "
+                  "H100 SXM5's, which reports 79.18 GiB: an H800 likely does too, unverified)",
     source="NVIDIA H800 SXM5 datasheet (H100 SXM5 tensor peaks, NVLink 400 GB/s); DeepSeek-V3 (arXiv:2412.19437)",
     sm_count=132, gemm_efficiency={"bf16": perf.H100_SXM_BF16, "fp8": perf.H100_SXM_FP8},
     attention_efficiency={"cudnn": perf.CUDNN_H100, "flash-attention-2": perf.FA2_H100},
@@ -298,6 +323,8 @@ L4 = GPUSpec(
     peak_flops_per_s={"fp32": 30.3 * T, "tf32": 60 * T, "bf16": 121 * T, "fp16": 121 * T,
                       "fp8": 242.5 * T, "int8": 242.5 * T},
     memory_bytes=24e9, memory_bandwidth_bytes_per_s=300e9,
+    memory_source="no published CUDA-reported capacity found: the datasheet's 24GB (nvidia-smi shows 23034MiB, "
+                  "modal-labs/modal-client#2797)",
     source="NVIDIA L4 Tensor Core GPU datasheet, dense tensor-core peaks",
     sm_count=58, intra_node_link=perf.PCIE4,
     performance_source="L4 datasheet: 7,424 CUDA cores = 58 SMs of 128; cards talk over PCIe 4.0 x16"
@@ -308,7 +335,10 @@ L40S = GPUSpec(
     name="l40s", aliases=(), vendor="NVIDIA",
     peak_flops_per_s={"fp32": 91.6 * T, "tf32": 183 * T, "bf16": 362 * T, "fp16": 362 * T,
                       "fp8": 733 * T, "int8": 733 * T},
-    memory_bytes=48e9, memory_bandwidth_bytes_per_s=864e9,
+    memory_bytes=44.42 * GiB, memory_bandwidth_bytes_per_s=864e9, datasheet_memory_bytes=48e9,
+    memory_source='torch\'s OOM message on 8 x L40S: "GPU has a total capacity of 44.42 GiB" '
+                  '(stepfun-ai/Step-Video-T2V#8; rounded to 0.01 GiB); nvidia-smi shows 46068MiB '
+                  '(modal-labs/modal-client#2797)',
     source="NVIDIA L40S datasheet, dense tensor-core peaks",
     sm_count=142, intra_node_link=perf.PCIE4,
     performance_source="L40S datasheet: 18,176 CUDA cores = 142 SMs of 128; cards talk over PCIe 4.0 x16"
@@ -318,7 +348,8 @@ L40S = GPUSpec(
 RTX_3090 = GPUSpec(
     name="rtx-3090", aliases=("3090", "rtx3090"), vendor="NVIDIA",
     peak_flops_per_s={"fp32": 35.6 * T, "tf32": 35.6 * T, "bf16": 71 * T, "fp16": 71 * T, "int8": 284 * T},
-    memory_bytes=24e9, memory_bandwidth_bytes_per_s=936e9,
+    memory_bytes=23.70 * GiB, memory_bandwidth_bytes_per_s=936e9, datasheet_memory_bytes=24e9,
+    memory_source='torch\'s OOM message on an RTX 3090: "23.70 GiB total capacity" (GaoLii/DSP#10; rounded to 0.01 GiB)',
     source="NVIDIA Ampere GA102 GPU architecture whitepaper (RTX 3090), dense, fp32 accumulate",
     sm_count=82, intra_node_link=perf.PCIE4,
     performance_source="GA102 whitepaper: RTX 3090 has 82 SMs; cards talk over PCIe 4.0 x16"
@@ -329,7 +360,9 @@ RTX_4090 = GPUSpec(
     name="rtx-4090", aliases=("4090", "rtx4090"), vendor="NVIDIA",
     peak_flops_per_s={"fp32": 82.6 * T, "tf32": 82.6 * T, "bf16": 165.2 * T, "fp16": 165.2 * T,
                       "fp8": 330.3 * T, "int8": 660.6 * T},
-    memory_bytes=24e9, memory_bandwidth_bytes_per_s=1008e9,
+    memory_bytes=23.68 * GiB, memory_bandwidth_bytes_per_s=1008e9, datasheet_memory_bytes=24e9,
+    memory_source='torch\'s OOM message on an RTX 4090: "23.68 GiB total capacity" (zai-org/CogVideo#36; rounded to '
+                  '0.01 GiB)',
     source="NVIDIA Ada GPU architecture whitepaper (RTX 4090), dense, fp32 accumulate",
     sm_count=128, intra_node_link=perf.PCIE4,
     performance_source="Ada whitepaper: RTX 4090 has 128 SMs; cards talk over PCIe 4.0 x16"
@@ -340,6 +373,7 @@ MI250X = GPUSpec(
     name="mi250x", aliases=("mi250",), vendor="AMD",
     peak_flops_per_s={"fp64": 95.7 * T, "fp32": 95.7 * T, "bf16": 383 * T, "fp16": 383 * T, "int8": 383 * T},
     memory_bytes=128e9, memory_bandwidth_bytes_per_s=3.2768e12,
+    memory_source="no published ROCm-reported capacity found: the datasheet figure",
     source="AMD Instinct MI250X datasheet, dense matrix-core peaks",
 )
 
@@ -349,6 +383,7 @@ MI300X = GPUSpec(
     peak_flops_per_s={"fp64": 163.4 * T, "fp32": 163.4 * T, "tf32": 653.7 * T, "bf16": 1307.4 * T,
                       "fp16": 1307.4 * T, "fp8": 2614.9 * T, "int8": 2614.9 * T},
     memory_bytes=192e9, memory_bandwidth_bytes_per_s=5.3e12,
+    memory_source="no published ROCm-reported capacity found: the datasheet figure",
     source="AMD Instinct MI300X datasheet, dense matrix-core peaks",
     gemm_efficiency={"bf16": perf.MI300X_BF16}, intra_node_link=perf.XGMI_MI300X,
     performance_source="AMD MI300X platform: 8 GPUs on Infinity Fabric; specs/performance.py"
@@ -359,6 +394,7 @@ TPU_V4 = GPUSpec(
     name="tpu-v4", aliases=("v4", "tpuv4"), vendor="Google",
     peak_flops_per_s={"bf16": 275 * T, "int8": 275 * T},
     memory_bytes=32 * GiB, memory_bandwidth_bytes_per_s=1200e9,
+    memory_source="not a CUDA device: the HBM per chip of the Cloud TPU documentation",
     source="Google Cloud TPU v4 documentation (per chip)",
 )
 
@@ -367,6 +403,7 @@ TPU_V5E = GPUSpec(
     name="tpu-v5e", aliases=("v5e", "tpuv5e", "v5litepod"), vendor="Google",
     peak_flops_per_s={"bf16": 197 * T, "int8": 394 * T},
     memory_bytes=16e9, memory_bandwidth_bytes_per_s=819e9,
+    memory_source="not a CUDA device: the HBM per chip of the Cloud TPU documentation",
     source="Google Cloud TPU v5e documentation (per chip)",
 )
 
@@ -375,6 +412,7 @@ TPU_V5P = GPUSpec(
     name="tpu-v5p", aliases=("v5p", "tpuv5p"), vendor="Google",
     peak_flops_per_s={"bf16": 459 * T, "int8": 918 * T},
     memory_bytes=95e9, memory_bandwidth_bytes_per_s=2765e9,
+    memory_source="not a CUDA device: the HBM per chip of the Cloud TPU documentation",
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
@@ -412,5 +450,7 @@ def get_gpu(name: str, flag: str = "--gpu") -> GPUSpec:
     for gpu in GPUS:
         if key == gpu.name or key in gpu.aliases:
             return gpu
+    from trainledger.specs.names import did_you_mean
     known = ", ".join(gpu.name for gpu in GPUS)
-    raise TrainledgerError(f"unknown GPU {name!r} ({flag}). Known: {known} (see `trainledger hardware`)")
+    hint = did_you_mean(key, [n for gpu in GPUS for n in (gpu.name, *gpu.aliases)])
+    raise TrainledgerError(f"unknown GPU {name!r} ({flag}).{hint} Known: {known} (see `trainledger hardware`)")

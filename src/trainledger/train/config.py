@@ -31,6 +31,7 @@ class TrainConfig:
     dataset: str | None = None          # .jsonl / .parquet / Arrow file: its text_column, tokenized into <out_dir>/data/
     text_column: str = "text"           # the dataset's column (JSON field) of documents
     tokenizer: str | None = None        # "bytes" or a tokenizer.json / .tiktoken path; None: the token file's, else bytes
+    special_tokens: tuple[str, ...] = ()   # added to --tokenizer (--special-token, repeatable): one id each, never split
     init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
     vocab_multiple: int = 1             # the model's vocabulary padded up to a multiple of this (nanoGPT: 64)
     # recorded by the trainer, not settings: the tokenizer trained with and the model's vocabulary
@@ -85,7 +86,7 @@ IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple",
             "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from")
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume).
-INHERITED = ("tokenizer",)
+INHERITED = ("tokenizer", "special_tokens")
 # Fields the trainer records; never read from flags or --config.
 RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size")
 DATA_SOURCES = ("text", "data", "dataset")
@@ -168,6 +169,10 @@ def _coerce(name: str, value):
     default = FIELDS[name].default
     if value is None:
         return None
+    if name == "special_tokens":
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise TrainledgerError(f"--special-token must be a list of strings, got {value!r:.60}")
+        return tuple(value)
     kind = type(default) if default is not None else {"grad_clip": float, "threads": int,
                                                       "model_vocab_size": int}.get(name, str)
     if kind is bool:
@@ -194,6 +199,9 @@ def validate(config: TrainConfig) -> None:
         if value is not None and not value.strip():
             raise TrainledgerError(f"{_flag(name)} must not be empty, got {value!r}" + (
                 " (an empty --out-dir would write into the current directory)" if name == "out_dir" else ""))
+    if config.special_tokens and config.tokenizer in (None, "bytes"):
+        raise TrainledgerError("--special-token needs --tokenizer FILE (a tokenizer.json, .tiktoken or vocab.json): "
+                               "the byte tokenizer has only the 256 byte values")
     if not 0 <= config.seed <= MAX_SEED:
         raise TrainledgerError(f"--seed must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
                                f"generators take), got {config.seed}")

@@ -179,7 +179,7 @@ def _check_token_file(path: Path) -> None:
 def run_tokenizer_of(config: TrainConfig):
     """The tokenizer --tokenizer names, bytes for text sources without one, None for --data without one."""
     if config.tokenizer:
-        return load_tokenizer(config.tokenizer, "--tokenizer")
+        return load_tokenizer(config.tokenizer, "--tokenizer", special_tokens=config.special_tokens)
     return None if config.data else ByteTokenizer()
 
 

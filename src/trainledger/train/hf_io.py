@@ -147,6 +147,7 @@ def write_hf_dir(out_dir, tensors: dict, config: dict, tokenizer_file: Path | No
         if tokenizer_file is not None:
             shutil.copyfile(tokenizer_file, tmp / TOKENIZER_FILE)
         for path in tmp.iterdir():
+            os.chmod(path, 0o666 & ~umask)            # safetensors writes 0600: the mode of a plain new file instead
             with open(path, "rb+") as handle:
                 os.fsync(handle.fileno())
         trash = None

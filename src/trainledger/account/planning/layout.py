@@ -31,6 +31,7 @@ from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.schedule import valid_interleaves
 from trainledger.account.time.step import step_time
 from trainledger.errors import TrainledgerError
+from trainledger.units import format_bytes
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_TOKENS_PER_CP_RANK = 1024
@@ -120,8 +121,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                                 "near_limit": memory["headroom_bytes"] < NEAR_LIMIT_FRACTION * capacity,
                                 "bottleneck": r["bottleneck"]})
     if not results:
-        kept = f", {reserve / 1e9:.3g} GB of it reserved" if reserve else ", less the CUDA reserve" if reserve is None else ""
-        raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({capacity / 1e9:.3g} GB each{kept}) at "
+        kept = f", {format_bytes(reserve)} of it reserved" if reserve else ", less the CUDA reserve" if reserve is None else ""
+        raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({format_bytes(capacity)} each{kept}) at "
                                f"global batch {global_batch_size} × seq {seq_len} with {precision}: more GPUs "
                                "(--num-gpus), a shorter --seq-len or a lighter --precision/--optimizer")
     results.sort(key=lambda r: (r["step_seconds"], r["tp"] * r["pp"] * r["cp"], r["zero"]))

@@ -151,6 +151,12 @@ class Calculator {
     if (field.type === "select") {
       input = el("select", { id, name: field.param, "aria-describedby": `${id}-error` });
       const options = field.options || (info && info.choices) || [];
+      const values = options.map((option) => (Array.isArray(option) ? option[0] : option));
+      const runTimeDefault = field.value === undefined && info && (info.default === null || info.default === undefined);
+      if (runTimeDefault && !values.includes("")) {  // the CLI picks it at run time: say so, never show a blank box
+        const named = /\(default:? ([\w.-]+)/.exec((info && info.help) || "");
+        input.appendChild(el("option", { value: "", text: named ? `default (${named[1]})` : "default" }));
+      }
       for (const option of options) {
         const [value, text] = Array.isArray(option) ? option : [option, option];
         input.appendChild(el("option", { value, text }));

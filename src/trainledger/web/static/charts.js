@@ -29,14 +29,23 @@ function text(x, y, content, attrs = {}) {
 // A horizontal stacked bar of named parts against a capacity line (memory per GPU vs the GPU's memory).
 // `total` is the API's total (the bar's length is where the last part ends).
 function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
-  const width = 720, barY = 34, barH = 44, left = 10, right = 10;
+  const width = 720, barY = 34, barH = 44, left = 10, right = 10, legendY = 130, rowH = 20;
+  const charW = 6.8;  // an 11px label's average advance, rounded up: an estimate must never cut a label off
   const end = parts.reduce((at, part) => at + Math.max(part.value, 0), 0);
   const scaleMax = Math.max(end, capacity || 0) * 1.04 || 1;
   const x = (value) => left + (width - left - right) * value / scaleMax;
-  // the legend wraps onto a second row when the parts' labels do not fit on one
-  const legendWidths = parts.filter((p) => p.value > 0).map((p) => 24 + `${p.label} ${format(p.value)}`.length * 6.2);
-  const twoRows = legendWidths.reduce((a, b) => a + b, 0) > width - left;
-  const root = svgRoot(width, twoRows ? 168 : 150, title);
+  // the legend is laid out first, on as many rows as its entries need, and the picture made that tall
+  const legend = [];
+  let lx = left, ly = legendY;
+  parts.forEach((part, i) => {
+    if (part.value <= 0) return;
+    const label = `${part.label} ${format(part.value)}`;
+    const w = 24 + label.length * charW;
+    if (lx > left && lx + w > width - right) { lx = left; ly += rowH; }
+    legend.push({ x: lx, y: ly, label, color: PALETTE[i % PALETTE.length] });
+    lx += w;
+  });
+  const root = svgRoot(width, ly + rowH, title);
   const labels = [];
   let at = 0;
   parts.forEach((part, i) => {
@@ -45,13 +54,12 @@ function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
     root.appendChild(svg("rect", { x: x0, y: barY, width: Math.max(x1 - x0, 0.5), height: barH,
                                    fill: PALETTE[i % PALETTE.length], class: "part" },
                          [svg("title", {}, `${part.label}: ${format(part.value)}`)]));
-    if (x1 - x0 > 60) {  // drawn after the capacity line, outlined in the part's colour, so the line never crosses it
+    if (x1 - x0 > part.label.length * charW + 12) {  // only a label that fits its part; the legend names every part
       labels.push(text((x0 + x1) / 2, barY + barH / 2 + 4, part.label,
                        { "text-anchor": "middle", class: "bar-label", stroke: PALETTE[i % PALETTE.length] }));
     }
     at += part.value;
   });
-  const legendY = 130;
   root.appendChild(text(left, 22, `total ${format(total)}`, { class: "axis-label" }));
   if (capacity) {
     const cx = x(capacity);
@@ -59,18 +67,11 @@ function stackedBar({ parts, total, capacity, capacityLabel, format, title }) {
     root.appendChild(text(Math.min(cx, width - 4), barY + barH + 28, capacityLabel || `capacity ${format(capacity)}`,
                           { "text-anchor": cx > width - 150 ? "end" : "middle", class: "axis-label" }));
   }
-  labels.forEach((label) => root.appendChild(label));
-  // legend
-  let lx = left, ly = legendY;
-  parts.forEach((part, i) => {
-    if (part.value <= 0) return;
-    const label = `${part.label} ${format(part.value)}`;
-    const w = 24 + label.length * 6.2;
-    if (lx > left && lx + w > width) { lx = left; ly += 20; }
-    root.appendChild(svg("rect", { x: lx, y: ly, width: 10, height: 10, fill: PALETTE[i % PALETTE.length] }));
-    root.appendChild(text(lx + 14, ly + 9, label, { class: "legend" }));
-    lx += w;
-  });
+  labels.forEach((label) => root.appendChild(label));  // drawn after the capacity line, which never crosses them
+  for (const entry of legend) {
+    root.appendChild(svg("rect", { x: entry.x, y: entry.y, width: 10, height: 10, fill: entry.color }));
+    root.appendChild(text(entry.x + 14, entry.y + 9, entry.label, { class: "legend" }));
+  }
   return root;
 }
 
