@@ -70,6 +70,9 @@ def unsupported(layout: dict, precision: str, optimizer: str, nodes: int) -> lis
         reasons.append(f"--pp {pp} with {micro_batches} micro-batch(es) per step: train's 1F1B needs at least {pp}")
     if precision not in TRAIN_PRECISIONS:
         reasons.append(f"--precision {precision}: train runs {', '.join(TRAIN_PRECISIONS)}")
+    elif precision.startswith("fp8-") and (zero == 3 or tp > 1 or pp > 1):
+        reasons.append(f"--precision {precision} with FSDP, --tp or --pp: train runs FP8 on one process or with "
+                       "--parallel ddp (train/fp8.py)")
     elif precision.startswith("mixed-") and (zero == 3 or tp > 1 or pp > 1):
         reasons.append(f"--precision {precision} with FSDP, --tp or --pp: train runs "
                        f"{PRECISION_ALTERNATIVE.format(precision[6:])} there (train/config.py)")
