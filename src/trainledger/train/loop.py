@@ -361,7 +361,7 @@ class Trainer(Checkpointing):
                  f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
         metrics_path = config.resolved_metrics()
         writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
-        self.locks.claim_metrics(metrics_path)
+        self.locks.claim_metrics(metrics_path, checkpointed=resume_from is not None)
         progress = Progress(config.steps, self.step, enabled=world.is_main and not self.quiet)
         self.log = progress.print if world.is_main and not self.quiet else self.log
         old_handlers = install_signal_handlers(self)
