@@ -142,7 +142,8 @@ def commit(tmp_dir: Path, checkpoint_dir: Path, step: int, fmt: str, info: dict 
         _fsync_file(path)
         files[path.relative_to(tmp_dir).as_posix()] = sha256_file(path)
     manifest = tmp_dir / MANIFEST_FILE
-    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "info": info or {}}, indent=1))
+    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "info": info or {},
+                                    "info_sha256": info_sha256(info or {})}, indent=1))
     _fsync_file(manifest)
     for sub in sorted({p.parent for p in tmp_dir.rglob("*") if p.is_file()}):
         fsync_dir(sub)
@@ -186,13 +187,27 @@ def prune(checkpoint_dir: Path, keep: int) -> list[Path]:
     return removed
 
 
-def newest_config(checkpoint_dir: Path) -> dict | None:
-    """The run config recorded in the newest well-formed manifest (JSON, no unpickling), or None."""
+def info_sha256(info: dict) -> str:
+    """Hex sha256 of a manifest's `info` (canonical JSON): an edited info.config no longer matches it."""
+    return hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()
+
+
+def newest_config(checkpoint_dir: Path, warn=None) -> dict | None:
+    """The run config recorded in the newest well-formed manifest whose `info` matches its info_sha256 (JSON, no
+    unpickling), or None. `--resume` acts on it before trainer.pt is loaded (it tokenizes the --text it names),
+    so a config edited after the save (or from a version that did not hash it) is skipped, with a warning."""
+    warn = warn or (lambda message: print(message, file=sys.stderr))
     for ref in reversed(list_checkpoints(checkpoint_dir)):
         manifest = read_manifest(ref.path)
-        if manifest is not None and manifest_problem(manifest, ref.path) is None:
-            config = manifest_info(ref.path).get("config")
-            return config if isinstance(config, dict) else None
+        if manifest is None or manifest_problem(manifest, ref.path) is not None:
+            continue
+        if manifest.get("info_sha256") != info_sha256(manifest.get("info", {})):
+            warn(f"warning: the run settings in {ref.path / MANIFEST_FILE} do not match its info_sha256 (edited "
+                 "after the save?): none is taken from it; settings not given on the command line come from an "
+                 "older checkpoint or their defaults")
+            continue
+        config = manifest["info"].get("config")
+        return config if isinstance(config, dict) else None
     return None
 
 
