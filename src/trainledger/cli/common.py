@@ -31,26 +31,31 @@ LARGEST_INT = 2**63 - 1
 
 
 def positive_int(text: str) -> int:
-    """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed)."""
-    try:
-        value = units.parse_count(text)
-    except TrainledgerError:
-        value = None
-    if value is None or not math.isfinite(value) or value <= 0 or value != int(value):
+    """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed), parsed exactly (units.parse_integer)."""
+    value = _integer(text, "a positive integer")
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    if value > LARGEST_INT:
-        raise argparse.ArgumentTypeError(f"must be a positive integer below 2^63, got {text!r}")
-    return int(value)
+    return value
 
 
 def nonnegative_int(text: str) -> int:
+    """A non-negative integer below 2^63, parsed exactly."""
+    value = _integer(text, "a non-negative integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _integer(text: str, kind: str) -> int:
     try:
-        value = units.parse_count(text)
+        value = units.parse_integer(text)
     except TrainledgerError:
         value = None
-    if value is None or not math.isfinite(value) or value < 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return int(value)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
+    if value > LARGEST_INT:
+        raise argparse.ArgumentTypeError(f"must be {kind} below 2^63, got {text!r}")
+    return value
 
 
 def positive_count(text: str) -> float:

@@ -9,6 +9,8 @@ sources, sized to finish in about three minutes on 2 CPU cores.
 
 from __future__ import annotations
 
+import os
+
 import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -103,6 +105,11 @@ CRUNCHER_DEFAULTS = {"steps": 200, "batch_size": 32, "seq_len": 1, "lr": 0.05, "
 
 # --config keys that are flags of the CLI but not fields: cli/train.py maps them (batch_layout) before resolve().
 CLI_KEYS = ("global_batch_size",)
+
+
+def max_threads() -> int:
+    """The most --threads a run takes: 4 per core of this machine (torch.set_num_threads(10**6) crashes, SIGSEGV)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 MAX_SEED = 2**63 - 1             # torch.manual_seed takes a signed or unsigned 64-bit integer; the seed + 1 of the
@@ -204,8 +211,9 @@ def validate(config: TrainConfig) -> None:
     for name in ("warmup_steps", "eval_every"):
         if getattr(config, name) < 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
-    if config.threads is not None and config.threads <= 0:
-        raise TrainledgerError(f"--threads must be a positive integer, got {config.threads}")
+    if config.threads is not None and not 0 < config.threads <= max_threads():
+        raise TrainledgerError(f"--threads must be an integer in 1..{max_threads()} (4 × the {os.cpu_count()} cores "
+                               f"here: more threads than cores only slow a step), got {config.threads}")
     if config.warmup_steps > config.steps:
         raise TrainledgerError(f"--warmup-steps {config.warmup_steps} exceeds --steps {config.steps}")
     if not config.lr > 0 or not 0 <= config.min_lr <= config.lr:
