@@ -39,6 +39,7 @@ class TrainConfig:
     tokenizer_name: str | None = None
     tokenizer_sha256: str | None = None
     model_vocab_size: int | None = None
+    model_sha256: str | None = None     # of the spec a --model config.json gave (train/vocab.py); None for presets
     steps: int = 600                    # optimizer steps
     batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
                                         # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
@@ -89,7 +90,7 @@ IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple",
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume).
 INHERITED = ("tokenizer",)
 # Fields the trainer records; never read from flags or --config.
-RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size")
+RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256")
 DATA_SOURCES = ("text", "data", "dataset")
 # Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
 # changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
@@ -264,6 +265,11 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
                                f"(sha256 {old_sha[:12]}…) but this run's is {current.get('tokenizer_name')} "
                                f"(sha256 {new_sha[:12]}…); a resumed run cannot change its tokenizer: pass the "
                                "original --tokenizer, or choose another --out-dir/--checkpoint-dir")
+    old_model, new_model = saved.get("model_sha256"), current.get("model_sha256")
+    if old_model and new_model and old_model != new_model:
+        raise TrainledgerError(f"--resume: --model {current['model']} has changed since the checkpoint was written "
+                               f"(its spec's sha256 was {old_model[:12]}…, now {new_model[:12]}…); restore the "
+                               "config.json the run was trained with, or choose another --out-dir/--checkpoint-dir")
     if changed:
         detail = ", ".join(f"{_flag(k)} {saved[k]!r} (now {current[k]!r})" for k in changed)
         raise TrainledgerError(f"--resume: the checkpoint was written with {detail}, which a resumed run cannot "
