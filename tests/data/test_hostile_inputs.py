@@ -82,6 +82,10 @@ def test_bound_runs_cuts_only_runs_longer_than_the_bound():
     pieces, cuts = limits.bound_runs(["ab " + "x" * 20 + " cd"], max_run=8)
     assert pieces == ["ab " + "x" * 8, "x" * 8, "x" * 4 + " cd"] and cuts == 2
     assert "".join(limits.bound_runs(["y" * 10_001 + "\n" + "z" * 3], max_run=4096)[0]) == "y" * 10_001 + "\nzzz"
+    for offset in range(12):      # a run one longer than the bound is found wherever it starts (the window pre-check)
+        for length, expected in ((8, 0), (9, 1)):
+            piece = "a " * offset + "x" * length + " b c d e f"
+            assert limits.bound_runs([piece], max_run=8)[1] == expected, (offset, length)
 
 
 def test_a_long_token_reaches_the_bpe_in_bounded_runs(bpe, tmp_path):
