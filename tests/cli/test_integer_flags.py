@@ -83,3 +83,12 @@ def token_file_small(tmp_path):
     path = tmp_path / "small.tokens"
     write_tokens(path, np.arange(4000, dtype=np.uint8) % 200, dtype="uint8")
     return path
+
+
+@pytest.mark.parametrize("argv", [["generate", "RUN", "--prompt-ids", "1"], ["plan", "--simulate"], ["train"]],
+                         ids=["generate", "plan", "train"])
+@pytest.mark.parametrize("seed", [str(2**64), str(2**63)])
+def test_a_seed_beyond_what_torch_takes_is_one_line(argv, seed, tmp_path, capsys):
+    """2^64 made torch.Generator raise (exit 1); every --seed now names the range torch.manual_seed takes."""
+    code, _, err = run([*argv, "--seed", seed, *(["--out-dir", str(tmp_path)] if argv == ["train"] else [])], capsys)
+    assert code == 2 and len(err) == 1 and "--seed" in err[0] and "0..2^63-1" in err[0], err

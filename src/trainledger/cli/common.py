@@ -33,16 +33,28 @@ LARGEST_INT = 2**63 - 1
 def positive_int(text: str) -> int:
     """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed), parsed exactly (units.parse_integer)."""
     value = _integer(text, "a positive integer")
+    if value > LARGEST_INT:
+        raise argparse.ArgumentTypeError(f"must be a positive integer below 2^63, got {text!r}")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 
 def nonnegative_int(text: str) -> int:
-    """A non-negative integer below 2^63, parsed exactly."""
+    """A non-negative integer, parsed exactly (the command bounds it: --seed by what torch.manual_seed takes)."""
     value = _integer(text, "a non-negative integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer in 0..2^63-1, what torch.manual_seed, torch.Generator and numpy all take
+    (2^64 made torch.Generator raise "Overflow when unpacking long": exit 1)."""
+    value = _integer(text, "an integer in 0..2^63-1")
+    if not 0 <= value <= LARGEST_INT:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
+                                         f"generators take), got {text!r}")
     return value
 
 
@@ -53,8 +65,6 @@ def _integer(text: str, kind: str) -> int:
         value = None
     if value is None:
         raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
-    if value > LARGEST_INT:
-        raise argparse.ArgumentTypeError(f"must be {kind} below 2^63, got {text!r}")
     return value
 
 
