@@ -32,16 +32,17 @@ def bpe():
 
 
 class Spy:
-    """The tokenizer, recording every string it is handed to encode."""
+    """The tokenizer, recording every string it is handed to encode and the characters of each batch."""
 
     def __init__(self, tokenizer):
-        self.inner, self.seen = tokenizer, []
+        self.inner, self.seen, self.batch_chars = tokenizer, [], []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
     def encode_batch(self, texts):
         self.seen += texts
+        self.batch_chars.append(sum(map(len, texts)))
         return self.inner.encode_batch(texts)
 
 
@@ -100,14 +101,16 @@ def test_a_long_token_reaches_the_bpe_in_bounded_runs(bpe, tmp_path):
 
 
 def test_one_huge_dataset_document_is_chunked_like_text(bpe, tmp_path):
-    """One JSONL document of ~400K characters is handed over in pieces of about PIECE_CHARS, as --text is, and
-    (GPT-2-style pre-tokenizer: cuts after newlines never split a pre-token) gives the ids of one encode."""
+    """One JSONL document of ~400K characters is handed over in pieces of about PIECE_CHARS, over several
+    batches of at most about chunk_bytes characters, as --text is, and (GPT-2-style pre-tokenizer: cuts after
+    newlines never split a pre-token) gives the ids of one encode."""
     document = "It was the best of times.\nIt was the worst of times.\n" * 8000
     path = tmp_path / "docs.jsonl"
     path.write_text(json.dumps({"text": document}) + "\n" + json.dumps({"text": "short"}) + "\n")
-    spy = Spy(bpe)
-    result = encode.encode_documents(path, tmp_path / "docs.tokens", spy, "uint16", 1 << 24, False)
+    spy, batch_chars = Spy(bpe), 100_000       # memory is the encodings of one batch: a batch is bounded
+    result = encode.encode_documents(path, tmp_path / "docs.tokens", spy, "uint16", batch_chars, False)
     assert max(len(s) for s in spy.seen) < 2 * encode.PIECE_CHARS < len(document)
+    assert len(spy.batch_chars) > 2 and max(spy.batch_chars) < batch_chars + 2 * encode.PIECE_CHARS
     eot = np.asarray([] if bpe.eot_id is None else [bpe.eot_id])
     separator = eot if eot.size else bpe.encode(encode.DOCUMENT_SEPARATOR)
     whole = np.concatenate([bpe.encode(document), separator, bpe.encode("short"), separator])

@@ -172,17 +172,14 @@ def encode_documents(source: Path, out_path: Path, tokenizer, dtype: str, chunk_
         task = bar.add_task(f"tokenizing {source.name}", total=total) if bar else None
         advance = (lambda done: bar.update(task, completed=done)) if bar else None
         with TokenWriter(tmp, dtype, tokenizer) as writer:
-            for batch in _batches(iter_documents(source, text_column, flag, advance), chunk_bytes):
-                split = [document_pieces(document, stats) for document in batch]
-                encoded = iter(tokenizer.encode_batch([piece for pieces in split for piece in pieces]))
-                for pieces in split:
-                    n_ids = 0
-                    for ids in (next(encoded) for _ in pieces):
-                        writer.write(ids)
-                        n_ids += len(ids)
-                    writer.write(separator)
-                    n_empty += n_ids == 0
-                n_documents += len(batch)
+            n_ids = 0               # of the document being written (a long one spans batches)
+            for batch in _batches(iter_documents(source, text_column, flag, advance), chunk_bytes, stats):
+                for (_, ends_document), ids in zip(batch, tokenizer.encode_batch([piece for piece, _ in batch])):
+                    writer.write(ids)
+                    n_ids += len(ids)
+                    if ends_document:
+                        writer.write(separator)
+                        n_documents, n_empty, n_ids = n_documents + 1, n_empty + (n_ids == 0), 0
         if n_documents == 0:
             raise TrainledgerError(f"{flag} dataset {source} holds no documents (no rows)")
         if n_empty == n_documents:
@@ -193,15 +190,19 @@ def encode_documents(source: Path, out_path: Path, tokenizer, dtype: str, chunk_
                    warnings)
 
 
-def _batches(documents: Iterable[str], batch_chars: int) -> Iterator[list[str]]:
-    """Lists of consecutive documents of about `batch_chars` characters in all."""
+def _batches(documents: Iterable[str], batch_chars: int, stats: dict) -> Iterator[list[tuple[str, bool]]]:
+    """Lists of (piece, whether it ends its document) of about `batch_chars` characters in all: each document cut
+    by document_pieces, so that one huge document spreads over many batches and the tokenizer holds the
+    encodings of one batch at a time (one call on a whole 500 MB document took 23.5 GB)."""
     batch, size = [], 0
     for document in documents:
-        batch.append(document)
-        size += len(document)
-        if size >= batch_chars:
-            yield batch
-            batch, size = [], 0
+        pieces = document_pieces(document, stats)
+        for index, piece in enumerate(pieces):
+            batch.append((piece, index == len(pieces) - 1))
+            size += len(piece)
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
     if batch:
         yield batch
 
