@@ -128,6 +128,7 @@ class RunLocks:
     fds: list[int] = field(default_factory=list)
     previous_metrics: str | None = None
     previous_checkpointed: bool = False
+    metrics: Path | None = None          # this run's, once claim_metrics() recorded it
 
     def claim_metrics(self, metrics: Path, checkpointed: bool = False) -> None:
         """Records in the checkpoint dir's lock file that `metrics` is this run's (once it has started), and
@@ -137,7 +138,7 @@ class RunLocks:
 
     def mark_checkpointed(self) -> None:
         """Records that this run committed a checkpoint: its metrics are never again taken for a false start."""
-        if getattr(self, "metrics", None) is not None:
+        if self.metrics is not None:
             self._note(True)
 
     def _note(self, checkpointed: bool) -> None:
