@@ -142,3 +142,16 @@ def corpus_file(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text(CORPUS[0])
     return path
+
+
+def test_tokenize_never_replaces_an_existing_file_that_is_no_token_file(tmp_path, capsys):
+    """Outputs that are something else: the user's text given as OUTPUT is left as it was; a token file (ours,
+    from an earlier tokenize) is replaced as before."""
+    source, precious = corpus_file(tmp_path), tmp_path / "precious.txt"
+    precious.write_text("my notes\n")
+    code, err = run(["tokenize", source, precious], capsys)
+    assert code == 2 and len(err) == 1 and "exists and is not a token file" in err[0]
+    assert precious.read_text() == "my notes\n"
+    out = tmp_path / "x.tokens"
+    assert run(["tokenize", source, out], capsys)[0] == 0
+    assert run(["tokenize", source, out], capsys)[0] == 0 and len(read_tokens(out)) == len(CORPUS[0])
