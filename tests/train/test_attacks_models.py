@@ -73,3 +73,18 @@ def test_a_deeply_nested_config_is_one_line(tmp_path, capsys):
     path.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
     status, _, err = _main(capsys, "params", "--model", path)
     assert status == 2 and len(err) == 1 and "nests JSON too deeply" in err[0]
+
+
+@pytest.mark.parametrize("case", ["nested", "relu"])
+def test_init_from_a_directory_with_such_a_config_is_one_line(case, tmp_path, capsys):
+    from safetensors.torch import save_file
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    save_file(to_hf(SPECS["gpt2"], make_model(SPECS["gpt2"]).state_dict()), hf / "model.safetensors")
+    config = {**hf_config(SPECS["gpt2"], torch.float32), "activation_function": "relu"}
+    (hf / "config.json").write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}" if case == "nested"
+                                    else json.dumps(config))
+    status, _, err = train_in_process(capsys, "--init-from", hf, "--steps", 1, "--out-dir", tmp_path / "run", *SMALL)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err      # --init-from DIR is also the run's --model, named as such
+    assert ("nests JSON too deeply" if case == "nested" else "activation_function 'relu'") in lines[0]
