@@ -2,8 +2,8 @@
 
 - Token ids: at most MAX_VOCAB. A tokenizer.json naming the id 3,000,000,000 (13 KB of JSON) made the
   `tokenizers` library allocate 8 GB and abort (exit 134); a .tiktoken rank of 2^32 does not fit a token file.
-  The largest vocabularies published are about 262K ids (Gemma 3's 262,144; Llama 3's 128,256): 2^24 leaves
-  64 times that.
+  The largest vocabularies among our presets (specs/presets.py, from the models' config.json) are Gemma 3's
+  262,144 and Llama 3's 128,256 ids: 2^24 leaves 64 times the larger.
 - Whitespace-free runs: at most MAX_RUN_CHARS characters reach the BPE at once. Byte-level BPE merges within
   one pre-token, and its cost grows faster than the pre-token's length (one 600 KB token took 71 s), so a
   longer run is cut into MAX_RUN_CHARS pieces: its ids may differ from one encode only at those cuts, which
