@@ -202,9 +202,10 @@ def newest_config(checkpoint_dir: Path, warn=None) -> dict | None:
         if manifest is None or manifest_problem(manifest, ref.path) is not None:
             continue
         if manifest.get("info_sha256") != info_sha256(manifest.get("info", {})):
-            warn(f"warning: the run settings in {ref.path / MANIFEST_FILE} do not match its info_sha256 (edited "
-                 "after the save?): none is taken from it; settings not given on the command line come from an "
-                 "older checkpoint or their defaults")
+            why = ("do not match its info_sha256 (edited after the save?)" if "info_sha256" in manifest else
+                   "carry no info_sha256 (written before trainledger hashed them)")
+            warn(f"warning: the run settings in {ref.path / MANIFEST_FILE} {why}: none is taken from it; settings "
+                 "not given on the command line come from an older checkpoint or their defaults")
             continue
         config = manifest["info"].get("config")
         return config if isinstance(config, dict) else None
