@@ -10,7 +10,9 @@
 3. SIGTERM and SIGINT (`--signals` runs, alternating; the first two during start-up, the others after a random
    step): each must exit 0 with a verified
    checkpoint, and a resume must end at the reference's losses exactly.
-4. Pickle payloads (a pickle whose loading would create a marker file) planted where a loader could meet one:
+4. Checkpoint members that are no regular file (a FIFO manifest, links to /dev/zero and to /) in the newest
+   checkpoint of a copy of the reference run: --resume must fall back to the previous one, no hang.
+5. Pickle payloads (a pickle whose loading would create a marker file) planted where a loader could meet one:
    every checkpoint file, the manifest, the metrics, a token file, a tokenizer, a calibration cache, a config,
    and a Hugging Face directory. Each load must refuse or ignore it, and the marker must never appear.
 
@@ -130,6 +132,43 @@ def interrupt(data: Path, where: Path, steps: int, reference: dict, sig: signal.
     return ok, (f"{sig.name} after {delay:.2f} s (step {target or 'start-up'}): exit {process.returncode}, last checkpoint {last}, "
                 f"resume exit {resumed.returncode}, losses {'identical' if ok else 'DIFFER'}"
                 + ("" if ok else f" ({stderr.strip()[-200:]} {resumed.stderr.strip()[-200:]})"))
+
+
+def members(data: Path, where: Path, steps: int, reference: dict) -> list[tuple[bool, str]]:
+    """The newest checkpoint of a copy of the reference run has a member replaced by something that is no
+    regular file; `--resume` must warn, fall back to the previous checkpoint (no hang: a 120 s limit) and end
+    at the reference's losses."""
+    import os
+
+    def fifo(path):
+        path.unlink()
+        os.mkfifo(path)
+
+    def link_to(target):
+        def replace(path):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+            path.symlink_to(target)
+        return replace
+
+    results = []
+    for name, member, sabotage in (("a FIFO manifest.json", "manifest.json", fifo),
+                                   ("manifest.json -> /dev/zero", "manifest.json", link_to("/dev/zero")),
+                                   ("trainer.pt -> /", "trainer.pt", link_to("/")),
+                                   ("model/ -> /", "model", link_to("/"))):
+        out = where / f"members-{member}-{len(results)}"
+        shutil.copytree(where / "reference", out, symlinks=True)
+        newest = sorted((out / "checkpoints").glob("step_*"))[-1]
+        sabotage(newest / member)
+        args = ["--data", data, "--steps", steps, "--out-dir", out, "--resume", *SMALL]
+        try:
+            resumed = subprocess.run(train(*args), env=environment(), capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            results.append((False, f"{name} in {newest.name}: --resume still running after 120 s"))
+            continue
+        ok = resumed.returncode == 0 and "is corrupt" in resumed.stderr and losses(out / "metrics.jsonl") == reference
+        results.append((ok, f"{name} in {newest.name}: --resume exit {resumed.returncode}, fell back, losses "
+                            f"{'identical' if ok else 'DIFFER'}" + ("" if ok else f" ({resumed.stderr.strip()[-200:]})")))
+    return results
 
 
 def payload(marker: Path) -> bytes:
@@ -253,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             target = 0 if i < 2 else rng.randint(1, args.steps - 3)
             outcomes.append(interrupt(data, where, args.steps, reference, sig, target, rng))
             print(("ok   " if outcomes[-1][0] else "FAIL ") + outcomes[-1][1], flush=True)
-        for outcome in pickles(data, where, args.steps):
+        for outcome in [*members(data, where, args.steps, reference), *pickles(data, where, args.steps)]:
             outcomes.append(outcome)
             print(("ok   " if outcome[0] else "FAIL ") + outcome[1], flush=True)
         trials = len(outcomes)

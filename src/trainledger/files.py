@@ -10,6 +10,7 @@ pipe (which blocks the open), a device such as /dev/zero (endless) or a director
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -79,3 +80,68 @@ def read_regular_file(path, flag: str, max_bytes: int) -> bytes:
             return handle.read(max_bytes + 1)[:max_bytes]
         except OSError as error:
             raise TrainledgerError(f"{flag}: cannot read {path} ({error.strerror or error})") from None
+
+
+# --- members of a directory we wrote (checkpoints): never followed out of it, never waited on ---------------------
+class NotRegularMember(OSError):
+    """A file of a directory we wrote is a symbolic link, a FIFO, a device or a directory: someone replaced it."""
+
+
+def open_member(path) -> int:
+    """A read-only fd on `path`, a regular file that is no symbolic link (O_NOFOLLOW) and never blocks the open
+    (O_NONBLOCK: a FIFO); NotRegularMember otherwise. Its parents are checked by the caller (member_path)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise NotRegularMember(errno.ELOOP, "a symbolic link, not a regular file", str(path)) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularMember(errno.EINVAL, f"{file_kind(mode)}, not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_member(path, max_bytes: int) -> bytes:
+    """The bytes of the regular file `path` (open_member), at most `max_bytes`: a longer one is an OSError."""
+    with os.fdopen(open_member(path), "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"longer than {max_bytes:,} bytes", str(path))
+    return data
+
+
+def member_path(root, name: str) -> Path:
+    """root/name once every directory between them is a real directory (no symbolic link, no device);
+    NotRegularMember naming the first that is not."""
+    root, current = Path(root), Path(root)
+    for part in Path(name).parts[:-1]:
+        current = current / part
+        mode = os.lstat(current).st_mode
+        if not stat.S_ISDIR(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else file_kind(mode)
+            raise NotRegularMember(errno.ENOTDIR, f"{what}, not a directory", str(current))
+    return root / name
+
+
+def walk_members(root) -> tuple[list[Path], Path | None]:
+    """(every regular file under the real directory `root`, the first entry that is neither a regular file nor a
+    real directory, or None). Symbolic links are reported, never followed; a missing root is ([], None)."""
+    try:
+        mode = os.lstat(root).st_mode
+    except FileNotFoundError:
+        return [], None
+    if not stat.S_ISDIR(mode):
+        return [], Path(root)
+    files, odd = [], None
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        for name in sorted(dirs + names):
+            entry = Path(folder) / name
+            entry_mode = os.lstat(entry).st_mode
+            if stat.S_ISREG(entry_mode):
+                files.append(entry)
+            elif not stat.S_ISDIR(entry_mode):
+                odd = odd or entry
+    return files, odd

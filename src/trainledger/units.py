@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from trainledger.errors import TrainledgerError
 
@@ -27,6 +28,7 @@ BYTE_SUFFIXES = {
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
 }
+COUNT_SUFFIXES_EXACT = {k: int(v) for k, v in COUNT_SUFFIXES.items()}
 SECOND_SUFFIXES = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, "y": 365 * 86400.0}
 
 _NUMBER = r"([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -50,6 +52,25 @@ def parse_count(text: str | float | int, flag: str | None = None) -> float:
         return float(text)
     number, suffix = _split(text, "count", flag, COUNT_SUFFIXES)
     return number * COUNT_SUFFIXES[suffix]
+
+
+def parse_integer(text: str | int, flag: str | None = None) -> int | None:
+    """The whole number `text` names, exactly ('8', '4K', '1e3', '99999999999999999'), or None when it names a
+    fraction ('1.5'). Parsed as a Fraction, never through a float: 9007199254740993 stays odd (a float would
+    make it ...992), 99999999999999999 is not 1e17. TrainledgerError when it is no number at all."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    match = _QUANTITY.match(str(text))
+    if not match or match.group(2) not in COUNT_SUFFIXES:
+        _split(text, "count", flag, COUNT_SUFFIXES)          # raises the one-line error
+    digits = match.group(1).replace("_", "").replace(",", "")
+    if len(digits) > 400:                                    # Fraction('1e999999999') would build a huge int
+        raise TrainledgerError(f"count {str(text)[:40]!r}... is too long", flag)
+    mantissa, _, exponent = digits.lower().partition("e")
+    if exponent and abs(int(exponent)) > 400:
+        raise TrainledgerError(f"count {text!r} is out of range", flag)
+    value = Fraction(digits) * Fraction(COUNT_SUFFIXES_EXACT[match.group(2)])
+    return int(value) if value.denominator == 1 else None
 
 
 def parse_bytes(text: str | float | int, flag: str | None = None) -> float:

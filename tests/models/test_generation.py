@@ -185,3 +185,14 @@ def test_prefill_operator_count_is_close(family_spec):
 
 def test_a_decoding_step_adds_the_loop_and_the_sampling():
     assert decode_step_ops(GPT2_LIKE, greedy=False) > decode_step_ops(GPT2_LIKE) > forward_ops(GPT2_LIKE, True)
+
+
+# Issue 31, item 9: `generate --temperature 1e-40` and `--top-p 1e-100` exited 1 (inf/inf and a float32 top-p of
+# 0 made every probability NaN). Reference: argmax, the limit of both as they go to 0.
+@pytest.mark.parametrize("temperature, top_p", [(1e-40, None), (1e-300, None), (5e-324, None), (1.0, 1e-100),
+                                                (1e-40, 1e-100)])
+def test_extreme_temperature_and_top_p_pick_the_most_likely_token(temperature, top_p):
+    from trainledger.models.sampling import next_token
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0)) * 30
+    chosen = next_token(logits, temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(chosen, logits.argmax(dim=-1))

@@ -31,26 +31,41 @@ LARGEST_INT = 2**63 - 1
 
 
 def positive_int(text: str) -> int:
-    """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed)."""
-    try:
-        value = units.parse_count(text)
-    except TrainledgerError:
-        value = None
-    if value is None or not math.isfinite(value) or value <= 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    """A positive integer below 2^63: '8', '1024', '4K' (SI suffixes allowed), parsed exactly (units.parse_integer)."""
+    value = _integer(text, "a positive integer")
     if value > LARGEST_INT:
         raise argparse.ArgumentTypeError(f"must be a positive integer below 2^63, got {text!r}")
-    return int(value)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def nonnegative_int(text: str) -> int:
+    """A non-negative integer, parsed exactly (the command bounds it: --seed by what torch.manual_seed takes)."""
+    value = _integer(text, "a non-negative integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer in 0..2^63-1, what torch.manual_seed, torch.Generator and numpy all take
+    (2^64 made torch.Generator raise "Overflow when unpacking long": exit 1)."""
+    value = _integer(text, "an integer in 0..2^63-1")
+    if not 0 <= value <= LARGEST_INT:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
+                                         f"generators take), got {text!r}")
+    return value
+
+
+def _integer(text: str, kind: str) -> int:
     try:
-        value = units.parse_count(text)
+        value = units.parse_integer(text)
     except TrainledgerError:
         value = None
-    if value is None or not math.isfinite(value) or value < 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return int(value)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
+    return value
 
 
 def positive_count(text: str) -> float:

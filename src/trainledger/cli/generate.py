@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=common.positive_int, default=None, help="sample among the k most likely tokens")
     parser.add_argument("--top-p", type=_top_p, default=None,
                         help="sample among the most likely tokens whose probabilities sum to p, in (0, 1]")
-    parser.add_argument("--seed", type=common.nonnegative_int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--seed", type=common.seed, default=0, help="seed of the sampling (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
                         help="torch intra-op threads on CPU (default: torch's); the calibration is per thread count")

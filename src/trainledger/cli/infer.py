@@ -62,9 +62,17 @@ def compute(args) -> dict:
     if context > spec.max_seq_len:
         warnings.append(f"prompt + new tokens = {context} exceed the {spec.max_seq_len}-token context of "
                         f"'{spec.name}' (--prompt-len, --gen-len)")
-    if result["weights_bytes"] + result["reserve_bytes"] > gpu.memory_bytes:
+    if result["reserve_bytes"] >= gpu.memory_bytes:
+        warnings.append(f"--reserve {units.format_bytes(result['reserve_bytes'])} is all of the "
+                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: nothing is left for the model; "
+                        "lower --reserve")
+    elif result["weights_bytes"] > gpu.memory_bytes:
         warnings.append(f"the weights alone need {units.format_bytes(result['weights_bytes'])} per GPU, more than the "
-                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name} (with --reserve): use --tp or --dtype fp8")
+                        f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: use --tp or --dtype fp8")
+    elif result["weights_bytes"] + result["reserve_bytes"] > gpu.memory_bytes:
+        warnings.append(f"the weights ({units.format_bytes(result['weights_bytes'])} per GPU) and --reserve "
+                        f"{units.format_bytes(result['reserve_bytes'])} exceed the {units.format_bytes(gpu.memory_bytes)} "
+                        f"of {gpu.name}: lower --reserve, or use --tp or --dtype fp8")
     elif not result["fits"]:
         warnings.append(f"weights + KV cache need {units.format_bytes(result['memory_bytes'] + result['reserve_bytes'])} "
                         f"per GPU, more than the {units.format_bytes(gpu.memory_bytes)} of {gpu.name}: lower "

@@ -152,7 +152,7 @@ def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_optimizer_flag(g)
     g.add_argument("--simulate", action="store_true", help="cross-check the closed form with a Monte Carlo of the same assumptions")
     g.add_argument("--trials", type=trials, default=100, help="runs simulated by --simulate, 1 to 10000 (default 100)")
-    g.add_argument("--seed", type=common.nonnegative_int, default=0, help="random seed of --simulate (default 0)")
+    g.add_argument("--seed", type=common.seed, default=0, help="random seed of --simulate (default 0)")
 
 
 def mfu_or_auto(text: str):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainledger.data.limits import check_rank, check_tokenizer_ids
 from trainledger.data.tokens import check_input, dtype_for_vocab, readable_by_all
 from trainledger.errors import TrainledgerError
 
@@ -144,6 +145,7 @@ def load_hf(path, flag: str = "--tokenizer") -> HFTokenizer:
         raise TrainledgerError(f"{flag} {path} is not a tokenizer.json (not UTF-8 JSON text)") from None
     if not text.lstrip().startswith("{"):
         raise TrainledgerError(f"{flag} {path} is not a tokenizer.json (a JSON object was expected)")
+    check_tokenizer_ids(text, path, flag)        # an id of 3e9 makes the library allocate 8 GB and abort
     try:
         backend = Tokenizer.from_str(text)
     except Exception as error:      # the library raises a bare Exception with serde's message
@@ -184,7 +186,8 @@ def read_tiktoken_ranks(raw: bytes, path, flag: str = "--tokenizer") -> dict[byt
         except (ValueError, binascii.Error):
             raise TrainledgerError(f"{flag} {path} is not a .tiktoken rank file: line {number} is not "
                                    "'<base64 token> <rank>'") from None
-        if not token or rank < 0 or token in ranks:
+        check_rank(rank, number, path, flag)
+        if not token or token in ranks:
             raise TrainledgerError(f"{flag} {path}: line {number} repeats a token or has an empty token or a "
                                    "negative rank")
         ranks[token] = rank

@@ -44,10 +44,19 @@ def cache_key(**fields) -> str:
 
 
 def file_identity(path: Path) -> dict:
-    """What identifies a source file's content without reading it: resolved path, device, inode, size, mtime."""
+    """What identifies a source file's content without reading it: resolved path, device, inode, size, mtime,
+    and its permission bits (a cache has the source's: see build; a chmod gives another cache)."""
     info = path.stat()
     return {"path": str(path.resolve()), "device": info.st_dev, "inode": info.st_ino, "size": info.st_size,
-            "mtime_ns": info.st_mtime_ns}
+            "mtime_ns": info.st_mtime_ns, "mode": stat.S_IMODE(info.st_mode)}
+
+
+def source_mode(mode: int) -> int:
+    """The mode of a cache of a source file of mode `mode`: a new file's (0666 less the umask), with no read or
+    write bit that the source lacks. A 0600 text gives a 0600 cache: tokens are the text, readable back."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask & (stat.S_IMODE(mode) | 0o600)
 
 
 def cache_path(data_dir: Path, name: str, key: str) -> Path:
@@ -63,9 +72,11 @@ def usable(path: Path, tokenizer_sha256: str | None) -> bool:
     return tokenizer_sha256 is None or header["tokenizer_sha256"] == tokenizer_sha256
 
 
-def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | None = None) -> bool:
+def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | None = None,
+          mode: int | None = None) -> bool:
     """Makes sure the cache `path` exists: True when this call built it, False when it was there (or another
-    process published it meanwhile). `write(tmp)` writes the token file to a private temporary path."""
+    process published it meanwhile). `write(tmp)` writes the token file to a private temporary path, which is
+    published with `mode` (source_mode of its source; None: a new file's)."""
     path = Path(path)
     if usable(path, tokenizer_sha256):
         return False
@@ -78,7 +89,7 @@ def build(path: Path, write: Callable[[Path], None], tokenizer_sha256: str | Non
         with os.fdopen(fd, "rb") as marker:
             fcntl.flock(marker, fcntl.LOCK_EX)      # in progress: prune() leaves it alone
             write(tmp)
-            readable_by_all(tmp)
+            readable_by_all(tmp) if mode is None else os.chmod(tmp, mode)
             try:
                 os.link(tmp, path)                  # fails if the name exists: never replaces a cache
                 built = True

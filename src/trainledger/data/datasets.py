@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trainledger.data.limits import lone_surrogate
 from trainledger.data.tokens import check_input
 from trainledger.errors import TrainledgerError
 
@@ -86,6 +87,11 @@ def _jsonl(path: Path, column: str, flag: str, advance) -> Iterator[str]:
             if not isinstance(value, str):
                 raise TrainledgerError(f"{flag} {path}: line {number}: '{column}' is "
                                        f"{'null' if value is None else 'a JSON ' + type(value).__name__}, not a string")
+            where = lone_surrogate(value)
+            if where is not None:        # "\ud800": valid JSON, but no Unicode text; no tokenizer can encode it
+                raise TrainledgerError(f"{flag} {path}: line {number}: '{column}' holds a lone surrogate "
+                                       f"(U+{ord(value[where]):04X} at character {where}), which is not Unicode text; "
+                                       "fix or drop that line")
             if advance and number % BATCH_ROWS == 0:
                 advance(done)
             yield value
@@ -159,12 +165,26 @@ def _columnar(path: Path, kind: str, column: str, flag: str, advance) -> Iterato
             if values.null_count:
                 first = next(i for i, v in enumerate(values.is_null().to_pylist()) if v)
                 raise TrainledgerError(f"{flag} {path}: row {row + first} of column '{column}' is null, not a string")
-            yield from values.to_pylist()
+            try:
+                strings = values.to_pylist()
+            except UnicodeDecodeError:        # pyarrow does not validate UTF-8 on read: say which row
+                bad = next(i for i, v in enumerate(values.cast(pa.binary()).to_pylist()) if not _utf8(v))
+                raise TrainledgerError(f"{flag} {path}: row {row + bad} of column '{column}' is not valid UTF-8 "
+                                       "text; fix or drop that row") from None
+            yield from strings
             row += len(values)
             if advance:
                 advance(row)
     except (pa.ArrowException, OSError) as error:
         raise TrainledgerError(f"{flag} {path}: cannot read row {row} on: {_first_line(error)}") from None
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _first_line(error: BaseException) -> str:

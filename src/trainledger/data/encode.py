@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from trainledger.data.limits import MAX_RUN_CHARS, bound_runs
 from trainledger.data.tokens import TokenWriter, readable_by_all
 from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
@@ -70,6 +71,7 @@ def text_pieces(chunks: Iterable[bytes], source, flag: str = "INPUT", piece_char
     carry, offset = "", 0
     stats = stats if stats is not None else {}
     stats.setdefault("forced_cuts", 0)
+    stats.setdefault("run_cuts", 0)
     for chunk in chunks:
         try:
             text = carry + decoder.decode(chunk)
@@ -80,13 +82,31 @@ def text_pieces(chunks: Iterable[bytes], source, flag: str = "INPUT", piece_char
         pieces, carry, forced = cut_pieces(text, piece_chars)
         stats["forced_cuts"] += forced
         if pieces:
-            yield pieces
+            yield _bounded(pieces, stats)
     try:
         carry += decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise TrainledgerError(f"{flag} {source} is not UTF-8 text (it ends inside a character)") from None
     if carry:
-        yield [carry]
+        yield _bounded([carry], stats)
+
+
+def _bounded(pieces: list[str], stats: dict) -> list[str]:
+    """`pieces` with no whitespace-free run longer than limits.MAX_RUN_CHARS (counted in stats['run_cuts'])."""
+    pieces, cuts = bound_runs(pieces)
+    stats["run_cuts"] = stats.get("run_cuts", 0) + cuts
+    return pieces
+
+
+def document_pieces(document: str, stats: dict, piece_chars: int | None = None) -> list[str]:
+    """A dataset document cut as a text file is (cut_pieces, then bound_runs): one 500 MB document reaches the
+    tokenizer in ~64K-character pieces, as the same text given to --text does, never whole."""
+    piece_chars = piece_chars or PIECE_CHARS
+    if len(document) <= piece_chars:
+        return _bounded([document], stats)
+    pieces, rest, forced = cut_pieces(document, piece_chars)
+    stats["forced_cuts"] = stats.get("forced_cuts", 0) + forced
+    return _bounded(pieces + [rest] if rest else pieces, stats)
 
 
 def file_chunks(path: Path, chunk_bytes: int, bar=None, task=None) -> Iterator[bytes]:
@@ -111,7 +131,7 @@ def encode_text_file(path: Path, out_path: Path, tokenizer, dtype: str, chunk_by
             write_stream(file_chunks(path, chunk_bytes, bar, task), path, tokenizer, writer, flag, stats, errors)
         if writer.n_tokens == 0:
             raise TrainledgerError(f"{flag} {path} gave no tokens")
-    warnings = _cut_warnings(tokenizer, stats["forced_cuts"])
+    warnings = _cut_warnings(tokenizer, stats["forced_cuts"], stats.get("run_cuts", 0))
     return _result(path, out_path, writer, tokenizer, input_bytes, time.perf_counter() - start, None, warnings)
 
 
@@ -146,40 +166,48 @@ def encode_documents(source: Path, out_path: Path, tokenizer, dtype: str, chunk_
     total, unit = dataset_size(source)
     separator = (np.asarray([tokenizer.eot_id], dtype=dtype) if tokenizer.eot_id is not None
                  else np.asarray(tokenizer.encode(DOCUMENT_SEPARATOR), dtype=dtype))
-    n_documents, n_empty = 0, 0
+    n_documents, n_empty, stats = 0, 0, {"forced_cuts": 0, "run_cuts": 0}
     start = time.perf_counter()
     with progress_bar(progress and input_bytes > chunk_bytes, unit) as bar, _target(out_path, atomic) as tmp:
         task = bar.add_task(f"tokenizing {source.name}", total=total) if bar else None
         advance = (lambda done: bar.update(task, completed=done)) if bar else None
         with TokenWriter(tmp, dtype, tokenizer) as writer:
-            for batch in _batches(iter_documents(source, text_column, flag, advance), chunk_bytes):
-                for ids in tokenizer.encode_batch(batch):
+            n_ids = 0               # of the document being written (a long one spans batches)
+            for batch in _batches(iter_documents(source, text_column, flag, advance), chunk_bytes, stats):
+                for (_, ends_document), ids in zip(batch, tokenizer.encode_batch([piece for piece, _ in batch])):
                     writer.write(ids)
-                    writer.write(separator)
-                    n_empty += len(ids) == 0
-                n_documents += len(batch)
+                    n_ids += len(ids)
+                    if ends_document:
+                        writer.write(separator)
+                        n_documents, n_empty, n_ids = n_documents + 1, n_empty + (n_ids == 0), 0
         if n_documents == 0:
             raise TrainledgerError(f"{flag} dataset {source} holds no documents (no rows)")
         if n_empty == n_documents:
             raise TrainledgerError(f"{flag} dataset {source}: all {n_documents} documents in column "
                                    f"'{text_column}' are empty strings")
-    return _result(source, out_path, writer, tokenizer, input_bytes, time.perf_counter() - start, n_documents, [])
+    warnings = _cut_warnings(tokenizer, stats["forced_cuts"], stats["run_cuts"]) if any(stats.values()) else []
+    return _result(source, out_path, writer, tokenizer, input_bytes, time.perf_counter() - start, n_documents,
+                   warnings)
 
 
-def _batches(documents: Iterable[str], batch_chars: int) -> Iterator[list[str]]:
-    """Lists of consecutive documents of about `batch_chars` characters in all."""
+def _batches(documents: Iterable[str], batch_chars: int, stats: dict) -> Iterator[list[tuple[str, bool]]]:
+    """Lists of (piece, whether it ends its document) of about `batch_chars` characters in all: each document cut
+    by document_pieces, so that one huge document spreads over many batches and the tokenizer holds the
+    encodings of one batch at a time (one call on a whole 500 MB document took 23.5 GB)."""
     batch, size = [], 0
     for document in documents:
-        batch.append(document)
-        size += len(document)
-        if size >= batch_chars:
-            yield batch
-            batch, size = [], 0
+        pieces = document_pieces(document, stats)
+        for index, piece in enumerate(pieces):
+            batch.append((piece, index == len(pieces) - 1))
+            size += len(piece)
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
     if batch:
         yield batch
 
 
-def _cut_warnings(tokenizer, forced_cuts: int) -> list[str]:
+def _cut_warnings(tokenizer, forced_cuts: int, run_cuts: int = 0) -> list[str]:
     warnings = []
     if not getattr(tokenizer, "chunk_safe", True):
         warnings.append(f"tokenizer {tokenizer.name} does not split text after newlines (no such pre-tokenizer): the "
@@ -189,6 +217,10 @@ def _cut_warnings(tokenizer, forced_cuts: int) -> list[str]:
         warnings.append(f"{forced_cuts} piece(s) had no newline between two non-space characters for "
                         f"{FORCED_CUT_FACTOR * PIECE_CHARS:,} characters and were cut before a space; ids at those "
                         "cuts may differ from one encode of the whole text")
+    if run_cuts and not getattr(tokenizer, "bytewise", False):
+        warnings.append(f"{run_cuts} cut(s) inside runs of more than {MAX_RUN_CHARS:,} characters without whitespace "
+                        "(the BPE's cost grows faster than a run's length); ids at those cuts may differ from one "
+                        "encode of the whole text")
     return warnings
 
 

@@ -189,7 +189,8 @@ def tokenize_file(text_path: str | os.PathLike, out_path: str | os.PathLike, dty
 
 
 def check_output(out_path: Path, input_path: Path | None = None, stem: str = "input", flag: str = "OUTPUT.tokens") -> None:
-    """Refuses an output token path that is a directory, a device or pipe, in a missing folder, or the input."""
+    """Refuses an output token path that is a directory, a device or pipe, in a missing folder, the input, or an
+    existing file that is no token file (someone's text, a config: replacing it would lose it)."""
     import stat as stat_
     if out_path.is_dir():
         raise TrainledgerError(f"output {out_path} is a directory ({flag}); give a file name, e.g. "
@@ -201,6 +202,16 @@ def check_output(out_path: Path, input_path: Path | None = None, stem: str = "in
         raise TrainledgerError(f"output directory {out_path.parent} does not exist ({flag})")
     if input_path is not None and out_path.resolve() == input_path.resolve():
         raise TrainledgerError(f"the output token file must differ from the input file ({flag})")
+    if out_path.exists() and out_path.stat().st_size and not _starts_like_tokens(out_path):
+        raise TrainledgerError(f"output {out_path} exists and is not a token file ({flag}); it is left as it is: "
+                               "give another name, or move it away first")
+
+
+def _starts_like_tokens(path: Path) -> bool:
+    """Whether `path` begins with the token files' magic (a token file, maybe damaged: ours to replace)."""
+    from trainledger.data.tokens import MAGIC
+    with open(path, "rb") as handle:
+        return handle.read(len(MAGIC)) == MAGIC
 
 
 def save_beside(tokenizer, out_path) -> Path:

@@ -73,6 +73,9 @@ class Trace:
     n_runtime_pseudo_events: int = 0                    # "overhead" events (Command Buffer Full, ...): ignored
 
 
+# ijson (yajl2_c) copies a string's bytes again for every buffer it spans: its cost grows with the square of
+# the string's length (100 MB: 28 s; 300 MB: no answer in 120 s). Longer strings are refused before it sees them.
+MAX_STRING_BYTES = 2 ** 20
 MAX_DEPTH = 32                          # Kineto nests 5 deep (traceEvents[i].args.grid[j]); ijson's cost grows
 BRACKETS_ONLY = bytes(c for c in range(256) if c not in b"[]{}")   # with the square of the depth: refuse deeper
 
@@ -83,7 +86,7 @@ class _CappedReader:
 
     def __init__(self, raw, limit: int, path: str):
         self.raw, self.limit, self.path, self.count = raw, limit, path, 0
-        self.depth, self.in_string, self.carry = 0, False, b""
+        self.depth, self.in_string, self.carry, self.string_bytes = 0, False, b"", 0
 
     def read(self, size: int = -1) -> bytes:
         want = self.limit + 1 - self.count if size is None or size < 0 else min(size, self.limit + 1 - self.count)
@@ -98,6 +101,19 @@ class _CappedReader:
         self._check_depth(data)
         return data
 
+    def _check_strings(self, lengths: list[int]) -> None:
+        """Refuses a JSON string longer than MAX_STRING_BYTES: `lengths` are those of the string pieces of this
+        chunk, the first continuing the string the previous chunk left open (self.string_bytes so far)."""
+        if not lengths:
+            return
+        if self.in_string:
+            lengths[0] += self.string_bytes
+        self.string_bytes = lengths[-1]            # kept only while that string is still open (see the caller)
+        if max(lengths) > MAX_STRING_BYTES:
+            raise TrainledgerError(f"{FLAG} {self.path}: a JSON string longer than {MAX_STRING_BYTES // 2 ** 20} MiB "
+                                   f"(before byte {self.count:,}); a torch.profiler trace's longest strings are "
+                                   "kernel names of a few KB")
+
     def _check_depth(self, chunk: bytes) -> None:
         """Tracks the nesting depth of the JSON text read so far (strings and their escapes skipped)."""
         text = self.carry + chunk
@@ -106,8 +122,11 @@ class _CappedReader:
         text = text[:-1] if run % 2 else text
         pieces = text.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
         outside = b"".join(pieces[1::2] if self.in_string else pieces[0::2])
+        self._check_strings([len(p) for p in (pieces[0::2] if self.in_string else pieces[1::2])])
         if len(pieces) % 2 == 0:
             self.in_string = not self.in_string
+        if not self.in_string:
+            self.string_bytes = 0
         depth = self.depth
         for char in outside.translate(None, BRACKETS_ONLY):
             depth += 1 if char in (91, 123) else -1

@@ -162,6 +162,10 @@ def from_hf(spec, tensors: dict[str, Tensor], family: str, source: str = "--init
                 state[f"{ours}{a}.weight"] = take(f"{theirs}{b}.weight")
                 state[f"{ours}{a}.bias"] = take(f"{theirs}{b}.bias")
             w, b = take(f"{theirs}attn.c_attn.weight").T, take(f"{theirs}attn.c_attn.bias")
+            for name, tensor, shape in (("weight", w.T, (d, 3 * d)), ("bias", b, (3 * d,))):
+                if tuple(tensor.shape) != shape:    # slicing would take part of it silently (transformers refuses)
+                    raise TrainledgerError(f"{source}: tensor '{theirs}attn.c_attn.{name}' has shape "
+                                           f"{tuple(tensor.shape)}, the model needs {shape}")
             for j, p in enumerate(("q_proj", "k_proj", "v_proj")):
                 state[f"{ours}attn.{p}.weight"] = w[j * d:(j + 1) * d]
                 state[f"{ours}attn.{p}.bias"] = b[j * d:(j + 1) * d]

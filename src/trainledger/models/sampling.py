@@ -37,7 +37,10 @@ def next_token(logits: Float[Tensor, "batch vocab"], temperature: float = 1.0, t
     check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
-    scores = logits.float() / temperature
+    # float64, the best first: a temperature of 1e-40 (1e-50 is 0 in float32) or a top-p of 1e-100 (0 in float32,
+    # which dropped every token: NaN probabilities) still pick the most likely token, the limit T → 0
+    scores = logits.double()
+    scores = (scores - scores.max(dim=-1, keepdim=True).values) / temperature
     if top_k is not None and top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -45,7 +48,8 @@ def next_token(logits: Float[Tensor, "batch vocab"], temperature: float = 1.0, t
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
         probs = torch.softmax(sorted_scores, dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs          # mass of the more likely tokens
-        drop = before >= top_p                                 # the first token has 0 before it: always kept
+        drop = before >= top_p
+        drop[..., 0] = False                                   # the most likely token always stays
         scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
     probs = torch.softmax(scores, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

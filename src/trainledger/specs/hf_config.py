@@ -39,6 +39,7 @@ import json
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
+from trainledger.files import read_regular_file
 from trainledger.specs.model import TransformerSpec
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "gemma2", "gemma3_text")
@@ -56,13 +57,18 @@ def _spec_of_file(path: Path, config: dict, flag: str) -> TransformerSpec:
     return spec_from_config_dict(config, name=name, flag=flag, source=f"config.json at {path}")
 
 
+CONFIG_MAX_BYTES = 16 << 20      # the largest config.json on the Hub is a few hundred KB
+
+
 def _read_config_json(path: str | Path, flag: str) -> tuple[Path, dict]:
     """(the file's path, its JSON object) of a config.json (a directory means `path/config.json`); one-line errors."""
     path = Path(path)
     try:
         if path.is_dir():
             path = path / "config.json"
-        text = path.read_text(encoding="utf-8")
+        if not path.exists():
+            raise FileNotFoundError(path)
+        text = read_regular_file(path, flag, CONFIG_MAX_BYTES).decode("utf-8")   # a FIFO or /dev/zero: one line
     except FileNotFoundError:
         raise TrainledgerError(f"no such config file: {str(path)!r} ({flag}); give a preset name or a path to a "
                                "Hugging Face config.json") from None
@@ -76,6 +82,8 @@ def _read_config_json(path: str | Path, flag: str) -> tuple[Path, dict]:
     except json.JSONDecodeError as error:
         raise TrainledgerError(f"{str(path)!r} is not valid JSON ({flag}): {error.msg} at line {error.lineno} "
                                f"column {error.colno}") from None
+    except RecursionError:         # [[[[...]]]] nested deeper than Python's stack: no config nests like that
+        raise TrainledgerError(f"{str(path)!r} nests JSON too deeply to be a config.json ({flag})") from None
     if not isinstance(config, dict):
         raise TrainledgerError(f"{str(path)!r} must hold a JSON object, got {type(config).__name__} ({flag})")
     return path, config
@@ -126,7 +134,14 @@ def _getter(config: dict, flag: str, model_type: str):
     return get
 
 
+GPT2_ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast")   # transformers' ACT2FN GELU variants
+
+
 def _gpt2(config: dict, get, model_type: str, flag: str) -> TransformerSpec:
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in GPT2_ACTIVATIONS:     # our GPT-2 MLP is a GELU: a relu model would load with another function
+        raise TrainledgerError(f"{model_type} config has activation_function {str(activation)[:40]!r} ({flag}); "
+                               f"trainledger's GPT-2 supports {', '.join(GPT2_ACTIVATIONS)}")
     d_model = get("n_embd")
     n_inner = get("n_inner", None)
     return TransformerSpec(

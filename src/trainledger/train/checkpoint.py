@@ -53,12 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError, first_line
+from trainledger.files import NotRegularMember, member_path, open_member, read_member, walk_members
 from trainledger.train.runlock import LOCK_FILE, lock_directory, lock_holder, unlock_directory  # noqa: F401 (re-exported)
 
 TRAINER_FILE = "trainer.pt"
 MANIFEST_FILE = "manifest.json"
 SHARDED_DIR = "model"
 _NAME = re.compile(r"^step_(\d{8,})$")
+MANIFEST_MAX_BYTES = 16 << 20      # a manifest is a few KB: a longer one (a link to /dev/zero) is not read on
 
 
 class UnsafeCheckpointError(TrainledgerError):
@@ -83,9 +85,10 @@ def checkpoint_name(step: int) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    """Hex sha256 of a regular file's bytes, read in 1 MiB blocks; NotRegularMember (an OSError) for a symbolic
+    link, a FIFO or a device (files.open_member: never followed, never waited on)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_member(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -139,7 +142,8 @@ def commit(tmp_dir: Path, checkpoint_dir: Path, step: int, fmt: str, info: dict 
         _fsync_file(path)
         files[path.relative_to(tmp_dir).as_posix()] = sha256_file(path)
     manifest = tmp_dir / MANIFEST_FILE
-    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "info": info or {}}, indent=1))
+    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "info": info or {},
+                                    "info_sha256": info_sha256(info or {})}, indent=1))
     _fsync_file(manifest)
     for sub in sorted({p.parent for p in tmp_dir.rglob("*") if p.is_file()}):
         fsync_dir(sub)
@@ -183,13 +187,28 @@ def prune(checkpoint_dir: Path, keep: int) -> list[Path]:
     return removed
 
 
-def newest_config(checkpoint_dir: Path) -> dict | None:
-    """The run config recorded in the newest well-formed manifest (JSON, no unpickling), or None."""
+def info_sha256(info: dict) -> str:
+    """Hex sha256 of a manifest's `info` (canonical JSON): an edited info.config no longer matches it."""
+    return hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()
+
+
+def newest_config(checkpoint_dir: Path, warn=None) -> dict | None:
+    """The run config recorded in the newest well-formed manifest whose `info` matches its info_sha256 (JSON, no
+    unpickling), or None. `--resume` acts on it before trainer.pt is loaded (it tokenizes the --text it names),
+    so a config edited after the save (or from a version that did not hash it) is skipped, with a warning."""
+    warn = warn or (lambda message: print(message, file=sys.stderr))
     for ref in reversed(list_checkpoints(checkpoint_dir)):
         manifest = read_manifest(ref.path)
-        if manifest is not None and manifest_problem(manifest, ref.path) is None:
-            config = manifest_info(ref.path).get("config")
-            return config if isinstance(config, dict) else None
+        if manifest is None or manifest_problem(manifest, ref.path) is not None:
+            continue
+        if manifest.get("info_sha256") != info_sha256(manifest.get("info", {})):
+            why = ("do not match its info_sha256 (edited after the save?)" if "info_sha256" in manifest else
+                   "carry no info_sha256 (written before trainledger hashed them)")
+            warn(f"warning: the run settings in {ref.path / MANIFEST_FILE} {why}: none is taken from it; settings "
+                 "not given on the command line come from an older checkpoint or their defaults")
+            continue
+        config = manifest["info"].get("config")
+        return config if isinstance(config, dict) else None
     return None
 
 
@@ -236,14 +255,14 @@ def os_reason(error: BaseException) -> str:
 
 
 def checkpoint_bytes(path: Path) -> int:
-    """Bytes of every file in a checkpoint directory."""
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+    """Bytes of every regular file in a checkpoint directory (symbolic links neither counted nor followed)."""
+    return sum(p.lstat().st_size for p in walk_members(path)[0])
 
 
 def read_manifest(path: Path) -> dict | None:
-    """The manifest of checkpoint `path`, or None when it is missing or unreadable."""
+    """The manifest of checkpoint `path`, or None when it is missing, unreadable, no regular file or too long."""
     try:
-        manifest = json.loads((Path(path) / MANIFEST_FILE).read_text())
+        manifest = json.loads(read_member(Path(path) / MANIFEST_FILE, MANIFEST_MAX_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -257,7 +276,7 @@ def list_checkpoints(checkpoint_dir: Path) -> list[CheckpointRef]:
     refs = []
     for path in checkpoint_dir.iterdir():
         match = _NAME.match(path.name)
-        if match and path.is_dir():
+        if match and path.is_dir() and not path.is_symlink():     # a link to / would be walked
             refs.append(CheckpointRef(path, int(match.group(1))))
     return sorted(refs, key=lambda ref: ref.step)
 
@@ -303,9 +322,11 @@ def verify(path: Path) -> tuple[str, str | None]:
     """
     path = Path(path)
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text())
+        manifest = json.loads(read_member(path / MANIFEST_FILE, MANIFEST_MAX_BYTES))
     except FileNotFoundError:
         return "", "no manifest.json (the save did not finish)"
+    except NotRegularMember as error:
+        return "", f"manifest.json is {error.strerror}"
     except (OSError, ValueError, RecursionError) as error:
         return "", f"unreadable manifest.json ({first_line(error)[:120]})"
     problem = manifest_problem(manifest, path)
@@ -314,13 +335,19 @@ def verify(path: Path) -> tuple[str, str | None]:
         return (fmt if isinstance(fmt, str) else ""), problem
     files, fmt = manifest["files"], manifest["format"]
     for name, expected in files.items():
-        file = path / name
-        if not file.is_file():
+        try:
+            if sha256_file(member_path(path, name)) != expected:
+                return fmt, f"{name} fails its sha256 check (truncated or modified)"
+        except FileNotFoundError:
             return fmt, f"{name} is missing"
-        if sha256_file(file) != expected:
-            return fmt, f"{name} fails its sha256 check (truncated or modified)"
-    unlisted = sorted(p.relative_to(path).as_posix() for p in (path / SHARDED_DIR).rglob("*")
-                      if p.is_file() and p.relative_to(path).as_posix() not in files)
+        except NotRegularMember as error:
+            return fmt, f"{Path(error.filename).relative_to(path).as_posix()} is {error.strerror}"
+        except OSError as error:
+            return fmt, f"{name} cannot be read ({error.strerror or error})"
+    shards, odd = walk_members(path / SHARDED_DIR)
+    if odd is not None:
+        return fmt, f"{odd.relative_to(path).as_posix()} is neither a regular file nor a directory (a link or a pipe)"
+    unlisted = sorted(p.relative_to(path).as_posix() for p in shards if p.relative_to(path).as_posix() not in files)
     if unlisted:
         return fmt, f"{unlisted[0]} is not in the manifest (a file that the save did not write)"
     try:
@@ -337,13 +364,16 @@ def check_zip(file: Path) -> None:
     A file that is no zip at all (no end-of-archive record: emptied, cut short, a raw pickle) is left to
     torch.load, which says what it is: damaged, or a pickle naming code (refused, not skipped)."""
     try:
-        if not zipfile.is_zipfile(file):
-            return
+        handle = os.fdopen(open_member(file), "rb")
     except OSError:
-        return
+        return                       # torch.load (through load_trainer_state) says what it is
     try:
-        with zipfile.ZipFile(file) as archive:
-            bad = archive.testzip()
+        with handle:
+            if not zipfile.is_zipfile(handle):
+                return
+            handle.seek(0)
+            with zipfile.ZipFile(handle) as archive:
+                bad = archive.testzip()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as error:
         raise CorruptCheckpointError(f"{file} cannot be loaded (not a readable zip archive: {first_line(error)[:80]})") from None
     if bad is not None:
@@ -381,7 +411,8 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
     import torch
     file = Path(path) / TRAINER_FILE
     try:
-        state = torch.load(file, map_location=map_location, weights_only=True)
+        with os.fdopen(open_member(file), "rb") as handle:      # no link followed, no FIFO waited on
+            state = torch.load(handle, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         unsafe = next((line for line in lines if "GLOBAL" in line), None)

@@ -144,6 +144,7 @@ class Checkpointing:
                 info = {"loss": self.last_loss, "loss_spike": self.last_loss_spike, "tokens": self.tokens,
                         "config": self.config.to_dict()}
                 final = ckpt.commit(tmp, checkpoint_dir, self.step, self.fmt, info)
+                self.locks.mark_checkpointed()
                 ckpt.prune(checkpoint_dir, self.config.keep_checkpoints)
             except Exception as error:
                 failure = ckpt.os_reason(error)
@@ -275,7 +276,8 @@ class Checkpointing:
         if self.world.is_main:
             metrics = self.config.resolved_metrics()
             steps = recorded_steps(metrics)
-            if steps and self.locks.previous_metrics != str(metrics.resolve()):    # not this run's own, killed early
+            own = self.locks.previous_metrics == str(metrics.resolve()) and not self.locks.previous_checkpointed
+            if steps and not own:      # another run's, or this checkpoint dir's finished run whose checkpoints were deleted
                 problem = (f"{'--resume: no' if self.config.resume else 'no'} checkpoint in {directory}, but {metrics} "
                            f"holds steps {steps[0]}-{steps[1]} of a run; starting fresh would overwrite them. Check "
                            "--checkpoint-dir and --out-dir (to continue that run, --resume with its checkpoint "

@@ -9,6 +9,8 @@ sources, sized to finish in about three minutes on 2 CPU cores.
 
 from __future__ import annotations
 
+import os
+
 import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -38,6 +40,7 @@ class TrainConfig:
     tokenizer_name: str | None = None
     tokenizer_sha256: str | None = None
     model_vocab_size: int | None = None
+    model_sha256: str | None = None     # of the spec a --model config.json gave (train/vocab.py); None for presets
     steps: int = 600                    # optimizer steps
     batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
                                         # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
@@ -88,7 +91,7 @@ IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple",
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume).
 INHERITED = ("tokenizer", "special_tokens")
 # Fields the trainer records; never read from flags or --config.
-RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size")
+RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256")
 DATA_SOURCES = ("text", "data", "dataset")
 # Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
 # changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
@@ -104,6 +107,11 @@ CRUNCHER_DEFAULTS = {"steps": 200, "batch_size": 32, "seq_len": 1, "lr": 0.05, "
 
 # --config keys that are flags of the CLI but not fields: cli/train.py maps them (batch_layout) before resolve().
 CLI_KEYS = ("global_batch_size",)
+
+
+def max_threads() -> int:
+    """The most --threads a run takes: 4 per core of this machine (torch.set_num_threads(10**6) crashes, SIGSEGV)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 MAX_SEED = 2**63 - 1             # torch.manual_seed takes a signed or unsigned 64-bit integer; the seed + 1 of the
@@ -212,8 +220,9 @@ def validate(config: TrainConfig) -> None:
     for name in ("warmup_steps", "eval_every"):
         if getattr(config, name) < 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
-    if config.threads is not None and config.threads <= 0:
-        raise TrainledgerError(f"--threads must be a positive integer, got {config.threads}")
+    if config.threads is not None and not 0 < config.threads <= max_threads():
+        raise TrainledgerError(f"--threads must be an integer in 1..{max_threads()} (4 × the {os.cpu_count()} cores "
+                               f"here: more threads than cores only slow a step), got {config.threads}")
     if config.warmup_steps > config.steps:
         raise TrainledgerError(f"--warmup-steps {config.warmup_steps} exceeds --steps {config.steps}")
     if not config.lr > 0 or not 0 <= config.min_lr <= config.lr:
@@ -264,6 +273,11 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
                                f"(sha256 {old_sha[:12]}…) but this run's is {current.get('tokenizer_name')} "
                                f"(sha256 {new_sha[:12]}…); a resumed run cannot change its tokenizer: pass the "
                                "original --tokenizer, or choose another --out-dir/--checkpoint-dir")
+    old_model, new_model = saved.get("model_sha256"), current.get("model_sha256")
+    if old_model and new_model and old_model != new_model:
+        raise TrainledgerError(f"--resume: --model {current['model']} has changed since the checkpoint was written "
+                               f"(its spec's sha256 was {old_model[:12]}…, now {new_model[:12]}…); restore the "
+                               "config.json the run was trained with, or choose another --out-dir/--checkpoint-dir")
     if changed:
         detail = ", ".join(f"{_flag(k)} {saved[k]!r} (now {current[k]!r})" for k in changed)
         raise TrainledgerError(f"--resume: the checkpoint was written with {detail}, which a resumed run cannot "

@@ -137,7 +137,7 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
             what = f"{result['n_documents']:,} documents" if kind else f"{result['input_bytes']:,} bytes"
             log(f"tokenized {text} ({what}) with {tokenizer.name}: {result['n_tokens']:,} tokens -> {path}")
 
-    _build(path, write, tokenizer, f"the token cache {path}")
+    _build(path, write, tokenizer, f"the token cache {path}", mode=cache.source_mode(fields["source"]["mode"]))
     cache.alias(path, text.name)                      # first: the old alias still has its second link
     cache.prune(data_dir, text.name, path)
     return path
@@ -147,9 +147,9 @@ def _cache_dtype(tokenizer) -> str:
     return "uint8" if tokenizer.vocab_size <= 256 else dtype_for_vocab(tokenizer.vocab_size)
 
 
-def _build(path: Path, write, tokenizer, what: str, need: str = "") -> bool:
+def _build(path: Path, write, tokenizer, what: str, need: str = "", mode: int | None = None) -> bool:
     try:
-        return cache.build(path, write, tokenizer.sha256)
+        return cache.build(path, write, tokenizer.sha256, mode)
     except OSError as error:       # a full disk or a file-size limit: one line naming the path, no partial file
         raise TrainledgerError(f"--out-dir: cannot write {what}: {error.strerror or error}"
                                + (f" ({need})" if need else "")) from None

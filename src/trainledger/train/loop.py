@@ -50,7 +50,7 @@ from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
-from trainledger.train.vocab import follow_tokenizer, padding_cost
+from trainledger.train.vocab import follow_tokenizer, model_sha256, padding_cost
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.runlock import unlock_all
 from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
@@ -159,7 +159,7 @@ class Trainer(Checkpointing):
         self.spec, model_vocab = follow_tokenizer(self.spec, data.vocab_size, self.config.vocab_multiple)
         check_ids(data, data.vocab_size or model_vocab, self.config.model)
         self.config = replace(self.config, tokenizer_name=data.tokenizer_name, tokenizer_sha256=data.tokenizer_sha256,
-                              model_vocab_size=model_vocab)
+                              model_vocab_size=model_vocab, model_sha256=model_sha256(self.config.model))
         if self.world.is_main:
             record_tokenizer(data, Path(self.config.out_dir))
 
@@ -365,7 +365,7 @@ class Trainer(Checkpointing):
                  f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
         metrics_path = config.resolved_metrics()
         writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
-        self.locks.claim_metrics(metrics_path)
+        self.locks.claim_metrics(metrics_path, checkpointed=resume_from is not None)
         progress = Progress(config.steps, self.step, enabled=world.is_main and not self.quiet)
         self.log = progress.print if world.is_main and not self.quiet else self.log
         old_handlers = install_signal_handlers(self)

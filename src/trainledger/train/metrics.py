@@ -76,6 +76,41 @@ def _drop_partial_line(path: Path) -> None:
             handle.truncate(end)
 
 
+def not_metrics(path: str | Path, probe_bytes: int = 1 << 16) -> str | None:
+    """Why the existing file `path` is no metrics file that a run may truncate or append to, or None.
+
+    Ours: empty, or every complete line of its first `probe_bytes` a JSON object with an integer "step", and an
+    unfinished last line (a writer killed mid-line) starting with "{". Anything else — a corpus, another run's
+    token file (which that run memory-maps: truncating it is its SIGBUS), a config — is someone else's.
+    Reads at most `probe_bytes`; opened non-blocking, so a FIFO is never waited on (runlock refuses it first)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"it cannot be read ({error.strerror or error})"
+    try:
+        head = os.read(fd, probe_bytes)
+    except OSError as error:
+        return f"it cannot be read ({error.strerror or error})"
+    finally:
+        os.close(fd)
+    lines = head.split(b"\n")
+    complete, partial = lines[:-1], lines[-1]
+    if len(head) == probe_bytes and complete:   # the probe cut the last line: judge the whole lines only
+        partial = b""
+    for number, line in enumerate(complete, 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+            return f"its line {number} is no step record ({line[:40]!r})"
+    if partial and not partial.lstrip().startswith(b"{"):
+        return f"it holds {'text' if complete else 'no step record'} ({partial[:40]!r})"
+    return None
+
+
 def recorded_steps(path: str | Path, probe_bytes: int = 1 << 16) -> tuple[int, int] | None:
     """(first, last) step of the records at the head and the tail of a metrics file, or None when it holds none
     (missing, empty, or only a line cut short). Reads at most 2 × `probe_bytes`, whatever the file's size."""

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 from trainledger.files import not_regular
+from trainledger.train.metrics import not_metrics
 
 LOCK_FILE = ".lock"
+CHECKPOINTED = "checkpointed"     # third line of a checkpoint dir's lock file once its run committed a checkpoint
 _APPENDED = "the run appends one record per step to it and reads it back: give a file name"
 
 
@@ -56,8 +58,8 @@ def lock_directory(directory: Path, note: str = "") -> int:
     return fd
 
 
-def lock_note(directory: Path) -> str | None:
-    """The note the last holder of `directory`'s lock left (its second line), or None when there is none."""
+def lock_note(directory: Path, line: int = 1) -> str | None:
+    """The note the last holder of `directory`'s lock left (its second line, or `line`), or None when there is none."""
     try:
         fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -66,7 +68,7 @@ def lock_note(directory: Path) -> str | None:
         lines = _lines(fd)
     finally:
         os.close(fd)
-    return lines[1] if len(lines) > 1 and lines[1] else None
+    return lines[line] if len(lines) > line and lines[line] else None
 
 
 def lock_file(path: Path, flag: str) -> int:
@@ -120,17 +122,30 @@ def unlock_directory(fd: int | None) -> None:
 
 @dataclass
 class RunLocks:
-    """The locks of one run (fds) and the metrics file the checkpoint dir's previous trainer wrote (or None)."""
+    """The locks of one run (fds), the metrics file the checkpoint dir's previous trainer wrote (or None) and
+    whether that trainer committed a checkpoint (then its metrics are a run's record, not a false start)."""
 
     fds: list[int] = field(default_factory=list)
     previous_metrics: str | None = None
+    previous_checkpointed: bool = False
+    metrics: Path | None = None          # this run's, once claim_metrics() recorded it
 
-    def claim_metrics(self, metrics: Path) -> None:
-        """Records in the checkpoint dir's lock file that `metrics` is this run's (once it has started)."""
+    def claim_metrics(self, metrics: Path, checkpointed: bool = False) -> None:
+        """Records in the checkpoint dir's lock file that `metrics` is this run's (once it has started), and
+        `checkpointed` (a resumed run continues one that did) on a third line."""
+        self.metrics = Path(metrics).resolve()
+        self._note(checkpointed)
+
+    def mark_checkpointed(self) -> None:
+        """Records that this run committed a checkpoint: its metrics are never again taken for a false start."""
+        if self.metrics is not None:
+            self._note(True)
+
+    def _note(self, checkpointed: bool) -> None:
         if self.fds:
             os.lseek(self.fds[0], 0, os.SEEK_SET)
             os.ftruncate(self.fds[0], 0)
-            os.write(self.fds[0], f"{os.getpid()}\n{Path(metrics).resolve()}\n".encode())
+            os.write(self.fds[0], f"{os.getpid()}\n{self.metrics}\n{CHECKPOINTED if checkpointed else ''}\n".encode())
 
 
 def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
@@ -141,13 +156,19 @@ def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
     run's. On a refusal, the locks already taken are released before the TrainledgerError propagates.
     """
     out_dir, checkpoint_dir, metrics = Path(out_dir), Path(checkpoint_dir), Path(metrics)
-    locks = RunLocks(previous_metrics=lock_note(checkpoint_dir))
+    locks = RunLocks(previous_metrics=lock_note(checkpoint_dir),
+                     previous_checkpointed=lock_note(checkpoint_dir, 2) == CHECKPOINTED)
     try:
-        locks.fds.append(lock_directory(checkpoint_dir, locks.previous_metrics or ""))
+        note = (locks.previous_metrics or "") + (f"\n{CHECKPOINTED}" if locks.previous_checkpointed else "")
+        locks.fds.append(lock_directory(checkpoint_dir, note))
         if out_dir.resolve() != checkpoint_dir.resolve():
             locks.fds.append(lock_directory(out_dir))
         metrics.parent.mkdir(parents=True, exist_ok=True)
         locks.fds.append(lock_file(metrics, "--metrics"))
+        foreign = not_metrics(metrics)
+        if foreign:          # a corpus, another run's token file: never truncated, never appended to
+            raise TrainledgerError(f"--metrics {metrics} exists and is not a metrics file: {foreign}; refusing to "
+                                   "overwrite or append to it: pass another --metrics (or move that file away)")
     except BaseException:
         unlock_all(locks)
         raise

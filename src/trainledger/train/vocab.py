@@ -9,12 +9,14 @@ state and LM-head FLOPs, which `padding_cost` reports from the same formulas as 
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+import json
+from dataclasses import asdict, replace
 
 from trainledger.account.counting.flops import flops_per_step
 from trainledger.account.counting.params import n_params
 from trainledger.errors import TrainledgerError
-from trainledger.specs import get_model
+from trainledger.specs import PRESET_ALIASES, PRESETS, get_model
 
 
 def padded(vocab_size: int, multiple: int) -> int:
@@ -46,10 +48,24 @@ def padding_cost(spec, tokenizer_vocab: int, batch_size: int, seq_len: int) -> d
             "train_flops_per_step": flops_full - flops_base, "flops_fraction": (flops_full - flops_base) / flops_base}
 
 
+def model_sha256(model: str) -> str | None:
+    """Hex sha256 of the spec a --model config.json describes (canonical JSON of its fields), None for a preset:
+    a run records it, so that a config.json edited after training is refused, not silently loaded."""
+    if str(model).strip().lower() in PRESETS or str(model).strip().lower() in PRESET_ALIASES:
+        return None
+    spec = get_model(model)
+    return hashlib.sha256(json.dumps(asdict(spec), sort_keys=True, default=str).encode()).hexdigest()
+
+
 def run_spec(config):
     """The TransformerSpec a run trained: its --model with the vocabulary it recorded (a TrainConfig or a
-    checkpoint's config dict); the preset's vocabulary for runs that recorded none."""
+    checkpoint's config dict); the preset's vocabulary for runs that recorded none. A --model config.json whose
+    spec is no longer the one recorded (model_sha256) is a TrainledgerError."""
     values = config if isinstance(config, dict) else vars(config)
     spec = get_model(values["model"])
+    recorded = values.get("model_sha256")
+    if recorded and model_sha256(values["model"]) != recorded:
+        raise TrainledgerError(f"{values['model']} has changed since the run was trained (its spec's sha256 was "
+                               f"{recorded[:12]}…); restore the config.json the run was trained with")
     model_vocab = values.get("model_vocab_size")
     return replace(spec, vocab_size=model_vocab) if model_vocab and model_vocab != spec.vocab_size else spec
