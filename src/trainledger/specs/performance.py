@@ -265,9 +265,9 @@ B200_FP8 = GemmEfficiency(((8192, 8192, 8192, 3432.5 / 4500),), full_waves=False
 # Blackwell fp8, sustained: Azure/AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md, "GEMM CuBLASLt
 # (FP8)": random inputs, 10,000 warm-up iterations (the clocks a long run settles at under its power limit, as for
 # the A100 and H200 tables above), GB200 185GB, CUDA 12.8, driver 570.133.20, TFLOP/s by (m, n, k) of the GB200's
-# 5,000 TFLOP/s dense fp8 peak. The best case of a short shape search (mamf-finder's 3432.5 of 4500 on B200, above)
-# is 19 % above the best of these sustained figures (2906.9 of 5000 at 16384³ = 0.581 of peak against 0.763) and is
-# not used for fp8 where this table exists. The B200 takes the same fractions of its own (1,000 W) peak: the same
+# 5,000 TFLOP/s dense fp8 peak. The best case of a short shape search (mamf-finder's 3432.5 of 4500 on B200, above:
+# 0.763 of peak) is 31 % above the best of these sustained fractions (2906.9 of 5000 at 16384³ = 0.581) and is not
+# used for fp8 where this table exists. The B200 takes the same fractions of its own (1,000 W) peak: the same
 # die, an assumption (no sustained B200 table is published).
 _AZURE_GB200 = ("Azure/AI-benchmarking-guide ND_GB200_v6_results.md (cuBLASLt fp8, random data, 10k warm-up, GB200 "
                 "185GB, CUDA 12.8)")
