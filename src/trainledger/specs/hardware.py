@@ -271,9 +271,12 @@ B200 = GPUSpec(
            "block_scaled) at the FP8 rate: the datasheet prints one FP8 figure for Blackwell's block-scaled FP8",
     intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
     # measured matmul fractions (specs/performance.py); MXFP8 GEMMs at the fp8 fraction (same tensor-core rate)
-    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
-    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; matmul fractions measured by "
-                       "mamf-finder (specs/performance.py); no attention or bandwidth measurement"
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.BLACKWELL_FP8},
+    attention_efficiency={"cudnn": perf.CUDNN_B200},
+    performance_source="HGX B200 datasheet: NVLink 5, 8 x 400 Gb/s ConnectX-7; bf16 matmuls: mamf-finder's best "
+                       "case; fp8: the sustained cuBLASLt fractions measured on GB200 (same die); cuDNN attention "
+                       "bounded by FlashAttention-4's B200 rate; NVLink 5 busbw measured on GB200; no HBM bandwidth "
+                       "or kernel-overhead measurement (specs/performance.py)"
 )
 
 # GB200 NVL72: 36 Grace CPUs + 72 Blackwell GPUs in ONE NVLink 5 domain (NVIDIA GB200 NVL72 product page: 130 TB/s
@@ -290,10 +293,13 @@ GB200 = GPUSpec(
     source="NVIDIA GB200 NVL72 product page (per GPU = rack / 72); Blackwell technical brief (GB200 at 1,200 W), "
            "dense tensor-core peaks",
     gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.IB_NDR,
-    # the B200's measured matmul fractions, applied to the GB200's higher (1,200 W) peaks: the same Blackwell die
-    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.B200_FP8},
+    # fp8: the sustained fractions measured on GB200 itself; bf16: the B200's best case, applied to the GB200's higher
+    # (1,200 W) peaks (the same Blackwell die); cuDNN attention as the B200's (specs/performance.py)
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.BLACKWELL_FP8},
+    attention_efficiency={"cudnn": perf.CUDNN_B200},
     performance_source="GB200 NVL72: 72 GPUs on NVLink 5 switches (one NVLink domain, gpus_per_node = 72); one "
-                       "400 Gb/s NIC per GPU between racks; matmul fractions of the B200 (same die; an assumption)"
+                       "400 Gb/s NIC per GPU between racks; fp8 matmuls (cuBLASLt) and NVLink 5 busbw measured on "
+                       "GB200 (Azure ND GB200 v6); bf16 matmul and attention fractions of the B200 (same die; assumed)"
 )
 
 # H800 SXM5: the H100 SXM5 (same GH100 compute, HBM3 80 GB, 3.35 TB/s) sold in China with NVLink cut to 400 GB/s

@@ -154,9 +154,20 @@ NVLINK3 = Link("NVLink 3 (NVSwitch)", 300 * GB, 235 / 300, 3.4 * US, NCCL_CALL_L
 NVLINK4 = Link("NVLink 4 (NVSwitch)", 450 * GB, 367.61 / 450, 3.4 * US, NCCL_CALL_LATENCY,
                "H100 datasheet (900 GB/s bidirectional); ring busbw 367.61 GB/s on 8x H200, NVLS off "
                "(stas00/ml-engineering all-reduce-8xH200.md); " + _NCCL)
-# NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU = 900 GB/s per direction; no published ring measurement.
-NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 1.0, 3.4 * US, NCCL_CALL_LATENCY,
-               "HGX B200 datasheet (1.8 TB/s bidirectional); no published ring busbw: datasheet rate; " + _NCCL)
+# NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU = 900 GB/s per direction. Measured all_reduce (Ring, in-place)
+# bus bandwidth by message size on GB200 NVLink 5 (Azure/AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md,
+# "NCCL Bandwidth", NCCL 2.25.1; the GPU count is not stated), GB/s; the sizes printed as 1K ... 8G are powers of two:
+#   1K 0.10, 4K 0.38, 16K 1.46, 65K 5.71, 256K 22.41, 1M 80.48, 2M 110.43, 4M 146.27, 8M 253.46, 16M 331.09,
+#   33M 422.62, 67M 550.73, 134M 574.19, 268M 593.53, 536M 618.74, 1G 646.87, 2G 666.63, 4G 673.06, 8G 679.61
+# 679.61 of 900 GB/s = 0.755 at 8 GiB. The HGX B200 board has the same NVLink 5 switches: the same curve (assumed).
+NVLINK5_ALLREDUCE_BUSBW = tuple((2 ** log2_size, gbps * GB) for log2_size, gbps in (
+    (10, 0.10), (12, 0.38), (14, 1.46), (16, 5.71), (18, 22.41), (20, 80.48), (21, 110.43), (22, 146.27),
+    (23, 253.46), (24, 331.09), (25, 422.62), (26, 550.73), (27, 574.19), (28, 593.53), (29, 618.74),
+    (30, 646.87), (31, 666.63), (32, 673.06), (33, 679.61)))
+NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 679.61 / 900, 3.4 * US, NCCL_CALL_LATENCY,
+               "HGX B200 datasheet (1.8 TB/s bidirectional); all_reduce busbw by message size on GB200, NCCL 2.25.1 "
+               "(Azure/AI-benchmarking-guide ND_GB200_v6_results.md); " + _NCCL,
+               busbw_curve=NVLINK5_ALLREDUCE_BUSBW)
 # H800 NVLink: 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA H800 datasheet); DeepSeek-V3 (arXiv:2412.19437,
 # Sec. 3.2.2) states the achieved rate: "NVLink offers a bandwidth of 160 GB/s".
 NVLINK_H800 = Link("NVLink (H800, 400 GB/s)", 200 * GB, 160 / 200, 3.4 * US, NCCL_CALL_LATENCY,
@@ -251,6 +262,22 @@ B200_BF16 = GemmEfficiency(((8192, 8192, 8192, 1745.0 / 2250),), full_waves=Fals
                            source=_B200_MAMF + ": bf16 1745.0 of 2250 TFLOP/s, applied to every shape")
 B200_FP8 = GemmEfficiency(((8192, 8192, 8192, 3432.5 / 4500),), full_waves=False,
                           source=_B200_MAMF + ": fp8 3432.5 of 4500 TFLOP/s, applied to every shape")
+# Blackwell fp8, sustained: Azure/AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md, "GEMM CuBLASLt
+# (FP8)": random inputs, 10,000 warm-up iterations (the clocks a long run settles at under its power limit, as for
+# the A100 and H200 tables above), GB200 185GB, CUDA 12.8, driver 570.133.20, TFLOP/s by (m, n, k) of the GB200's
+# 5,000 TFLOP/s dense fp8 peak. The best case of a short shape search (mamf-finder's 3432.5 of 4500 on B200, above:
+# 0.763 of peak) is 31 % above the best of these sustained fractions (2906.9 of 5000 at 16384³ = 0.581) and is not
+# used for fp8 where this table exists. The B200 takes the same fractions of its own (1,000 W) peak: the same
+# die, an assumption (no sustained B200 table is published).
+_AZURE_GB200 = ("Azure/AI-benchmarking-guide ND_GB200_v6_results.md (cuBLASLt fp8, random data, 10k warm-up, GB200 "
+                "185GB, CUDA 12.8)")
+GB200_FP8_PEAK_TFLOPS = 5000
+BLACKWELL_FP8 = GemmEfficiency(tuple((m, n, k, tflops / GB200_FP8_PEAK_TFLOPS) for m, n, k, tflops in (
+    (1024, 1024, 1024, 489.2), (2048, 2048, 2048, 2243.6), (4096, 4096, 4096, 2834.6), (8192, 8192, 8192, 2876.6),
+    (16384, 16384, 16384, 2906.9), (32768, 32768, 32768, 2825.6), (1024, 2145, 1024, 1022.2),
+    (6144, 12288, 12288, 2895.6), (802816, 192, 768, 1459.5))), full_waves=False,
+    source=_AZURE_GB200 + ": fractions of the GB200's 5,000 TFLOP/s (the B200's of its 4,500: same die, assumed); "
+                          "no SM count: interpolated by shape")
 
 # --- the same die at a lower power limit -------------------------------------------------------------------------
 # A GPU's tensor cores run at the clock its power limit sustains under tensor-core load, and NVIDIA rates each
@@ -320,6 +347,20 @@ CUDNN_H100 = _h100_table("cudnn", (497, 574, 617, 609, 600, 595), (305, 408, 465
                          (315, 410, 484, 518, 529, 539),
                          others=[_h100_table("cudnn", (335, 373, 395, 408, 412, 413), (266, 348, 395, 417, 432, 433),
                                              (225, 288, 334, 363, 379, 388), 64)])
+# B200: the fastest published attention kernel, FlashAttention-4 (Zadouri et al. 2026, arXiv:2603.05451, abstract),
+# reaches "up to 1613 TFLOPs/s (71% utilization)" in BF16, and is "1.1-1.3x faster than cuDNN 9.13 in forward"
+# (Together AI's FlashAttention-4 post). cuDNN, which Transformer Engine runs, is therefore at most 1613 / 1.1 =
+# 1466 TFLOP/s forward: 0.652 of the 2,250 dense peak, an upper bound and the only B200 figure published (flat in the
+# sequence length). Its backward and causal rates are not published: the H100 cuDNN's measured backward / forward
+# ratio at 16k (516 / 595) and its causal / full ratios by sequence (FA3 paper, above) are applied (assumed to carry
+# over). The GB200 takes the same fractions of its higher peak (the same die, as for the GEMMs).
+_FA4_BEST_TFLOPS, _FA4_OVER_CUDNN_AT_LEAST, B200_BF16_TFLOPS = 1613.0, 1.1, 2250.0
+_B200_CUDNN_FORWARD = _FA4_BEST_TFLOPS / _FA4_OVER_CUDNN_AT_LEAST / B200_BF16_TFLOPS
+CUDNN_B200 = AttentionEfficiency(
+    "cudnn", ((16384, _B200_CUDNN_FORWARD, _B200_CUDNN_FORWARD * 516 / 595),), CUDNN_H100.causal_ratio,
+    "FlashAttention-4 (arXiv:2603.05451): up to 1613 TFLOP/s bf16 on B200, >= 1.1x cuDNN 9.13 forward: cuDNN <= 1466 "
+    "TFLOP/s (an upper bound, flat in sequence); backward / forward and causal ratios of the H100 cuDNN (FA3 paper)")
+
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691), abstract and Sec. 4.1: 50-73% of the A100's peak across
 # its benchmark (sequence 512 ... 16k, head dim 64/128); coarse: the range spread from the shortest to the longest.
 FA2_A100 = AttentionEfficiency(

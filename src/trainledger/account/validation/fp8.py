@@ -15,8 +15,9 @@ How each row is asked (assumptions where the source is silent, the same for ever
 - torchtitan: framework torchtitan with torch.compile, FSDP2 (ZeRO 3, bf16 parameters gathered), selective-op
   recomputation (Tables 1, 3), its torchao kernels modelled by fp8-rowwise (casts on every pass); the runs of
   2024-12 used torchao's tensorwise scaling, whose GEMMs run at the same FP8 rate here.
-Blackwell (B200, GB200): no published GEMM or attention efficiency is in specs/, so their matmuls run at the
-datasheet peak: an optimistic bound, named in the report.
+Blackwell (B200, GB200): FP8 GEMMs at the sustained cuBLASLt rates measured on GB200, NVLink 5 at its measured bus
+bandwidth, cuDNN attention at FlashAttention-4's bound (specs/performance.py); their HBM streams at the datasheet
+rate and their kernels without overhead (nothing published found): optimistic there.
 """
 
 from __future__ import annotations
