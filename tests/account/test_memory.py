@@ -123,7 +123,7 @@ def test_fits_uses_the_peak_and_the_reserve():
 def test_the_cuda_reserve_by_default_has_its_three_parts():
     m = M.memory_per_gpu(n_params=1e9, precision="fp32", reserve_bytes=None, memory_per_gpu_bytes=80e9)
     parts = m["reserve_parts"]
-    assert parts["context"] == M.CUDA_CONTEXT_BYTES == 666_632_192        # pytorch/pytorch PR #86509
+    assert parts["context"] == M.CUDA_CONTEXT_BYTES                       # lazy loading, measured (below)
     assert parts["workspaces"] == 2 * 32 * 2**20                          # two cuBLAS handles, 32 MiB on Hopper
     assert parts["allocator"] == pytest.approx(M.ALLOCATOR_SLACK_FRACTION * m["peak_bytes"])
     assert m["reserve_bytes"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))

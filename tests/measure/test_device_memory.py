@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainledger.account.memory.per_gpu import cuda_reserve_bytes, memory_per_gpu
+from trainledger.account.memory.per_gpu import (CUDA_CONTEXT_BYTES, CUDA_CONTEXT_EAGER_BYTES, cuda_reserve_bytes,
+                                                memory_per_gpu)
 from trainledger.errors import TrainledgerError
 from trainledger.measure import device_memory as D
 from trainledger.specs import get_model
@@ -102,8 +103,8 @@ def test_check_before_run_checks_only_cuda():
 
 def test_recorded_oom_message_becomes_one_line_with_its_numbers():
     n = D.oom_numbers(RECORDED)
-    assert n == {"asked": 7.83 * GIB, "total": 79.18 * GIB, "free": 4.43 * GIB, "allocated": 67.59 * GIB,
-                 "unallocated": 6.66 * GIB}
+    assert n == {"asked": 7.83 * GIB, "total": 79.18 * GIB, "free": 4.43 * GIB, "in_use": 74.74 * GIB,
+                 "allocated": 67.59 * GIB, "unallocated": 6.66 * GIB}
     line = D.oom_message(torch.OutOfMemoryError(RECORDED), live=lambda: pytest.fail("the message had every number"))
     assert "\n" not in line
     for figure in ("7.83 GiB", "67.6 GiB", "74.2 GiB", "6.66 GiB", "4.43 GiB", "79.2 GiB", "--batch-size"):
@@ -200,3 +201,15 @@ def test_reserved_memory_on_a_real_gpu_matches_the_allocator_replay():
     replayed = result["details"]["allocator_replay"]["peak_reserved_bytes"]
     assert result["measured"]["reserved_bytes"] == pytest.approx(replayed, rel=0.1)
     assert result["measured"]["reserved_bytes"] >= result["measured"]["later_step_peak_bytes"]
+
+
+def test_the_cuda_context_is_what_the_recorded_h100_training_process_held_outside_the_allocator():
+    """The recorded H100 out-of-memory error (tests/data/h100_2026_11_26, PyTorch 2.11 + CUDA 13.0, lazy module
+    loading: PyTorch's default since pytorch/pytorch PR #86509) came in the second step, after a whole first step
+    had loaded its kernels: in use by the process minus PyTorch's reserved memory (allocated + cached; the cuBLAS
+    workspaces are allocated through the caching allocator) is the context. It lies between the lazy context at
+    start-up (287,047,680 B) and every module loaded (666,632,192 B), both measured in PR #86509."""
+    parsed = D.oom_numbers(RECORDED)
+    outside_allocator = parsed["in_use"] - parsed["allocated"] - parsed["unallocated"]
+    assert CUDA_CONTEXT_BYTES == pytest.approx(outside_allocator, abs=0.015 * 2**30)   # the message's rounding
+    assert 287_047_680 < CUDA_CONTEXT_BYTES < CUDA_CONTEXT_EAGER_BYTES == 666_632_192

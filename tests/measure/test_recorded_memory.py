@@ -42,7 +42,11 @@ def test_llama_1b_8x2048_no_longer_fits_with_14_gib_to_spare():
     assert m["first_step_peak_bytes"] / GIB == pytest.approx(62.24, abs=0.01)
     assert m["peak_bytes"] / GIB == pytest.approx(71.44, abs=0.01)          # + 9.21 GiB of AdamW states
     assert m["peak_moment"] == "backward_start"
-    assert not m["fits"]                                                    # the 80 GB (74.5 GiB) datasheet H100
+    # at the edge of the 79.18 GiB CUDA reports, not 14 GiB to spare: 71.44 GiB + 0.49 GiB of lazily loaded CUDA
+    # context + 64 MiB of cuBLAS workspaces + 10 % of the peak for the allocator's cache leaves 38 MiB. It fits, as
+    # the replay below says `train`'s step does (74.26 GiB reserved + the context); `profile`'s, which kept the
+    # logits, did not (test_allocator.py)
+    assert abs(m["headroom_bytes"]) < 0.01 * h100.memory_bytes
     on_the_recorded_h100 = memory_per_gpu(spec, batch_size=8, seq_len=2048, precision="amp-bf16", zero=0,
                                           reserve_bytes=None, memory_per_gpu_bytes=H100_BYTES)
     assert on_the_recorded_h100["headroom_bytes"] < 0.01 * H100_BYTES      # at the edge, not 14 GiB to spare

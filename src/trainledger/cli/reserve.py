@@ -8,7 +8,7 @@ from trainledger import units
 from trainledger.errors import TrainledgerError
 
 HELP = ("bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (the default: on NVIDIA and AMD "
-        "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.62 GiB + two cuBLAS workspaces 64 MiB "
+        "GPUs what a CUDA process holds besides its tensors: the CUDA context 0.49 GiB (lazy module loading) + two cuBLAS workspaces 64 MiB "
         "+ 10%% of the peak for the caching allocator's cache, account/memory/per_gpu.py; 0 on other devices); or "
         "'expandable' (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: context and workspaces only; the default "
         "with --framework torchtitan, whose launcher sets it)")

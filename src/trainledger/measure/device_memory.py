@@ -108,12 +108,15 @@ def _size(pattern: str, text: str) -> float | None:
 
 
 def oom_numbers(message: str) -> dict:
-    """{asked, total, free, allocated, unallocated} bytes (None where absent) from PyTorch's OutOfMemoryError text
-    (c10/cuda/CUDACachingAllocator.cpp: "Tried to allocate X. GPU 0 has a total capacity of T of which F is free.
-    ... Of the allocated memory A is allocated by PyTorch, and U is reserved by PyTorch but unallocated.")."""
+    """{asked, total, free, in_use, allocated, unallocated} bytes (None where absent) from PyTorch's OutOfMemoryError
+    text (c10/cuda/CUDACachingAllocator.cpp: "Tried to allocate X. GPU 0 has a total capacity of T of which F is free.
+    Including non-PyTorch memory, this process has P memory in use. Of the allocated memory A is allocated by
+    PyTorch, and U is reserved by PyTorch but unallocated."). P - A - U is what the process holds outside the
+    caching allocator: its CUDA context (account.memory.per_gpu.CUDA_CONTEXT_BYTES)."""
     return {"asked": _size(r"Tried to allocate SIZE", message),
             "total": _size(r"total capacity of SIZE", message),
             "free": _size(r"of which SIZE is free", message),
+            "in_use": _size(r"this process has SIZE memory in use", message),
             "allocated": _size(r"SIZE is allocated by PyTorch", message),
             "unallocated": _size(r"SIZE is reserved by PyTorch but unallocated", message)}
 

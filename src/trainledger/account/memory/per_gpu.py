@@ -41,10 +41,17 @@ from trainledger.account.memory.fp8 import apply as apply_fp8, fp8_memory
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
 
 # What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
-# - the CUDA context: 666,632,192 B with every kernel module of PyTorch loaded; 287,047,680 B right after
-#   initialisation with lazy module loading, which grows toward the former as kernels are first used
-#   (measured in pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY PyTorch's default);
-CUDA_CONTEXT_BYTES = 666_632_192
+# - the CUDA context: 666,632,192 B with every kernel module of PyTorch loaded (CUDA_MODULE_LOADING=EAGER);
+#   287,047,680 B right after initialisation with lazy module loading, which grows as kernels are first used
+#   (measured in pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY PyTorch's default since 1.13).
+#   A training process loads only the kernels its step runs: on the recorded H100 (tests/data/h100_2026_11_26,
+#   PyTorch 2.11 + CUDA 13.0, lazy loading) the out-of-memory error in the second step of Llama 1B 8 x 2048, after a
+#   whole first step (forward, backward, AdamW) had loaded its kernels, read "this process has 74.74 GiB memory in
+#   use. Of the allocated memory 67.59 GiB is allocated by PyTorch, and 6.66 GiB is reserved by PyTorch but
+#   unallocated": what the process held outside PyTorch's allocator (the cuBLAS workspaces are inside it) was
+#   0.49 GiB (± 0.015 GiB from the message's rounding). That is the default; EAGER loading is the upper bound.
+CUDA_CONTEXT_EAGER_BYTES = 666_632_192
+CUDA_CONTEXT_BYTES = round((74.74 - 67.59 - 6.66) * 2**30)     # 0.49 GiB = 526,133,494 B
 # - cuBLAS workspaces: 32 MiB per handle on Hopper and Blackwell (":4096:8"; 8.125 MiB, ":4096:2:16:8", before),
 #   allocated through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize);
 #   a training step has two handles: the forward's thread and autograd's device thread;
@@ -63,8 +70,9 @@ ASSUMED_ASPECT_RATIO = 128
 def cuda_reserve_bytes(peak_bytes: float, *, context: bool = True, expandable_segments: bool = False) -> dict:
     """Bytes a CUDA training process holds beyond its tensors' peak `peak_bytes`, by part, and their "total".
 
-    context (CUDA_CONTEXT_BYTES; context=False when the free memory is read after CUDA started, as
-    torch.cuda.mem_get_info() does, so the context is already taken), two cuBLAS workspaces
+    context (CUDA_CONTEXT_BYTES, a training process's context under PyTorch's default lazy module loading;
+    context=False when the free memory is read after CUDA started, as torch.cuda.mem_get_info() does, so the
+    context is already taken), two cuBLAS workspaces
     (CUBLAS_WORKSPACE_BYTES each) and the caching allocator's cache (ALLOCATOR_SLACK_FRACTION of the peak; none
     with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, where segments grow and are unmapped by 2 or 20 MiB
     pages instead of being split: c10/cuda/CUDACachingAllocator.cpp, "Expandable Segments"; torchtitan's
