@@ -269,4 +269,13 @@ GPT_OSS_120B = TransformerSpec(
     pretrain_seq_len=4096,  # config.json initial_context_length 4096 (the context before YaRN extension)
 )
 
-PRESETS.update({spec.name: spec for spec in [DEEPSEEK_V3, QWEN3_235B_A22B, GPT_OSS_120B]})
+# A byte-level mixture of experts small enough for CPU runs of `train --ep` (trainledger's own): tiny with 8 GELU
+# experts of 256, top-2
+TINY_MOE = TransformerSpec(
+    name="tiny-moe", vocab_size=256, d_model=128, n_layers=4, n_heads=4, d_ff=256, max_seq_len=256,
+    position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True, attn_out_bias=True,
+    mlp_bias=True, tied_embeddings=True, n_experts=8, experts_per_token=2,
+    source="trainledger: byte-level mixture of experts for CPU training", pretrain_seq_len=128,
+)
+
+PRESETS.update({spec.name: spec for spec in [DEEPSEEK_V3, QWEN3_235B_A22B, GPT_OSS_120B, TINY_MOE]})

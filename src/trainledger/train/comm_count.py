@@ -149,7 +149,8 @@ def predicted_comm_bytes(trainer) -> float:
     return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
                               micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
                               pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
-                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model))["total"]
+                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model),
+                              ep=config.ep)["total"]
 
 
 def _stage_blocks(model) -> int | None:

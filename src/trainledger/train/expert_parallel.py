@@ -55,7 +55,8 @@ class ExpertParallelMoE(nn.Module):
         self.top_k, self.renormalize, self.force_balance = moe.top_k, moe.renormalize, force_balance
         self.router = moe.router
         first = self.rank * self.local
-        self.experts = nn.ModuleList(list(moe.experts)[first:first + self.local])
+        # keyed by the global expert index, so parameter names (and checkpoints) are those of the unsplit model
+        self.experts = nn.ModuleDict({str(e): moe.experts[e] for e in range(first, first + self.local)})
         self.shared_expert, self.shared_expert_gate = moe.shared_expert, moe.shared_expert_gate
         self.offset = 0           # force_balance: where the round-robin starts (the rank's first global token slot)
 
@@ -88,9 +89,12 @@ class ExpertParallelMoE(nn.Module):
         arrived = all_to_all_single(flat.new_empty(sum(recv), flat.shape[1]), dispatched, recv, send, group=self.group)
         chunks = arrived.split(counts.flatten().tolist())           # (source 0: expert 0, 1, ...), (source 1: ...)
         outputs = [None] * len(chunks)
-        for e, expert in enumerate(self.experts):
+        for e, expert in enumerate(self.experts.values()):
             pieces = [chunks[s * self.local + e] for s in range(self.ep)]
-            y = expert(torch.cat(pieces)) if sum(p.shape[0] for p in pieces) else torch.cat(pieces)
+            if not sum(p.shape[0] for p in pieces):   # no tokens: no gradient, as models.mlp.MoE skips the expert
+                outputs[e::self.local] = pieces                # (an optimizer then leaves it alone: no weight decay)
+                continue
+            y = expert(torch.cat(pieces))
             for s, part in enumerate(y.split([p.shape[0] for p in pieces])):
                 outputs[s * self.local + e] = part
         back = torch.cat(outputs) if outputs else arrived
@@ -119,8 +123,64 @@ def shard_experts(model: nn.Module, group, force_balance: bool = False) -> list[
     return names
 
 
-def expert_grad_hooks(model: nn.Module, names: list[str], dp: int) -> None:
-    """Scale the expert parameters' gradients by 1/dp as they are computed (see the module docstring)."""
+def expert_grad_hooks(model: nn.Module, names: list[str], dp: int, copies_group=None) -> None:
+    """Scale the expert parameters' gradients by 1/dp as they are computed. Each is marked with
+    `data_parallel_copies` (for train.distributed.clip_grad_norm's global norm) and, when dp/ep ranks hold copies of
+    it, with the group `reduce_expert_copies` sums them over once per step (not in the hook: the order in which
+    a backward reaches the experts depends on the routing, so per-tensor all-reduces could pair unlike tensors)."""
     params = dict(model.named_parameters())
+    copies = dist.get_world_size(copies_group) if copies_group is not None else 1
     for name in names:
         params[name].register_hook(lambda grad: grad / dp)
+        params[name].data_parallel_copies = copies
+        params[name].expert_copies_group = copies_group if copies > 1 else None
+
+
+def reduce_expert_copies(model: nn.Module) -> None:
+    """Sum the gradients of the experts over the ranks that hold copies of them: one all-reduce of all of them, in
+    the order of model.named_parameters() (the same on every rank). Call after the step's last backward."""
+    held = [p for _, p in sorted(model.named_parameters()) if getattr(p, "expert_copies_group", None) is not None]
+    if not held:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in held]
+    # one presence flag per tensor rides along: an expert no copy ran on keeps no gradient (as in one process)
+    present = torch.tensor([p.grad is not None for p in held], dtype=grads[0].dtype, device=grads[0].device)
+    flat = torch.cat([g.reshape(-1) for g in grads] + [present])
+    dist.all_reduce(flat, group=held[0].expert_copies_group)
+    pieces = flat.split([g.numel() for g in grads] + [len(held)])
+    for p, piece, seen in zip(held, pieces, pieces[-1].tolist()):
+        p.grad = piece.view_as(p).clone() if seen else None
+
+
+_GROUPS: list = []          # the process groups setup_expert_parallel made (destroy_expert_groups closes them)
+
+
+def destroy_expert_groups() -> None:
+    """Close the expert-parallel process groups before the default one: modules still hold them, and a gloo group
+    left to the interpreter's exit aborts the process (std::terminate on its worker threads)."""
+    while _GROUPS:
+        group = _GROUPS.pop()
+        if group is not None and dist.is_initialized():
+            dist.destroy_process_group(group)
+
+
+def setup_expert_parallel(model: nn.Module, world, ep: int, force_balance: bool = False) -> list[str]:
+    """Split the experts of `model` over groups of `ep` consecutive data-parallel ranks (--ep under torchrun, without
+    --tp or --pp: the data-parallel rank is the global rank); the ranks at the same place in their group hold the
+    same experts and sum their gradients. Returns the expert parameter names (data parallelism leaves them alone)."""
+    check_expert_parallel(model.spec, ep, world.dp_size)
+    dp = world.dp_size
+    mine = copies = None
+    for start in range(0, dp, ep):                     # every rank creates every group, in the same order
+        group = dist.new_group(list(range(start, start + ep)))
+        _GROUPS.append(group)
+        if start <= world.rank < start + ep:
+            mine = group
+    for offset in range(ep):
+        group = dist.new_group(list(range(offset, dp, ep)))
+        _GROUPS.append(group)
+        if world.rank % ep == offset:
+            copies = group
+    names = shard_experts(model, mine, force_balance)
+    expert_grad_hooks(model, names, dp, copies if dp > ep else None)
+    return names
