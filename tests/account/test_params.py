@@ -23,7 +23,7 @@ def hf_config_for(spec: TransformerSpec):
     import transformers
 
     if spec.position == "learned":
-        if spec.head_dim * spec.n_heads != spec.d_model:
+        if spec.head_dim * spec.n_heads != spec.d_model or spec.is_moe:   # GPT-2 has no experts (tiny-moe)
             return None
         return transformers.GPT2Config(
             vocab_size=spec.vocab_size, n_embd=spec.d_model, n_layer=spec.n_layers, n_head=spec.n_heads,
@@ -96,16 +96,19 @@ def unique_numel(module) -> int:
 
 
 def torch_gpt_reference(spec: TransformerSpec):
-    """A GPT-2-style model assembled from torch.nn layers on the meta device, for shapes HF's GPT-2 cannot take."""
+    """A GPT-2-style model assembled from torch.nn layers on the meta device, for shapes HF's GPT-2 cannot take
+    (GPT-3 13B's heads; tiny-moe's experts)."""
     import torch
     from torch import nn
 
     with torch.device("meta"):
         def block():
+            experts = [nn.Linear(spec.d_model, spec.n_experts, bias=False)] if spec.is_moe else []
+            for _ in range(spec.n_experts):     # one MLP, or each expert's (with the bias-free router above)
+                experts += [nn.Linear(spec.d_model, spec.d_ff), nn.Linear(spec.d_ff, spec.d_model)]
             return nn.ModuleList([
                 nn.LayerNorm(spec.d_model), nn.Linear(spec.d_model, 3 * spec.n_heads * spec.head_dim),
-                nn.Linear(spec.n_heads * spec.head_dim, spec.d_model), nn.LayerNorm(spec.d_model),
-                nn.Linear(spec.d_model, spec.d_ff), nn.Linear(spec.d_ff, spec.d_model)])
+                nn.Linear(spec.n_heads * spec.head_dim, spec.d_model), nn.LayerNorm(spec.d_model), *experts])
         wte = nn.Embedding(spec.vocab_size, spec.d_model)
         head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         head.weight = wte.weight  # tied, as in GPT-2 / GPT-3

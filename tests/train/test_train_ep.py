@@ -62,9 +62,14 @@ def test_ep_bytes_equal_prediction_under_forced_balance(token_file, tmp_path):
         assert record["comm_bytes"] == record["predicted_comm_bytes"] + LOSS_ALLREDUCE_BYTES
 
 
-def test_ep_that_does_not_divide_the_experts_is_one_line(token_file, tmp_path):
-    done = torchrun("--data", token_file, "--model", "tiny-moe", "--steps", 1, "--global-batch-size", 6, "--seq-len", 32,
-                    "--no-plot", "--quiet", "--parallel", "ddp", "--ep", 3, "--out-dir", tmp_path / "run", nproc=3)
-    assert done.returncode == 2
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors and "--ep 3 must divide the 8 experts of 'tiny-moe'" in errors[0]
+def test_ep_errors_are_one_line(token_file, tmp_path, capsys):
+    """--ep 3 with 8 experts, --ep on a dense model, --ep without torchrun: exit 2, one line naming the flag."""
+    base = ["--data", token_file, "--out-dir", tmp_path, "--steps", 1, "--global-batch-size", 6, "--seq-len", 32,
+            "--no-plot", "--quiet"]
+    for extra, words in ((["--model", "tiny-moe", "--ep", 3], "--ep 3 must divide the 8 experts of 'tiny-moe'"),
+                         (["--model", "tiny", "--ep", 2], "--ep 2 needs a mixture-of-experts model"),
+                         (["--model", "tiny-moe", "--ep", 2], "--ep 2 needs 2 processes or more")):
+        status, _, err = train_in_process(capsys, *base, *extra)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert status == 2 and "Traceback" not in err, err
+        assert any(words in line for line in lines) and sum(line.startswith("error:") for line in lines) == 1, err
