@@ -14,7 +14,7 @@ from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
-         "pipeline_bubble")
+         "pipeline_bubble", "ep_comm")
 
 
 def setups():

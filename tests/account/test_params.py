@@ -23,7 +23,7 @@ def hf_config_for(spec: TransformerSpec):
     import transformers
 
     if spec.position == "learned":
-        if spec.head_dim * spec.n_heads != spec.d_model:
+        if spec.head_dim * spec.n_heads != spec.d_model or spec.is_moe:   # GPT-2 has no experts (tiny-moe)
             return None
         return transformers.GPT2Config(
             vocab_size=spec.vocab_size, n_embd=spec.d_model, n_layer=spec.n_layers, n_head=spec.n_heads,
@@ -52,6 +52,19 @@ def hf_config_for(spec: TransformerSpec):
         if spec.qk_norm:
             return transformers.Gemma3TextConfig(rope_local_base_freq=spec.rope_local_theta, **gemma)
         return transformers.Gemma2Config(attn_logit_softcapping=spec.attn_softcap, **gemma)
+    if spec.is_mla:
+        return transformers.DeepseekV3Config(
+            head_dim=spec.qk_rope_head_dim, qk_rope_head_dim=spec.qk_rope_head_dim,
+            qk_nope_head_dim=spec.head_dim - spec.qk_rope_head_dim, v_head_dim=spec.value_dim,
+            q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank, n_routed_experts=spec.n_experts,
+            num_experts_per_tok=spec.experts_per_token, moe_intermediate_size=spec.d_ff,
+            n_shared_experts=(spec.shared_expert_d_ff or 0) // spec.d_ff, first_k_dense_replace=len(spec.dense_layers),
+            n_group=1, topk_group=1, num_nextn_predict_layers=spec.n_mtp_layers,
+            **(common | {"intermediate_size": spec.dense_d_ff or spec.d_ff}))
+    if spec.attention_sinks:
+        return transformers.GptOssConfig(
+            head_dim=spec.head_dim, num_local_experts=spec.n_experts, num_experts_per_tok=spec.experts_per_token,
+            **window, **common)
     if spec.is_moe and spec.qk_norm:
         return transformers.Qwen3MoeConfig(
             head_dim=spec.head_dim, num_experts=spec.n_experts, num_experts_per_tok=spec.experts_per_token,
@@ -83,16 +96,19 @@ def unique_numel(module) -> int:
 
 
 def torch_gpt_reference(spec: TransformerSpec):
-    """A GPT-2-style model assembled from torch.nn layers on the meta device, for shapes HF's GPT-2 cannot take."""
+    """A GPT-2-style model assembled from torch.nn layers on the meta device, for shapes HF's GPT-2 cannot take
+    (GPT-3 13B's heads; tiny-moe's experts)."""
     import torch
     from torch import nn
 
     with torch.device("meta"):
         def block():
+            experts = [nn.Linear(spec.d_model, spec.n_experts, bias=False)] if spec.is_moe else []
+            for _ in range(spec.n_experts):     # one MLP, or each expert's (with the bias-free router above)
+                experts += [nn.Linear(spec.d_model, spec.d_ff), nn.Linear(spec.d_ff, spec.d_model)]
             return nn.ModuleList([
                 nn.LayerNorm(spec.d_model), nn.Linear(spec.d_model, 3 * spec.n_heads * spec.head_dim),
-                nn.Linear(spec.n_heads * spec.head_dim, spec.d_model), nn.LayerNorm(spec.d_model),
-                nn.Linear(spec.d_model, spec.d_ff), nn.Linear(spec.d_ff, spec.d_model)])
+                nn.Linear(spec.n_heads * spec.head_dim, spec.d_model), nn.LayerNorm(spec.d_model), *experts])
         wte = nn.Embedding(spec.vocab_size, spec.d_model)
         head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         head.weight = wte.weight  # tied, as in GPT-2 / GPT-3
@@ -163,8 +179,9 @@ def test_components_add_up_and_conventions(spec):
     assert c["lm_head"] == head
     # DESIGN.md: non-embedding excludes token and position embeddings and an untied head
     assert counts["n_params_non_embedding"] == counts["n_params"] - c["token_embedding"] - c["position_embedding"] - head
-    assert counts["n_params_per_layer"] * spec.n_layers + c["token_embedding"] + c["position_embedding"] + head \
-        + (2 if spec.norm_bias else 1) * spec.d_model == counts["n_params"]
+    if not spec.dense_layers:   # n_params_per_layer is the largest layer
+        assert counts["n_params_per_layer"] * spec.n_layers + c["token_embedding"] + c["position_embedding"] + head \
+            + (2 if spec.norm_bias else 1) * spec.d_model == counts["n_params"]
     if not spec.is_moe:
         assert counts["n_params_active"] == counts["n_params"] and c["router"] == 0
 

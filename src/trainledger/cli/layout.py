@@ -117,11 +117,11 @@ def render(result: dict, args) -> None:
         out.print(f"- {line}", style="dim", soft_wrap=True)
     rows = []
     for i, r in enumerate(result["layouts"], 1):
-        rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"], r["zero"],
+        rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"], r.get("ep", 1), r["zero"],
                      r["batch_size"], r["recompute"], units.format_seconds(r["step_seconds"]), f"{100 * r['mfu']:.1f}%",
                      units.format_bytes(r["memory_bytes"])])
     from rich import box
-    table = common.table(None, ["#", "tp", "sp", "pp", "v", "cp", "dp", "zero", "micro", "recompute", "step", "MFU",
+    table = common.table(None, ["#", "tp", "sp", "pp", "v", "cp", "dp", "ep", "zero", "micro", "recompute", "step", "MFU",
                                 "memory/GPU"], rows, "v: interleaved chunks per GPU; micro: micro-batch per GPU")
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     out.print(table)

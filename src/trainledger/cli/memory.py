@@ -6,6 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.experts import add_ep_flag
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import add_reserve_flag, reserve_of
 
@@ -55,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
     parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    add_ep_flag(parser)
     parser.add_argument("--grad-accum", type=common.positive_int, default=1,
                         help="micro-batches per optimizer step: after the first, each runs with the gradients held (default 1)")
     parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
@@ -80,7 +82,8 @@ def compute(args) -> dict:
     zero = DEFAULT_ZERO if args.zero is None else args.zero
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
-                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum)
+                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum,
+                    ep=args.ep)
     fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
     if fsdp is not None:
         settings["fsdp"] = fsdp

@@ -7,6 +7,7 @@ import argparse
 from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.interval import interval_of, with_interval
+from trainledger.cli.experts import add_expert_flags, expert_assumption, expert_settings
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
 
@@ -70,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
     add_reserve_flag(parser)
     add_model_flags(parser)
+    add_expert_flags(parser)
     common.add_compile_flag(parser)
     parser.add_argument("--loop", choices=("train", "profile"), default="train",
                         help="whose synchronizations end the step's timelines: trainledger's training loop, which reads "
@@ -111,7 +113,7 @@ def compute(args) -> dict:
                     sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp,
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
-                    loop=args.loop, reserve_bytes=reserve_of(args, gpu))
+                    loop=args.loop, reserve_bytes=reserve_of(args, gpu), **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
     if "fp8_gemms" in result:     # the same layout in the 16-bit recipe: what FP8 buys (account/time/fp8_compare.py)
@@ -142,6 +144,8 @@ def compute(args) -> dict:
                      f"norms and the LM head stay bf16; FP8 GEMMs: "
                      f"{gemm_efficiency(gpu, 4096, 4096, 4096, 'fp8')['source']}")
         first.append(result["model_flops_convention"] + f": {result['model_flops_per_s_per_gpu'] / 1e12:.0f} TFLOP/s/GPU")
+    if expert_assumption(result):
+        first.append(expert_assumption(result))
     if args.calibration is not None:
         first.append(f"device measured by {args.calibration}: {gpu.performance_source.split(';')[0]} (--gpu ignored)")
     if why is not None:

@@ -142,6 +142,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "split with DTensor (default: 1)")
     g.add_argument("--sp", action="store_true", default=None, help="sequence parallelism for norms on the --tp ranks")
     g.add_argument("--pp", type=common.positive_int, help="pipeline stages, 1F1B schedule over --grad-accum micro-batches (default: 1)")
+    g.add_argument("--ep", type=common.positive_int, help="expert-parallel ranks: a mixture-of-experts model's experts split "
+                   "over them, tokens moved by all-to-all (with --parallel ddp or fsdp; default: 1)")
+    g.add_argument("--force-balance", action="store_true", default=None,
+                   help="with --ep: every expert gets the same number of tokens (copy p to expert p mod n_experts, the "
+                        "router's weights kept), as published MoE benchmarks force it; the all-to-all bytes are then "
+                        "exactly the balanced prediction")
     g.add_argument("--quiet", action="store_true", help="no progress output (errors and the summary still print)")
     common.add_json_flag(parser)
 

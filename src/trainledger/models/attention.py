@@ -9,6 +9,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
+from trainledger.models.mla import sink_core
 from trainledger.models.norms import make_norm
 from trainledger.models.rope import apply_rope
 
@@ -49,6 +50,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(q_dim, d, bias=spec.attn_out_bias, **factory)
         self.q_norm = make_norm(spec, spec.head_dim, **factory) if spec.qk_norm else None
         self.k_norm = make_norm(spec, spec.head_dim, **factory) if spec.qk_norm else None
+        # gpt-oss: one learned logit per head joins each softmax (models.mla.sink_core)
+        self.sinks = nn.Parameter(torch.zeros(spec.n_heads, **factory)) if spec.attention_sinks else None
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None, sin: Tensor | None = None,
                 mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
@@ -65,6 +68,8 @@ class Attention(nn.Module):
         if self.use_rope:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         core = self.softcapped_core if self.softcap is not None else self.core
+        if self.sinks is not None:
+            core = self.sink_core
         if cache is not None:
             k, v, mask, causal = cache.update(k, v, mask)
             out = core(q, k, v, mask, causal)
@@ -84,6 +89,10 @@ class Attention(nn.Module):
         causal = mask is None if causal is None else causal
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
                                               enable_gqa=gqa)
+
+    def sink_core(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool | None = None) -> Tensor:
+        """The core with gpt-oss's attention sinks (models.mla.sink_core)."""
+        return sink_core(q, k, v, self.sinks, mask, self.scale)
 
     def softcapped_core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
                         v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor, causal: bool | None = None

@@ -75,7 +75,7 @@ class MoE(nn.Module):
         super().__init__()
         self.top_k = spec.experts_per_token
         self.renormalize = spec.renormalize_topk
-        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, device=device, dtype=dtype)
+        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=spec.router_bias, device=device, dtype=dtype)
         self.experts = nn.ModuleList([make_expert(spec, device=device, dtype=dtype) for _ in range(spec.n_experts)])
         shared = spec.shared_expert_d_ff
         self.shared_expert = make_expert(spec, shared, device=device, dtype=dtype) if shared else None

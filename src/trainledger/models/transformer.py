@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainledger.errors import TrainledgerError
 from trainledger.models.attention import Attention
+from trainledger.models.mla import LatentAttention
 from trainledger.models.masks import alibi_slopes, attention_mask
 from trainledger.models.mlp import MoE, make_expert
 from trainledger.models.norms import make_norm
@@ -37,7 +38,7 @@ class Block(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.parallel = spec.parallel_residual
         self.norm1 = make_norm(spec, **factory)
-        self.attn = Attention(spec, **factory)
+        self.attn = LatentAttention(spec, **factory) if spec.is_mla else Attention(spec, **factory)
         self.attn_out_norm = make_norm(spec, **factory) if spec.sandwich_norm else None
         self.norm2 = make_norm(spec, **factory)
         if spec.is_moe_layer(layer):

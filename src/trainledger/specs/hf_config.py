@@ -40,10 +40,11 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 from trainledger.files import read_regular_file
+from trainledger.specs.hf_config_moe import MOE_MODEL_TYPES, read_moe_config
 from trainledger.specs.model import TransformerSpec
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "gemma2", "gemma3_text")
-SUPPORTED = ("gpt2", "gpt_neox", "mpt") + LLAMA_LIKE
+SUPPORTED = ("gpt2", "gpt_neox", "mpt") + LLAMA_LIKE + MOE_MODEL_TYPES   # deepseek_v3, gpt_oss: specs/hf_config_moe.py
 _GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_tanh": "tanh"}   # transformers ACT2FN
 
 
@@ -97,7 +98,8 @@ def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--mod
                                f"{', '.join(SUPPORTED)}")
     source = source or f"Hugging Face config ({model_type})"
     get = _getter(config, flag, model_type)
-    reader = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt}.get(model_type, _llama_like)
+    reader = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt, "deepseek_v3": _moe,
+              "gpt_oss": _moe}.get(model_type, _llama_like)
     try:
         return reader(config, get, model_type, flag).with_(name=name, source=source)
     except TypeError as error:  # a value of the wrong JSON type (a string where a number belongs)
@@ -308,6 +310,14 @@ def _qwen_moe(config: dict, get, model_type: str, n_layers: int, dense_d_ff: int
         shared = get("shared_expert_intermediate_size", 5632)
         fields.update(shared_expert_d_ff=shared or None, shared_expert_gate=bool(shared))
     return fields
+
+
+def _moe(config: dict, get, model_type: str, flag: str) -> TransformerSpec:
+    """deepseek_v3 and gpt_oss (specs/hf_config_moe.py), given this module's RoPE and layer-list readers."""
+    n_layers = _listable(get("num_hidden_layers"), flag)
+    rope = _rope(config, get, flag, model_type, 150000.0 if model_type == "gpt_oss" else 10000.0)
+    return read_moe_config(config, get, model_type, flag, rope=rope, n_layers=n_layers,
+                           sliding_layers=lambda rule: _layer_types(config, n_layers, flag, rule))
 
 
 def _gpt_neox(config: dict, get, model_type: str, flag: str) -> TransformerSpec:

@@ -79,6 +79,17 @@ class TransformerSpec:
     shared_expert_gate: bool = False    # ... scaled by sigmoid(x·w), w a bias-free d_model -> 1 linear (Qwen2-MoE)
     dense_layers: tuple[int, ...] = ()  # MoE: layers with a dense MLP of `dense_d_ff` instead (mlp_only_layers)
     dense_d_ff: int | None = None
+    # --- multi-head latent attention (DeepSeek-V2/V3, arXiv:2412.19437 Sec. 2.1.1); None: ordinary attention ---
+    # With kv_lora_rank set, d_head is the query/key head size (qk_nope_head_dim + qk_rope_head_dim) and
+    # v_head_dim the value head size; q_lora_rank None means a direct d_model -> n_heads·d_head query.
+    kv_lora_rank: int | None = None     # keys/values compressed to this latent (+ a shared RoPE key of qk_rope_head_dim)
+    q_lora_rank: int | None = None      # queries compressed to this latent first (DeepSeek-V3: 1536)
+    qk_rope_head_dim: int | None = None  # the rotary part of each query/key head (DeepSeek-V3: 64)
+    v_head_dim: int | None = None       # value head size (DeepSeek-V3: 128); None: = d_head
+    # --- further MoE / attention details of the 2025 families --------------------------------------------
+    attention_sinks: bool = False       # one learned logit per head joins each softmax (gpt-oss)
+    router_bias: bool = False           # the router d_model -> n_experts has a bias (gpt-oss)
+    n_mtp_layers: int = 0               # multi-token-prediction modules (DeepSeek-V3: 1), counted apart from n_params
     approximations: tuple[str, ...] = ()  # parts of the source config our Transformer does not reproduce
     source: str = ""                    # where the numbers come from (config.json, paper table)
     published_n_params: int | None = None  # the published / Hugging Face count, for tests
@@ -90,7 +101,8 @@ class TransformerSpec:
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
         if self.pretrain_seq_len is not None and not (isinstance(self.pretrain_seq_len, int) and self.pretrain_seq_len > 0):
             raise TrainledgerError(f"model '{self.name}': pretrain_seq_len must be a positive integer, got {self.pretrain_seq_len!r}")
-        for name in ("shared_expert_d_ff", "dense_d_ff", "sliding_window"):
+        for name in ("shared_expert_d_ff", "dense_d_ff", "sliding_window", "kv_lora_rank", "q_lora_rank",
+                     "qk_rope_head_dim", "v_head_dim"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive integer or None, got {value!r}")
@@ -114,6 +126,11 @@ class TransformerSpec:
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive number or None, got {value!r}")
         if self.dense_layers and self.dense_d_ff is None:
             raise TrainledgerError(f"model '{self.name}': dense_layers {self.dense_layers} need dense_d_ff")
+        if self.is_mla and (self.qk_rope_head_dim is None or not self.qk_rope_head_dim < self.head_dim):
+            raise TrainledgerError(f"model '{self.name}': multi-head latent attention needs qk_rope_head_dim < d_head="
+                                   f"{self.head_dim}, got {self.qk_rope_head_dim!r}")
+        if not isinstance(self.n_mtp_layers, int) or self.n_mtp_layers < 0:
+            raise TrainledgerError(f"model '{self.name}': n_mtp_layers must be a non-negative integer, got {self.n_mtp_layers!r}")
         if self.shared_expert_gate and self.shared_expert_d_ff is None:
             raise TrainledgerError(f"model '{self.name}': shared_expert_gate needs shared_expert_d_ff")
 
@@ -130,8 +147,21 @@ class TransformerSpec:
         return self.d_head or self.d_model // self.n_heads
 
     @property
+    def value_dim(self) -> int:
+        """Size of one value head: v_head_dim (multi-head latent attention) or d_head."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is DeepSeek's multi-head latent attention (kv_lora_rank set)."""
+        return self.kv_lora_rank is not None
+
+    @property
     def rotary_dim(self) -> int:
-        """Dims of each head that RoPE rotates: int(d_head · partial_rotary_factor), as transformers computes it."""
+        """Dims of each head that RoPE rotates: int(d_head · partial_rotary_factor), as transformers computes it
+        (multi-head latent attention: qk_rope_head_dim)."""
+        if self.kv_lora_rank is not None and self.qk_rope_head_dim:
+            return self.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trainledger.specs.hf_config_moe import DEEPSEEK_V3_NOTES, GPT_OSS_NOTES
 from trainledger.specs.model import CruncherSpec, TransformerSpec
 
 # A byte-level GPT-2-style model small enough to train on 2 CPU cores in minutes (trainledger's own).
@@ -230,3 +231,51 @@ ALIASES = {
     "gpt3": "gpt3-175b", "mistral-7b-v0.1": "mistral-7b",
     "mixtral-8x7b-v0.1": "mixtral-8x7b", "phi-3-mini": "phi-3-mini-4k",
 }
+
+# config.json of deepseek-ai/DeepSeek-V3 (deepseek_v3: multi-head latent attention with q_lora_rank 1536, kv_lora_rank
+# 512, qk_nope_head_dim 128 + qk_rope_head_dim 64, v_head_dim 128; 1 shared + 256 routed experts of 2048, top-8,
+# the first 3 layers dense of 18432; 1 multi-token-prediction module, counted apart). README_WEIGHTS.md of
+# deepseek-ai/DeepSeek-V3: 671B main-model parameters, 36.7B activated; the MTP module 11.5B unique.
+DEEPSEEK_V3 = TransformerSpec(
+    name="deepseek-v3", vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, n_kv_heads=128, d_head=192,
+    d_ff=2048, max_seq_len=163840, norm_eps=1e-6, rope_theta=10000.0, n_experts=256, experts_per_token=8,
+    shared_expert_d_ff=2048, dense_layers=(0, 1, 2), dense_d_ff=18432,
+    kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, n_mtp_layers=1,
+    approximations=DEEPSEEK_V3_NOTES,
+    source="config.json of deepseek-ai/DeepSeek-V3", published_n_params=None,   # rounded on the card: 671B (tests/account/test_moe_presets.py)
+    pretrain_seq_len=4096,  # DeepSeek-V3 report (arXiv:2412.19437), Sec. 4.2: sequence length 4K during pre-training
+)
+
+# config.json of Qwen/Qwen3-235B-A22B (qwen3_moe: 128 experts of 1536, top-8 renormalised, QK-norm, 4 KV heads);
+# model card: 235B parameters, 22B activated
+QWEN3_235B_A22B = TransformerSpec(
+    name="qwen3-235b-a22b", vocab_size=151936, d_model=4096, n_layers=94, n_heads=64, n_kv_heads=4, d_head=128,
+    d_ff=1536, max_seq_len=40960, norm_eps=1e-6, rope_theta=1000000.0, qk_norm=True, n_experts=128,
+    experts_per_token=8, source="config.json of Qwen/Qwen3-235B-A22B", published_n_params=None,   # rounded on the card: 235B
+    pretrain_seq_len=4096,  # Qwen3 report (arXiv:2505.09388), Sec. 3.2: stages S1 and S2 use 4,096 tokens; 32,768 only in S3
+)
+
+# config.json of openai/gpt-oss-120b (gpt_oss: 128 experts of 2880 with biases, top-4; q/k/v/o biases, a learned
+# attention sink per head, sliding window 128 on even layers, router with bias, untied head); gpt-oss model card
+# (arXiv:2508.10925) Table 1: 116.83B parameters, 5.13B active (without the token embedding)
+GPT_OSS_120B = TransformerSpec(
+    name="gpt-oss-120b", vocab_size=201088, d_model=2880, n_layers=36, n_heads=64, n_kv_heads=8, d_head=64,
+    d_ff=2880, max_seq_len=131072, norm_eps=1e-5, rope_theta=150000.0, qkv_bias=True, attn_out_bias=True,
+    mlp_bias=True, n_experts=128, experts_per_token=4, router_bias=True, attention_sinks=True,
+    sliding_window=128, sliding_layers=tuple(range(0, 36, 2)),
+    approximations=GPT_OSS_NOTES + ("rope_scaling 'yarn' ignored: plain RoPE with θ as given (positions past the "
+                                    "pre-scaling range differ; no count changes)",),
+    source="config.json of openai/gpt-oss-120b", published_n_params=None,   # rounded on the card: 116.83B
+    pretrain_seq_len=4096,  # config.json initial_context_length 4096 (the context before YaRN extension)
+)
+
+# A byte-level mixture of experts small enough for CPU runs of `train --ep` (trainledger's own): tiny with 8 GELU
+# experts of 256, top-2
+TINY_MOE = TransformerSpec(
+    name="tiny-moe", vocab_size=256, d_model=128, n_layers=4, n_heads=4, d_ff=256, max_seq_len=256,
+    position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True, attn_out_bias=True,
+    mlp_bias=True, tied_embeddings=True, n_experts=8, experts_per_token=2,
+    source="trainledger: byte-level mixture of experts for CPU training", pretrain_seq_len=128,
+)
+
+PRESETS.update({spec.name: spec for spec in [DEEPSEEK_V3, QWEN3_235B_A22B, GPT_OSS_120B, TINY_MOE]})

@@ -80,6 +80,8 @@ class CommCounter(TorchDispatchMode):
         namespace, _, rest = func.name().partition("::")
         if namespace in ("c10d", "_c10d_functional") and rest.split(".")[0] in _OPS:
             self._count(rest.split(".")[0], args)
+        elif namespace == "c10d" and rest.split(".")[0] == "alltoall_base_":
+            self._count_all_to_all(args)
         return func(*args, **kwargs)
 
     def _count(self, op: str, args) -> None:
@@ -98,6 +100,20 @@ class CommCounter(TorchDispatchMode):
         self.bytes_sent += ring_bytes_sent(kind, payload, n)
         self.calls[kind] = self.calls.get(kind, 0) + 1
         self.log.append((kind, payload, n))
+
+
+    def _count_all_to_all(self, args) -> None:
+        """c10d alltoall_base_(output, input, group, output_splits, input_splits, ...): the rows this rank sends to the
+        other ranks (its input less the split it keeps), e.g. expert parallelism's token dispatch and combine."""
+        output, source, group, _, input_splits = args[:5]
+        pg = dist.ProcessGroup.unbox(group)
+        n, me = pg.size(), pg.rank()
+        row = source[0].numel() * source.element_size() if source.dim() and source.shape[0] else 0
+        splits = list(input_splits) or [source.shape[0] // n] * n
+        sent = row * (sum(splits) - splits[me])
+        self.bytes_sent += sent
+        self.calls["all_to_all"] = self.calls.get("all_to_all", 0) + 1
+        self.log.append(("all_to_all", sent, n))
 
 
 class StepComm:
@@ -133,7 +149,8 @@ def predicted_comm_bytes(trainer) -> float:
     return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
                               micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
                               pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
-                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model))["total"]
+                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model),
+                              ep=config.ep)["total"]
 
 
 def _stage_blocks(model) -> int | None:

@@ -69,6 +69,8 @@ class TrainConfig:
     tp: int = 1                         # tensor-parallel ranks (DTensor); needs torchrun
     sp: bool = False                    # sequence parallelism on the TP ranks (--tp > 1)
     pp: int = 1                         # pipeline stages (1F1B); needs torchrun and --grad-accum >= pp
+    ep: int = 1                         # expert-parallel ranks (a MoE model's experts split over them); needs torchrun
+    force_balance: bool = False         # --ep: route token copy p to expert p mod n_experts (the benchmarks' forced balance)
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
     threads: int | None = None          # torch intra-op threads (torch.set_num_threads); None: torch's default
     plot: bool = True                   # write <out_dir>/loss.png at the end
@@ -214,7 +216,7 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"--seed must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
                                f"generators take), got {config.seed}")
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
-                 "checkpoint_every", "tp", "pp", "vocab_multiple"):
+                 "checkpoint_every", "tp", "pp", "ep", "vocab_multiple"):
         if getattr(config, name) <= 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     for name in ("warmup_steps", "eval_every"):

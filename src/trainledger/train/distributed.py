@@ -128,12 +128,25 @@ def check_layout(parallel: str, world_size: int, tp: int, pp: int) -> None:
 
 
 def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_batches: int = 1,
-         seq_len: int = 1) -> nn.Module:
+         seq_len: int = 1, ep: int = 1, force_balance: bool = False) -> nn.Module:
     """The model split into pipeline stages (--pp, train/pipeline.py) or for tensor parallelism (--tp,
-    train/tensor_parallel.py), and wrapped for data parallelism: DDP (replicated) or FSDP2 `fully_shard` per
-    block, then the root, over the mesh's "dp" dimension."""
+    train/tensor_parallel.py), its experts over --ep ranks (train/expert_parallel.py), and wrapped for data
+    parallelism: DDP (replicated) or FSDP2 `fully_shard` per block, then the root, over the mesh's "dp" dimension;
+    both leave the experts to expert parallelism."""
+    if ep > 1:
+        from trainledger.account.counting.experts import check_ep
+        check_ep(model.spec, ep, world.dp_size if world.distributed else None)
+        if not world.distributed:
+            raise TrainledgerError(f"--ep {ep} needs {ep} processes or more: launch with torchrun --nproc_per_node {ep} "
+                                   "-m trainledger.cli.main train ...")
+        if world.tp > 1 or world.pp > 1:
+            raise TrainledgerError("--ep with --tp or --pp is not supported yet; use --ep with --parallel ddp or fsdp")
     if not world.distributed:
         return model
+    experts = []
+    if ep > 1:
+        from trainledger.train.expert_parallel import setup_expert_parallel
+        experts = setup_expert_parallel(model, world, ep, force_balance)
     if world.pp > 1:
         from trainledger.train.pipeline import Pipeline
         return Pipeline(model, world, micro_batches, seq_len, parallel)
@@ -147,11 +160,15 @@ def wrap(model: nn.Module, parallel: str, world: World, sp: bool = False, micro_
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
         ids = [world.device.index] if world.device.type == "cuda" else None
+        if experts:
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, experts)
         return DistributedDataParallel(model, device_ids=ids, process_group=dp_mesh.get_group() if dp_mesh else None)
     from torch.distributed.fsdp import fully_shard
+    params = dict(model.named_parameters())
+    ignored = {params[name] for name in experts}
     for block in _blocks(model):
-        fully_shard(block, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, ignored_params=ignored or None)
+    fully_shard(model, mesh=dp_mesh, ignored_params=ignored or None)
     return model
 
 
@@ -191,8 +208,9 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
                     copies *= g.device_mesh.size(dim)
             copies *= getattr(p, "pipeline_copies", 1)
             piece = g.to_local()
-        else:       # a plain tensor: on every rank of its stage (and a tied embedding on two stages)
-            copies, piece = ranks_per_stage * getattr(p, "pipeline_copies", 1), g
+        else:       # a plain tensor: on every rank of its stage (and a tied embedding on two stages); an expert
+            # under --ep on its `data_parallel_copies` ranks only (train/expert_parallel.py)
+            copies, piece = getattr(p, "data_parallel_copies", ranks_per_stage) * getattr(p, "pipeline_copies", 1), g
         total += piece.detach().double().pow(2).sum() / copies
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     norm = float(total.sqrt())
@@ -275,6 +293,8 @@ def teardown(world: World, through_store: bool = True) -> None:
     """
     if not (world.distributed and dist.is_initialized()):
         return
+    from trainledger.train.expert_parallel import destroy_expert_groups
+    destroy_expert_groups()                      # --ep's groups first (no-op without them)
     if not through_store:
         dist.destroy_process_group()
         return

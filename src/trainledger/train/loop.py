@@ -131,7 +131,7 @@ class Trainer(Checkpointing):
         self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
         self.fp8_linears = convert_to_fp8(self.model, config.precision) if config.precision in TORCHAO_RECIPES else []
-        sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1
+        sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1 or config.ep > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
 
     # ----- setup -------------------------------------------------------------------------------------
@@ -167,7 +167,8 @@ class Trainer(Checkpointing):
         """Wrap for DDP/FSDP, compile, build the optimizer, schedule and grad scaler (fresh state)."""
         config = self.config
         self.resume_notes: list[str] = []
-        self.model = dist_.wrap(self.model, config.parallel, self.world, config.sp, config.grad_accum, self.seq_len)
+        self.model = dist_.wrap(self.model, config.parallel, self.world, config.sp, config.grad_accum, self.seq_len,
+                                config.ep, config.force_balance)
         self.comm = StepComm(self)                        # comm_bytes / predicted_comm_bytes of each step
         if config.compile:
             self.model = torch.compile(self.model)
@@ -255,7 +256,10 @@ class Trainer(Checkpointing):
         """
         params = [p for p in (self.master.params if self.master else self.model.parameters()) if p.grad is not None]
         max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
-        if self.world.tp > 1 or self.world.pp > 1:
+        if self.config.ep > 1:           # experts held by several ranks: their gradients summed first
+            from trainledger.train.expert_parallel import reduce_expert_copies
+            reduce_expert_copies(dist_.unwrap(self.model))
+        if self.world.tp > 1 or self.world.pp > 1 or self.config.ep > 1:
             return dist_.clip_grad_norm(params, max_norm, self.world)
         norm = clip_grad_norm_(params, max_norm)     # max_norm = inf: the scale is 1, nothing changes
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

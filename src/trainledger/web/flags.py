@@ -17,6 +17,8 @@ import re
 
 # FSDP2's policy flags of `memory` and `step` (dtypes, resharding, accumulation, HSDP replicas): numbers and names.
 FSDP_FLAGS = ("fsdp-param-dtype", "fsdp-reduce-dtype", "reshard-after-forward", "fsdp-accumulate", "dp-replicate")
+# Expert parallelism of `step` (account/time/expert_parallel.py); `memory` takes --ep alone.
+EXPERT_FLAGS = ("ep", "expert-imbalance", "capacity-factor", "ep-overlap")
 # One literal per command (its flags as `trainledger <command> --help` lists them, without --json: implied).
 WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
     "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "seq-len", "attention",
@@ -29,11 +31,12 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
     "params": ("model",),
     "flops": ("model", "batch-size", "global-batch-size", "seq-len", "attention", "recompute", "impl", "attn-impl"),
     "memory": ("model", "params", "batch-size", "seq-len", "precision", "optimizer", "zero", "dp", "tp", "sp", "pp",
-               "recompute", "flash", "gpu", "memory-per-gpu", "reserve", "impl", "attn-impl", "grad-accum", *FSDP_FLAGS),
+               "recompute", "flash", "gpu", "memory-per-gpu", "reserve", "impl", "attn-impl", "grad-accum", "ep",
+               *FSDP_FLAGS),
     "step": ("model", "batch-size", "seq-len", "precision", "optimizer", "zero", "tp", "sp", "pp", "recompute", "flash",
              "gpu", "num-gpus", "dp", "global-batch-size", "interleave", "cp", "attention", "framework",
              "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth", "compile", "loop",
-             "reserve", *FSDP_FLAGS),
+             "reserve", *FSDP_FLAGS, *EXPERT_FLAGS),
     "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
                "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",
                "inter-node-bandwidth", "compile", "reserve", "launch"),

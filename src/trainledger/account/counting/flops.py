@@ -25,6 +25,7 @@ Conventions (DESIGN.md; each is a choice, stated so a measurement can check it):
 
 from __future__ import annotations
 
+from trainledger.account.counting.params import mla_attention_matrices
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, ModelSpec
 
@@ -59,6 +60,8 @@ def weight_matmuls(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
     q_dim, kv_dim = spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
     moe = spec.n_moe_layers
     mats = [("q_proj", d, q_dim, L), ("k_proj", d, kv_dim, L), ("v_proj", d, kv_dim, L), ("o_proj", q_dim, d, L)]
+    if spec.is_mla:   # DeepSeek-V3's multi-head latent attention: its five matrices (account.counting.params)
+        mats = [(name, fan_in, fan_out, L) for name, fan_in, fan_out in mla_attention_matrices(spec)]
     if moe:
         mats.append(("router", d, spec.n_experts, moe))
         mats += _mlp_matrices(spec, "mlp", spec.d_ff, moe * spec.experts_per_token)   # k routed experts per token
@@ -89,12 +92,14 @@ def attention_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "f
 
     Full: 2·(2·T·d_head·n_heads) per layer (PaLM, arXiv:2204.02311, App. B: the 12·L·H·Q·T training term
     is 3 × this forward); causal: half. Grouped-query attention does not change it: every query head
-    scores T keys. 0 for models without attention.
+    scores T keys. Multi-head latent attention (DeepSeek-V3) scores with heads of d_head = nope + rope and
+    mixes values of v_head_dim: 2·T·H·(d_head + v_head_dim) per layer. 0 for models without attention.
     """
     check_choice(attention, ATTENTION, "--attention")
     if isinstance(spec, CruncherSpec):
         return 0.0
-    full = spec.n_layers * 2 * matmul_flops(1, spec.head_dim * spec.n_heads, seq_len)
+    full = spec.n_layers * (matmul_flops(1, spec.head_dim * spec.n_heads, seq_len)
+                            + matmul_flops(1, spec.value_dim * spec.n_heads, seq_len))
     return full if attention == "full" else full / 2
 
 

@@ -28,11 +28,38 @@ def attention_params_per_layer(spec: TransformerSpec) -> int:
     Ainslie et al. 2023, arXiv:2305.13245); o: n_heads·d_head -> d_model. Biases on q/k/v when
     `qkv_bias` (GPT-2, Qwen2), on o when `attn_out_bias` (GPT-2). Fused projections (GPT-NeoX
     query_key_value, Phi-3 qkv_proj, MPT Wqkv) hold the same weights. QK-norm weights count as norms.
+    Multi-head latent attention (`mla_attention_params`) replaces all of it; attention sinks (gpt-oss) add one
+    learned logit per head.
     """
+    sinks = spec.n_heads if spec.attention_sinks else 0
+    if spec.is_mla:
+        return mla_attention_params(spec) + sinks
     d, q_dim, kv_dim = spec.d_model, spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
     weights = d * q_dim + 2 * d * kv_dim + q_dim * d
     biases = (q_dim + 2 * kv_dim if spec.qkv_bias else 0) + (d if spec.attn_out_bias else 0)
-    return weights + biases
+    return weights + biases + sinks
+
+
+def mla_attention_matrices(spec: TransformerSpec) -> list[tuple[str, int, int]]:
+    """The weight matrices of one multi-head latent attention block: (name, in_features, out_features).
+
+    DeepSeek-V3 (arXiv:2412.19437, Sec. 2.1.1, Eqs. 1-11; transformers' DeepseekV3Attention): queries
+    d -> q_lora_rank (q_a_proj) -> n_heads·(nope + rope) (q_b_proj), or d -> n_heads·(nope + rope) directly
+    without q_lora_rank; keys and values d -> kv_lora_rank + rope (kv_a_proj_with_mqa: the latent and one shared
+    RoPE key), latent -> n_heads·(nope + v_head_dim) (kv_b_proj); output n_heads·v_head_dim -> d (o_proj).
+    Here d_head = nope + rope.
+    """
+    d, h, qk, rope, latent = spec.d_model, spec.n_heads, spec.head_dim, spec.qk_rope_head_dim, spec.kv_lora_rank
+    nope = qk - rope
+    query = ([("q_a_proj", d, spec.q_lora_rank), ("q_b_proj", spec.q_lora_rank, h * qk)] if spec.q_lora_rank
+             else [("q_proj", d, h * qk)])
+    return query + [("kv_a_proj", d, latent + rope), ("kv_b_proj", latent, h * (nope + spec.value_dim)),
+                    ("o_proj", h * spec.value_dim, d)]
+
+
+def mla_attention_params(spec: TransformerSpec) -> int:
+    """Parameters of one multi-head latent attention block (no biases; its two latent norms count as norms)."""
+    return sum(fan_in * fan_out for _, fan_in, fan_out in mla_attention_matrices(spec))
 
 
 def mlp_params(spec: TransformerSpec, d_ff: int | None = None) -> int:
@@ -56,7 +83,8 @@ def router_params_per_layer(spec: TransformerSpec) -> int:
     shared expert's d_model -> 1 gate when `shared_expert_gate` (Qwen2-MoE); 0 for a dense model."""
     if not spec.is_moe:
         return 0
-    return spec.d_model * spec.n_experts + (spec.d_model if spec.shared_expert_gate else 0)
+    return (spec.d_model * spec.n_experts + (spec.n_experts if spec.router_bias else 0)
+            + (spec.d_model if spec.shared_expert_gate else 0))
 
 
 def norm_params(spec: TransformerSpec, dim: int | None = None) -> int:
@@ -66,8 +94,12 @@ def norm_params(spec: TransformerSpec, dim: int | None = None) -> int:
 
 
 def norm_params_per_layer(spec: TransformerSpec) -> int:
-    """Norm parameters of one layer: 2 norms (4 with Gemma's sandwich norms) of d_model, plus QK-norm's two of d_head."""
-    return (4 if spec.sandwich_norm else 2) * norm_params(spec) + (2 * norm_params(spec, spec.head_dim) if spec.qk_norm else 0)
+    """Norm parameters of one layer: 2 norms (4 with Gemma's sandwich norms) of d_model, plus QK-norm's two of d_head,
+    plus multi-head latent attention's norms of its latents (q_a_layernorm, kv_a_layernorm: DeepSeek-V3)."""
+    latent = (norm_params(spec, spec.kv_lora_rank) + (norm_params(spec, spec.q_lora_rank) if spec.q_lora_rank else 0)
+              if spec.is_mla else 0)
+    return ((4 if spec.sandwich_norm else 2) * norm_params(spec) + (2 * norm_params(spec, spec.head_dim) if spec.qk_norm else 0)
+            + latent)
 
 
 def mlp_params_per_layer(spec: TransformerSpec, layer: int) -> int:
@@ -117,6 +149,7 @@ def param_counts(spec: ModelSpec) -> dict:
     n_params = sum(components.values())
     inactive = moe_layers * (spec.n_experts - spec.experts_per_token) * mlp_params(spec)
     return {
+        "n_params_mtp": mtp_params(spec),
         "n_params": n_params,
         "n_params_non_embedding": n_params - token - position - head,
         "n_params_active": n_params - inactive,
@@ -140,3 +173,19 @@ def kaplan_non_embedding_params(spec: TransformerSpec) -> int:
     use it to compare, `param_counts` for the exact figure.
     """
     return 12 * spec.n_layers * spec.d_model ** 2
+
+
+def mtp_params(spec: TransformerSpec) -> int:
+    """Parameters of the multi-token-prediction modules (a count), kept apart from `n_params` (0 without them).
+
+    DeepSeek-V3 (arXiv:2412.19437, Sec. 2.2; README_WEIGHTS.md of deepseek-ai/DeepSeek-V3): each module is two
+    RMSNorms of d_model (enorm, hnorm), a projection 2·d_model -> d_model (eh_proj), one more transformer layer
+    like the last one (an MoE layer), and the shared head's final norm; the embedding and the output head are
+    shared with the main model and not counted again.
+    """
+    if not isinstance(spec, TransformerSpec) or not spec.n_mtp_layers:
+        return 0
+    last = spec.n_layers - 1
+    layer = (attention_params_per_layer(spec) + mlp_params_per_layer(spec, last) + norm_params_per_layer(spec)
+             + (router_params_per_layer(spec) if spec.is_moe_layer(last) else 0))
+    return spec.n_mtp_layers * (layer + 3 * norm_params(spec) + 2 * spec.d_model * spec.d_model)

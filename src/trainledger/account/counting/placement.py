@@ -8,11 +8,13 @@ what ZeRO divides each state by. Pure, no torch; the bottom of account/ that mem
 2. Tensor parallel `tp` (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): q/k/v/o, MLP and expert matrices and
    their column-parallel biases, the vocabulary-parallel token embedding and LM head are divided by tp; norms,
    position embeddings, row-parallel biases (o, MLP down) and the MoE router are replicated.
-3. ZeRO over `dp` ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1): `zero_divisors`.
+3. Expert parallel `ep` (account.counting.experts): the routed experts are further divided by ep.
+4. ZeRO over `dp` ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1): `zero_divisors`.
 """
 
 from __future__ import annotations
 
+from trainledger.account.counting.experts import routed_expert_params
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, TransformerSpec
@@ -41,15 +43,16 @@ def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
         raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
 
 
-def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
-    """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp.
+def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1) -> dict:
+    """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp,
+    the routed experts' further divided by the expert-parallel size ep.
 
-    Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated"}.
+    Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated", "expert_params_per_gpu"}.
     """
     counts = param_counts(spec)
     if isinstance(spec, CruncherSpec):
         return {"n_params_per_gpu": counts["n_params"], "stage": "all", "layers_per_stage": spec.n_layers,
-                "sharded": 0, "replicated": counts["n_params"]}
+                "sharded": 0, "replicated": counts["n_params"], "expert_params_per_gpu": 0.0}
     c, L, d = counts["components"], spec.n_layers, spec.d_model
     # biases of row-parallel matrices (o_proj, every MLP `down`: each expert's, the shared expert's) stay whole
     downs = sum(count * (spec.n_experts + (1 if spec.shared_expert_d_ff else 0) if spec.is_moe_layer(i) else 1)
@@ -57,6 +60,11 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
     row_biases = L * (d if spec.attn_out_bias else 0) + (downs * d if spec.mlp_bias else 0)
     replicated_per_layer = (c["norms"] - norm_params(spec) + row_biases + c["router"]) / L
     sharded_per_layer = (c["attention"] + c["mlp"] - row_biases) / L
+    # the routed experts' tensor-parallel parts per layer, of which this GPU keeps 1/ep (their few down biases are
+    # left replicated: < 0.01 % of gpt-oss-120b)
+    expert_down_biases = spec.n_moe_layers * spec.n_experts * d if spec.mlp_bias else 0
+    experts_per_layer = (routed_expert_params(spec) - expert_down_biases) / L
+    sharded_per_layer -= experts_per_layer * (1 - 1 / ep)
     per_stage = -(-L // pp)
     embedding = c["token_embedding"]
     head = embedding if spec.tied_embeddings else c["lm_head"]
@@ -68,8 +76,9 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1) -> dict:
         stages = {"all": (L * sharded_per_layer + embedding + c["lm_head"],
                           L * replicated_per_layer + c["position_embedding"] + norm_params(spec))}
     name, (sharded, replicated) = max(stages.items(), key=lambda item: item[1][0] / tp + item[1][1])
+    layers = L if pp == 1 else per_stage
     return {"n_params_per_gpu": sharded / tp + replicated, "stage": name, "layers_per_stage": per_stage,
-            "sharded": sharded, "replicated": replicated}
+            "sharded": sharded, "replicated": replicated, "expert_params_per_gpu": layers * experts_per_layer / (tp * ep)}
 
 
 def zero_divisors(zero: int, dp: int) -> dict:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 from trainledger.account.memory.activations import activations_bytes as _activations_bytes
+from trainledger.account.counting.experts import check_ep
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
                                                     params_per_gpu, zero_divisors)
@@ -131,7 +132,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
                    reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
-                   grad_accum: int = 1, fsdp=None) -> dict:
+                   grad_accum: int = 1, fsdp=None, ep: int = 1) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -141,6 +142,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
     in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
     `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
+    `ep`: expert parallelism (account.counting.experts): the routed experts split over ep of the dp ranks; a state
+    ZeRO shards over dp is then the same as without ep (an expert's state is sharded over the dp/ep ranks holding
+    it: (dense + experts/ep)/(dp/ep) per expert part = all/dp), an unsharded one holds only 1/ep of the experts.
     `fsdp` (account.memory.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
     its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
@@ -153,19 +157,24 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     if spec is None:
         if n_params is None or not n_params > 0 or not math.isfinite(n_params):
             raise TrainledgerError(f"--params must be positive, got {n_params!r}")
+        check_ep(None, ep)
         total_params, per_gpu = float(n_params), float(n_params) / (tp * pp)
+        sharded_per_gpu = per_gpu
         placement = {"n_params_per_gpu": per_gpu, "stage": "even split", "layers_per_stage": None}
         elements = adafactor_elements_per_param(d_model_estimate(n_params)) if opt.factored else None
     else:
         total_params = param_counts(spec)["n_params"]
-        placement = params_per_gpu(spec, tp, pp)
+        check_ep(spec, ep, dp)
+        placement = params_per_gpu(spec, tp, pp, ep)
         per_gpu = placement["n_params_per_gpu"]
+        sharded_per_gpu = params_per_gpu(spec, tp, pp)["n_params_per_gpu"] if ep > 1 else per_gpu
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
     fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
                     and getattr(spec, "kind", None) == "transformer") else None
     divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
-    parts = {f"{k}_bytes": per_gpu * per_param[k] / divisors[k] for k in ("params", "grads", "master_params", "optimizer")}
+    parts = {f"{k}_bytes": (per_gpu if divisors[k] == 1 else sharded_per_gpu) * per_param[k] / divisors[k]
+             for k in ("params", "grads", "master_params", "optimizer")}
     buffers = None
     if fsdp is not None:
         from trainledger.account.memory.fsdp import buffers as fsdp_buffers, compute_precision, units
@@ -202,7 +211,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "reserve_parts": reserve_parts,
         "n_params": total_params,
         # parameters whose weights this GPU stores: after tensor/pipeline placement and ZeRO-3 sharding
-        "n_params_per_gpu": per_gpu / divisors["params"],
+        "n_params_per_gpu": (per_gpu if divisors["params"] == 1 else sharded_per_gpu) / divisors["params"],
+        "ep": ep,
         "n_params_per_gpu_before_zero": per_gpu,
         "pipeline_stage": placement["stage"],
         "bytes_per_param": per_param["total"],

@@ -10,6 +10,8 @@ Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus)
 - pp: divisors of num_gpus/(tp·cp) up to n_layers; interleave v up to 8 where the schedule is valid
   (account.time.schedule: n_layers divisible by pp·v, micro-batches a multiple of pp, as Megatron-LM requires).
 - micro-batch b: divisors of global_batch/dp (powers of two and the quotient itself).
+- ep (mixture-of-experts models): the divisors of gcd(n_experts, dp), each GPU holding n_experts/ep experts
+  (account.counting.experts; the expert-parallel group is taken from the data-parallel ranks).
 - ZeRO 0-3 over dp (0 only when dp = 1); for framework "megatron" only 0 and 1 (DDP or Megatron-LM's distributed
   optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.memory.fsdp: a bf16
   mixed-precision policy unless `fsdp_param_dtype` says otherwise; with pipelining, gathered once per step), so the
@@ -64,6 +66,11 @@ def candidates(spec, num_gpus: int, global_batch_size: int, seq_len: int, gpus_p
                         yield tp, sp, cp, pp, dp, b
 
 
+def expert_parallel_sizes(spec, dp: int) -> list[int]:
+    """The --ep values a layout with `dp` data-parallel ranks may take: divisors of gcd(n_experts, dp); [1] if dense."""
+    return _divisors(math.gcd(spec.n_experts, dp)) if spec.is_moe else [1]
+
+
 def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
@@ -88,7 +95,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
     cache: dict = {}
     for tp, sp, cp, pp, dp, b in candidates(spec, num_gpus, global_batch_size, seq_len, gpu.gpus_per_node):
         stages = (0, 1) if framework == "megatron" else (0, 1, 2, 3)
-        for zero in (stages if dp > 1 else (0,)):
+        for zero, ep in ((z, e) for z in (stages if dp > 1 else (0,)) for e in expert_parallel_sizes(spec, dp)):
             considered += 1
             chosen = None
             micro_batches = global_batch_size // (dp * b)
@@ -98,7 +105,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                 memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
                                         recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
-                                        reserve_bytes=reserve, grad_accum=micro_batches)
+                                        reserve_bytes=reserve, grad_accum=micro_batches, ep=ep)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -112,8 +119,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled)
-                results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero,
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep)
+                results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero, "ep": ep,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],
                                 "micro_batches": micro_batches, "memory_bytes": memory["peak_bytes"],

@@ -22,7 +22,7 @@ WORDS = {
     "overhead": "per-op dispatch overhead", "optimizer": "the optimizer step",
     "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel communication",
     "pp_comm": "pipeline point-to-point communication", "dp_comm": "data-parallel communication",
-    "pipeline_bubble": "the pipeline bubble",
+    "pipeline_bubble": "the pipeline bubble", "ep_comm": "expert-parallel all-to-all (token dispatch and combine)",
 }
 # Below this fraction of the dense peak while the GEMMs run, the matmuls are called small rather than the step compute-bound.
 SMALL_GEMM_FRACTION = 0.5
@@ -110,6 +110,8 @@ def hints(breakdown: dict, setup: dict) -> dict[str, str]:
         "compute": compute, "attention": attention, "memory_bound": memory_bound, "overhead": overhead,
         "optimizer": optimizer, "tp_comm": tp_comm, "cp_comm": "less context parallelism (--cp)",
         "pp_comm": "fewer pipeline stages (--pp)", "dp_comm": dp_comm, "pipeline_bubble": bubble,
+        "ep_comm": (f"keep the expert-parallel group inside a node (--ep at most {gpn} // (tp·cp)) or overlap the "
+                    "all-to-all with other micro-batches' compute (--ep-overlap)"),
     }
 
 

@@ -53,9 +53,12 @@ def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: s
 
 
 def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
-             loop: bool = False):
-    """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (all experts on it, each
-    expert's d_ff split over tp: tensor-parallel experts, no expert parallelism).
+             loop: bool = False, ep: int = 1):
+    """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (n_experts/ep experts on
+    it, each expert's d_ff split over tp: tensor-parallel experts, with expert parallelism over ep GPUs).
+    Under balanced routing the n·k token copies this GPU sends out equal the ones it receives: each of its E/ep
+    experts runs n·k·ep/E tokens (ep × the tokens of ep = 1: bigger, more efficient grouped GEMMs); the
+    all-to-all that moves them is account.time.expert_parallel's.
 
     Router GEMM d_model → n_experts (replicated), softmax and top-k in fp32; tokens permuted to their experts
     (a gather of n·k rows forward, a scatter-add backward); the n_experts expert MLPs as batched GEMMs over
@@ -68,7 +71,8 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     """
     E, k = spec.n_experts, spec.experts_per_token
     f = spec.d_ff / tp
-    per_expert = n * k / E
+    local = E // ep                                   # experts on this GPU
+    per_expert = n * k / local
     fwd = _linear("router", n, d, E, a, dtype, amp, w, backward=False)
     bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
     fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
@@ -77,19 +81,19 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     bwd.append(ew("moe_unpermute_backward", 3 * n * k * d * a, count=2))
     ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
     for name in ups:
-        fwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=False, batch=E)
-        bwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+        fwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=False, batch=local)
+        bwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=local)
     hidden = n * k * f * a
     fwd += _activation(spec, hidden, "expert_")[0]
     bwd += _activation(spec, hidden, "expert_")[1]
-    fwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=False, batch=E)
-    bwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=E)
+    fwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=False, batch=local)
+    bwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=local)
     fwd.append(ew("moe_combine", n * k * d * a + n * k * FP32 + n * d * a, count=2))
     bwd.append(ew("moe_combine_backward", 2 * n * k * d * a + n * d * a, count=2))
     if loop:
         mats = 3 if spec.gated_mlp else 2
-        fwd.append(ew("moe_expert_loop", 0.0, count=E * (4 + mats) - mats))
-        bwd.append(ew("moe_expert_loop_backward", 0.0, count=E * (4 + 2 * mats) - 2 * mats))
+        fwd.append(ew("moe_expert_loop", 0.0, count=local * (4 + mats) - mats))
+        bwd.append(ew("moe_expert_loop_backward", 0.0, count=local * (4 + 2 * mats) - 2 * mats))
     if spec.shared_expert_d_ff:
         fs = spec.shared_expert_d_ff / tp
         names = ("shared_gate", "shared_up") if spec.gated_mlp else ("shared_up",)
@@ -119,9 +123,10 @@ def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kerne
 
 def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
                   cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None, layer: int = 0, compiled: bool = False) -> dict[str, list[Kernel]]:
+                  dropout: bool | None = None, layer: int = 0, compiled: bool = False, ep: int = 1) -> dict[str, list[Kernel]]:
     """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
     of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
+    `ep`: expert parallelism (the GPU runs n_experts/ep experts over ep × their tokens: `_moe_mlp`).
     `compiled`: our Transformer under torch.compile (account/time/compiled.py)."""
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
@@ -139,7 +144,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     mlp_mats = 3 if spec.gated_mlp else 2
     window = spec.sliding_window if spec.is_sliding(layer) else None
     core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
-    moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger")
+    moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger",
+                    ep=ep)
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)

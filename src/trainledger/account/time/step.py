@@ -52,7 +52,9 @@ from trainledger.account.time.kernels import FRAMEWORKS, edge_kernels, layer_ker
 from trainledger.account.time.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.time.step_notes import assumptions
 from trainledger.account.time.stragglers import wait_for_slowest
+from trainledger.account.counting.experts import check_ep
 from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
+from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
 from trainledger.account.time.schedule import check_schedule
@@ -63,7 +65,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_optimizer, get_recipe
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
-         "pipeline_bubble")
+         "pipeline_bubble", "ep_comm")
 WORDS = ADVICE_WORDS   # the parts of a step in words (account.time.advice)
 
 
@@ -161,7 +163,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
-              loop: str = "train", reserve_bytes: float | None = None) -> dict:
+              loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
+              capacity_factor: float | None = None, ep_overlap: float = 0.0) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -169,6 +172,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.per_gpu.default_reserve of `gpu`).
     `fsdp`: account.memory.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
+    `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`: expert parallelism (account/time/expert_parallel.py:
+    the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute").
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
     timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
     """
@@ -183,6 +188,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                "torchtitan), not Megatron-LM's fused kernels")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
+    check_ep(spec, ep, dp)
+    check_expert_options(expert_imbalance, capacity_factor, ep_overlap)
     check_positive_int(interleave, "--interleave")
     check_schedule(spec.n_layers, pp, interleave, m)
     if seq_len % cp:
@@ -209,12 +216,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled)
+           recompute, narrow_sms, compiled, ep)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled)
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -240,8 +247,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
-                                          zero=zero, layers_per_stage=layers_per_stage)
+                                          zero=zero, layers_per_stage=layers_per_stage,
+                                          params_per_gpu=params_per_gpu(spec, tp, pp, ep)["n_params_per_gpu"])
     per_mb = dict(stage)
+    experts = expert_parallel_per_micro_batch(
+        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep,
+        moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
+        recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=expert_imbalance,
+        capacity_factor=capacity_factor, overlap=ep_overlap)
+    per_mb["ep_comm"] = experts["ep_comm"]
+    per_mb["compute"] = per_mb.get("compute", 0.0) + experts["expert_wait"]
     after = {"pp_comm": 0.0, "dp_comm": 0.0}
     stage_fwd = stage_layers * (fwd["compute"] + fwd["attention"] + fwd["memory_bound"])
     stage_bwd = stage_layers * (bwd["compute"] + bwd["attention"] + bwd["memory_bound"] + rec["compute"]
@@ -268,9 +283,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
 
     # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
-    placement = params_per_gpu(spec, tp, pp)
+    placement = params_per_gpu(spec, tp, pp, ep)
     sharded_over = (dp // settings.replicate if settings is not None else dp) if zero >= 1 else 1
-    shard_params = placement["n_params_per_gpu"] / sharded_over
+    # ZeRO shards an expert's states over the dp/ep ranks that hold it: all/dp per GPU, as without ep
+    shard_params = (params_per_gpu(spec, tp, pp) if sharded_over > 1 else placement)["n_params_per_gpu"] / sharded_over
     n_tensors = parameter_tensors(spec) / pp / sharded_over
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
@@ -320,7 +336,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
-        "compute_precision": compute, "straggler_slowdown": straggler,
+        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep,
+        "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
+                                imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap),
     }
     result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
                                       setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))
@@ -331,7 +349,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
                                 recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
                                 reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
-                                grad_accum=m)
+                                grad_accum=m, ep=ep)
         result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
@@ -425,14 +443,14 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
                  narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False):
+                 compiled: bool = False, ep: int = 1):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
     its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
-                           compiled=compiled)
+                           compiled=compiled, ep=ep)
         lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)

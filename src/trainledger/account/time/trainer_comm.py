@@ -30,7 +30,9 @@ hand (the trainer compares it with what it measured each step):
 
 from __future__ import annotations
 
+from trainledger.account.counting.experts import routed_expert_params
 from trainledger.account.time.comm import Collective, step_collectives
+from trainledger.account.time.expert_parallel import CALLS_BACKWARD, CALLS_FORWARD, dispatch_bytes
 from trainledger.account.counting.placement import params_per_gpu
 from trainledger.account.counting.params import norm_params, norm_params_per_layer, param_counts
 from trainledger.specs.dtypes import bytes_per_element
@@ -45,13 +47,19 @@ FP32_UNDER_AUTOCAST = ("tp_allreduce_backward", "sp_allgather_forward", "sp_redu
 
 def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "fp32",
                        tp: int = 1, sp: bool = False, pp: int = 1, pp_rank: int = 0, dp: int = 1,
-                       zero: int = 0, stage_blocks: int | None = None) -> dict:
+                       zero: int = 0, stage_blocks: int | None = None, ep: int = 1) -> dict:
     """{part: bytes} this rank sends in one step, plus "total". `batch_size` is the micro-batch (sequences);
-    `stage_blocks` the blocks on this rank's pipeline stage (default: ceil(n_layers / pp))."""
+    `stage_blocks` the blocks on this rank's pipeline stage (default: ceil(n_layers / pp)). `ep`: expert
+    parallelism (train/expert_parallel.py; tp = pp = 1), whose experts data parallelism leaves alone: an
+    "ep_comm" part (`expert_parallel_bytes`)."""
     first, last = pp_rank == 0, pp_rank == pp - 1
     blocks = stage_blocks if stage_blocks is not None else -(-spec.n_layers // pp)
     stage_root = _outside_blocks(spec, tp, first, last) if pp > 1 else _outside_blocks(spec, tp)
     stage_params = blocks * _block_params(spec) / tp + stage_root if pp > 1 else None
+    whole = params_per_gpu(spec, tp, pp)["n_params_per_gpu"]
+    if ep > 1:                 # DDP / FSDP2 hold, gather and reduce only the dense parameters
+        whole -= routed_expert_params(spec)
+        stage_params = whole
     collectives = step_collectives(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=micro_batches,
                                    precision=precision, tp=tp, sp=sp, pp=pp, dp=dp, zero=zero, style="torch",
                                    layers_per_stage=blocks if pp > 1 else None, params_per_gpu=stage_params)
@@ -74,13 +82,35 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
             # (PipelineStage keeps them unsharded after the other backwards), the stage's root not at all
             sent = c.bytes_per_call * (1 - stage_root / stage_params)
         elif c.name == "fsdp_param_allgather_backward":
-            sent *= 1 - stage_root / params_per_gpu(spec, tp, pp)["n_params_per_gpu"]
+            sent *= 1 - stage_root / whole
         elif c.name == "fsdp_param_allgather_forward" and pp > 1:
             # the blocks are gathered for every micro-batch's forward, the stage's root once per step
             sent = c.bytes_per_call * (micro_batches * (1 - stage_root / stage_params) + stage_root / stage_params)
         parts[c.part] += sent
+    if ep > 1:
+        parts["ep_comm"] = expert_parallel_bytes(spec, batch_size * seq_len, micro_batches, precision, dp, ep)
+        # the global gradient norm over unlike expert shards (train.distributed.clip_grad_norm): one float64 all-reduce
+        parts["dp_comm"] += 2 * (dp - 1) / dp * 8
     parts["total"] = sum(parts.values())
     return parts
+
+
+def expert_parallel_bytes(spec, tokens: int, micro_batches: int, precision: str, dp: int, ep: int) -> float:
+    """Bytes one rank sends per step for expert parallelism in `train --ep` (balanced routing: forced, or the mean).
+
+    Per micro-batch and MoE layer: the per-expert counts (n_experts int64) and, forward and backward, the dispatch
+    and the combine of tokens × top-k rows of d_model (fp32 under autocast too: the norm's output), each sending
+    (ep − 1)/ep of its rows away (account.time.expert_parallel); and, when dp/ep ranks hold the same experts, their
+    gradients all-reduced among them once per step (2(n − 1)/n of the local experts' bytes, n = dp/ep)."""
+    widen = 4 if get_recipe(precision).params_bytes_per_param == 4 else bytes_per_element(get_recipe(precision).activation_dtype)
+    away = (ep - 1) / ep
+    per_layer = (spec.n_experts * 8 + (CALLS_FORWARD + CALLS_BACKWARD) * dispatch_bytes(spec, tokens, widen)) * away
+    copies = dp // ep
+    local = routed_expert_params(spec) / ep                 # + one presence flag per expert tensor
+    flags = spec.n_moe_layers * spec.n_experts / ep * (4 if spec.mlp_bias else 2) * (3 if spec.gated_mlp else 2) / 2
+    grads = (2 * (copies - 1) / copies * (local + flags) * get_recipe(precision).grads_bytes_per_param
+             if copies > 1 else 0.0)
+    return micro_batches * spec.n_moe_layers * per_layer + grads
 
 
 def _vocab_parallel(spec, tokens: int, micro_batches: int, precision: str, tp: int, sp: bool) -> list[Collective]:

@@ -497,8 +497,9 @@
   }
 
   // ---------------- 8. step time & layout (step + layout) ----------------
-  const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "zero", "batch_size", "recompute"];  // what "Use" copies
-  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "zero", "batch-size", "recompute", "dp"];
+  const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "ep", "zero", "batch_size", "recompute"];  // what "Use" copies
+  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "ep", "expert-imbalance", "ep-overlap", "zero",
+                     "batch-size", "recompute", "dp"];
   const LAYOUT_TOP = 5;
   const step = {
     id: "step", command: "step",
@@ -522,6 +523,9 @@
         { param: "pp", label: "Pipeline stages", type: "pow2", min: 0, max: 6, inputmode: "numeric" },
         { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
         { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
+        { param: "ep", label: "Expert-parallel ranks (mixture of experts)", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
+        { param: "expert-imbalance", label: "Busiest expert's load / mean (1 = balanced)", type: "float", min: 1, max: 4, step: 0.05, value: "1" },
+        { param: "ep-overlap", label: "Share of the all-to-all hidden", type: "float", min: 0, max: 1, step: 0.05, value: "0" },
         { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: ZERO_OPTIONS },
         { param: "batch-size", label: "Micro-batch per GPU", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
         { param: "recompute", label: "Activation recomputation", type: "select" },
@@ -585,7 +589,7 @@
     const box = el("div", { class: "layouts" }, [el("h3", { text: `Fastest layouts that fit (trainledger layout --top ${LAYOUT_TOP})` })]);
     if (!reply.ok) { box.append(el("p", { class: "calc-error", text: reply.body.error || "no layouts" })); return box; }
     const rows = reply.body.layouts;
-    const head = ["", "tp", "sp", "pp", "interleave", "cp", "dp", "ZeRO", "micro-batch", "recompute", "step", "MFU", "memory per GPU"];
+    const head = ["", "tp", "sp", "pp", "interleave", "cp", "dp", "ep", "ZeRO", "micro-batch", "recompute", "step", "MFU", "memory per GPU"];
     const table = el("table", { class: "grid layout-table" }, [el("thead", {}, [el("tr", {}, head.map((h) => el("th", { text: h })))])]);
     const tbody = el("tbody");
     rows.forEach((r, i) => {
@@ -597,7 +601,7 @@
         calc.schedule();
       });
       tbody.append(el("tr", {}, [el("td", {}, [use]), cell("tp"), el("td", { text: r.sp ? "yes" : "no" }), cell("pp"),
-        cell("interleave"), cell("cp"), cell("dp"), cell("zero"), cell("batch_size"), el("td", { text: r.recompute }),
+        cell("interleave"), cell("cp"), cell("dp"), cell("ep"), cell("zero"), cell("batch_size"), el("td", { text: r.recompute }),
         cell("step_seconds", Fmt.seconds), cell("mfu", Fmt.percent), cell("memory_bytes", Fmt.bytes)]));
     });
     table.append(tbody);

@@ -89,6 +89,7 @@
     memory_bound: "memory-bound ops (norms, activations, casts)", overhead: "per-op dispatch overhead",
     optimizer: "optimizer step", tp_comm: "tensor-parallel communication", cp_comm: "context-parallel communication",
     pp_comm: "pipeline sends and receives", dp_comm: "data-parallel communication", pipeline_bubble: "pipeline bubble",
+    ep_comm: "expert-parallel all-to-all",
   };
 
   // A label and a format for any key: the table's, else one read from the key's unit suffix (never a raw key).

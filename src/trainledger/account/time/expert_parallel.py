@@ -1,0 +1,120 @@
+"""Expert parallelism in a training step: the token all-to-alls, their links, and the wait for the busiest expert.
+
+With `ep` > 1 each GPU holds n_experts/ep routed experts (account.counting.experts) and every MoE layer moves
+tokens twice per pass (GShard, Lepikhin et al. 2020, arXiv:2006.16668, Sec. 2.2; Megatron-Core's
+MoEAlltoAllTokenDispatcher):
+    forward:  dispatch (each token copy to the GPU of its expert), the experts, combine (the outputs back)
+    backward: the gradients of both, in reverse; a full recomputation repeats the forward pair.
+Each call is an all-to-all over the ep ranks. One rank dispatches its n tokens × top-k copies of d_model
+activations in the compute dtype: S = n·k·d·bytes (with TP and sequence parallelism n is this rank's n/tp). Under
+balanced routing (Megatron Bridge's MoE benchmarks force it: performance-summary.md, "we force-balance the token
+distribution among experts") the fraction (ep − 1)/ep of S leaves the GPU: (q − 1)/ep to the q − 1 other group
+members on its node over NVLink, (ep − q)/ep over its own NIC to other nodes (one NIC per GPU, rail-optimised).
+Both move at once, so a call costs
+    latency + max(S·(q − 1)/ep / β_NVLink, S·(ep − q)/ep / β_NIC)
+with the links' achieved rates (specs/performance.py: datasheet × NCCL's measured bus-bandwidth fraction; an
+assumption for all-to-all, whose nccl-tests busbw is published less often than all-reduce's) and latency the
+call latency plus one step of the slowest link crossed. Ranks are placed TP fastest, then CP, then the
+expert-parallel part of DP (Megatron's order), so group members are tp·cp ranks apart and
+q = min(ep, gpus_per_node // (tp·cp)).
+
+A skewed router (`imbalance` = busiest expert's load / the mean, ≥ 1) makes the busiest GPU receive and compute
+`imbalance` × the balanced share; the others wait for it (the step takes the slowest rank's time). A capacity
+factor c (GShard Sec. 2.2; Switch Transformer, arXiv:2101.03961, Sec. 2.2) caps every expert at c × the mean load,
+dropping the excess: the busiest load is then min(imbalance, c) and the dropped fraction of token copies
+max(0, 1 − c/imbalance) on that expert. `overlap` is the fraction of the all-to-all time hidden behind
+computation (Megatron's `overlap_moe_expert_parallel_comm` runs one micro-batch's all-to-all beside another's
+compute when the pipeline is interleaved; DeepSeek-V3's DualPipe, arXiv:2412.19437 Sec. 3.2.1, hides nearly all of
+it); default 0: exposed, as a plain 1F1B schedule leaves it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainledger.account.counting.flops import forward_flops_breakdown
+from trainledger.account.time.overlap import link
+from trainledger.errors import TrainledgerError
+
+# calls of one MoE layer per micro-batch: forward dispatch + combine, their two gradients in backward
+CALLS_FORWARD, CALLS_BACKWARD = 2, 2
+
+
+def check_expert_options(imbalance: float, capacity_factor: float | None, overlap: float) -> None:
+    """One-line errors naming the flag for --expert-imbalance (≥ 1), --capacity-factor (> 0) and --ep-overlap ([0, 1])."""
+    if not (isinstance(imbalance, (int, float)) and math.isfinite(imbalance) and imbalance >= 1):
+        raise TrainledgerError(f"--expert-imbalance must be a number >= 1 (busiest expert's load / mean load; 1 = "
+                               f"balanced), got {imbalance!r}")
+    if capacity_factor is not None and not (math.isfinite(capacity_factor) and capacity_factor > 0):
+        raise TrainledgerError(f"--capacity-factor must be a positive number, got {capacity_factor!r}")
+    if not (isinstance(overlap, (int, float)) and 0 <= overlap <= 1):
+        raise TrainledgerError(f"--ep-overlap must be a fraction in [0, 1], got {overlap!r}")
+
+
+def ranks_per_node(ep: int, tp: int, cp: int, gpus_per_node: int) -> int:
+    """Members of one expert-parallel group on one node: they are tp·cp ranks apart (TP, then CP, then EP)."""
+    stride = tp * cp
+    return max(1, min(ep, gpus_per_node // stride)) if stride <= gpus_per_node else 1
+
+
+def dispatch_bytes(spec, tokens: float, bytes_per_element: float) -> float:
+    """S: bytes one rank dispatches in one all-to-all call: its tokens × top-k copies × d_model × dtype bytes."""
+    return tokens * spec.experts_per_token * spec.d_model * bytes_per_element
+
+
+def all_to_all_seconds(gpu, payload_bytes: float, ep: int, per_node: int) -> dict:
+    """One all-to-all of S = `payload_bytes` per rank over `ep` ranks, `per_node` of them on each node (balanced).
+
+    Returns {"seconds", "intra_bytes", "inter_bytes", "sent_bytes"}: bytes this rank sends over NVLink, over its
+    NIC, and in all ((ep − 1)/ep · S); seconds as the module docstring.
+    """
+    if ep <= 1:
+        return {"seconds": 0.0, "intra_bytes": 0.0, "inter_bytes": 0.0, "sent_bytes": 0.0}
+    intra_bytes = payload_bytes * (per_node - 1) / ep
+    inter_bytes = payload_bytes * (ep - per_node) / ep
+    intra = link(gpu, "intra")
+    seconds = intra.call_latency_seconds + intra.step_latency_seconds
+    transfer = intra_bytes / intra.effective_bytes_per_s
+    if inter_bytes > 0:
+        inter = link(gpu, "inter")
+        seconds = max(seconds, inter.call_latency_seconds + inter.step_latency_seconds)
+        transfer = max(transfer, inter_bytes / inter.effective_bytes_per_s)
+    return {"seconds": seconds + transfer, "intra_bytes": intra_bytes, "inter_bytes": inter_bytes,
+            "sent_bytes": intra_bytes + inter_bytes}
+
+
+def routed_expert_share(spec, seq_len: int) -> float:
+    """Fraction of a token's forward FLOPs spent in routed experts (their GEMMs): what a busier expert stretches."""
+    parts = forward_flops_breakdown(spec, seq_len)
+    experts = sum(v for name, v in parts.items() if name in ("mlp_gate", "mlp_up", "mlp_down"))
+    dense = (spec.n_layers - spec.n_moe_layers) * (3 if spec.gated_mlp else 2) * 2 * spec.d_model * (spec.dense_d_ff or 0)
+    return max(0.0, experts - dense) / parts["total"]
+
+
+def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
+                                    moe_layers: float, bytes_per_element: float, recompute: str, compute_seconds: float,
+                                    imbalance: float = 1.0, capacity_factor: float | None = None,
+                                    overlap: float = 0.0) -> dict:
+    """Seconds one micro-batch's pass through a pipeline stage with `moe_layers` MoE layers adds for expert parallelism.
+
+    `compute_seconds`: the stage's GEMM seconds for that micro-batch (forward, backward, recomputation), of which
+    the routed experts' share stretches with the busiest load. Returns {"ep_comm" (exposed all-to-all seconds),
+    "expert_wait" (extra compute seconds of the busiest GPU), "calls" (all-to-alls), "payload_bytes" (S),
+    "bytes_sent" (one rank, all calls), "load" (busiest / mean), "dropped_fraction", "ranks_per_node", "link"}.
+    """
+    check_expert_options(imbalance, capacity_factor, overlap)
+    load = imbalance if capacity_factor is None else min(imbalance, capacity_factor)
+    dropped = 0.0 if capacity_factor is None else max(0.0, 1.0 - capacity_factor / imbalance)
+    wait = (load - 1.0) * routed_expert_share(spec, seq_len) * compute_seconds if spec.is_moe else 0.0
+    if ep <= 1 or not spec.is_moe:
+        return {"ep_comm": 0.0, "expert_wait": wait, "calls": 0, "payload_bytes": 0.0, "bytes_sent": 0.0, "load": load,
+                "dropped_fraction": dropped, "ranks_per_node": 1, "link": "none"}
+    tokens = batch_size * seq_len / cp / (tp if sp else 1)
+    payload = dispatch_bytes(spec, tokens, bytes_per_element)
+    per_node = ranks_per_node(ep, tp, cp, gpu.gpus_per_node)
+    one = all_to_all_seconds(gpu, payload * load, ep, per_node)      # the busiest rank receives `load` × its share
+    calls = moe_layers * (CALLS_FORWARD + CALLS_BACKWARD + (CALLS_FORWARD if recompute == "full" else 0))
+    return {"ep_comm": (1.0 - overlap) * calls * one["seconds"], "expert_wait": wait, "calls": calls,
+            "payload_bytes": payload, "bytes_sent": calls * payload * (ep - 1) / ep, "load": load,
+            "dropped_fraction": dropped, "ranks_per_node": per_node,
+            "link": "intra" if per_node == ep else "inter"}

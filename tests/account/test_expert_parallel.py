@@ -1,0 +1,124 @@
+"""Expert parallelism: placement of the experts, the all-to-all by hand, step and layout with --ep, the published
+MoE rows (Megatron Bridge performance summary) as an honest regression bound."""
+
+import pytest
+
+from trainledger.account.counting.experts import check_ep, routed_expert_params
+from trainledger.account.counting.placement import params_per_gpu
+from trainledger.account.memory.per_gpu import memory_per_gpu
+from trainledger.account.planning.layout import expert_parallel_sizes, search
+from trainledger.account.time import expert_parallel as xp
+from trainledger.account.time.step import step_time
+from trainledger.account.validation import moe
+from trainledger.errors import TrainledgerError
+from trainledger.specs import get_model
+from trainledger.specs.hardware import get_gpu
+
+OSS, H100 = get_model("gpt-oss-120b"), get_gpu("h100-sxm")
+TINY_MOE = get_model("mixtral-8x7b").with_(n_layers=2, d_model=256, n_heads=4, n_kv_heads=4, d_ff=512, vocab_size=1000)
+
+
+def test_ep_divides_the_experts_and_dp():
+    assert check_ep(OSS, 8, 16) == 8
+    for ep, dp, words in ((3, 6, "must divide the 8 experts"), (4, 6, "data-parallel size dp=6"), (0, 1, "positive")):
+        with pytest.raises(TrainledgerError, match=words):
+            check_ep(get_model("mixtral-8x7b"), ep, dp)
+    with pytest.raises(TrainledgerError, match="no experts"):
+        check_ep(get_model("gpt2"), 2, 2)
+
+
+def test_experts_are_split_over_ep():
+    """gpt-oss-120b: 36 layers × 128 experts × (3·2880² + 2·2880 + 2880); ep 8 keeps 1/8 of them (down biases stay)."""
+    experts = routed_expert_params(OSS)
+    assert experts == 36 * 128 * (3 * 2880 * 2880 + 3 * 2880)
+    one, eight = params_per_gpu(OSS, 1, 1, 1), params_per_gpu(OSS, 1, 1, 8)
+    down_biases = 36 * 128 * 2880
+    assert one["n_params_per_gpu"] - eight["n_params_per_gpu"] == pytest.approx((experts - down_biases) * 7 / 8)
+    assert eight["expert_params_per_gpu"] == pytest.approx((experts - down_biases) / 8)
+
+
+def test_zero_sharded_states_do_not_change_with_ep():
+    """An expert's optimizer state is sharded over the dp/ep ranks holding it: all/dp per GPU, as without ep;
+    the unsharded bf16 weights and gradients keep only 1/ep of the experts."""
+    kw = dict(batch_size=1, seq_len=4096, precision="mixed-bf16", zero=1, dp=16, pp=4)
+    one, eight = memory_per_gpu(OSS, **kw), memory_per_gpu(OSS, **kw, ep=8)
+    assert eight["optimizer_bytes"] == pytest.approx(one["optimizer_bytes"])
+    assert eight["params_bytes"] < one["params_bytes"] / 5
+    assert eight["activations_bytes"] == one["activations_bytes"]
+
+
+def test_all_to_all_by_hand():
+    """S = 4096 tokens × top-4 × 2880 × 2 bytes; ep 8 inside a DGX node: 7/8 of S over NVLink 4 at its achieved rate;
+    ep 16 over two nodes: 8/16 of S through each GPU's NIC (InfiniBand NDR) sets the time."""
+    s = xp.dispatch_bytes(OSS, 4096, 2)
+    assert s == 4096 * 4 * 2880 * 2
+    nvlink, ib = H100.intra_node_link, H100.inter_node_link
+    inside = xp.all_to_all_seconds(H100, s, 8, 8)
+    assert inside["sent_bytes"] == pytest.approx(s * 7 / 8) and inside["inter_bytes"] == 0
+    assert inside["seconds"] == pytest.approx(nvlink.call_latency_seconds + nvlink.step_latency_seconds
+                                              + s * 7 / 8 / nvlink.effective_bytes_per_s)
+    across = xp.all_to_all_seconds(H100, s, 16, 8)
+    assert across["inter_bytes"] == pytest.approx(s / 2)
+    assert across["seconds"] == pytest.approx(max(nvlink.call_latency_seconds + nvlink.step_latency_seconds,
+                                                  ib.call_latency_seconds + ib.step_latency_seconds)
+                                              + s / 2 / ib.effective_bytes_per_s)
+    assert xp.ranks_per_node(8, 1, 1, 8) == 8 and xp.ranks_per_node(8, 2, 1, 8) == 4 and xp.ranks_per_node(4, 16, 1, 8) == 1
+
+
+def test_step_with_ep():
+    """ep adds 4 all-to-alls per MoE layer and micro-batch (6 with full recomputation); a skewed router stretches the
+    experts' GEMMs; a capacity factor caps it and drops tokens; overlap hides the all-to-all; dense models refuse --ep."""
+    kw = dict(batch_size=1, seq_len=4096, global_batch_size=64, num_gpus=64, precision="mixed-bf16", pp=4, zero=1,
+              framework="megatron", with_memory=False)
+    base, ep = step_time(OSS, H100, **kw), step_time(OSS, H100, **kw, ep=8)
+    assert base["breakdown"]["ep_comm"] == 0 and ep["breakdown"]["ep_comm"] > 0
+    m = ep["micro_batches"]
+    assert ep["expert_parallel"]["per_step_calls"] == m * 4 * 36 / 4          # 9 MoE layers per stage
+    assert ep["breakdown"]["compute"] < base["breakdown"]["compute"]        # bigger grouped GEMMs per expert
+    full = step_time(OSS, H100, **kw, ep=8, recompute="full")
+    assert full["expert_parallel"]["per_step_calls"] == m * 6 * 9
+    skew = step_time(OSS, H100, **kw, ep=8, expert_imbalance=1.5)
+    capped = step_time(OSS, H100, **kw, ep=8, expert_imbalance=1.5, capacity_factor=1.25)
+    assert ep["step_seconds"] < capped["step_seconds"] < skew["step_seconds"]
+    assert capped["expert_parallel"]["dropped_fraction"] == pytest.approx(1 - 1.25 / 1.5)
+    hidden = step_time(OSS, H100, **kw, ep=8, ep_overlap=1.0)
+    assert hidden["breakdown"]["ep_comm"] == 0
+    assert ep["model_flops_per_step"] == base["model_flops_per_step"]       # ep moves work, it does not change it
+    with pytest.raises(TrainledgerError, match="--ep"):
+        step_time(get_model("llama-3-8b"), H100, **kw, ep=2)
+    with pytest.raises(TrainledgerError, match="--expert-imbalance"):
+        step_time(OSS, H100, **kw, ep=8, expert_imbalance=0.9)
+
+
+def test_layout_searches_ep():
+    assert expert_parallel_sizes(TINY_MOE, 4) == [1, 2, 4] and expert_parallel_sizes(get_model("gpt2"), 8) == [1]
+    found = search(TINY_MOE, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=50)
+    eps = {layout["ep"] for layout in found["layouts"]}
+    assert eps - {1} and all(TINY_MOE.n_experts % e == 0 and layout["dp"] % e == 0
+                             for layout in found["layouts"] for e in [layout["ep"]])
+
+
+def test_megatron_bridge_moe_rows_regression_bound():
+    """Megatron Bridge performance summary, BF16 MoE rows on DGX-H100/B200 (account.validation.moe). The issue asks
+    >= 70 % of rows within 20 %; the model is far from it: it predicts gpt-oss-120b 1.5× (H100) to 4.8× (B200)
+    faster than published (1.4× and 3.7× today). These bounds hold today's numbers so a change is seen; they are not a pass mark."""
+    rows = moe.cases(moe.TAKEN)
+    errors = {r["gpu"]: r["error"] for r in rows}
+    # 2026-11-27 with the at-scale mechanisms (issue 27) and Blackwell's sustained rates (issue 28): +40.6 %, +274 %
+    # (before them: +46 %, +382 %)
+    assert errors["h100-sxm"] == pytest.approx(0.41, abs=0.05)
+    assert errors["b200"] == pytest.approx(2.74, abs=0.3)
+    assert moe.report(rows)["share_within"] == 0.0
+
+
+def test_deepseek_v3_gpu_hours_needs_h800_and_fp8():
+    """DeepSeek-V3 report: 2.664M H800 GPU-hours (arXiv:2412.19437). Runs once an H800 entry and the FP8 recipe exist
+    (another issue adds both); until then it is skipped with the missing part named."""
+    try:
+        get_gpu("h800")
+        from trainledger.specs.recipes import get_recipe
+        get_recipe("fp8-cs")
+    except TrainledgerError as missing:
+        pytest.skip(f"blocked: {missing}")
+    result = moe.deepseek_v3_gpu_hours()
+    assert abs(result["error"]) <= 0.20
