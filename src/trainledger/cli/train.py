@@ -128,8 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (the step time "
                    "is then predicted for the compiled model)")
     g.add_argument("--threads", type=common.positive_int, help="torch intra-op threads on CPU (torch.set_num_threads; "
-                   "default: one per core). On a machine shared with other work, 1 (or the free cores) avoids threads "
-                   "waiting for each other")
+                   "default: the cores other processes leave idle, measured from /proc/stat while torch loads, at most "
+                   "one per physical core, or OMP_NUM_THREADS when set; the run prints its choice). Threads that share "
+                   "a core with other work wait for each other; give --threads for bit-identical reruns")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
     g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
