@@ -44,6 +44,13 @@ class OthersCpu:
         return max(0.0, others / wall)
 
 
+def busy_during(others_cpus: float | None, cpu_count: int, threads: int) -> bool:
+    """Whether other processes left fewer CPUs idle than a measurement's `threads` needed (TOLERANCE_CPUS
+    aside): its threads then waited for CPUs, and its wall times count what the others took. False when
+    `others_cpus` could not be read (None)."""
+    return others_cpus is not None and cpu_count - others_cpus < min(threads, cpu_count) - TOLERANCE_CPUS
+
+
 def busy_warning(profile: dict) -> str | None:
     """A warning when other processes kept the machine busy during calibration, so that fewer CPUs were free than
     its threads (one on CUDA, for the CPU side): the rates then understate the machine, and a thread descheduled
@@ -52,7 +59,7 @@ def busy_warning(profile: dict) -> str | None:
     cpus, threads = profile.get("cpu_count") or 1, profile.get("threads") or 1
     others = profile.get("others_cpus")
     if others is not None:
-        if cpus - others >= min(threads, cpus) - TOLERANCE_CPUS:
+        if not busy_during(others, cpus, threads):
             return None
         return (f"the machine was busy while calibrating (other processes used {others:.1f} of {cpus} CPUs, "
                 f"{threads} needed): the measured rates understate it")
