@@ -18,7 +18,9 @@ shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `
 (run automatically the first time, a few seconds, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
 optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
-add up to their wall time (the profiler's own cost shows as the difference).
+add up to their wall time (the profiler's own cost shows as the difference). When other processes kept the
+machine busy (fewer idle CPUs than threads, read from /proc/stat) the first line says so: on --threads 1 the
+step and its parts are then the thread's CPU time; on more threads, rerun with --threads 1 or when idle.
 
 examples:
   trainledger profile --model tiny --batch-size 8 --seq-len 128
