@@ -60,6 +60,9 @@ def test_a_busy_machine_is_the_first_line_with_the_cure():
                     load={"others_cpus": 1.6, "cpu_count": 2, "threads": 1, "busy": True})
     line = diagnose(one)[0]
     assert "this thread's CPU time" in line and "wall-clock step took 800.0 ms" in line and "1 thread needed 1" in line
+    cuda = _measured(load={"others_cpus": 1.6, "cpu_count": 2, "threads": 1, "busy": True})   # CUDA: one CPU thread
+    line = diagnose(cuda)[0]
+    assert "the thread launching the kernels waited for a CPU" in line and "--threads" not in line
 
 
 def test_a_busy_calibration_is_named_before_the_parts():

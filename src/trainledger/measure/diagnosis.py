@@ -70,6 +70,10 @@ def busy_line(measured: dict) -> str | None:
                 f"out (the wall-clock step took {_ms(measured['step_wall_seconds'])} ms); for wall-clock times, "
                 "rerun on an idle machine")
     times = measured.get("step_times_s") or [measured["step_seconds"]]
+    if measured.get("device") == "cuda" or threads == 1:       # the CPU thread that launches the kernels waited
+        return (f"{head}: the thread launching the kernels waited for a CPU, so the step and the GPU's idle time "
+                f"are inflated and uneven (steps took {_ms(min(times))} to {_ms(max(times))} ms); for a clean "
+                "measurement rerun on an idle machine")
     return (f"{head}: threads waited for CPUs, so the times below are inflated and uneven (steps took "
             f"{_ms(min(times))} to {_ms(max(times))} ms); for a clean measurement rerun with --threads 1 (one "
             "thread's own CPU time is then measured) or on an idle machine")
