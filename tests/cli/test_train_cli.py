@@ -314,3 +314,30 @@ def test_threads_sets_torch_threads(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["train", "--threads", "0", "--out-dir", str(tmp_path)]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def test_threads_default_to_the_idle_cores_and_the_run_says_so(tmp_path, capsys, monkeypatch):
+    """Issue 31: with no --threads, train takes the cores other processes leave idle (2.5K tokens/s with both
+    cores vs 9.5K with one at load 3.5) and prints the choice after its outputs line; --json carries it."""
+    import torch
+
+    from trainledger.measure import cpu_load
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_load.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.6)        # another process keeps 1.6 CPUs busy
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)                 # torch's default: one per core
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    args = ["train", "--model", "cruncher", "--steps", "2", "--warmup-steps", "0", "--no-plot"]
+    assert main([*args, "--out-dir", str(tmp_path / "a")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert calls == [1]
+    outputs = next(i for i, line in enumerate(lines) if line.startswith("outputs:"))
+    assert lines[outputs + 1].startswith("threads: 1 (0.4 of 2 CPUs idle: other processes used 1.6 over the last")
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 0.0)        # an idle machine: both cores
+    assert main([*args, "--out-dir", str(tmp_path / "b"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert calls == [1, 2] and summary["threads_choice"].startswith("threads: 2 (2.0 of 2 CPUs idle")
+    assert main([*args, "--out-dir", str(tmp_path / "c"), "--threads", "1", "--json"]) == 0     # chosen: kept
+    summary = json.loads(capsys.readouterr().out)
+    assert calls == [1, 2, 1] and summary["threads_choice"] is None

@@ -213,3 +213,46 @@ def test_teardown_closes_the_other_ranks_first(monkeypatch, rank):
     events.clear()
     D.teardown(D.World(rank=0, world_size=1))            # one process: nothing to close
     assert events == []
+
+
+def test_a_rank_ends_with_os_exit_after_teardown_and_a_call_returns(monkeypatch, capsys):
+    """Issue 31 item 8: after teardown a rank still runs gloo's C++ threads (the group outlives
+    destroy_process_group), and one that needs the GIL while the interpreter shuts down aborts the rank
+    ("terminate called without an active exception", SIGABRT, seen once under load). So a rank started as a
+    program leaves with os._exit(status) once its output is flushed; a call of main() with arguments (tests, an
+    embedding program) returns, and a process that started no group is left alone."""
+    from trainledger.cli import main as cli_main
+    from trainledger.train import distributed as D
+
+    exits = []
+    monkeypatch.setattr(D.os, "_exit", exits.append)
+    monkeypatch.setattr(cli_main, "_main", lambda argv: 3)
+    monkeypatch.setattr(D, "_GROUP_STARTED", False)
+    assert cli_main.main() == 3 and exits == []                   # no process group: an ordinary exit
+    monkeypatch.setattr(D, "_GROUP_STARTED", True)
+    assert cli_main.main(["train"]) == 3 and exits == []          # called with arguments: returns
+    cli_main.main()                                                # a rank, as a program: os._exit(3)
+    assert exits == [3]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list threads")
+def test_gloo_threads_outlive_teardown(tmp_path):
+    """The reason for the test above, measured: after destroy_process_group a gloo rank still runs its
+    communication threads (pt_gloo_runloop, gloo_tcp_loop) when the process group is still referred to, as
+    FSDP2's state and the DeviceMesh refer to it in a training run."""
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "group = dist.group.WORLD\n"          # held, as a model's DeviceMesh holds it
+        "t = torch.ones(4); dist.all_reduce(t)\n"
+        "dist.barrier(); dist.destroy_process_group()\n"
+        "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
+        "print('threads after teardown:', names, flush=True)\n"
+        "os._exit(0)\n")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("threads after teardown:")]
+    assert len(lines) == 2 and all("pt_gloo_runloop" in line for line in lines), result.stdout

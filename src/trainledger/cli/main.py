@@ -152,6 +152,17 @@ def _run(args) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand; its exit status. As a program (`argv` None: the `trainledger` script, `python -m
+    trainledger.cli.main`, each rank under torchrun) a rank of a distributed run ends here with os._exit
+    (train/distributed.py end_rank_process); a call with arguments always returns."""
+    status = _main(argv)
+    distributed = sys.modules.get("trainledger.train.distributed")    # imported only by runs that may use it
+    if argv is None and distributed is not None:
+        distributed.end_rank_process(status)
+    return status
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         args = parse(parser, argv)

@@ -18,7 +18,9 @@ shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `
 (run automatically the first time, a few seconds, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
 optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
-add up to their wall time (the profiler's own cost shows as the difference).
+add up to their wall time (the profiler's own cost shows as the difference). When other processes kept the
+machine busy (fewer idle CPUs than threads, read from /proc/stat) the first line says so: on --threads 1 the
+step and its parts are then the thread's CPU time; on more threads, rerun with --threads 1 or when idle.
 
 examples:
   trainledger profile --model tiny --batch-size 8 --seq-len 128
@@ -92,6 +94,7 @@ def compute(args) -> dict:
 
     from trainledger.cli.plan import load_transformer
     from trainledger.measure.calibrate import calibrated_device
+    from trainledger.measure.diagnosis import busy_line
     from trainledger.measure.profile import compare
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -105,15 +108,19 @@ def compute(args) -> dict:
         raise TrainledgerError(f"--model {args.model}: profile runs language models (a transformer preset or config.json)")
     if args.trace is not None and not args.trace.strip():
         raise TrainledgerError("--trace needs a file name, got ''")
-    gpu = calibrated_device(device)
+    busy: list[str] = []
+    gpu = calibrated_device(device, busy=busy)
     if not _calibrated_for(gpu, precision):
         allowed = " or ".join(r for r in ("fp32", "amp-bf16", "amp-fp16", "bf16") if _calibrated_for(gpu, r))
         raise TrainledgerError(f"--precision {precision}: this machine's {device} calibration measured "
                                f"{', '.join(gpu.gemm_efficiency)} matmuls only; use --precision {allowed}")
     result = compare(spec, gpu, batch_size=args.batch_size, seq_len=seq_len, precision=precision,
                      optimizer=args.optimizer, steps=args.steps, warmup=args.warmup, device=device,
-                     trace_path=args.trace, compiled=args.compile)
+                     trace_path=args.trace, compiled=args.compile, calibration_busy=busy[0] if busy else None)
     result["threads"] = torch.get_num_threads() if device == "cpu" else None
+    warnings = [line for line in (busy_line(result["measured"]),) if line]
+    if warnings:     # cli/main.py prints them first (stderr): the numbers below are not the idle machine's
+        result["warnings"] = warnings
     return result
 
 
@@ -224,6 +231,7 @@ def render(result: dict, args) -> None:
         return render_trace(result)
     meas = result["measured"]
     steps = result["steps"]
+    console = common.console()
     if result["device"] == "cuda":
         how = (f"categories: GPU kernels of {units.count_of(steps, 'profiled step')} (busy {units.format_seconds(meas['busy_seconds'])}"
                f") + idle: the unprofiled step less that (under the profiler idle was "
@@ -231,12 +239,12 @@ def render(result: dict, args) -> None:
     else:
         how = (f"categories: {units.count_of(steps, 'profiled step')}, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
                f"({100 * result['categories_sum_error']:+.0f}% vs the step)")
-    caption = [f"measured step: median of {units.count_of(steps, 'unprofiled step')}; {how}",
+    clock = ("median CPU time of this thread over" if meas.get("clock") == "thread_cpu" else "median of")
+    caption = [f"measured step: {clock} {units.count_of(steps, 'unprofiled step')}; {how}",
                f"prediction: account/time/step.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
     if result.get("trace"):
         caption.append(f"trace: {result['trace']} (open in ui.perfetto.dev or chrome://tracing)")
     where = (f"{result['device']}{', ' + units.count_of(result['threads'], 'thread') if result.get('threads') else ''}")
-    console = common.console()
     console.print(_parts_table(
         f"Where a step's time goes: {result['model']}, batch {result['batch_size']} × {result['seq_len']}, "
         f"{result['precision']} + {result['optimizer']} on {where}", result, caption))

@@ -134,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (the step time "
                    "is then predicted for the compiled model)")
     g.add_argument("--threads", type=common.positive_int, help="torch intra-op threads on CPU (torch.set_num_threads; "
-                   "default: one per core). On a machine shared with other work, 1 (or the free cores) avoids threads "
-                   "waiting for each other")
+                   "default: the cores other processes leave idle, measured from /proc/stat while torch loads, at most "
+                   "one per physical core, or OMP_NUM_THREADS when set; the run prints its choice). Threads that share "
+                   "a core with other work wait for each other; give --threads for bit-identical reruns")
     g.add_argument("--parallel", choices=["none", "ddp", "fsdp"],
                    help="data parallelism under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); gloo on CPU, nccl on CUDA")
     g.add_argument("--tp", type=common.positive_int, help="tensor-parallel ranks: attention heads, MLP and vocabulary "
@@ -267,9 +268,26 @@ def _early_stop() -> str | None:
     return _EARLY_SIGNALS[0] if _EARLY_SIGNALS else None
 
 
+def _pick_threads(config, world, others) -> str | None:
+    """Sets torch's intra-op threads of a CPU run given no --threads to the cores other processes leave idle
+    (measure/cpu_load.py choose_threads; never more than torch's default); the line that says so, else None."""
+    import torch
+
+    if config.threads is not None or world.device.type != "cpu":
+        return None
+    from trainledger.measure.cpu_load import choose_threads
+    import os
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if world.distributed else 1
+    threads, line = choose_threads(torch.get_num_threads(), others, ranks_here=ranks_here)
+    torch.set_num_threads(threads)
+    return line
+
+
 def run(args) -> int:
     """Trains; prints where outputs go and a summary (JSON with --json). Exit 0 when finished or stopped by a signal."""
     _install_early_handlers()            # before the heavy imports: a SIGTERM now is not lost
+    from trainledger.measure.cpu_load import OthersCpu
+    others = OthersCpu()                 # other processes' CPU use while torch loads: which cores are idle
     config, given = _config_and_given(args)
     if config.resume:       # settings not given on the command line continue as the checkpoint has them
         from trainledger.train.checkpoint import newest_config
@@ -284,13 +302,18 @@ def run(args) -> int:
     from trainledger.train.signals import LAUNCHER_EXIT
     from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
+    threads_line = _pick_threads(config, world, others)
     trainer = None
     try:
         trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
         if world.is_main and not (args.quiet or args.json):
             print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
                   f"loss curve {config.out_dir}/loss.png")
+            if threads_line:
+                print(threads_line, flush=True)
         summary = trainer.train()
+        summary["threads"] = torch.get_num_threads() if world.device.type == "cpu" else None
+        summary["threads_choice"] = threads_line
         # every rank has finished its last collective before any closes its sockets: gloo aborts (SIGABRT) a rank
         # whose peer tore the group down while a message to it was still in flight
         distributed.barrier(world)

@@ -118,8 +118,9 @@ def save_profile(profile: dict, path) -> Path:
     return path
 
 
-def calibrated_device(device: str = "cpu", *, log=None):
+def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None):
     """The GPUSpec of this machine's `device` from its cached profile, calibrating first when there is none.
+    `busy` (a list) gets busy_warning's text when the profile used was measured while the machine was busy.
 
     `log` (default: stderr) gets one line when a calibration runs. A calibration measured while the machine was
     busy is used for this run but not cached (a later, quieter run measures again), and a cached busy one (from
@@ -144,6 +145,8 @@ def calibrated_device(device: str = "cpu", *, log=None):
     elif busy_warning(profile):
         say(f"warning: the cached calibration {path}: {busy_warning(profile)}; re-run `trainledger bench "
             "--calibrate` when the machine is quiet (or with --threads 1)")
+    if busy is not None and busy_warning(profile):
+        busy.append(busy_warning(profile))
     return gpu_from_profile(profile)
 
 

@@ -44,6 +44,13 @@ class OthersCpu:
         return max(0.0, others / wall)
 
 
+def busy_during(others_cpus: float | None, cpu_count: int, threads: int) -> bool:
+    """Whether other processes left fewer CPUs idle than a measurement's `threads` needed (TOLERANCE_CPUS
+    aside): its threads then waited for CPUs, and its wall times count what the others took. False when
+    `others_cpus` could not be read (None)."""
+    return others_cpus is not None and cpu_count - others_cpus < min(threads, cpu_count) - TOLERANCE_CPUS
+
+
 def busy_warning(profile: dict) -> str | None:
     """A warning when other processes kept the machine busy during calibration, so that fewer CPUs were free than
     its threads (one on CUDA, for the CPU side): the rates then understate the machine, and a thread descheduled
@@ -52,7 +59,7 @@ def busy_warning(profile: dict) -> str | None:
     cpus, threads = profile.get("cpu_count") or 1, profile.get("threads") or 1
     others = profile.get("others_cpus")
     if others is not None:
-        if cpus - others >= min(threads, cpus) - TOLERANCE_CPUS:
+        if not busy_during(others, cpus, threads):
             return None
         return (f"the machine was busy while calibrating (other processes used {others:.1f} of {cpus} CPUs, "
                 f"{threads} needed): the measured rates understate it")
@@ -61,3 +68,46 @@ def busy_warning(profile: dict) -> str | None:
         return None
     return (f"the machine was busy while calibrating (load average {load:.1f} on {cpus} CPUs): the measured rates "
             "understate it")
+
+
+# --- how many threads a run should take ---------------------------------------------------------------------
+MIN_WINDOW_S = 0.5      # /proc/stat counts in 10 ms ticks: half a second resolves 0.02 CPU per core of 2
+
+
+def pick_threads(cpu_count: int, others_cpus: float, max_threads: int) -> int:
+    """Intra-op threads for the CPUs that other processes leave idle: ⌊cpu_count − others_cpus + TOLERANCE_CPUS⌋,
+    at least 1 and at most `max_threads` (torch's default, one per physical core).
+
+    A parallel op waits for its slowest thread, so a thread that has to share its CPU with another process
+    stalls all the others: on 2 cores at load 3.5, 2 threads trained at 2.5K tokens/s and 1 thread at 9.5K
+    (issue 31). So threads take only the CPUs that are idle, and a CPU counts as idle when others use less
+    than TOLERANCE_CPUS of it."""
+    idle_cpus = cpu_count - max(0.0, others_cpus)
+    return max(1, min(max_threads, int(idle_cpus + TOLERANCE_CPUS)))
+
+
+def choose_threads(max_threads: int, meter: OthersCpu | None = None, environ=None,
+                   ranks_here: int = 1) -> tuple[int, str]:
+    """(threads, the line that says why) for a run given no --threads; `ranks_here` processes of the run on this
+    machine (torchrun's LOCAL_WORLD_SIZE) share the idle CPUs.
+
+    OMP_NUM_THREADS set (torchrun sets it to 1 for each of several ranks): torch already follows it, so
+    `max_threads`. Else the CPUs other processes used since `meter` started (this process's own CPU time left
+    out; at least MIN_WINDOW_S, waiting out the rest), or, without /proc/stat, the 1-minute load average
+    (which lags, and counts this process: a conservative stand-in)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("OMP_NUM_THREADS"):
+        return max_threads, f"threads: {max_threads} (OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}; --threads N to choose)"
+    cpu_count = os.cpu_count() or 1
+    meter = meter or OthersCpu()
+    time.sleep(max(0.0, MIN_WINDOW_S - (time.monotonic() - meter.wall)))
+    others, wall = meter.cpus(), time.monotonic() - meter.wall
+    if others is not None:
+        how = f"other processes used {others:.1f} over the last {wall:.1f} s"
+    else:
+        others = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        how = f"load average {others:.1f}"
+    threads = max(1, pick_threads(cpu_count, others, max_threads) // max(1, ranks_here))
+    idle = max(0.0, cpu_count - others)
+    shared = f", shared by {ranks_here} ranks" if ranks_here > 1 else ""
+    return threads, f"threads: {threads} ({idle:.1f} of {cpu_count} CPUs idle{shared}: {how}; --threads N to choose)"

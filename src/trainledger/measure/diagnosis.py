@@ -30,6 +30,7 @@ class SetUp:
     compiled: bool | None = None         # torch.compile ran
     calibrated: bool = True              # the prediction used rates measured on this device (not a datasheet)
     profiled_steps: bool = False         # the step times are of steps under the profiler (a trace)
+    calibration_busy: str | None = None  # why the calibration behind the prediction understates the machine
 
 
 def largest_part(categories: dict) -> str:
@@ -46,7 +47,46 @@ def diagnose(measured: dict, predicted: dict | None = None, setup: SetUp = SetUp
     """Sentences about a step, most important first: the first names the largest measured part (with what to
     try when that part is a cost to cut); with a prediction, how far off the step is and the largest gaps (at
     least 5 % of the step); then any part over its flag (idle or overhead ≥ 25 %, optimizer ≥ 15 %, data
-    loading ≥ 10 %) not yet named. `measured` and `predicted` are {step_seconds, categories}."""
+    loading ≥ 10 %) not yet named. `measured` and `predicted` are {step_seconds, categories}.
+
+    Before all of these, when other processes kept the machine busy while it measured (`measured["load"]`,
+    measure.profile.machine_load), a line that says so, how it was dealt with and how to measure cleanly; then,
+    when the calibration behind the prediction was measured busy, a line that says that."""
+    first = [line for line in (busy_line(measured), _calibration_line(setup)) if line]
+    return first + _diagnose(measured, predicted, setup)
+
+
+def busy_line(measured: dict) -> str | None:
+    """The machine was busy while these steps ran: what other processes took, what that did to the times, and the
+    cure (--threads 1, an idle machine); None when it was not (or could not be read)."""
+    load = measured.get("load") or {}
+    if not load.get("busy"):
+        return None
+    threads, cpus = load["threads"], load["cpu_count"]
+    head = (f"the machine is busy: other processes kept {load['others_cpus']:.1f} of its {cpus} CPUs busy while "
+            f"this measured, and its {threads} thread{'s' if threads > 1 else ''} needed {min(threads, cpus)}")
+    if measured.get("clock") == "thread_cpu":
+        return (f"{head}: the times are this thread's CPU time (time.thread_time), which leaves the others' turns "
+                f"out (the wall-clock step took {_ms(measured['step_wall_seconds'])} ms); for wall-clock times, "
+                "rerun on an idle machine")
+    times = measured.get("step_times_s") or [measured["step_seconds"]]
+    if measured.get("device") == "cuda" or threads == 1:       # the CPU thread that launches the kernels waited
+        return (f"{head}: the thread launching the kernels waited for a CPU, so the step and the GPU's idle time "
+                f"are inflated and uneven (steps took {_ms(min(times))} to {_ms(max(times))} ms); for a clean "
+                "measurement rerun on an idle machine")
+    return (f"{head}: threads waited for CPUs, so the times below are inflated and uneven (steps took "
+            f"{_ms(min(times))} to {_ms(max(times))} ms); for a clean measurement rerun with --threads 1 (one "
+            "thread's own CPU time is then measured) or on an idle machine")
+
+
+def _calibration_line(setup: SetUp) -> str | None:
+    if not setup.calibration_busy:
+        return None
+    return (f"the prediction's calibration understates this machine: {setup.calibration_busy}; re-run "
+            "`trainledger bench --calibrate` on an idle machine (or with --threads 1)")
+
+
+def _diagnose(measured: dict, predicted: dict | None, setup: SetUp) -> list[str]:
     cat_m = measured["categories"]
     total_m = sum(cat_m.values()) or measured["step_seconds"]
     share = {k: v / total_m for k, v in cat_m.items()}

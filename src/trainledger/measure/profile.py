@@ -46,6 +46,7 @@ from trainledger.measure.diagnosis import SetUp, diagnose, largest_part  # noqa:
 PART_CATEGORY = {"compute": "matmul", "attention": "attention", "memory_bound": "memory_bound",
                  "optimizer": "optimizer", "overhead": "overhead", "tp_comm": "communication",
                  "cp_comm": "communication", "pp_comm": "communication", "dp_comm": "communication",
+                 "ep_comm": "communication",
                  "pipeline_bubble": "overhead"}
 
 
@@ -241,8 +242,16 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     disturbed by other processes, as the calibration's samples are), step_cpu_seconds (the process's CPU time per
     step, median: on one thread, the step's time without what other processes took), profiled_step_seconds,
     categories (seconds per step), categories_sum_seconds, flash_used, optimizer_impl, compiled, n_ops_per_step,
-    top_ops, trace}. Data: random tokens drawn with trainledger.data.get_batch from an in-memory token array, as
-    the training loop draws them.
+    top_ops, trace, load, clock, step_thread_seconds, profiled_step_thread_seconds}. Data: random tokens drawn
+    with trainledger.data.get_batch from an in-memory token array, as the training loop draws them.
+
+    `load` (machine_load) is how many CPUs other processes kept busy while the timed and the profiled steps ran
+    (measure.cpu_load: /proc/stat less this process's CPU time) and whether that left fewer idle than the
+    threads needed. Then wall time counts the others' turns. On one CPU thread (torch runs every op and the
+    backward on the calling thread) the step is measured by that thread's CPU time instead (time.thread_time;
+    clock "thread_cpu", the wall-clock median kept as step_wall_seconds), and the profiled parts are scaled to
+    the profiled steps' thread CPU time (scaled_to). With more threads the main thread's CPU time misses the
+    others' work, so the clock stays "wall" and the diagnosis says to rerun with --threads 1.
 
     On CPU the categories group the profiled steps' CPU ops (measured_categories). On CUDA they are the GPU
     timeline of the profiled steps, read from their Kineto trace (measure.trace.gpu_breakdown: kernels by part,
@@ -289,31 +298,40 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
                 opt.step()
             opt.zero_grad(set_to_none=True)
 
+    from trainledger.measure.cpu_load import OthersCpu
     from trainledger.measure.timing import synchronize
     for _ in range(warmup):
         step()
-    times, cpu_times = [], []
+    times, cpu_times, thread_times = [], [], []
+    others_timed = OthersCpu()           # other processes' CPU use while the timed steps run
     for _ in range(steps):
         synchronize(dev)
-        start, cpu_start = time.perf_counter(), time.process_time()
+        start, cpu_start, thread_start = time.perf_counter(), time.process_time(), time.thread_time()
         step()
         synchronize(dev)
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
+        thread_times.append(time.thread_time() - thread_start)
+    others = [others_timed.cpus()]
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    walls = []
+    walls, profiled_thread_times = [], []
     with dropping_native_lines(), profile(activities=activities, acc_events=True,
                                           schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for i in range(steps + 1):
             synchronize(dev)
-            start = time.perf_counter()
+            if i == 1:
+                others_profiled = OthersCpu()
+            start, thread_start = time.perf_counter(), time.thread_time()
             step()
             synchronize(dev)
             if i >= 1:
                 walls.append(time.perf_counter() - start)
+                profiled_thread_times.append(time.thread_time() - thread_start)
             prof.step()
+        others.append(others_profiled.cpus())
     events = prof.events()
+    load = machine_load(others, torch.get_num_threads() if dev.type == "cpu" else 1)
     step_seconds = statistics.median(times)
     names = {e.name for e in events}
     from trainledger.measure import trace as tr
@@ -337,11 +355,42 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
         if trace_path:
             result["trace"] = str(path)
     else:
-        result.update(categories=measured_categories(events, sum(walls), steps), top_ops=top_ops(events, steps))
+        categories = measured_categories(events, sum(walls), steps)
+        if load["busy"] and load["threads"] == 1:     # wall time counts the others' turns: this thread's CPU time
+            result.update(clock="thread_cpu", step_wall_seconds=step_seconds,
+                          step_seconds=statistics.median(thread_times))
+            categories = scaled_to(categories, sum(profiled_thread_times) / steps)
+        result.update(categories=categories, top_ops=top_ops(events, steps))
         if trace_path:
             result["trace"] = str(write_trace(prof, trace_path))
+    result.update(load=load, step_thread_seconds=thread_times,
+                  profiled_step_thread_seconds=sum(profiled_thread_times) / steps)
+    result.setdefault("clock", "wall")
     result["categories_sum_seconds"] = sum(result["categories"].values())
     return result
+
+
+def machine_load(others_cpus: list, threads: int) -> dict:
+    """{others_cpus (the most CPUs other processes kept busy in either window: timed or profiled steps; None
+    when /proc/stat cannot be read), cpu_count, threads, busy (measure.cpu_load.busy_during)}."""
+    import os
+
+    from trainledger.measure.cpu_load import busy_during
+
+    readings = [x for x in others_cpus if x is not None]
+    most = max(readings) if readings else None
+    cpu_count = os.cpu_count() or 1
+    return {"others_cpus": most, "cpu_count": cpu_count, "threads": threads,
+            "busy": busy_during(most, cpu_count, threads)}
+
+
+def scaled_to(categories: dict, total_seconds: float) -> dict:
+    """`categories` scaled to add up to `total_seconds`: on a busy machine, the profiled steps' wall-clock parts
+    brought down to the thread's CPU time. The process loses the CPU at moments that have nothing to do with
+    which op runs, so every part stretched in proportion to its length; dividing them all by the same factor
+    undoes that on average (one part may still carry more than its share of the others' turns)."""
+    wall = sum(categories.values())
+    return {k: v * total_seconds / wall for k, v in categories.items()} if wall > 0 else dict(categories)
 
 
 def unprofiled_categories(gpu: dict, step_seconds: float) -> dict:
@@ -363,15 +412,18 @@ def write_trace(prof, path) -> Path:
     return path
 
 
-MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds", "step_min_seconds",
+MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds", "step_min_seconds", "clock",
+                 "step_wall_seconds", "step_thread_seconds", "profiled_step_thread_seconds", "load",
                  "profiled_step_seconds", "categories_sum_seconds", "flash_used", "optimizer_impl", "compiled",
                  "n_ops_per_step", "top_ops", "busy_seconds", "idle_seconds", "profiled_idle_seconds",
                  "overlap_seconds", "n_kernels_per_step")
 
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
-            warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False) -> dict:
-    """Predicted (account.time.step.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis."""
+            warmup: int = 2, device: str = "cpu", trace_path=None, compiled: bool = False,
+            calibration_busy: str | None = None) -> dict:
+    """Predicted (account.time.step.step_time on `gpu`, the calibrated device) vs measured steps, with the diagnosis.
+    `calibration_busy`: why the calibration behind `gpu` understates the machine (measured busy), or None."""
     from trainledger.measure.compare import check_gpu_memory
 
     check_gpu_memory(spec, device, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
@@ -382,7 +434,8 @@ def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimiz
     predicted = prediction["predicted"]
     measured["largest_part"] = largest_part(measured["categories"])
     setup = SetUp(device=device, batch_size=batch_size, optimizer=optimizer, optimizer_impl=measured["optimizer_impl"],
-                  flash_used=measured["flash_used"], compiled=measured["compiled"], calibrated=True)
+                  flash_used=measured["flash_used"], compiled=measured["compiled"], calibrated=True,
+                  calibration_busy=calibration_busy)
     return {
         "source": "live", "model": spec.name, "device": device, "gpu": gpu.name, "batch_size": batch_size,
         "seq_len": seq_len, "precision": precision, "optimizer": optimizer, "steps": steps, "predicted": predicted,

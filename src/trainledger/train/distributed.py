@@ -98,6 +98,7 @@ def setup(parallel: str, requested_device: str | None, tp: int = 1, pp: int = 1)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        _started_group()
     mesh = None
     if tp > 1 or pp > 1:
         from torch.distributed.device_mesh import init_device_mesh
@@ -279,6 +280,12 @@ def broadcast_object(obj, world: World):
 
 
 TEARDOWN_WAIT_SECONDS = 10.0
+_GROUP_STARTED = False       # setup() started a process group in this process (a torchrun rank)
+
+
+def _started_group() -> None:
+    global _GROUP_STARTED
+    _GROUP_STARTED = True
 
 
 def teardown(world: World, through_store: bool = True) -> None:
@@ -308,3 +315,27 @@ def teardown(world: World, through_store: bool = True) -> None:
     with contextlib.suppress(Exception):         # a rank that died never sets its key
         store.wait(keys, timedelta(seconds=TEARDOWN_WAIT_SECONDS))
     dist.destroy_process_group()
+
+
+def end_rank_process(status: int) -> None:
+    """Ends this process now, with `status`, when setup() started a process group in it; returns otherwise.
+
+    destroy_process_group() (teardown) deregisters the group, but the C++ ProcessGroupGloo lives on while
+    anything still refers to it (FSDP2's and DeviceMesh's state here): after teardown a rank still runs its two
+    gloo worker threads and gloo's TCP loop thread (seen in /proc/self/task: pt_gloo_runloop ×2,
+    gloo_tcp_loop), and they are destroyed only while the interpreter shuts down, or never. A C++ thread that
+    needs the GIL then (to drop a tensor or a callback of the work it just finished, which load delays) is
+    ended by CPython with pthread_exit, whose unwinding through a noexcept frame calls std::terminate: the
+    rank dies with SIGABRT and "terminate called without an active exception" after a run that finished (torch
+    says as much in destroy_process_group: "the dtor might finish after the Python Interpreter exits. After
+    that grabbing the GIL ... will crash"). So a rank, once torn down and with its output flushed, leaves with
+    os._exit: no interpreter shutdown runs beside live communication threads. Everything the run writes is
+    closed before (metrics, checkpoints, locks); only stdout and stderr are still buffered.
+    """
+    if not _GROUP_STARTED:
+        return
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
