@@ -5,6 +5,7 @@ the training, measuring and torchrun examples too (minutes, after the quick star
 
 import importlib.util
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -137,3 +138,43 @@ def test_the_scratch_links_only_what_git_tracks(checker, tmp_path):
     names = {p.name for p in scratch.iterdir()}
     assert {"src", ".venv", "runs"} <= names and not {"data", "docs.jsonl"} & names
     assert (scratch / "src").is_symlink() and not (scratch / "runs").is_symlink()
+
+
+README_MAX_LINES = 400      # issue 31, Why 6: the README is the front door; the long examples live in docs/
+
+
+def test_readme_fits_on_a_page():
+    n_lines = len((ROOT / "README.md").read_text().splitlines())
+    assert n_lines <= README_MAX_LINES, f"README.md has {n_lines} lines; move examples to docs/examples.md"
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation other than '-' and '_' dropped, spaces -> '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_github_anchor_matches_githubs_rule():
+    assert github_anchor("Where a step's time goes: `profile`") == "where-a-steps-time-goes-profile"
+    assert github_anchor("Hugging Face models: `--impl hf`") == "hugging-face-models---impl-hf"
+    assert github_anchor("`params`, `flops`, `memory`") == "params-flops-memory"
+
+
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))])
+def test_every_link_of_a_document_reaches_a_file_and_heading(doc):
+    """Moving sections between README.md and docs/ must not leave a link pointing at nothing."""
+    path = ROOT / doc
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)          # links in code blocks are not links
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+://", target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(f"{target}: no file {file_part}")
+            continue
+        if anchor and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", linked.read_text(), flags=re.S), flags=re.M)
+            if anchor not in {github_anchor(h) for h in headings}:
+                broken.append(f"{target}: no heading #{anchor} in {linked.name}")
+    assert broken == []
