@@ -115,14 +115,18 @@ def render(result: dict, args) -> None:
     out.print(f"Fastest layouts of {result['model']} on {result['num_gpus']} × {result['gpu']}", style="bold")
     for line in result["assumptions"]:
         out.print(f"- {line}", style="dim", soft_wrap=True)
+    # the ep column only where expert parallelism is in play (a dense model's layouts all have ep 1)
+    with_ep = any(r.get("ep", 1) > 1 for r in result["layouts"])
     rows = []
     for i, r in enumerate(result["layouts"], 1):
-        rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"], r.get("ep", 1), r["zero"],
-                     r["batch_size"], r["recompute"], units.format_seconds(r["step_seconds"]), f"{100 * r['mfu']:.1f}%",
-                     units.format_bytes(r["memory_bytes"])])
+        rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"],
+                     *([r.get("ep", 1)] if with_ep else []), r["zero"], r["batch_size"], r["recompute"],
+                     units.format_seconds(r["step_seconds"]), f"{100 * r['mfu']:.1f}%", units.format_bytes(r["memory_bytes"])])
     from rich import box
-    table = common.table(None, ["#", "tp", "sp", "pp", "v", "cp", "dp", "ep", "zero", "micro", "recompute", "step", "MFU",
-                                "memory/GPU"], rows, "v: interleaved chunks per GPU; micro: micro-batch per GPU")
+    columns = ["#", "tp", "sp", "pp", "v", "cp", "dp", *(["ep"] if with_ep else []), "zero", "micro", "recompute", "step",
+               "MFU", "memory/GPU"]
+    table = common.table(None, columns, rows, "v: interleaved chunks per GPU; micro: micro-batch per GPU"
+                         + ("; ep: expert-parallel ranks" if with_ep else ""))
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     out.print(table)
     if result["layouts"]:
