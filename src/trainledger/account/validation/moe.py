@@ -2,22 +2,22 @@
 
 Source: NVIDIA-NeMo/Megatron-Bridge `docs/performance-summary.md` (read at commit df0289c1; its 25.11 and 26.02 NeMo
 container tables). "In MoE training benchmarks, we force-balance the token distribution among experts and all
-benchmarks are token-dropless": so the rows are modelled balanced (--expert-imbalance 1) and dropless. Every BF16
-MoE row of a GPU that specs/hardware.py knows (DGX-H100, DGX-B200) is used; the MoE rows of DGX-GB200 / GB300
-(DeepSeek-V3, Qwen3-235B-A22B, GPT-OSS 120B) and DGX-B300 need hardware entries we do not have, and the FP8 rows
-(FP8-CS, FP8-MX) need the FP8 recipes: both are listed in docs/time.md, not modelled.
-- TAKEN: the rows we looked at while building the model (25.11 container).
-- ASIDE: further rows we keep for a check on our side only (26.02 container).
-Modelled as the recipes run them (scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py): Megatron
-kernels, bf16 mixed precision with the distributed optimizer (ZeRO-1), TP 1, the layout of the row, FLOPs counted
-causal. The H100 and B200 recipes recompute only the norms and the MoE activation (recompute_modules
-["layernorm", "moe_act"]): elementwise work, modelled as no recomputation. The 25.11 H100 row prints GA 2 where its
-GBS / (MBS · DP) is 8; we take GBS and MBS as printed.
+benchmarks are token-dropless": so the rows are modelled balanced (--expert-imbalance 1) and dropless. Every MoE row
+of a GPU that specs/hardware.py knows (DGX-H100, DGX-B200, DGX-GB200) and a model we have is used, BF16 and FP8;
+DGX-GB300 and DGX-B300 have no hardware entry.
+- TAKEN / FP8_TAKEN: the 25.11 rows (the table the model was built against).
+- ASIDE / FP8_ASIDE: the 26.02 rows, kept for a check on our side.
+Modelled as the recipes run them (scripts/performance/configs/*/..._workload_base_configs.py): Megatron kernels,
+the precision of the row (BF16 -> mixed-bf16; FP8-CS -> fp8-cs; FP8-MX -> mxfp8), the distributed optimizer
+(ZeRO-1), the layout of the row with VP as the interleave, FLOPs counted causal. The recipes recompute only the norms
+and the MoE activation (recompute_modules ["layernorm", "moe_act"]): elementwise work, modelled as no recomputation.
 
 DeepSeek-V3 pre-training (arXiv:2412.19437, Sec. 3.1 and 4.2; facts.md): 2.664M H800 GPU-hours for 14.8T tokens on
 2,048 H800 (PP16, EP64 over 8 nodes, ZeRO-1), FP8, sequences of 4K, batch 15360 sequences after the ramp, DualPipe
-hiding the all-to-alls. It needs an H800 entry and an FP8 recipe: `deepseek_v3_gpu_hours` says which is missing.
-Nothing here is fitted.
+hiding the all-to-alls (counted, then hidden: `deepseek_v3_gpu_hours`). The report's block-wise FP8 (1x128
+activations, 128x128 weights) is asked as fp8-cs, the nearest recipe we have. Not modelled: the DGX-GB200
+DeepSeek-V3 rows (Megatron places its 61 layers unevenly over PP x VP; the step's interleaved schedule needs equal
+chunks). Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -36,21 +36,36 @@ SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
 TAKEN = [
     ("25.11", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 512, 4, 4096, 1, 4, 1, 8, 2, 5630),
     ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 8, 2, 8213),
+    ("25.11", "DGX-GB200", "gpt-oss-120b", "gb200", "mixed-bf16", 64, 1280, 1, 8192, 1, 1, 1, 64, 20, 15876),
+    ("25.11", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mixed-bf16", 256, 8192, 1, 4096, 1, 8, 3, 32, 256, 4916),
 ]
 ASIDE = [
     ("26.02", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 1280, 1, 4096, 1, 4, 1, 8, 80, 5993),
     ("26.02", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 1280, 4, 4096, 1, 1, 1, 64, 5, 8047),
+    ("26.02", "DGX-GB200", "gpt-oss-120b", "gb200", "mixed-bf16", 64, 1280, 4, 4096, 1, 1, 1, 64, 5, 15784),
+]
+# The 25.11 rows as the recipes of that time run them (Megatron-Bridge scripts/performance/configs/gpt_oss/
+# workload_base_configs.py, the version with GBS 512; the same settings at commit 6b296ac with GBS 1280): B200
+# expert_model_parallel_size=64 with micro_batch_size=4 (the summary prints EP 8), H100 micro_batch_size=1 from the
+# base config with PP 4 (the summary prints MBS 4). The 26.02 rows print exactly the recipe's values. A reading for
+# the diagnosis in docs/time.md, not a replacement of the rows as printed.
+RECIPE_READING = [
+    ("25.11", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 512, 1, 4096, 1, 4, 1, 8, 32, 5630),
+    ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 64, 2, 8213),
 ]
 # The FP8 MoE rows (FP8-CS: per-tensor current scaling; FP8-MX: MXFP8, 32-element blocks), same summary.
 FP8_TAKEN = [
     ("25.11", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 512, 2, 4096, 1, 2, 24, 8, 32, 5275),
     ("25.11", "DGX-B200", "qwen3-30b-a3b", "b200", "mxfp8", 8, 512, 1, 4096, 1, 1, 1, 8, 64, 9299),
     ("25.11", "DGX-B200", "qwen3-235b-a22b", "b200", "mxfp8", 64, 1024, 1, 4096, 1, 8, 2, 8, 128, 3269),
+    ("25.11", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 23766),
 ]
 FP8_ASIDE = [
     ("26.02", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 1024, 1, 4096, 1, 2, 12, 8, 128, 2557),
     ("26.02", "DGX-B200", "qwen3-30b-a3b", "b200", "mxfp8", 8, 512, 1, 4096, 1, 1, 1, 8, 64, 9691),
     ("26.02", "DGX-B200", "qwen3-235b-a22b", "b200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 8, 256, 3805),
+    ("26.02", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 26084),
+    ("26.02", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 32, 256, 5448),
 ]
 FP8_NOT_MODELLED = [   # EP 32 > DP 16: see above
     ("25.11", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 2048, 1, 4096, 2, 8, 4, 32, 128, 1575),
