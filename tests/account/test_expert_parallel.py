@@ -160,3 +160,23 @@ def test_deepseek_v3_gpu_hours_through_the_report_layout():
     assert result["all_to_all_calls"] == pytest.approx(15360 / 128 * 4 * 4 * 58 / 61)
     assert abs(result["error"]) <= 0.20
     assert result["error"] == pytest.approx(0.154, abs=0.03)
+
+
+def test_fsdp_gathers_only_this_ranks_experts():
+    """FSDP2 (torchtitan, zero 3) with --ep 8: each rank's units hold 1/8 of the routed experts (the down-projection
+    biases stay whole), as the memory model places them, so the forward all-gather of the 36 blocks carries
+    (experts − down biases) · 7/8 fewer parameters than with ep 1, at FSDP's parameter bytes. Before, account.time's
+    FSDP units held every expert under any ep."""
+    kw = dict(batch_size=1, seq_len=4096, global_batch_size=64, num_gpus=64, precision="mixed-bf16", zero=3,
+              framework="torchtitan", with_memory=False)
+
+    def forward_gather(ep):
+        r = step_time(OSS, H100, **kw, ep=ep)
+        return next(c["payload_bytes"] for c in r["collectives"] if c["name"] == "fsdp_allgather_forward"), r
+
+    (one, r1), (eight, r8) = forward_gather(1), forward_gather(8)
+    from trainledger.account.memory.fsdp import DTYPE_BYTES
+    param_bytes = DTYPE_BYTES[r8["fsdp"]["settings"]["param_dtype"]]
+    moved = (routed_expert_params(OSS) - 36 * 128 * 2880) * 7 / 8
+    assert one - eight == pytest.approx(moved * param_bytes, rel=1e-9)
+    assert r8["breakdown"]["dp_comm"] < r1["breakdown"]["dp_comm"]
