@@ -57,7 +57,7 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
 
 
 def fsdp_step(spec, gpu, settings, fwd: dict, bwd: dict, rec: dict, *, tp: int, cp: int, pp: int, dp: int,
-               micro_batches: int) -> dict:
+               micro_batches: int, ep: int = 1) -> dict:
     """FSDP2's part of a step (account.memory.fsdp): exposed seconds of its collectives unit by unit, the copies on the
     compute stream, the CPU time of its hooks and what of it the GPU waits for, and (collective, seconds) records.
 
@@ -66,7 +66,8 @@ def fsdp_step(spec, gpu, settings, fwd: dict, bwd: dict, rec: dict, *, tp: int, 
     """
     from trainledger.account.time.roofline import memory_seconds
     from trainledger.account.counting.placement import params_per_gpu
-    u = fsdp_mod.units(spec, params_per_gpu(spec, tp, pp), tp, pp)
+    # units of this rank: its 1/ep of the routed experts (as account.memory.per_gpu places them), not all of them
+    u = fsdp_mod.units(spec, params_per_gpu(spec, tp, pp, ep), tp, pp)
     blocks = u["blocks"]
     collectives = fsdp_comm.collectives(u, settings, tp=tp, cp=cp, dp=dp, micro_batches=micro_batches,
                                        gpus_per_node=gpu.gpus_per_node)

@@ -264,7 +264,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     fsdp_detail = None
     if settings is not None:
         step_comm = [c for c in step_comm if c.part != "dp_comm"]
-        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m)
+        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m,
+                                 ep=ep)
         after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
         records += fsdp_detail.pop("records")
     for c in step_comm:
