@@ -18,7 +18,7 @@ Trains the Transformer LM on a token file (--data), a text file (--text) or a da
 file), or the lecture's Cruncher regression (--model cruncher). The model's vocabulary is the tokenizer's
 (--vocab-multiple pads it), and a token file of another vocabulary is refused. With no arguments: the `tiny`
 byte-level GPT on the Python standard library's own .py sources (a few MB, cached under the run dir),
-about three minutes on 2 CPU cores. Settings come from the defaults, then --config FILE.toml, then flags.
+about 2.5 minutes on an idle 2-core machine. Settings come from the defaults, then --config FILE.toml, then flags.
 --model cruncher has defaults of its own: --steps 200, --seq-len 1, --lr 0.05, --min-lr 0.005, --warmup-steps 10,
 --weight-decay 0, --optimizer adam, --eval-every 50, --out-dir runs/cruncher.
 

@@ -4,7 +4,7 @@ Every field is a plain value (str, int, float, bool or None) so the config can b
 and compared on --resume. Paths are strings; `None` means unset (no magic -1).
 
 The default run (no arguments): the `tiny` byte-level GPT on the Python standard library's own `.py`
-sources, sized to finish in about three minutes on 2 CPU cores.
+sources, sized to finish in about 2.5 minutes on an idle 2-core machine (2 min 32 s measured, README).
 """
 
 from __future__ import annotations
