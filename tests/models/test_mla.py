@@ -49,3 +49,19 @@ def test_mla_forward_flops_equal_the_count():
     with FlopCounterMode(display=False) as counter:
         model(idx)
     assert counter.get_total_flops() == flops_per_step(spec, 2, 16)["forward_flops_per_step"]
+
+
+def test_mla_generates_the_same_tokens_with_and_without_its_kv_cache():
+    """The cache holds MLA's full per-head keys (qk head 24) and values (v head 16); greedy decoding with it equals the
+    uncached forward, and its bytes are what account.time.inference.kv_cache_bytes predicts."""
+    from trainledger.account.time.inference import kv_cache_bytes
+    from trainledger.models.generation import generate
+    spec = TINY_DEEPSEEK
+    torch.manual_seed(0)
+    model = Transformer(spec)
+    prompt = torch.randint(0, spec.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))
+    cached = generate(model, prompt, 12, use_cache=True)
+    uncached = generate(model, prompt, 12, use_cache=False)
+    assert cached.tokens == uncached.tokens and len(set(cached.tokens[0])) > 1
+    assert cached.kv_cache_bytes == kv_cache_bytes(spec, 2, 7 + 12, 4)
+    assert cached.kv_cache_bytes == 3 * 2 * 2 * (7 + 12) * (24 + 16) * 4     # layers · batch · heads · positions

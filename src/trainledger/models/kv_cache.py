@@ -32,13 +32,14 @@ from trainledger.models.masks import alibi_slopes
 
 
 class LayerCache:
-    """The keys and values of one layer: (batch, n_kv_heads, slots, head_dim) each; a ring buffer when windowed."""
+    """The keys and values of one layer: (batch, n_kv_heads, slots, head_dim) and (..., value_dim) (the same size
+    except under multi-head latent attention, whose value heads are smaller); a ring buffer when windowed."""
 
     def __init__(self, owner: "KVCache", slots: int, window: int | None, *, device, dtype):
         self.owner, self.slots, self.window = owner, slots, window
-        shape = (owner.batch_size, owner.spec.kv_heads, slots, owner.spec.head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        shape = (owner.batch_size, owner.spec.kv_heads, slots)
+        self.keys = torch.zeros(*shape, owner.spec.head_dim, device=device, dtype=dtype)
+        self.values = torch.zeros(*shape, owner.spec.value_dim, device=device, dtype=dtype)
 
     def slot_positions(self, length: int) -> Tensor:
         """Position held by each of the first min(length, slots) slots once `length` positions have been written."""

@@ -23,7 +23,8 @@ class LatentAttention(nn.Module):
         k = [k_c, RoPE(k_r)] per head; out = softmax(q kᵀ / √D) v W_o, W_o: H·V -> d
     The matrices are those of account.counting.params.mla_attention_matrices, so numel and FLOPs agree with the
     count. RoPE is applied in the rotate-half layout (DeepSeek's checkpoints interleave pairs: the same cost,
-    other numbers). No KV cache (training and measurement only).
+    other numbers). With a KV cache (generation) the full per-head keys and values are cached, not the latent
+    (DeepSeek-V2's weight absorption is not done).
     """
 
     def __init__(self, spec, *, device=None, dtype=None):
@@ -46,8 +47,6 @@ class LatentAttention(nn.Module):
 
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None, sin: Tensor | None = None,
                 mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
-        if cache is not None:
-            raise NotImplementedError("multi-head latent attention has no KV cache in trainledger (training only)")
         q = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if hasattr(self, "q_a_proj") else self.q_proj(x)
         q = rearrange(q, "b t (h d) -> b h t d", h=self.n_heads)
         latent, k_rope = self.kv_a_proj(x).split([self.latent, self.rope_dim], dim=-1)
@@ -57,7 +56,10 @@ class LatentAttention(nn.Module):
         k_rope = apply_rope(k_rope[:, None], cos, sin).expand(-1, self.n_heads, -1, -1)
         q = torch.cat((q_nope, apply_rope(q_rope, cos, sin)), dim=-1)
         k = torch.cat((k_nope, k_rope), dim=-1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        causal = mask is None
+        if cache is not None:       # the full per-head keys and values are cached (not the latent: no absorption)
+            k, v, mask, causal = cache.update(k, v, mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
 
 

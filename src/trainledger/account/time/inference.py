@@ -91,10 +91,12 @@ def layer_positions(spec, layer: int, tokens: float) -> float:
 
 
 def kv_cache_bytes(spec, batch_size: int, tokens: int, bytes_per_element: float, tp: int = 1) -> float:
-    """Bytes of the KV cache on one GPU: Σ_layers 2 · batch · kv_heads · head_dim · positions · bytes (module doc)."""
+    """Bytes of the KV cache on one GPU: Σ_layers batch · kv_heads · (head_dim + value_dim) · positions · bytes
+    (module doc; value_dim = head_dim except under multi-head latent attention, whose full keys and values are
+    cached, not the latent)."""
     check_positive_int(batch_size, "--batch-size")
     kv = kv_heads_per_gpu(spec, tp)
-    per_position = 2 * batch_size * kv * spec.head_dim * bytes_per_element
+    per_position = batch_size * kv * (spec.head_dim + spec.value_dim) * bytes_per_element
     return sum(count * per_position * layer_positions(spec, layer, tokens) for layer, count in spec.layer_groups())
 
 
