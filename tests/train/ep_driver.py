@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -69,8 +70,11 @@ def main() -> None:
     tokens_local = per_rank * SEQ
     predicted = (spec.n_moe_layers * (CALLS_FORWARD + CALLS_BACKWARD)
                  * dispatch_bytes(spec, tokens_local, 4) * (world - 1) / world)
-    print(json.dumps({"rank": rank, "full": losses_full, "split": losses_split, "measured_all_to_all_bytes": measured,
-                      "predicted_all_to_all_bytes": predicted, "calls": counter.calls}), flush=True)
+    # one file per rank: two ranks printing long lines to one pipe can interleave them (a write over PIPE_BUF
+    # bytes is not atomic), which made the caller's JSON unreadable now and then
+    record = {"rank": rank, "full": losses_full, "split": losses_split, "measured_all_to_all_bytes": measured,
+              "predicted_all_to_all_bytes": predicted, "calls": counter.calls}
+    Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
 

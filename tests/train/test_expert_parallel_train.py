@@ -16,15 +16,16 @@ from trainledger.train.expert_parallel import check_expert_parallel
 DRIVER = Path(__file__).with_name("ep_driver.py")
 
 
-def run_driver(nproc: int = 2) -> list[dict]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(DRIVER)]
+def run_driver(out: Path, nproc: int = 2) -> list[dict]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(DRIVER),
+               str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 
 
-def test_ep2_losses_equal_one_process_and_bytes_equal_prediction():
-    ranks = run_driver()
+def test_ep2_losses_equal_one_process_and_bytes_equal_prediction(tmp_path):
+    ranks = run_driver(tmp_path)
     assert len(ranks) == 2
     for r in ranks:
         assert len(r["split"]) == 10

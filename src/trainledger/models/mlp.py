@@ -58,6 +58,17 @@ def make_expert(spec, d_ff: int | None = None, *, device=None, dtype=None) -> nn
     return GeluMLP(spec.d_model, d_ff, spec.mlp_bias, spec.gelu_approximate, device=device, dtype=dtype)
 
 
+
+def with_shared_expert(out: Tensor, flat: Tensor, shared_expert: nn.Module | None, gate: nn.Module | None) -> Tensor:
+    """`out` plus the shared expert's output on the tokens `flat` (scaled by sigmoid(gate) when gated); `out` itself
+    when the model has none. Used by MoE and by train.expert_parallel's sharded MoE alike."""
+    if shared_expert is None:
+        return out
+    shared = shared_expert(flat)
+    if gate is not None:
+        shared = torch.sigmoid(gate(flat)) * shared
+    return out + shared
+
 class MoE(nn.Module):
     """Sparse mixture of experts: a bias-free router picks `experts_per_token` of `n_experts` MLPs per token (Mixtral, arXiv:2401.04088).
 
@@ -111,9 +122,5 @@ class MoE(nn.Module):
             # Scatter-add back in place. index_put_(accumulate=True) is index_add_ that saves only the indices for
             # backward (index_add_ also keeps `y`, N·k·d_model extra bytes); each token appears at most once per expert.
             out.index_put_((token_idx,), y, accumulate=True)
-        if self.shared_expert is not None:
-            shared = self.shared_expert(flat)
-            if self.shared_expert_gate is not None:
-                shared = torch.sigmoid(self.shared_expert_gate(flat)) * shared
-            out = out + shared
+        out = with_shared_expert(out, flat, self.shared_expert, self.shared_expert_gate)
         return rearrange(out, "(b t) d -> b t d", b=batch)

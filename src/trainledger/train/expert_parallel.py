@@ -34,6 +34,7 @@ warnings.filterwarnings("ignore", message="torch.distributed.nn.functional.all_t
                         category=FutureWarning)
 
 from trainledger.errors import TrainledgerError
+from trainledger.models.mlp import with_shared_expert
 
 
 def check_expert_parallel(spec, ep: int, dp: int, flag: str = "--ep") -> None:
@@ -101,11 +102,7 @@ class ExpertParallelMoE(nn.Module):
         returned = all_to_all_single(flat.new_empty(sum(send), flat.shape[1]), back, send, recv, group=self.group)
         copies = returned.index_select(0, torch.argsort(order)).view(-1, self.top_k, flat.shape[1])
         out = (copies * weights[..., None]).sum(1)
-        if self.shared_expert is not None:
-            shared = self.shared_expert(flat)
-            if self.shared_expert_gate is not None:
-                shared = torch.sigmoid(self.shared_expert_gate(flat)) * shared
-            out = out + shared
+        out = with_shared_expert(out, flat, self.shared_expert, self.shared_expert_gate)
         return rearrange(out, "(b t) d -> b t d", b=batch)
 
 
