@@ -70,7 +70,7 @@ def test_the_head_router_and_unaligned_linears_stay_bf16():
 def test_conversion_swaps_the_block_linears_for_torchao(precision):
     """On the meta device (no kernels run): every q/k/v/o and MLP Linear becomes torchao's Float8Linear with the
     recipe's scaling; the LM head stays nn.Linear."""
-    pytest.importorskip("torchao.float8", reason="torchao is the optional extra trainledger[fp8]")
+    pytest.importorskip("torchao.float8", reason="torchao is the optional extra trainledger[fp8] (the test extra has it)")
     from trainledger.models import Transformer
     from trainledger.specs import get_model
     with torch.device("meta"):
