@@ -249,10 +249,11 @@ def test_gloo_threads_outlive_teardown(tmp_path):
         "t = torch.ones(4); dist.all_reduce(t)\n"
         "dist.barrier(); dist.destroy_process_group()\n"
         "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
-        "print('threads after teardown:', names, flush=True)\n"
+        # one file per rank: print() writes its parts separately, so two ranks on one pipe can interleave
+        f"open(os.path.join({str(tmp_path)!r}, 'threads' + os.environ['RANK']), 'w').write(repr(names))\n"
         "os._exit(0)\n")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env())
     assert result.returncode == 0, result.stderr[-2000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("threads after teardown:")]
-    assert len(lines) == 2 and all("pt_gloo_runloop" in line for line in lines), result.stdout
+    lines = [path.read_text() for path in sorted(tmp_path.glob("threads*"))]
+    assert len(lines) == 2 and all("pt_gloo_runloop" in line for line in lines), lines
