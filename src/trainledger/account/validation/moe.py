@@ -98,6 +98,7 @@ def predict(row) -> dict:
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
             "ep": ep, "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
             "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
+            "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
             "breakdown": r["breakdown"],
             "source": SKILL_SOURCE if row == SKILL_RUN else f"{SOURCE}, {container} NeMo Container, System: {system}"}
 
