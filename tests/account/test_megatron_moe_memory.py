@@ -70,6 +70,13 @@ def test_megatron_loss_keeps_one_fp32_buffer():
     assert megatron["peak_bytes"] == pytest.approx(base + megatron["activations_bytes"] + n * v * 2)
 
 
+def test_full_recompute_keeps_layer_inputs_as_for_any_model():
+    """Megatron's full recomputation keeps each layer's input only: the same bytes whatever the framework."""
+    kwargs = dict(batch_size=1, seq_len=4096, precision="mixed-bf16", zero=1, dp=8, ep=8, recompute="full")
+    assert memory_per_gpu(QWEN3_30B, framework="megatron", **kwargs)["activations_bytes"] \
+        == memory_per_gpu(QWEN3_30B, **kwargs)["activations_bytes"]
+
+
 @pytest.mark.parametrize("name", ["llama-3-8b", "gpt2"])
 def test_dense_models_unchanged(name):
     spec = get_model(name)

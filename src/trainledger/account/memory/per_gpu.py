@@ -152,8 +152,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
     `framework` "megatron" with a mixture-of-experts model: Megatron-Core as Megatron Bridge's MoE recipes run it
     (account.memory.megatron_moe): the layers' saved tensors of its TE modules, alltoall dispatcher and grouped
-    experts under recompute_modules ["layernorm", "moe_act"], and its in-place loss; gradients in the parameters'
-    16 bits, as the recipes' performance runs set them (megatron_moe.py). Dense models are unchanged.
+    experts under recompute_modules ["layernorm", "moe_act"] (asked as recompute "none" or "selective"; "full" keeps
+    each layer's input as for any model), and its in-place loss; gradients in the parameters' 16 bits, as the
+    recipes' performance runs set them (megatron_moe.py). Dense models are unchanged.
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -175,7 +176,10 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         sharded_per_gpu = params_per_gpu(spec, tp, pp)["n_params_per_gpu"] if ep > 1 else per_gpu
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
-    megatron_moe = (framework == "megatron" and isinstance(spec, TransformerSpec) and spec.is_moe)
+    # Megatron Bridge's MoE recipes recompute only the norms and the MoE activation (elementwise): asked as recompute
+    # "none" or "selective"; a full recomputation keeps each layer's input, as for any model
+    megatron_moe = (framework == "megatron" and isinstance(spec, TransformerSpec) and spec.is_moe
+                    and recompute in ("none", "selective"))
     fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
                     and getattr(spec, "kind", None) == "transformer") else None
     divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
