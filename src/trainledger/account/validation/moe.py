@@ -10,7 +10,8 @@ DGX-GB300 and DGX-B300 have no hardware entry.
 Modelled as the recipes run them (scripts/performance/configs/*/..._workload_base_configs.py): Megatron kernels,
 the precision of the row (BF16 -> mixed-bf16; FP8-CS -> fp8-cs; FP8-MX -> mxfp8), the distributed optimizer
 (ZeRO-1), the layout of the row with VP as the interleave, FLOPs counted causal. The recipes recompute only the norms
-and the MoE activation (recompute_modules ["layernorm", "moe_act"]): elementwise work, modelled as no recomputation.
+and the MoE activation (recompute_modules ["layernorm", "moe_act"]): elementwise work, timed as no recomputation;
+their memory is Megatron-Core's under those settings (account/memory/megatron_moe.py, framework "megatron").
 
 DeepSeek-V3 pre-training (arXiv:2412.19437, Sec. 3.1 and 4.2; facts.md): 2.664M H800 GPU-hours for 14.8T tokens on
 2,048 H800 (PP16, EP64 over 8 nodes, ZeRO-1), FP8, sequences of 4K, batch 15360 sequences after the ramp, DualPipe
