@@ -304,7 +304,7 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
 def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
                     recompute: str = "none", optimizer_states: int = 2,
                     optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1,
-                    grad_accum: int = 1) -> dict:
+                    grad_accum: int = 1, inplace_loss: bool = False) -> dict:
     """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment.
 
     `memory` holds the model-state parts of account.memory.per_gpu.memory_per_gpu (params_bytes, grads_bytes,
@@ -325,7 +325,11 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     vocabulary-parallel: the logits-sized buffers are divided by `tp`. With gradient accumulation
     (`grad_accum` > 1 micro-batches per step) the micro-batches after the first run forward and backward with
     the gradients of the earlier ones held (backward adds into .grad; zero_grad comes after the optimizer
-    step), so grads_bytes is added to those moments too. Derived from what the tracker in
+    step), so grads_bytes is added to those moments too. `inplace_loss`: Megatron-Core's vocab-parallel cross
+    entropy (megatron/core/tensor_parallel/cross_entropy.py) upcasts the 16-bit logits once, exponentiates and
+    normalises that fp32 buffer in place (torch.exp(..., out=exp_logits); exp_logits.div_) and saves it, and its
+    backward turns the same buffer into the gradient (grad_input = softmax): beside the saved fp32 softmax ("loss")
+    only the 16-bit logits (forward) or their 16-bit gradient (backward start) exist. Derived from what the tracker in
     measure.memory sees in our Transformer (first and second steps); the caching allocator's reserve and
     the CUDA context are not included (account.memory.per_gpu.cuda_reserve_bytes).
     """
@@ -340,10 +344,11 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     stages = memory.get("activations") or {}
     first_stage, last_stage = stages.get("first_stage", acts), stages.get("last_stage", acts)
     held = (states if later_steps else 0) + (grads if grad_accum > 1 else 0)
-    logits = n_tokens * vocab * (a if a == _FP32 else a + _FP32)
+    logits = n_tokens * vocab * (a if a == _FP32 or inplace_loss else a + _FP32)
+    loss_grads = n_tokens * vocab * (a if inplace_loss else 2 * _FP32)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
-        "backward_start": max(first_stage, last_stage + 2 * n_tokens * vocab * _FP32) + held,
+        "backward_start": max(first_stage, last_stage + loss_grads) + held,
         "backward_end": grads + n_tokens * d * r + (states if later_steps else 0),
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),

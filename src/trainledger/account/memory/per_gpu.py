@@ -39,6 +39,7 @@ from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel,
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, TransformerSpec
 from trainledger.account.memory.fp8 import apply as apply_fp8, fp8_memory
+from trainledger.account.memory import megatron_moe as megatron
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
 
 # What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
@@ -132,7 +133,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
                    reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
-                   grad_accum: int = 1, fsdp=None, ep: int = 1) -> dict:
+                   grad_accum: int = 1, fsdp=None, ep: int = 1, framework: str = "trainledger") -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -149,6 +150,11 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
     its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
     peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
+    `framework` "megatron" with a mixture-of-experts model: Megatron-Core as Megatron Bridge's MoE recipes run it
+    (account.memory.megatron_moe): the layers' saved tensors of its TE modules, alltoall dispatcher and grouped
+    experts under recompute_modules ["layernorm", "moe_act"] (asked as recompute "none" or "selective"; "full" keeps
+    each layer's input as for any model), and its in-place loss; gradients in the parameters' 16 bits, as the
+    recipes' performance runs set them (megatron_moe.py). Dense models are unchanged.
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
@@ -170,6 +176,10 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         sharded_per_gpu = params_per_gpu(spec, tp, pp)["n_params_per_gpu"] if ep > 1 else per_gpu
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
+    # Megatron Bridge's MoE recipes recompute only the norms and the MoE activation (elementwise): asked as recompute
+    # "none" or "selective"; a full recomputation keeps each layer's input, as for any model
+    megatron_moe = (framework == "megatron" and isinstance(spec, TransformerSpec) and spec.is_moe
+                    and recompute in ("none", "selective"))
     fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
                     and getattr(spec, "kind", None) == "transformer") else None
     divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
@@ -190,15 +200,20 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
         activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
                                          flash=flash, tp=tp, sp=sp, pp=pp)
+        if megatron_moe:
+            activations = megatron.activations_bytes(spec, batch_size, seq_len, precision=computes_in, tp=tp,
+                                                     sp=bool(sp), pp=pp, base=activations)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     fp8 = fp8_memory(spec, recipe.name, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
-                     batch_size=batch_size, seq_len=seq_len, tp=tp, activations=activations, recompute=recompute)
+                     batch_size=batch_size, seq_len=seq_len, tp=tp, recompute=recompute,
+                     activations=None if megatron_moe else activations)   # megatron_moe counts FP8-saved inputs
     parts = apply_fp8(parts, fp8)           # FP8 weight copies, amax histories, FP8-saved inputs (account/memory/fp8.py)
     total = sum(parts.values())
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
                                 batch_size=batch_size, seq_len=seq_len,
                                 precision=computes_in if spec is not None else recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"))
+                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"),
+                                inplace_loss=megatron_moe)
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -236,7 +251,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
                         seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
-                        grad_accum: int = 1) -> dict:
+                        grad_accum: int = 1, inplace_loss: bool = False) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu).
 
@@ -261,7 +276,7 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
         else:
             peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
                                    optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
-                                   later_steps=later, tp=tp, grad_accum=grad_accum)
+                                   later_steps=later, tp=tp, grad_accum=grad_accum, inplace_loss=inplace_loss)
         peaks[key] = peak["total"]
         if later:
             peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)

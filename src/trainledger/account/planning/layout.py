@@ -105,7 +105,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                 memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
                                         recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
-                                        reserve_bytes=reserve, grad_accum=micro_batches, ep=ep)
+                                        reserve_bytes=reserve, grad_accum=micro_batches, ep=ep,
+                                        framework=framework)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break

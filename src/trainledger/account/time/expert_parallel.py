@@ -26,6 +26,16 @@ max(0, 1 − c/imbalance) on that expert. `overlap` is the fraction of the all-t
 computation (Megatron's `overlap_moe_expert_parallel_comm` runs one micro-batch's all-to-all beside another's
 compute when the pipeline is interleaved; DeepSeek-V3's DualPipe, arXiv:2412.19437 Sec. 3.2.1, hides nearly all of
 it); default 0: exposed, as a plain 1F1B schedule leaves it.
+
+The dispatch needs its split sizes on the host: dropless routing with ep > 1 synchronizes once per MoE layer's
+forward before the all-to-all (Megatron-Core megatron/core/transformer/moe/token_dispatcher.py,
+MoEAlltoAllTokenDispatcher.preprocess: cuda_sync_point = "before_ep_alltoall", "A synchronization is needed before
+expert parallel AlltoAll communication to get the `input_splits` and `output_splits` CPU values"; the backward reuses
+them). At the sync the CPU waits until the GPU's queue is empty, so the GPU then idles while the CPU launches the
+all-to-all: one eager op's CPU time per sync (specs/performance.py EAGER_OP_CPU_SECONDS, the reference H100 host, or
+the GPU's calibration), counted in ep_comm. Not modelled: the synchronize call's own wake-up latency (no published
+figure found), and a CPU slower than the GPU after the sync (the CPU can no longer run ahead of a launch-bound
+stretch; Megatron's per-op CPU costs are not modelled).
 """
 
 from __future__ import annotations
@@ -38,6 +48,19 @@ from trainledger.errors import TrainledgerError
 
 # calls of one MoE layer per micro-batch: forward dispatch + combine, their two gradients in backward
 CALLS_FORWARD, CALLS_BACKWARD = 2, 2
+# device-to-host synchronizations of one MoE layer's forward (the dispatch's split sizes; module docstring)
+SYNCS_FORWARD = 1
+
+
+def sync_exposed_seconds(gpu) -> float:
+    """Seconds the GPU idles after one host synchronization until the next kernel is launched: one eager op's CPU
+    time (the GPU's calibrated op_overhead_seconds, else the reference host's EAGER_OP_CPU_SECONDS); 0 on a device
+    that does not launch asynchronously (a CPU runs each op in turn: nothing is queued to drain)."""
+    from trainledger.specs.performance import EAGER_OP_CPU_SECONDS
+    if not getattr(gpu, "async_launch", True):
+        return 0.0
+    overhead = getattr(gpu, "op_overhead_seconds", 0.0) or 0.0
+    return overhead if overhead > 0 else EAGER_OP_CPU_SECONDS
 
 
 def check_expert_options(imbalance: float, capacity_factor: float | None, overlap: float) -> None:
@@ -98,7 +121,8 @@ def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int,
     """Seconds one micro-batch's pass through a pipeline stage with `moe_layers` MoE layers adds for expert parallelism.
 
     `compute_seconds`: the stage's GEMM seconds for that micro-batch (forward, backward, recomputation), of which
-    the routed experts' share stretches with the busiest load. Returns {"ep_comm" (exposed all-to-all seconds),
+    the routed experts' share stretches with the busiest load. Returns {"ep_comm" (exposed all-to-all seconds and
+    the GPU's idle time after each dispatch's host synchronization), "syncs", "sync_seconds",
     "expert_wait" (extra compute seconds of the busiest GPU), "calls" (all-to-alls), "payload_bytes" (S),
     "bytes_sent" (one rank, all calls), "load" (busiest / mean), "dropped_fraction", "ranks_per_node", "link"}.
     """
@@ -107,14 +131,17 @@ def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int,
     dropped = 0.0 if capacity_factor is None else max(0.0, 1.0 - capacity_factor / imbalance)
     wait = (load - 1.0) * routed_expert_share(spec, seq_len) * compute_seconds if spec.is_moe else 0.0
     if ep <= 1 or not spec.is_moe:
-        return {"ep_comm": 0.0, "expert_wait": wait, "calls": 0, "payload_bytes": 0.0, "bytes_sent": 0.0, "load": load,
+        return {"ep_comm": 0.0, "expert_wait": wait, "calls": 0, "syncs": 0, "sync_seconds": 0.0, "payload_bytes": 0.0, "bytes_sent": 0.0, "load": load,
                 "dropped_fraction": dropped, "ranks_per_node": 1, "link": "none"}
     tokens = batch_size * seq_len / cp / (tp if sp else 1)
     payload = dispatch_bytes(spec, tokens, bytes_per_element)
     per_node = ranks_per_node(ep, tp, cp, gpu.gpus_per_node)
     one = all_to_all_seconds(gpu, payload * load, ep, per_node)      # the busiest rank receives `load` × its share
     calls = moe_layers * (CALLS_FORWARD + CALLS_BACKWARD + (CALLS_FORWARD if recompute == "full" else 0))
-    return {"ep_comm": (1.0 - overlap) * calls * one["seconds"], "expert_wait": wait, "calls": calls,
+    syncs = moe_layers * SYNCS_FORWARD * (2 if recompute == "full" else 1)
+    sync_seconds = syncs * sync_exposed_seconds(gpu)
+    return {"ep_comm": (1.0 - overlap) * (calls * one["seconds"] + sync_seconds), "expert_wait": wait, "calls": calls,
+            "syncs": syncs, "sync_seconds": (1.0 - overlap) * sync_seconds,
             "payload_bytes": payload, "bytes_sent": calls * payload * (ep - 1) / ep, "load": load,
             "dropped_fraction": dropped, "ranks_per_node": per_node,
             "link": "intra" if per_node == ep else "inter"}

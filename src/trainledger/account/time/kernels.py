@@ -52,8 +52,27 @@ def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: s
     return grads
 
 
+# Transformer Engine's GroupedLinear (Megatron's TEGroupedMLP) runs one cuBLAS GEMM per local expert,
+# GEMM i on compute stream i % 4 (transformer_engine/common/gemm/cublaslt_gemm.cu nvte_multi_stream_cublas_gemm;
+# transformer_engine/common/util/multi_stream.h: num_compute_streams = 4): at most 4 expert GEMMs share the GPU.
+TE_GROUPED_GEMM_STREAMS = 4
+
+
+def _expert_linear(name: str, per_expert: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool,
+                   w: int, backward: bool, fused: bool, local: int, streams: int | None) -> list[Kernel]:
+    """The `local` experts' Linears: one batched GEMM (streams None), or groups of `streams` concurrent GEMMs
+    (each group wave-quantized as one batched GEMM of `streams`; TE_GROUPED_GEMM_STREAMS)."""
+    def one(batch):
+        return _linear(name, per_expert, fan_in, fan_out, a, dtype, amp, w, backward=backward,
+                       fused_accumulation=fused, batch=batch)
+    if not streams or local <= streams:
+        return one(local)
+    full, rest = divmod(local, streams)
+    return [k for _ in range(full) for k in one(streams)] + (one(rest) if rest else [])
+
+
 def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
-             loop: bool = False, ep: int = 1):
+             loop: bool = False, ep: int = 1, streams: int | None = None):
     """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (n_experts/ep experts on
     it, each expert's d_ff split over tp: tensor-parallel experts, with expert parallelism over ep GPUs).
     Under balanced routing the n·k token copies this GPU sends out equal the ones it receives: each of its E/ep
@@ -65,6 +84,8 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     n·k/n_experts tokens each (balanced routing: the mean load; a skewed router is slower); the gated
     activation; the weighted combine of k outputs per token; the shared expert (and its sigmoid gate) over all
     n tokens (Qwen2-MoE). GEMM FLOPs = account.counting.flops's router + k experts + shared expert per token.
+    `streams`: Megatron's TEGroupedMLP runs the experts' GEMMs `streams` at a time (TE_GROUPED_GEMM_STREAMS), not
+    as one batched GEMM: each group fills the GPU's waves on its own.
     `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
     scale, index_put): the per-expert launches are added as zero-byte kernels (they cost dispatch overhead on
     a calibrated CPU; their bytes are in the permute/combine kernels); Megatron's grouped GEMM runs them at once.
@@ -81,13 +102,13 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     bwd.append(ew("moe_unpermute_backward", 3 * n * k * d * a, count=2))
     ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
     for name in ups:
-        fwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=False, batch=local)
-        bwd += _linear(name, per_expert, d, f, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=local)
+        for backward, out in ((False, fwd), (True, bwd)):
+            out += _expert_linear(name, per_expert, d, f, a, dtype, amp, w, backward, fused, local, streams)
     hidden = n * k * f * a
     fwd += _activation(spec, hidden, "expert_")[0]
     bwd += _activation(spec, hidden, "expert_")[1]
-    fwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=False, batch=local)
-    bwd += _linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward=True, fused_accumulation=fused, batch=local)
+    for backward, out in ((False, fwd), (True, bwd)):
+        out += _expert_linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward, fused, local, streams)
     fwd.append(ew("moe_combine", n * k * d * a + n * k * FP32 + n * d * a, count=2))
     bwd.append(ew("moe_combine_backward", 2 * n * k * d * a + n * d * a, count=2))
     if loop:
@@ -145,7 +166,7 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     window = spec.sliding_window if spec.is_sliding(layer) else None
     core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
     moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger",
-                    ep=ep)
+                    ep=ep, streams=TE_GROUPED_GEMM_STREAMS if framework == "megatron" else None)
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)

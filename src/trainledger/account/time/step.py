@@ -350,7 +350,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
                                 recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
                                 reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
-                                grad_accum=m, ep=ep)
+                                grad_accum=m, ep=ep, framework=framework)
         result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",

@@ -10,7 +10,8 @@ DGX-GB300 and DGX-B300 have no hardware entry.
 Modelled as the recipes run them (scripts/performance/configs/*/..._workload_base_configs.py): Megatron kernels,
 the precision of the row (BF16 -> mixed-bf16; FP8-CS -> fp8-cs; FP8-MX -> mxfp8), the distributed optimizer
 (ZeRO-1), the layout of the row with VP as the interleave, FLOPs counted causal. The recipes recompute only the norms
-and the MoE activation (recompute_modules ["layernorm", "moe_act"]): elementwise work, modelled as no recomputation.
+and the MoE activation (recompute_modules ["layernorm", "moe_act"]): elementwise work, timed as no recomputation;
+their memory is Megatron-Core's under those settings (account/memory/megatron_moe.py, framework "megatron").
 
 DeepSeek-V3 pre-training (arXiv:2412.19437, Sec. 3.1 and 4.2; facts.md): 2.664M H800 GPU-hours for 14.8T tokens on
 2,048 H800 (PP16, EP64 over 8 nodes, ZeRO-1), FP8, sequences of 4K, batch 15360 sequences after the ramp, DualPipe
@@ -53,6 +54,17 @@ RECIPE_READING = [
     ("25.11", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 512, 1, 4096, 1, 4, 1, 8, 32, 5630),
     ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 64, 2, 8213),
 ]
+# The two 25.11 rows whose printed layout their recipe did not run (above): as printed they do not fit
+MISPRINTED = [TAKEN[0], TAKEN[1]]
+# A fully specified newer measurement: Megatron-Bridge skills/mbridge-perf-cuda-graphs/SKILL.md, pitfall 13 (2026-05-18):
+# Qwen3 30B A3B H100 BF16 pretrain, all-to-all dispatcher, eager iterations 41.36 s (TE-scoped CUDA graphs of attn,
+# moe_router, moe_preprocess: 42.00 s). Layout as the skill and the recipe give it (scripts/performance/configs/qwen/
+# qwen3_workload_base_configs.py QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_BF16_V1: num_gpus=16, global_batch_size=1024,
+# expert_model_parallel_size=16; TP 1, PP 1, MBS 1; Qwen3 recipes' sequence 4096): 2 nodes of 8 H100.
+SKILL_STEP_SECONDS = 41.36
+SKILL_RUN = ("2026-05-18", "2x DGX-H100", "qwen3-30b-a3b", "h100-sxm", "mixed-bf16", 16, 1024, 1, 4096, 1, 1, 1, 16, 64,
+             1024 * 4096 / SKILL_STEP_SECONDS / 16)
+SKILL_SOURCE = "NVIDIA-NeMo/Megatron-Bridge skills/mbridge-perf-cuda-graphs/SKILL.md, pitfall 13"
 # The FP8 MoE rows (FP8-CS: per-tensor current scaling; FP8-MX: MXFP8, 32-element blocks), same summary.
 FP8_TAKEN = [
     ("25.11", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 512, 2, 4096, 1, 2, 24, 8, 32, 5275),
@@ -87,7 +99,9 @@ def predict(row) -> dict:
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
             "ep": ep, "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
             "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
-            "breakdown": r["breakdown"], "source": f"{SOURCE}, {container} NeMo Container, System: {system}"}
+            "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
+            "breakdown": r["breakdown"],
+            "source": SKILL_SOURCE if row == SKILL_RUN else f"{SOURCE}, {container} NeMo Container, System: {system}"}
 
 
 def cases(rows=TAKEN) -> list[dict]:
