@@ -58,13 +58,16 @@ RECIPE_READING = [
 MISPRINTED = [TAKEN[0], TAKEN[1]]
 # A fully specified newer measurement: Megatron-Bridge skills/mbridge-perf-cuda-graphs/SKILL.md, pitfall 13 (2026-05-18):
 # Qwen3 30B A3B H100 BF16 pretrain, all-to-all dispatcher, eager iterations 41.36 s (TE-scoped CUDA graphs of attn,
-# moe_router, moe_preprocess: 42.00 s). Layout as the skill and the recipe give it (scripts/performance/configs/qwen/
+# moe_router, moe_preprocess: 42.00 s). Layout as the experiment's own record gives it (NVIDIA-NeMo/Megatron-Bridge
+# pull request #3868, the handoff comment of 2026-05-18: "2 nodes, 8 GPUs/node, 16 GPUs total, EP=16", "TP=1, PP=1,
+# CP=1, MBS=1, GBS=1024", all-to-all dispatcher, MoE overlap off) and the recipe (scripts/performance/configs/qwen/
 # qwen3_workload_base_configs.py QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_BF16_V1: num_gpus=16, global_batch_size=1024,
 # expert_model_parallel_size=16; TP 1, PP 1, MBS 1; Qwen3 recipes' sequence 4096): 2 nodes of 8 H100.
 SKILL_STEP_SECONDS = 41.36
 SKILL_RUN = ("2026-05-18", "2x DGX-H100", "qwen3-30b-a3b", "h100-sxm", "mixed-bf16", 16, 1024, 1, 4096, 1, 1, 1, 16, 64,
              1024 * 4096 / SKILL_STEP_SECONDS / 16)
-SKILL_SOURCE = "NVIDIA-NeMo/Megatron-Bridge skills/mbridge-perf-cuda-graphs/SKILL.md, pitfall 13"
+SKILL_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge skills/mbridge-perf-cuda-graphs/SKILL.md, pitfall 13; layout from "
+                "Megatron-Bridge pull request #3868")
 # The FP8 MoE rows (FP8-CS: per-tensor current scaling; FP8-MX: MXFP8, 32-element blocks), same summary.
 FP8_TAKEN = [
     ("25.11", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 512, 2, 4096, 1, 2, 24, 8, 32, 5275),
