@@ -98,3 +98,37 @@ def test_step_cli_no_tp_overlap(capsys):
     assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", "--no-tp-overlap", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["assumptions"]
     assert any("--no-tp-overlap changes nothing here" in n for n in notes)
+
+
+def _deepspeed_train_schedule_seconds(m: int, p: int, forward: float, backward: float) -> float:
+    """Makespan of DeepSpeed's pipeline TrainSchedule (deepspeed/runtime/pipe/schedule.py), simulated: 2(m + p − 1)
+    slots; stage s runs the forward of micro-batch i in slot 2i + s and its backward in slot 2i + 2p − 1 − s (the
+    schedule's step → micro-batch mapping, solved for the slot); a forward takes its input from stage s − 1 and a
+    backward its gradient from stage s + 1 with blocking paired send/recv, so both partners start that slot only
+    when both have finished the previous one. Communication itself costs nothing here."""
+    valid = range(m).__contains__
+    end = [0.0] * p
+    for slot in range(2 * (m + p - 1)):
+        work, start = [0.0] * p, list(end)
+        for s in range(p):
+            if (slot - s) % 2 == 0:              # a forward slot of stage s (a backward one of s − 1 and s + 1)
+                work[s] = forward if valid((slot - s) // 2) else 0.0
+                # receives micro-batch (slot − s)/2 from s − 1, sends s − 1 the gradient of its last backward
+                if s > 0 and (valid((slot - s) // 2) or valid((slot - 2 * p + s) // 2)):
+                    start[s] = start[s - 1] = max(end[s - 1], end[s])
+            else:
+                work[s] = backward if valid((slot - 2 * p + 1 + s) // 2) else 0.0
+        end = [start[s] + work[s] for s in range(p)]
+    return max(end)
+
+
+@pytest.mark.parametrize("m, p, forward, backward", [(8, 4, 1.0, 2.0), (240, 35, 1.0, 3.0), (160, 35, 1.0, 3.0),
+                                                     (3, 5, 1.0, 2.5)])
+def test_deepspeed_pipeline_is_one_f_one_b(m, p, forward, backward):
+    """MT-NLG ran DeepSpeed's pipeline engine, which the model times as 1F1B: its TrainSchedule, slot by slot, takes
+    (m + p − 1)(t_f + t_b), i.e. the bubble (p − 1)/m of account.time.step.pipeline_bubble_fraction; the engine's
+    schedule does not explain MT-NLG's residual."""
+    from trainledger.account.time.step import pipeline_bubble_fraction
+    seconds = _deepspeed_train_schedule_seconds(m, p, forward, backward)
+    assert seconds == pytest.approx((m + p - 1) * (forward + backward))
+    assert seconds / (m * (forward + backward)) - 1 == pytest.approx(pipeline_bubble_fraction(p, m))
