@@ -30,11 +30,12 @@ def test_every_source_is_in_the_table(rows):
 def test_per_source_thresholds(rows):
     """Issue 27's thresholds for the wider table: ≥ 40 rows from ≥ 4 sources, ≥ 80 % within 15 %, mean signed
     error within ±5 % overall and within ±10 % for every source. Met: the row count and sources, 36 of 43 within
-    15 % (84 %), and the means of Korthikanti, Narayanan, Llama 3 and torchtitan A100. Not met, held to the honest
-    current numbers as regression bounds (docs/time.md, "Time at scale"): the mean over all rows (−6.0 %), the
-    torchtitan H100 rows (500 W HBM2e parts, 2 of 5 within 15 %, mean −14 %) and MT-NLG (Megatron-DeepSpeed, which
-    no --framework models: all 3 rows −24 … −26 %; the same layout on the same machine under Megatron-LM, Narayanan
-    Table 2, is predicted within 10 %)."""
+    15 % (84 %), the mean over all rows (−4.6 %, since the 2021 Megatron-LM's synchronous TP and DP gradient
+    reductions are modelled; −6.0 % before), and the means of Korthikanti, Narayanan, Llama 3 and torchtitan A100.
+    Not met, held to the honest current numbers as regression bounds (docs/time.md, "Time at scale"): the
+    torchtitan H100 rows (500 W HBM2e parts, 2 of 5 within 15 %, mean −14 %) and MT-NLG (Megatron-DeepSpeed: all 3
+    rows −22 … −25 %; the same layout on the same machine under Megatron-LM, Narayanan Table 2, is predicted within
+    10 %)."""
     stats = per_source(rows)
     assert stats["all"]["n"] >= 40 and len(stats) - 1 >= 4
     assert stats["all"]["within"] / stats["all"]["n"] >= 0.80
@@ -46,16 +47,18 @@ def test_per_source_thresholds(rows):
     assert k["within"] == k["n"] == 8 and abs(k["mean_signed_error"]) <= 0.05
     assert stats["narayanan"]["within"] == stats["narayanan"]["n"] == 16
     assert stats["llama3"]["within"] >= 2
-    # not met (regression bounds): the issue asks |mean| ≤ 5 % overall and ≤ 10 % per source
-    assert stats["all"]["mean_signed_error"] >= -0.065
+    assert abs(stats["all"]["mean_signed_error"]) <= 0.05
+    assert abs(stats["narayanan"]["mean_signed_error"]) <= 0.05
+    # not met (regression bounds): the issue asks |mean| ≤ 10 % per source
     assert stats["torchtitan-h100"]["within"] >= 2 and stats["torchtitan-h100"]["mean_signed_error"] >= -0.16
-    assert stats["mt-nlg"]["mean_signed_error"] >= -0.27
+    assert stats["mt-nlg"]["mean_signed_error"] >= -0.24
 
 
 def test_mtnlg_against_megatron_lm_on_the_same_layout(rows):
     """MT-NLG 530B (t 8, p 35) on 2240 A100 ran 126 TFLOP/s per GPU; the same model and layout on 2240 A100 under
-    Megatron-LM ran 159 (Narayanan Table 2): 1.26× in the published figures themselves, which is the step the model
-    misses on MT-NLG (a framework, not a constant: Megatron-DeepSpeed is not a --framework)."""
+    Megatron-LM ran 159 (Narayanan Table 2): 1.26× in the published figures themselves, most of which the model
+    misses on MT-NLG (its 1F1B bubble and synchronous TP reductions are modelled; what else Megatron-DeepSpeed
+    did differently is not published)."""
     mt = next(r for r in rows if r["source"] == "mt-nlg" and r["num_gpus"] == 2240)
     same = next(r for r in rows if r["label"] == "Table 2: 529.6B, t 8 p 35, 2240 GPUs")
     assert 159 / 126 == pytest.approx(1.26, abs=0.01)

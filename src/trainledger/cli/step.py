@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", type=common.positive_int, default=1,
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
+    parser.add_argument("--tp-overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --framework megatron: reduce a column-parallel Linear's input gradient beside its "
+                             "weight-gradient GEMM (default, Megatron-LM since 2022); --no-tp-overlap: after the "
+                             "Linear's backward, exposed, as the 2021 Megatron-LM and Megatron-DeepSpeed did")
     add_reserve_flag(parser)
     add_model_flags(parser)
     add_expert_flags(parser)
@@ -113,7 +117,8 @@ def compute(args) -> dict:
                     sp=args.sp, pp=args.pp, interleave=args.interleave, cp=args.cp, dp=args.dp,
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
-                    loop=args.loop, reserve_bytes=reserve_of(args, gpu), **expert_settings(args))
+                    loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
+                    **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
     if "fp8_gemms" in result:     # the same layout in the 16-bit recipe: what FP8 buys (account/time/fp8_compare.py)
@@ -154,6 +159,9 @@ def compute(args) -> dict:
         first.append(result["fsdp"]["assumption"])
     if args.sp and args.tp == 1:
         first.append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
+    if not args.tp_overlap and (args.framework != "megatron" or args.tp == 1):
+        first.append("--no-tp-overlap changes nothing here: it is Megatron-LM's (--framework megatron) overlap of TP "
+                     "gradient reductions, and PyTorch's TP reduces them synchronously anyway")
     result["assumptions"] = first + result["assumptions"]
     result.update(interval_of(result["step_seconds"], result["tokens_per_step"], args.framework, gpu.name,
                               result["num_gpus"]))

@@ -184,12 +184,14 @@ def group_seconds(c: "Collective", intra, inter) -> float:
 def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "amp-bf16",
                      tp: int = 1, sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int = 1,
                      zero: int = 0, recompute: str = "none", style: str = "megatron", gpus_per_node: int = 8,
-                     layers_per_stage: int | None = None, params_per_gpu: float | None = None) -> list[Collective]:
+                     layers_per_stage: int | None = None, params_per_gpu: float | None = None,
+                     tp_overlap: bool = True) -> list[Collective]:
     """Every collective one rank of the busiest pipeline stage takes part in during one step.
 
     `micro_batches` m = gradient-accumulation steps (global batch / (dp · batch_size)). `params_per_gpu` is the
     parameters this rank holds after TP and PP placement (default: account.memory.per_gpu.params_per_gpu of the busiest
     stage; ZeRO/FSDP then shard these over dp); `layers_per_stage` ceil(L/pp). Overlap assumptions are written on each collective and applied by account.time.step.
+    `tp_overlap` False: Megatron-style TP input gradients reduced synchronously (the 2021 code, `_tp_collectives`).
     """
     if style not in STYLES:
         raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
@@ -205,7 +207,7 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     per_mb = L * micro_batches                          # layer passes per step on this stage
 
     if tp > 1:
-        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"])
+        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"], tp_overlap)
     if cp > 1:
         kv = tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
         # the recompute re-gathers K, V (per-op selective keeps the attention output; per-layer: half the blocks)
@@ -241,16 +243,29 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     return out
 
 
-def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recompute: str, passes: int, link: str):
+def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recompute: str, passes: int, link: str,
+                    overlap_grads: bool = True):
     """Tensor-parallel collectives, `passes` = layer passes per step (layers × micro-batches). Each of attention and
-    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3)."""
+    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3).
+
+    Megatron-LM reduces the input gradient of a column-parallel Linear beside that Linear's weight-gradient GEMM
+    (async_tensor_model_parallel_allreduce). Its 2021 code did not (`overlap_grads` False): ColumnParallelLinear
+    ran `copy_to_tensor_model_parallel_region(input_)` before F.linear, whose backward all-reduces the input
+    gradient after the Linear's whole backward, synchronously (NVIDIA/Megatron-LM megatron/mpu/layers.py at commit
+    aed2f75, the code of Narayanan et al. 2021 with its interleaved schedule; the same in microsoft/Megatron-DeepSpeed
+    megatron/mpu/layers.py, on which MT-NLG 530B trained): every TP collective then is exposed.
+    """
     out = []
     # a full recompute re-runs the layer's forward collectives (per-layer selective: in half the blocks)
     refwd = {"full": 1, "selective-layer": 0.5}.get(recompute, 0)
     if not sp:
         out.append(Collective("tp_allreduce_forward", "tp_comm", "all_reduce", hidden, tp, link, 2 * (1 + refwd) * passes,
                               "none: exposed (the row-parallel output is needed at once)"))
-        if style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
+        if style == "megatron" and not overlap_grads:   # the 2021 code: f's backward, after the Linear's
+            grads = 2
+            overlap, hide = ("none: exposed (2021 Megatron-LM / Megatron-DeepSpeed: reduced in the backward of "
+                             "copy_to_tensor_model_parallel_region, after the Linear's backward)"), ""
+        elif style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
             grads = 2
             overlap, hide = ("with the weight-gradient GEMM of its column-parallel Linear (Megatron-LM "
                              "async_tensor_model_parallel_allreduce)"), "wgrad"
@@ -267,14 +282,14 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
                           2 * (1 + refwd) * passes, "none: exposed"))
     out.append(Collective("sp_allgather_backward", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
                           "none: exposed (gradient of the forward reduce-scatter, needed by the next dgrad)"))
-    megatron = style == "megatron"
+    megatron = style == "megatron" and overlap_grads
     out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, 2 * passes,
                           "with the weight-gradient GEMM of its column-parallel Linear" if megatron else "none: exposed",
                           "wgrad" if megatron else ""))
     if style == "megatron":   # the forward all-gather is not saved: backward gathers the input again for wgrad
         out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
-                              "with the input-gradient GEMM of its Linear (Megatron-LM launches it before dgrad)",
-                              "dgrad"))
+                              "with the input-gradient GEMM of its Linear (Megatron-LM launches it before dgrad)"
+                              if megatron else "none: exposed", "dgrad" if megatron else ""))
     return out
 
 
@@ -283,13 +298,20 @@ def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: in
     PyTorch DDP / FSDP2). Gradients in the recipe's gradient dtype, parameters in its parameter dtype."""
     grads = params * recipe.grads_bytes_per_param
     weights = params * recipe.params_bytes_per_param
+    # Megatron-LM reduces the gradient buffer after the last micro-batch unless --overlap-grad-reduce is given
+    # (megatron/training/arguments.py: default False); its 2021 train_step all-reduced after forward_backward_func
+    # (megatron/training.py at commit aed2f75). PyTorch DDP / ZeRO-1/2 buckets run beside the last backward.
+    megatron = ("none: exposed (Megatron-LM reduces gradients after the last micro-batch: --overlap-grad-reduce is "
+                "off by default)", "")
     if zero == 0:
-        return [Collective("dp_grad_allreduce", "dp_comm", "all_reduce", grads, dp, link, 1,
-                           "with the last micro-batch's backward (DDP buckets), unless pipelined", "backward_last")]
+        overlap = megatron if style == "megatron" else (
+            "with the last micro-batch's backward (DDP buckets), unless pipelined", "backward_last")
+        return [Collective("dp_grad_allreduce", "dp_comm", "all_reduce", grads, dp, link, 1, *overlap)]
     if zero in (1, 2):
         rs_count = micro_batches if zero == 2 and style == "torch" else 1
-        return [Collective("dp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, rs_count,
-                           "with the last micro-batch's backward (bucketed), unless pipelined", "backward_last"),
+        overlap = megatron if style == "megatron" else (
+            "with the last micro-batch's backward (bucketed), unless pipelined", "backward_last")
+        return [Collective("dp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, rs_count, *overlap),
                 Collective("dp_param_allgather", "dp_comm", "all_gather", weights, dp, link, 1,
                            "none: exposed (after the optimizer step, before the next forward)")]
     # ZeRO-3 / FSDP: parameters gathered before each forward and again before each backward (FSDP2

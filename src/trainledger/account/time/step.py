@@ -164,7 +164,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-              capacity_factor: float | None = None, ep_overlap: float = 0.0) -> dict:
+              capacity_factor: float | None = None, ep_overlap: float = 0.0, tp_overlap: bool = True) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -174,6 +174,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
     `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`: expert parallelism (account/time/expert_parallel.py:
     the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute").
+    `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
+    Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives).
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
     timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
     """
@@ -227,7 +229,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
-                  recompute=recompute, style=style, gpus_per_node=gpn)
+                  recompute=recompute, style=style, gpus_per_node=gpn, tp_overlap=tp_overlap)
     fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
 
     layer = {}
@@ -337,7 +339,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
-        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep,
+        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap),
     }

@@ -19,6 +19,12 @@ uses activation recomputation; Eq. 3 assumes it); the interleaved schedule (the 
 virtual stages Korthikanti's Table 3 used for the identical 530B and 1T layouts (3 and 1) and otherwise 2 chunks
 per GPU (the paper's Fig. 4 draws 2), 3 where the layers of a stage do not split in 2; no sequence parallelism
 (it came with Korthikanti et al. 2022).
+Modelled from the code of the paper's period (NVIDIA/Megatron-LM at commit aed2f75, the code line with the paper's
+interleaved schedule, --num-layers-per-virtual-pipeline-stage): ColumnParallelLinear all-reduces its input
+gradient after the Linear's whole backward, synchronously (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region
+before F.linear; the overlap beside the weight-gradient GEMM came later), so `step --no-tp-overlap`; and train_step
+all-reduces the data-parallel gradients after forward_backward_func (megatron/training.py), as Megatron-LM still
+does by default (--overlap-grad-reduce off), which `--framework megatron` now assumes.
 
 Smith et al. 2022, MT-NLG 530B (arXiv:2201.11990, Sec. 2.4; the same words in NVIDIA's and Microsoft's blog posts
 of 2021-10): "the end-to-end throughput of our system for the 530 billion parameters model with batch size 1920
@@ -29,7 +35,8 @@ tensor within a node, 35-way pipeline across nodes (cli99/llm-analysis examples/
 models it the same way). Their teraFLOP/s are Eq. 3 of Narayanan et al. (96·B·s·l·h²·(…) / (60.1 s · 2240) =
 125.7e12), so they include full recomputation. Assumed: micro-batch 1, DeepSpeed's 1F1B pipeline (no
 interleaving), the optimizer states sharded over data parallelism (ZeRO-1), fp16 mixed precision (A100: the same
-tensor rate as bf16).
+tensor rate as bf16). Megatron-DeepSpeed's ColumnParallelLinear reduces the input gradient synchronously as the
+2021 Megatron-LM did (microsoft/Megatron-DeepSpeed megatron/mpu/layers.py): `--no-tp-overlap`.
 """
 
 from __future__ import annotations
@@ -100,8 +107,8 @@ def narayanan_cli(row) -> str:
     mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
     return (f"trainledger step --model CONFIG.json (Megatron GPT {size:g}B: hidden {hidden}, {heads} heads, "
             f"{layers} layers) "
-            f"--gpu a100-80gb --num-gpus {n} --framework megatron --precision mixed-fp16 --optimizer adam "
-            f"--tp {t} --pp {p}" + (f" --interleave {v}" if v > 1 else "")
+            f"--gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --precision mixed-fp16 "
+            f"--optimizer adam --tp {t} --pp {p}" + (f" --interleave {v}" if v > 1 else "")
             + f" --batch-size {mb} --global-batch-size {batch} --seq-len {SEQ_LEN} --recompute full --no-flash")
 
 
@@ -116,7 +123,7 @@ def narayanan_cases() -> list[dict]:
             mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
             r = step_time(spec, gpu, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch, num_gpus=n,
                           precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
-                          recompute="full", flash=False, framework="megatron", with_memory=False)
+                          recompute="full", flash=False, framework="megatron", tp_overlap=False, with_memory=False)
             published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
             rows.append({"label": f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", "table": table, "num_gpus": n,
                          "tp": t, "pp": p, "interleave": v, "batch_size": mb, "global_batch_size": batch,
@@ -137,12 +144,12 @@ def mtnlg_cases() -> list[dict]:
         n = 8 * servers
         r = step_time(spec, gpu, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH, num_gpus=n,
                       precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
-                      recompute="full", flash=False, framework="megatron", with_memory=False)
+                      recompute="full", flash=False, framework="megatron", tp_overlap=False, with_memory=False)
         rows.append({"label": f"530B, t 8 p 35, {n} GPUs", "num_gpus": n, "published_seconds": seconds,
                      "published_tflops_per_gpu": tflops_per_gpu, "predicted_seconds": r["step_seconds"],
                      "error": r["step_seconds"] / seconds - 1, "breakdown": r["breakdown"],
                      "cli": ("trainledger step --model CONFIG.json (MT-NLG 530B: hidden 20480, 128 heads, 105 layers, "
-                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --precision mixed-fp16 "
+                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --precision mixed-fp16 "
                              f"--optimizer adam --tp 8 --pp 35 --zero 1 --batch-size 1 --global-batch-size "
                              f"{MTNLG_BATCH} --seq-len {SEQ_LEN} --recompute full --no-flash")})
     return rows
