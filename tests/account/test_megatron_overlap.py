@@ -1,8 +1,9 @@
 """What Megatron-LM hides behind compute and what it does not (account/time/comm.py), each from its code:
 
-- the data-parallel gradient reduction runs after the last micro-batch: --overlap-grad-reduce is off by default
-  (megatron/training/arguments.py), and the 2021 train_step all-reduced after forward_backward_func
-  (NVIDIA/Megatron-LM megatron/training.py at commit aed2f75);
+- the data-parallel gradient reduction runs after the last micro-batch unless --overlap-grad-reduce is given (off by
+  default in megatron/training/arguments.py; the 2021 train_step all-reduced after forward_backward_func,
+  NVIDIA/Megatron-LM megatron/training.py at commit aed2f75): `step --no-dp-overlap`; Megatron Bridge's recipes
+  set overlap_grad_reduce, which `--framework megatron` assumes by default;
 - the 2021 code (and Megatron-DeepSpeed, on which MT-NLG trained) reduced a column-parallel Linear's input
   gradient synchronously, after the Linear's backward (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region
   before F.linear), not beside its weight-gradient GEMM: `step --no-tp-overlap`.
@@ -26,11 +27,15 @@ GPT_18B = megatron_gpt("18.4B", 6144, 48, 40)          # Narayanan Table 1's 18.
 
 
 def test_megatron_reduces_data_parallel_gradients_after_the_last_micro_batch():
-    """t 8, 32 data-parallel ranks, 8 micro-batches of 4: the whole all-reduce of the fp16 gradients is in dp_comm
-    (its own seconds, not less), where PyTorch DDP hides all but its last 25 MB bucket behind the backward."""
+    """t 8, 32 data-parallel ranks, 8 micro-batches of 4, without --overlap-grad-reduce: the whole all-reduce of the
+    fp16 gradients is in dp_comm (its own seconds, not less), where PyTorch DDP hides all but its last 25 MB bucket
+    behind the backward, and so does Megatron with the overlap (the default here, as the recipes set it)."""
     layout = dict(batch_size=4, seq_len=2048, global_batch_size=1024, num_gpus=256, precision="mixed-fp16",
                   optimizer="adam", tp=8, recompute="full", flash=False, with_memory=False)
-    r = step_time(GPT_18B, A100, framework="megatron", **layout)
+    overlapped = step_time(GPT_18B, A100, framework="megatron", **layout)
+    r = step_time(GPT_18B, A100, framework="megatron", dp_overlap=False, **layout)
+    assert r["dp_overlap"] is False and overlapped["dp_overlap"] is True
+    assert overlapped["breakdown"]["dp_comm"] < 0.5 * r["breakdown"]["dp_comm"]
     [grads] = [c for c in r["collectives"] if c["part"] == "dp_comm"]
     assert grads["name"] == "dp_grad_allreduce" and grads["hides_behind"] == ""
     assert "--overlap-grad-reduce" in grads["overlap"]
@@ -76,9 +81,10 @@ def test_sequence_parallel_collectives_exposed_without_the_overlap():
 
 
 def test_the_2021_rows_are_predicted_with_the_2021_code():
-    """Narayanan et al. 2021 and MT-NLG ran the 2021 code: their rows and commands say --no-tp-overlap."""
+    """Narayanan et al. 2021 and MT-NLG ran the 2021 code: their rows and commands say --no-tp-overlap and
+    --no-dp-overlap."""
     for row in narayanan_cases() + mtnlg_cases():
-        assert "--no-tp-overlap" in row["cli"], row["label"]
+        assert "--no-tp-overlap --no-dp-overlap" in row["cli"], row["label"]
     one_t = next(r for r in narayanan_cases() if r["label"] == "Table 1: 1008B, t 8 p 64, 3072 GPUs")
     assert abs(one_t["error"]) <= 0.05
 
@@ -98,6 +104,24 @@ def test_step_cli_no_tp_overlap(capsys):
     assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", "--no-tp-overlap", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["assumptions"]
     assert any("--no-tp-overlap changes nothing here" in n for n in notes)
+
+
+def test_step_cli_no_dp_overlap(capsys):
+    """--no-dp-overlap with --framework megatron exposes the data-parallel reduction (18.4B-like GPT-3 on 64 A100,
+    t 8, no pipeline: 8 data-parallel ranks); elsewhere it is said to change nothing."""
+    argv = ["step", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "64", "--tp", "8", "--zero", "1",
+            "--recompute", "full", "--precision", "mixed-fp16", "--optimizer", "adam", "--global-batch-size", "64",
+            "--framework", "megatron", "--json"]
+    answers = []
+    for extra in ([], ["--no-dp-overlap"]):
+        assert cli_main.main(argv + extra) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    with_overlap, without = answers
+    assert with_overlap["dp_overlap"] is True and without["dp_overlap"] is False
+    assert without["breakdown"]["dp_comm"] > with_overlap["breakdown"]["dp_comm"]
+    assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", "--no-dp-overlap", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["assumptions"]
+    assert any("--no-dp-overlap changes nothing here" in n for n in notes)
 
 
 def _deepspeed_train_schedule_seconds(m: int, p: int, forward: float, backward: float) -> float:

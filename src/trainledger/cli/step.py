@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --framework megatron: reduce a column-parallel Linear's input gradient beside its "
                              "weight-gradient GEMM (default, Megatron-LM since 2022); --no-tp-overlap: after the "
                              "Linear's backward, exposed, as the 2021 Megatron-LM and Megatron-DeepSpeed did")
+    parser.add_argument("--dp-overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --framework megatron: reduce data-parallel gradients beside the last micro-batch's "
+                             "backward (default: --overlap-grad-reduce, as Megatron Bridge's and NeMo's recipes set "
+                             "it); --no-dp-overlap: after the last micro-batch, exposed (Megatron-LM's own default and "
+                             "its 2021 code)")
     add_reserve_flag(parser)
     add_model_flags(parser)
     add_expert_flags(parser)
@@ -118,6 +123,7 @@ def compute(args) -> dict:
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
+                    dp_overlap=args.dp_overlap,
                     **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
@@ -162,6 +168,9 @@ def compute(args) -> dict:
     if not args.tp_overlap and (args.framework != "megatron" or args.tp == 1):
         first.append("--no-tp-overlap changes nothing here: it is Megatron-LM's (--framework megatron) overlap of TP "
                      "gradient reductions, and PyTorch's TP reduces them synchronously anyway")
+    if not args.dp_overlap and args.framework != "megatron":
+        first.append("--no-dp-overlap changes nothing here: it is Megatron-LM's (--framework megatron) choice of when "
+                     "to reduce data-parallel gradients")
     result["assumptions"] = first + result["assumptions"]
     result.update(interval_of(result["step_seconds"], result["tokens_per_step"], args.framework, gpu.name,
                               result["num_gpus"]))

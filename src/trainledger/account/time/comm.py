@@ -185,13 +185,14 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
                      tp: int = 1, sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int = 1,
                      zero: int = 0, recompute: str = "none", style: str = "megatron", gpus_per_node: int = 8,
                      layers_per_stage: int | None = None, params_per_gpu: float | None = None,
-                     tp_overlap: bool = True) -> list[Collective]:
+                     tp_overlap: bool = True, dp_overlap: bool = True) -> list[Collective]:
     """Every collective one rank of the busiest pipeline stage takes part in during one step.
 
     `micro_batches` m = gradient-accumulation steps (global batch / (dp · batch_size)). `params_per_gpu` is the
     parameters this rank holds after TP and PP placement (default: account.memory.per_gpu.params_per_gpu of the busiest
     stage; ZeRO/FSDP then shard these over dp); `layers_per_stage` ceil(L/pp). Overlap assumptions are written on each collective and applied by account.time.step.
     `tp_overlap` False: Megatron-style TP input gradients reduced synchronously (the 2021 code, `_tp_collectives`).
+    `dp_overlap` False: Megatron-style data-parallel gradients reduced after the last micro-batch (`_dp_collectives`).
     """
     if style not in STYLES:
         raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
@@ -239,7 +240,8 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
             from trainledger.account.counting.placement import params_per_gpu as placement
             params_per_gpu = placement(spec, tp, pp)["n_params_per_gpu"]
         out += [replace(c, ranks_per_node=per_node["dp"])
-                for c in _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"])]
+                for c in _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"],
+                                          dp_overlap)]
     return out
 
 
@@ -293,9 +295,14 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
     return out
 
 
-def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: int, style: str, link: str):
+def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: int, style: str, link: str,
+                    overlap_grads: bool = True):
     """Data-parallel collectives of `params` parameters over `dp` ranks (ZeRO, Rajbhandari et al. 2019, Sec. 5;
-    PyTorch DDP / FSDP2). Gradients in the recipe's gradient dtype, parameters in its parameter dtype."""
+    PyTorch DDP / FSDP2). Gradients in the recipe's gradient dtype, parameters in its parameter dtype.
+
+    `overlap_grads` False (Megatron style only): the gradient reduction waits for the last micro-batch, as Megatron-LM
+    without --overlap-grad-reduce does (its default; the 2021 code). With it (Megatron Bridge's and NeMo's
+    performance recipes set overlap_grad_reduce) the buckets reduce beside the last backward, as DDP's do."""
     grads = params * recipe.grads_bytes_per_param
     weights = params * recipe.params_bytes_per_param
     # Megatron-LM reduces the gradient buffer after the last micro-batch unless --overlap-grad-reduce is given
@@ -304,12 +311,12 @@ def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: in
     megatron = ("none: exposed (Megatron-LM reduces gradients after the last micro-batch: --overlap-grad-reduce is "
                 "off by default)", "")
     if zero == 0:
-        overlap = megatron if style == "megatron" else (
+        overlap = megatron if style == "megatron" and not overlap_grads else (
             "with the last micro-batch's backward (DDP buckets), unless pipelined", "backward_last")
         return [Collective("dp_grad_allreduce", "dp_comm", "all_reduce", grads, dp, link, 1, *overlap)]
     if zero in (1, 2):
         rs_count = micro_batches if zero == 2 and style == "torch" else 1
-        overlap = megatron if style == "megatron" else (
+        overlap = megatron if style == "megatron" and not overlap_grads else (
             "with the last micro-batch's backward (bucketed), unless pipelined", "backward_last")
         return [Collective("dp_grad_reducescatter", "dp_comm", "reduce_scatter", grads, dp, link, rs_count, *overlap),
                 Collective("dp_param_allgather", "dp_comm", "all_gather", weights, dp, link, 1,

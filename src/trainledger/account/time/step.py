@@ -164,7 +164,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-              capacity_factor: float | None = None, ep_overlap: float = 0.0, tp_overlap: bool = True) -> dict:
+              capacity_factor: float | None = None, ep_overlap: float = 0.0, tp_overlap: bool = True,
+              dp_overlap: bool = True) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -175,7 +176,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`: expert parallelism (account/time/expert_parallel.py:
     the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute").
     `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
-    Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives).
+    Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
+    data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
+    default and the 2021 code; account.time.comm._dp_collectives).
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
     timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
     """
@@ -250,7 +253,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
                                           zero=zero, layers_per_stage=layers_per_stage,
-                                          params_per_gpu=params_per_gpu(spec, tp, pp, ep)["n_params_per_gpu"])
+                                          params_per_gpu=params_per_gpu(spec, tp, pp, ep)["n_params_per_gpu"],
+                                          dp_overlap=dp_overlap)
     per_mb = dict(stage)
     experts = expert_parallel_per_micro_batch(
         spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep,
@@ -339,7 +343,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
-        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap,
+        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap),
     }

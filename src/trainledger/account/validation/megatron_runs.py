@@ -24,7 +24,7 @@ interleaved schedule, --num-layers-per-virtual-pipeline-stage): ColumnParallelLi
 gradient after the Linear's whole backward, synchronously (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region
 before F.linear; the overlap beside the weight-gradient GEMM came later), so `step --no-tp-overlap`; and train_step
 all-reduces the data-parallel gradients after forward_backward_func (megatron/training.py), as Megatron-LM still
-does by default (--overlap-grad-reduce off), which `--framework megatron` now assumes.
+does by default (--overlap-grad-reduce off; Megatron Bridge's recipes turn it on): `--no-dp-overlap`.
 
 Smith et al. 2022, MT-NLG 530B (arXiv:2201.11990, Sec. 2.4; the same words in NVIDIA's and Microsoft's blog posts
 of 2021-10): "the end-to-end throughput of our system for the 530 billion parameters model with batch size 1920
@@ -36,7 +36,8 @@ models it the same way). Their teraFLOP/s are Eq. 3 of Narayanan et al. (96·B·
 125.7e12), so they include full recomputation. Assumed: micro-batch 1, DeepSpeed's 1F1B pipeline (no
 interleaving), the optimizer states sharded over data parallelism (ZeRO-1), fp16 mixed precision (A100: the same
 tensor rate as bf16). Megatron-DeepSpeed's ColumnParallelLinear reduces the input gradient synchronously as the
-2021 Megatron-LM did (microsoft/Megatron-DeepSpeed megatron/mpu/layers.py): `--no-tp-overlap`.
+2021 Megatron-LM did (microsoft/Megatron-DeepSpeed megatron/mpu/layers.py): `--no-tp-overlap`; its gradients are
+reduced after the last micro-batch (`--no-dp-overlap`; with a pipeline they are exposed anyway).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def narayanan_cli(row) -> str:
     mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
     return (f"trainledger step --model CONFIG.json (Megatron GPT {size:g}B: hidden {hidden}, {heads} heads, "
             f"{layers} layers) "
-            f"--gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --precision mixed-fp16 "
+            f"--gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --no-dp-overlap --precision mixed-fp16 "
             f"--optimizer adam --tp {t} --pp {p}" + (f" --interleave {v}" if v > 1 else "")
             + f" --batch-size {mb} --global-batch-size {batch} --seq-len {SEQ_LEN} --recompute full --no-flash")
 
@@ -123,7 +124,7 @@ def narayanan_cases() -> list[dict]:
             mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
             r = step_time(spec, gpu, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch, num_gpus=n,
                           precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
-                          recompute="full", flash=False, framework="megatron", tp_overlap=False, with_memory=False)
+                          recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False, with_memory=False)
             published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
             rows.append({"label": f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", "table": table, "num_gpus": n,
                          "tp": t, "pp": p, "interleave": v, "batch_size": mb, "global_batch_size": batch,
@@ -144,12 +145,12 @@ def mtnlg_cases() -> list[dict]:
         n = 8 * servers
         r = step_time(spec, gpu, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH, num_gpus=n,
                       precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
-                      recompute="full", flash=False, framework="megatron", tp_overlap=False, with_memory=False)
+                      recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False, with_memory=False)
         rows.append({"label": f"530B, t 8 p 35, {n} GPUs", "num_gpus": n, "published_seconds": seconds,
                      "published_tflops_per_gpu": tflops_per_gpu, "predicted_seconds": r["step_seconds"],
                      "error": r["step_seconds"] / seconds - 1, "breakdown": r["breakdown"],
                      "cli": ("trainledger step --model CONFIG.json (MT-NLG 530B: hidden 20480, 128 heads, 105 layers, "
-                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --precision mixed-fp16 "
+                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --no-dp-overlap --precision mixed-fp16 "
                              f"--optimizer adam --tp 8 --pp 35 --zero 1 --batch-size 1 --global-batch-size "
                              f"{MTNLG_BATCH} --seq-len {SEQ_LEN} --recompute full --no-flash")})
     return rows
