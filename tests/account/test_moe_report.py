@@ -143,3 +143,16 @@ def test_report_rows_regression_bound():
     assert rows[("deepseek-v3", "GB200", "MXFP8")]["interleave_modelled"] == 1       # 61 layers over PP4 x VPP4
     assert rows[("qwen3-235b-a22b", "GB200", "MXFP8")]["interleave_modelled"] == 6
     assert sum(abs(r["error"]) <= 0.20 for r in rows.values()) == 3
+
+
+def test_all_moe_rows_in_one_table():
+    """moe.all_cases(): the 16 Megatron Bridge rows, the SKILL.md run and the report's 5 rows, each with its error;
+    5 of 22 within 20 % today (the issue asks 70 %)."""
+    from trainledger.account.validation import moe
+    rows = moe.all_cases()
+    sets = [r["set"] for r in rows]
+    assert (sets.count("TAKEN"), sets.count("ASIDE"), sets.count("FP8_TAKEN"), sets.count("FP8_ASIDE"),
+            sets.count("SKILL_RUN"), sets.count("REPORT")) == (4, 3, 4, 5, 1, 5)
+    assert all(r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["published_tokens_per_s_per_gpu"]
+                                           - 1) for r in rows)
+    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 5

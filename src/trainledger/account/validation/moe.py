@@ -151,3 +151,18 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
             "layout": {key: r[key] for key in ("gpu", "num_gpus", "precision", "pp", "ep", "dp", "tp", "zero")},
             "all_to_all_seconds": exposed["breakdown"]["ep_comm"], "compute_seconds": compute,
             "all_to_all_calls": r["expert_parallel"]["per_step_calls"]}
+
+
+def all_cases() -> list[dict]:
+    """Every MoE validation row predicted, labelled by its set: the Megatron Bridge summary's (TAKEN, ASIDE,
+    FP8_TAKEN, FP8_ASIDE), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
+    {"set", "model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error"}."""
+    from trainledger.account.validation import moe_report
+    keys = ("model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error")
+    rows = [dict({k: r[k] for k in keys}, set=name) for name, group in
+            (("TAKEN", TAKEN), ("ASIDE", ASIDE), ("FP8_TAKEN", FP8_TAKEN), ("FP8_ASIDE", FP8_ASIDE),
+             ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
+    for r in moe_report.cases():
+        rows.append({"set": "REPORT", "model": r["model"], "gpu": moe_report.GPU[r["system"]],
+                     "precision": moe_report.PRECISION[r["dtype"]]} | {k: r[k] for k in keys[3:]})
+    return rows
