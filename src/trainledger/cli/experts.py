@@ -50,7 +50,8 @@ def expert_assumption(result: dict) -> str | None:
     if result.get("ep", 1) <= 1 or not experts.get("calls"):
         return None
     where = "inside a node (NVLink)" if experts["link"] == "intra" else f"across nodes ({experts['ranks_per_node']} per node)"
-    return (f"expert parallel ep {result['ep']}: {experts['per_step_calls']:g} all-to-alls per step of "
+    return (f"expert parallel ep {result['ep']} ({experts.get('dispatcher', 'alltoall')} dispatcher): "
+            f"{experts['per_step_calls']:g} all-to-alls per step of "
             f"{experts['payload_bytes'] / 2**20:.1f} MiB per rank, {where}; busiest expert {experts['load']:g} × the mean"
             + (f", {experts['dropped_fraction']:.0%} of its tokens dropped" if experts["dropped_fraction"] else "")
             + f"; {experts['overlap']:.0%} of the all-to-all hidden")
