@@ -22,7 +22,9 @@ Token-based dispatchers (`dispatcher` "deepep" or "hybridep"; Megatron-Core's fl
 Sec. 4.2.2, and DeepSeek-V3's own, arXiv:2412.19437 Sec. 3.2.2) send a token once to every GPU that holds one of
 its experts instead of once per expert, and across nodes once per node: over the NIC to the GPU of the same local
 index, which forwards it over NVLink to the GPUs of that node that need it. With a token's k experts a uniform
-k-subset of the E (force-balanced routing), a group of g experts is hit with probability
+k-subset of the E (force-balanced routing: Megatron-Core's RandomSTE in megatron/core/transformer/moe/moe_utils.py
+replaces the router logits with i.i.d. normal ones "for force-balanced benchmark"), a group of g experts is hit
+with probability
     h(g) = 1 − C(E − g, k) / C(E, k)
 so a rank sends, per token of d_model activations: (nodes − 1)·h(q·E/ep) copies over its NIC, and over NVLink
 (q − 1)·h(E/ep) copies to its own node plus what it forwards of the tokens arriving from other nodes,
