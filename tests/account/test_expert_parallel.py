@@ -157,8 +157,8 @@ def test_deepseek_v3_gpu_hours_through_the_report_layout():
     counted (not zero) before they are hidden, and they fit under the computation that hides them (the report's
     computation-to-communication ratio is about 1:1). The dispatch is token-based (Sec. 3.2.2: once per node over
     IB, then NVLink) and hiding it is not free: DualPipe's 20 SMs slow the computation beside it (Sec. 3.2.2;
-    account/time/expert_parallel.py). Today +24.5 % (+15.4 % while the overlap was counted free); the node limit
-    and the FP8 dispatch are not modelled."""
+    account/time/expert_parallel.py); its group-limited routing sends a token to at most 4 nodes. Today +21.7 %
+    (+15.4 % while the overlap was counted free); the FP8 dispatch is not modelled."""
     result = moe.deepseek_v3_gpu_hours()
     assert result["layout"] == {"gpu": "h800", "num_gpus": 2048, "precision": "fp8-cs", "pp": 16, "ep": 64, "dp": 128,
                                 "tp": 1, "zero": 1}
@@ -168,7 +168,7 @@ def test_deepseek_v3_gpu_hours_through_the_report_layout():
     # 120 micro-batches × 4 calls × MoE layers of the busiest stage: ceil(61 / 16) = 4 layers, 58/61 of them MoE
     assert result["all_to_all_calls"] == pytest.approx(15360 / 128 * 4 * 4 * 58 / 61)
     assert abs(result["error"]) <= 0.25
-    assert result["error"] == pytest.approx(0.245, abs=0.03)
+    assert result["error"] == pytest.approx(0.217, abs=0.03)
 
 
 def test_fsdp_gathers_only_this_ranks_experts():

@@ -43,16 +43,28 @@ def test_expert_group_hit_by_hand():
     assert xp.expert_group_hit(256, 8, 32) == pytest.approx(1 - math.comb(224, 8) / math.comb(256, 8))
 
 
+def test_group_limited_routing_by_hand():
+    """Group-limited routing: 4 experts in 2 groups of 2, top-1 within 1 group: one expert is hit 1/2 · 1/2 of the
+    time, a whole group 1/2. DeepSeek-V3 (8 groups of 32, a token within 4): with a group per node (EP 64 on 8
+    nodes) a token reaches 8·h(32) = 3.63 nodes on average, never more than 4 (arXiv:2412.19437 Sec. 3.2.2: "each
+    token will be sent to at most 4 nodes"), where uniform routing would reach 5.29."""
+    assert xp.expert_group_hit(4, 1, 1, 2, 1) == pytest.approx(0.25)
+    assert xp.expert_group_hit(4, 1, 2, 2, 1) == pytest.approx(0.5)
+    assert (DSV3.expert_groups, DSV3.expert_groups_per_token) == (8, 4)
+    assert 8 * xp.expert_group_hit(256, 8, 32, 8, 4) == pytest.approx(3.63, abs=0.01)
+    assert 8 * xp.expert_group_hit(256, 8, 32) == pytest.approx(5.29, abs=0.01)
+
+
 def test_token_dispatch_sends_one_copy_per_gpu_and_per_node():
     """Inside one node (EP 8) a token goes once to each of the 7 other GPUs that hold one of its experts; over two
     nodes (EP 16, 8 per node) once over the NIC to the other node if any of its 128 experts is chosen, and the
     NVLink carries the own node's copies plus the forwarding on arrival."""
-    unit = 4096 * DSV3.d_model * 2
+    unit, groups = 4096 * DSV3.d_model * 2, (8, 4)           # DeepSeek-V3 routes within 4 of 8 groups
     one_node = xp.token_dispatch_seconds(DSV3, H100, 4096, 2, 8, 8)
     assert one_node["inter_bytes"] == 0
-    assert one_node["intra_bytes"] == pytest.approx(unit * 7 * xp.expert_group_hit(256, 8, 32))
+    assert one_node["intra_bytes"] == pytest.approx(unit * 7 * xp.expert_group_hit(256, 8, 32, *groups))
     two = xp.token_dispatch_seconds(DSV3, H100, 4096, 2, 16, 8)
-    gpu_hit, node_hit = xp.expert_group_hit(256, 8, 16), xp.expert_group_hit(256, 8, 128)
+    gpu_hit, node_hit = xp.expert_group_hit(256, 8, 16, *groups), xp.expert_group_hit(256, 8, 128, *groups)
     assert two["inter_bytes"] == pytest.approx(unit * node_hit)
     assert two["intra_bytes"] == pytest.approx(unit * (7 * gpu_hit + 8 * gpu_hit - node_hit))
     # fewer bytes than the all-to-all dispatcher's k copies per token
@@ -62,14 +74,15 @@ def test_token_dispatch_sends_one_copy_per_gpu_and_per_node():
 @pytest.mark.parametrize("key", sorted(R.TABLE7_US), ids=lambda k: f"{k[0]}-{k[1]}")
 def test_table7_latencies_of_both_dispatchers(key):
     """Table 7 (hidden 7168, sequence 4096, 256 experts; EP 8-64 on GB200 NVL72 and on 8-GPU H100 nodes): our
-    all-to-all dispatcher within 26 % of the all-to-all column and our token-based dispatcher within 32 % of the
-    HybridEP column (the worst: H100 EP 64 combine, +32 %; 11 of 16 cells within 15 %), in every cell;
-    token-based is the faster in every cell, as published."""
+    all-to-all dispatcher within 26 % of the all-to-all column and our token-based dispatcher, with DeepSeek-V3's
+    group-limited routing, within 27 % of the HybridEP column (all cells too fast, as the all-to-all column; the
+    worst GB200 EP 8 dispatch and H100 EP 16 combine), in every cell; token-based is the faster in every cell, as
+    published."""
     system, phase = key
     for ep in R.TABLE7_US[key]:
         t = R.table7_all_to_all(system, ep, phase)
         assert abs(t["error"]) <= 0.27, (ep, t["error"])
-        assert abs(t["hybridep_error"]) <= 0.33, (ep, t["hybridep_error"])
+        assert -0.28 <= t["hybridep_error"] <= 0, (ep, t["hybridep_error"])
         assert t["predicted_hybridep_seconds"] < t["predicted_seconds"]
 
 
@@ -89,12 +102,12 @@ def _dsv3_h100(**kw):
 
 def test_all_to_all_share_of_the_step_deepseek_v3_h100():
     """Sec. 9.2.2: on H100 "EP64 spans 8 nodes, and cross-node all-to-all latency would consume nearly 50% of step
-    time with the standard all-to-all dispatcher" (ours 45 %); Sec. 4.2.3: "30-40%" after DeepEP (ours 41 %),
+    time with the standard all-to-all dispatcher" (ours 45 %); Sec. 4.2.3: "30-40%" after DeepEP (ours 36 %),
     "under 5%" exposed with the 1F1B overlap (93 % of it hidden)."""
     def share(r, part="ep_comm"):
         return r["breakdown"]["ep_comm"] / r["step_seconds"] if part == "ep_comm" else part / r["step_seconds"]
     assert 0.40 <= share(_dsv3_h100()) <= 0.55
-    assert 0.30 <= share(_dsv3_h100(ep_dispatcher="deepep")) <= 0.45
+    assert 0.30 <= share(_dsv3_h100(ep_dispatcher="deepep")) <= 0.40
     hidden = _dsv3_h100(ep_dispatcher="deepep", ep_overlap=R.A2A_OVERLAP_RATIO)
     exposed = hidden["breakdown"]["ep_comm"] - hidden["expert_parallel"]["overlap_seconds"] * hidden["micro_batches"]
     assert share(hidden, exposed) < 0.05
@@ -131,11 +144,11 @@ def test_report_rows_not_modelled_say_why():
 
 def test_report_rows_regression_bound():
     """Table 11's five rows we can model (GB200, H100), with their dispatcher and 1F1B overlap: 3 of 5 within 20 %.
-    DeepSeek-V3 on GB200 predicted too slow (-19 %; its memory does not fit as we model it: the runs offload the
+    DeepSeek-V3 on GB200 predicted too slow (-18 %; its memory does not fit as we model it: the runs offload the
     optimizer states and keep FP8 primary weights), Qwen3-235B on GB200 too fast (+27 %, +42 %)."""
     rows = {(r["model"], r["system"], r["dtype"]): r for r in R.cases()}
-    expected = {("deepseek-v3", "GB200", "MXFP8"): -0.187, ("deepseek-v3", "GB200", "BF16"): -0.185,
-                ("deepseek-v3", "H100", "FP8-BLK"): -0.054, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.273,
+    expected = {("deepseek-v3", "GB200", "MXFP8"): -0.183, ("deepseek-v3", "GB200", "BF16"): -0.177,
+                ("deepseek-v3", "H100", "FP8-BLK"): -0.031, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.273,
                 ("qwen3-235b-a22b", "GB200", "BF16"): 0.417}
     assert set(rows) == set(expected)
     for key, error in expected.items():

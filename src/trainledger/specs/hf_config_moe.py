@@ -64,4 +64,5 @@ def read_moe_config(config: dict, get, model_type: str, flag: str, *, rope: tupl
         shared_expert_d_ff=shared * expert_d_ff if shared else None, dense_layers=dense,
         dense_d_ff=get("intermediate_size") if dense else None, kv_lora_rank=get("kv_lora_rank"),
         q_lora_rank=get("q_lora_rank", None), qk_rope_head_dim=rope, v_head_dim=get("v_head_dim", 128),
-        n_mtp_layers=get("num_nextn_predict_layers", 0), approximations=DEEPSEEK_V3_NOTES + notes)
+        n_mtp_layers=get("num_nextn_predict_layers", 0), expert_groups=get("n_group", 0) or 0,
+        expert_groups_per_token=get("topk_group", 0) or 0, approximations=DEEPSEEK_V3_NOTES + notes)

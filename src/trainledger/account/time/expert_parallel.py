@@ -28,7 +28,9 @@ with probability
     h(g) = 1 − C(E − g, k) / C(E, k)
 so a rank sends, per token of d_model activations: (nodes − 1)·h(q·E/ep) copies over its NIC, and over NVLink
 (q − 1)·h(E/ep) copies to its own node plus what it forwards of the tokens arriving from other nodes,
-(ep − q)·h(E/ep) − (nodes − 1)·h(q·E/ep) (the same count by symmetry). Both links move at once, as above. The
+(ep − q)·h(E/ep) − (nodes − 1)·h(q·E/ep) (the same count by symmetry). Group-limited routing (DeepSeek-V3: a
+token's experts from 4 of 8 groups, so at most 4 nodes when a group is a node) lowers h (expert_group_hit). Both
+links move at once, as above. The
 report's Table 7 (DeepSeek-V3's layer, 4096 tokens, EP 8-64 on H100 and GB200) is the check
 (tests/account/test_moe_report.py).
 
@@ -134,12 +136,25 @@ def all_to_all_seconds(gpu, payload_bytes: float, ep: int, per_node: int) -> dic
     return _exchange_seconds(gpu, payload_bytes * (per_node - 1) / ep, payload_bytes * (ep - per_node) / ep)
 
 
-def expert_group_hit(n_experts: int, k: int, group: float) -> float:
-    """h(g): probability that a token's k experts, a uniform k-subset of `n_experts`, include one of `group` of them."""
+def expert_group_hit(n_experts: int, k: int, group: float, router_groups: int = 0, groups_per_token: int = 0) -> float:
+    """h(g): probability that a token's k experts, a uniform k-subset of `n_experts`, include one of `group`
+    contiguous experts (a GPU's or a node's). With group-limited routing (`router_groups` equal groups, the top-k
+    taken within `groups_per_token` of them; random logits pick those groups uniformly too), the g experts lie
+    in one router group or span m whole ones, and a token misses them when, of the j of their groups it picks, none
+    of the j·a experts (a per group) is among its k drawn from the picked groups' experts:
+        1 − h = Σ_j C(m, j) C(G − m, t − j) / C(G, t) · C(t·E/G − j·a, k) / C(t·E/G, k)."""
     group = int(round(group))
     if group >= n_experts:
         return 1.0
-    return 1.0 - math.comb(n_experts - group, k) / math.comb(n_experts, k)
+    if not router_groups:
+        return 1.0 - math.comb(n_experts - group, k) / math.comb(n_experts, k)
+    size = n_experts // router_groups
+    pool = groups_per_token * size
+    m, per = (1, group) if group <= size else (group // size, size)
+    miss = sum(math.comb(m, j) * math.comb(router_groups - m, groups_per_token - j)
+               / math.comb(router_groups, groups_per_token) * math.comb(pool - j * per, k) / math.comb(pool, k)
+               for j in range(0, min(m, groups_per_token) + 1))
+    return 1.0 - miss
 
 
 def token_dispatch_seconds(spec, gpu, tokens: float, bytes_per_element: float, ep: int, per_node: int) -> dict:
@@ -150,8 +165,10 @@ def token_dispatch_seconds(spec, gpu, tokens: float, bytes_per_element: float, e
         return {"seconds": 0.0, "intra_bytes": 0.0, "inter_bytes": 0.0, "sent_bytes": 0.0}
     local = spec.n_experts / ep
     nodes = math.ceil(ep / per_node)
-    gpu_hit = expert_group_hit(spec.n_experts, spec.experts_per_token, local)
-    node_hit = expert_group_hit(spec.n_experts, spec.experts_per_token, local * per_node)
+    routing = (spec.n_experts, spec.experts_per_token)
+    limits = (getattr(spec, "expert_groups", 0), getattr(spec, "expert_groups_per_token", 0))
+    gpu_hit = expert_group_hit(*routing, local, *limits)
+    node_hit = expert_group_hit(*routing, local * per_node, *limits)
     token_bytes = tokens * spec.d_model * bytes_per_element
     remote_nodes = (nodes - 1) * node_hit
     forwarded = max(0.0, (ep - per_node) * gpu_hit - remote_nodes)
