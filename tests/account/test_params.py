@@ -59,7 +59,8 @@ def hf_config_for(spec: TransformerSpec):
             q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank, n_routed_experts=spec.n_experts,
             num_experts_per_tok=spec.experts_per_token, moe_intermediate_size=spec.d_ff,
             n_shared_experts=(spec.shared_expert_d_ff or 0) // spec.d_ff, first_k_dense_replace=len(spec.dense_layers),
-            n_group=1, topk_group=1, num_nextn_predict_layers=spec.n_mtp_layers,
+            n_group=spec.expert_groups or 1, topk_group=spec.expert_groups_per_token or 1,
+            num_nextn_predict_layers=spec.n_mtp_layers,
             **(common | {"intermediate_size": spec.dense_d_ff or spec.d_ff}))
     if spec.attention_sinks:
         return transformers.GptOssConfig(

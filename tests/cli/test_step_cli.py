@@ -144,3 +144,16 @@ def test_step_on_a_cpu_runs_with_the_defaults(capsys, tmp_path, monkeypatch):
     assert sum("--precision fp32 (default here" in line for line in data["assumptions"]) == 1
     assert data["breakdown"]["overhead"] > 0 and data["cpu_op_seconds"] is None       # ops run in turn on a CPU
     assert "bf16" in run_error(capsys, "step", "--model", "tiny", "--gpu", "cpu", "--precision", "amp-bf16")
+
+
+def test_step_ep_dispatcher(capsys):
+    """--ep-dispatcher deepep (token-based: one copy per GPU, per node across nodes) moves fewer bytes than the
+    all-to-all dispatcher's copy per routed expert; anything else is a one-line error naming the flag."""
+    args = ("step", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "16", "--global-batch-size", "64",
+            "--ep", "16", "--framework", "megatron")
+    plain = run_json(capsys, *args)
+    token = run_json(capsys, *args, "--ep-dispatcher", "deepep")
+    assert token["expert_parallel"]["bytes_sent_per_step"] < plain["expert_parallel"]["bytes_sent_per_step"]
+    assert token["breakdown"]["ep_comm"] < plain["breakdown"]["ep_comm"]
+    err = run_error(capsys, *args, "--ep-dispatcher", "nccl")
+    assert "--ep-dispatcher must be one of alltoall, deepep, hybridep" in err

@@ -51,3 +51,13 @@ def test_bad_deepseek_keys_are_one_line_errors():
         spec_from_config_dict({k: v for k, v in DEEPSEEK_V3.items() if k != "kv_lora_rank"})
     with pytest.raises(TrainledgerError, match="moe_layer_freq"):
         spec_from_config_dict(DEEPSEEK_V3 | {"moe_layer_freq": 0})
+
+
+def test_group_limited_routing_is_read_and_checked():
+    """n_group / topk_group become expert_groups / expert_groups_per_token (DeepSeek-V3: 8, 4); groups that do not
+    divide the experts, or too few per token to hold its top-k, are one-line errors."""
+    spec = spec_from_config_dict(DEEPSEEK_V3)
+    assert (spec.expert_groups, spec.expert_groups_per_token) == (8, 4)
+    for bad in ({"n_group": 3}, {"topk_group": 9}):
+        with pytest.raises(TrainledgerError, match="expert_groups"):
+            spec_from_config_dict(DEEPSEEK_V3 | bad)

@@ -23,7 +23,7 @@ def add_ep_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_expert_flags(parser: argparse.ArgumentParser) -> None:
-    """--ep, --expert-imbalance, --capacity-factor, --ep-overlap (step, plan)."""
+    """--ep, --expert-imbalance, --capacity-factor, --ep-overlap, --ep-dispatcher (step, plan)."""
     g = parser.add_argument_group("mixture of experts (account/time/expert_parallel.py)")
     add_ep_flag(g)
     g.add_argument("--expert-imbalance", type=common.positive_float, default=1.0,
@@ -33,12 +33,15 @@ def add_expert_flags(parser: argparse.ArgumentParser) -> None:
                    help="cap each expert at this × the mean load and drop the excess (default: dropless)")
     g.add_argument("--ep-overlap", type=unit_interval, default=0.0,
                    help="fraction of the all-to-all hidden behind other micro-batches' compute (default 0: exposed)")
+    g.add_argument("--ep-dispatcher", default="alltoall",
+                   help="token dispatcher: alltoall (one copy per routed expert, Megatron's default) or deepep / "
+                        "hybridep (token-based: one copy per GPU, one per node across nodes)")
 
 
 def expert_settings(args) -> dict:
     """step_time's keyword arguments from the parsed flags."""
     return dict(ep=args.ep, expert_imbalance=args.expert_imbalance, capacity_factor=args.capacity_factor,
-                ep_overlap=args.ep_overlap)
+                ep_overlap=args.ep_overlap, ep_dispatcher=args.ep_dispatcher)
 
 
 def expert_assumption(result: dict) -> str | None:
@@ -47,7 +50,8 @@ def expert_assumption(result: dict) -> str | None:
     if result.get("ep", 1) <= 1 or not experts.get("calls"):
         return None
     where = "inside a node (NVLink)" if experts["link"] == "intra" else f"across nodes ({experts['ranks_per_node']} per node)"
-    return (f"expert parallel ep {result['ep']}: {experts['per_step_calls']:g} all-to-alls per step of "
+    return (f"expert parallel ep {result['ep']} ({experts.get('dispatcher', 'alltoall')} dispatcher): "
+            f"{experts['per_step_calls']:g} all-to-alls per step of "
             f"{experts['payload_bytes'] / 2**20:.1f} MiB per rank, {where}; busiest expert {experts['load']:g} × the mean"
             + (f", {experts['dropped_fraction']:.0%} of its tokens dropped" if experts["dropped_fraction"] else "")
             + f"; {experts['overlap']:.0%} of the all-to-all hidden")

@@ -5,7 +5,9 @@
   qk_rope_head_dim, v_head_dim; n_routed_experts of moe_intermediate_size, top num_experts_per_tok; n_shared_experts
   always-on experts (one MLP of n_shared_experts · moe_intermediate_size, no gate); layer i is MoE when
   i >= first_k_dense_replace and i % moe_layer_freq == 0, else a dense MLP of intermediate_size;
-  num_nextn_predict_layers multi-token-prediction modules (counted apart from n_params).
+  num_nextn_predict_layers multi-token-prediction modules (counted apart from n_params); n_group / topk_group the
+  group-limited routing (expert_groups / expert_groups_per_token; absent or 1: none), used by the token-based
+  dispatchers' time (account/time/expert_parallel.py).
 - gpt_oss (transformers' GptOssConfig / modeling_gpt_oss): num_local_experts experts of intermediate_size with
   biases, top num_experts_per_tok, a router with bias; q/k/v/o biases (attention_bias, true); one learned
   attention sink per head; sliding_window on the layers layer_types names (default: the even layers).
@@ -64,4 +66,13 @@ def read_moe_config(config: dict, get, model_type: str, flag: str, *, rope: tupl
         shared_expert_d_ff=shared * expert_d_ff if shared else None, dense_layers=dense,
         dense_d_ff=get("intermediate_size") if dense else None, kv_lora_rank=get("kv_lora_rank"),
         q_lora_rank=get("q_lora_rank", None), qk_rope_head_dim=rope, v_head_dim=get("v_head_dim", 128),
-        n_mtp_layers=get("num_nextn_predict_layers", 0), approximations=DEEPSEEK_V3_NOTES + notes)
+        n_mtp_layers=get("num_nextn_predict_layers", 0), **_router_groups(get("n_group", 1), get("topk_group", 1)),
+        approximations=DEEPSEEK_V3_NOTES + notes)
+
+
+def _router_groups(n_group: int, topk_group: int) -> dict:
+    """Group-limited routing of a deepseek_v3 config (n_group groups, a token's top-k within topk_group of them);
+    one group is no limit."""
+    if n_group <= 1:
+        return {"expert_groups": 0, "expert_groups_per_token": 0}
+    return {"expert_groups": n_group, "expert_groups_per_token": topk_group}

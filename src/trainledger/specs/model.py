@@ -90,6 +90,10 @@ class TransformerSpec:
     attention_sinks: bool = False       # one learned logit per head joins each softmax (gpt-oss)
     router_bias: bool = False           # the router d_model -> n_experts has a bias (gpt-oss)
     n_mtp_layers: int = 0               # multi-token-prediction modules (DeepSeek-V3: 1), counted apart from n_params
+    # group-limited routing (DeepSeek-V3 config n_group 8, topk_group 4; arXiv:2412.19437 Sec. 2.1.2, 3.2.2): the
+    # experts in `expert_groups` equal groups, a token's top-k taken within `expert_groups_per_token` of them; 0: none
+    expert_groups: int = 0
+    expert_groups_per_token: int = 0
     approximations: tuple[str, ...] = ()  # parts of the source config our Transformer does not reproduce
     source: str = ""                    # where the numbers come from (config.json, paper table)
     published_n_params: int | None = None  # the published / Hugging Face count, for tests
@@ -117,6 +121,13 @@ class TransformerSpec:
         if self.n_experts < 1 or not 1 <= self.experts_per_token <= self.n_experts:
             raise TrainledgerError(f"model '{self.name}': need 1 <= experts_per_token <= n_experts, got "
                                    f"{self.experts_per_token} of {self.n_experts}")
+        if self.expert_groups and (self.n_experts % self.expert_groups
+                                   or not 1 <= self.expert_groups_per_token <= self.expert_groups
+                                   or self.expert_groups_per_token * self.n_experts // self.expert_groups
+                                   < self.experts_per_token):
+            raise TrainledgerError(f"model '{self.name}': expert_groups={self.expert_groups} must divide n_experts="
+                                   f"{self.n_experts} and expert_groups_per_token={self.expert_groups_per_token} "
+                                   f"groups must hold the {self.experts_per_token} experts of a token")
         if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim % 2:
             raise TrainledgerError(f"model '{self.name}': partial_rotary_factor={self.partial_rotary_factor} must give an "
                                    f"even number of rotated dims in (0, d_head={self.head_dim}], got {self.rotary_dim}")

@@ -241,7 +241,7 @@ DEEPSEEK_V3 = TransformerSpec(
     d_ff=2048, max_seq_len=163840, norm_eps=1e-6, rope_theta=10000.0, n_experts=256, experts_per_token=8,
     shared_expert_d_ff=2048, dense_layers=(0, 1, 2), dense_d_ff=18432,
     kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, n_mtp_layers=1,
-    approximations=DEEPSEEK_V3_NOTES,
+    expert_groups=8, expert_groups_per_token=4, approximations=DEEPSEEK_V3_NOTES,
     source="config.json of deepseek-ai/DeepSeek-V3", published_n_params=None,   # rounded on the card: 671B (tests/account/test_moe_presets.py)
     pretrain_seq_len=4096,  # DeepSeek-V3 report (arXiv:2412.19437), Sec. 4.2: sequence length 4K during pre-training
 )

@@ -164,8 +164,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-              capacity_factor: float | None = None, ep_overlap: float = 0.0, tp_overlap: bool = True,
-              dp_overlap: bool = True) -> dict:
+              capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
+              tp_overlap: bool = True, dp_overlap: bool = True) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -173,7 +173,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.per_gpu.default_reserve of `gpu`).
     `fsdp`: account.memory.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
-    `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`: expert parallelism (account/time/expert_parallel.py:
+    `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`, `ep_dispatcher`: expert parallelism (account/time/expert_parallel.py:
     the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute").
     `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
     Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
@@ -194,7 +194,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
     check_ep(spec, ep, dp)
-    check_expert_options(expert_imbalance, capacity_factor, ep_overlap)
+    check_expert_options(expert_imbalance, capacity_factor, ep_overlap, ep_dispatcher)
     check_positive_int(interleave, "--interleave")
     check_schedule(spec.n_layers, pp, interleave, m)
     if seq_len % cp:
@@ -260,7 +260,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep,
         moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
         recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=expert_imbalance,
-        capacity_factor=capacity_factor, overlap=ep_overlap)
+        capacity_factor=capacity_factor, overlap=ep_overlap, dispatcher=ep_dispatcher)
     per_mb["ep_comm"] = experts["ep_comm"]
     per_mb["compute"] = per_mb.get("compute", 0.0) + experts["expert_wait"]
     after = {"pp_comm": 0.0, "dp_comm": 0.0}
@@ -345,7 +345,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
-                                imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap),
+                                imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
+                                dispatcher=ep_dispatcher),
     }
     result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
                                       setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))

@@ -126,7 +126,11 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
 
     The all-to-alls are hidden: "DualPipe ... hides most of the communication during training through
     computation-communication overlap ... achieving a near-zero all-to-all communication overhead" (Sec. 1 and
-    3.2.1), so the step is asked with ep_overlap 1. What is hidden is not dropped: the same step with ep_overlap 0
+    3.2.1), so the step is asked with ep_overlap 1, and with the token-based dispatcher the report describes (Sec.
+    3.2.2: each token over IB once per node to the GPU of the same in-node index, then over NVLink; 20 SMs, which
+    slow the computation they overlap: account/time/expert_parallel.py). Not modelled: the node limit (a token to at
+    most 4 nodes) and the FP8 dispatch (Sec. 3.3), which both shrink the all-to-alls further. What is hidden is not
+    dropped: the same step with ep_overlap 0
     gives the all-to-all seconds DualPipe must hide ("all_to_all_seconds"); the overlap is only possible while they
     do not exceed the computation they hide behind ("compute_seconds": GEMMs, attention, memory-bound kernels).
     A TrainledgerError names what is missing (an unknown GPU or recipe)."""
@@ -136,8 +140,8 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
     spec, device = get_model("deepseek-v3"), get_gpu(gpu)
     layout = dict(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size, num_gpus=2048,
                   precision=precision, pp=16, ep=64, zero=1, framework="megatron", attention="causal", with_memory=False)
-    r = step_time(spec, device, **layout, ep_overlap=1.0)
-    exposed = step_time(spec, device, **layout, ep_overlap=0.0)
+    r = step_time(spec, device, **layout, ep_overlap=1.0, ep_dispatcher="deepep")
+    exposed = step_time(spec, device, **layout, ep_overlap=0.0, ep_dispatcher="deepep")
     hours = DEEPSEEK_V3_TOKENS / r["tokens_per_s"] * 2048 / 3600
     if not hours > 0:
         raise TrainledgerError("no prediction")
@@ -147,3 +151,18 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
             "layout": {key: r[key] for key in ("gpu", "num_gpus", "precision", "pp", "ep", "dp", "tp", "zero")},
             "all_to_all_seconds": exposed["breakdown"]["ep_comm"], "compute_seconds": compute,
             "all_to_all_calls": r["expert_parallel"]["per_step_calls"]}
+
+
+def all_cases() -> list[dict]:
+    """Every MoE validation row predicted, labelled by its set: the Megatron Bridge summary's (TAKEN, ASIDE,
+    FP8_TAKEN, FP8_ASIDE), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
+    {"set", "model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error"}."""
+    from trainledger.account.validation import moe_report
+    keys = ("model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error")
+    rows = [dict({k: r[k] for k in keys}, set=name) for name, group in
+            (("TAKEN", TAKEN), ("ASIDE", ASIDE), ("FP8_TAKEN", FP8_TAKEN), ("FP8_ASIDE", FP8_ASIDE),
+             ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
+    for r in moe_report.cases():
+        rows.append({"set": "REPORT", "model": r["model"], "gpu": moe_report.GPU[r["system"]],
+                     "precision": moe_report.PRECISION[r["dtype"]]} | {k: r[k] for k in keys[3:]})
+    return rows
