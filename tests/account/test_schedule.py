@@ -135,3 +135,37 @@ def test_step_accepts_a_valid_interleaved_schedule_and_times_it(capsys):
     assert cli_main.main(["step", "--model", "gpt2", "--pp", "3", "--interleave", "2", "--num-gpus", "3",
                           "--global-batch-size", "6", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["interleave"] == 2
+
+
+def test_dualpipe_bubble_is_table_2_of_the_deepseek_v3_report():
+    """DualPipe (arXiv:2412.19437, Table 2): bubble (PP/2 − 1)(F&B + B − 3W) against 1F1B's (PP − 1)(F + B). With a
+    forward F = 1, a backward B = 2 of which W = 1 weight gradients, PP 16: 1F1B 45, DualPipe 7 · (3 + 2 − 3) = 14."""
+    from trainledger.account.time.schedule import dualpipe_bubble_seconds
+    assert dualpipe_bubble_seconds(16, pair_seconds=3.0, backward_seconds=2.0, weight_grad_seconds=1.0) == 14.0
+    assert dualpipe_bubble_seconds(2, pair_seconds=3.0, backward_seconds=2.0, weight_grad_seconds=1.0) == 0.0
+    spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
+    kw = dict(batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, pp=8, with_memory=True)
+    one_f_one_b, dual = step_time(spec, gpu, **kw), step_time(spec, gpu, schedule="dualpipe", **kw)
+    assert dual["schedule"] == "dualpipe" and one_f_one_b["schedule"] == "1f1b"
+    # the same work per micro-batch, a smaller bubble: (8/2 − 1)(F + 2B − 3W) < 7(F + B)
+    assert dual["per_micro_batch_seconds"] == pytest.approx(one_f_one_b["per_micro_batch_seconds"])
+    assert 0 < dual["breakdown"]["pipeline_bubble"] < 0.5 * one_f_one_b["breakdown"]["pipeline_bubble"]
+    assert 0 < dual["bubble_fraction"] < 0.5 * one_f_one_b["bubble_fraction"]
+    # and a second copy of the parameters (Table 2: 2× parameters)
+    assert dual["memory_bytes"] - one_f_one_b["memory_bytes"] == pytest.approx(one_f_one_b["memory"]["params_bytes"])
+
+
+def test_dualpipe_needs_even_stages_and_micro_batches(capsys):
+    """"DualPipe only requires that the pipeline stages and micro-batches be divisible by 2" (Sec. 3.2.1); it
+    places two stages per GPU itself, so no --interleave. One line, exit 2, naming --schedule."""
+    spec, gpu = get_model("gpt2"), get_gpu("h100")
+    for kw in (dict(pp=3, num_gpus=3, global_batch_size=6), dict(pp=4, num_gpus=4, global_batch_size=5),
+               dict(pp=4, num_gpus=4, global_batch_size=8, interleave=3)):
+        with pytest.raises(TrainledgerError, match="--schedule dualpipe"):
+            step_time(spec, gpu, schedule="dualpipe", with_memory=False, **kw)
+    assert cli_main.main(["step", "--model", "gpt2", "--pp", "3", "--num-gpus", "3", "--schedule", "dualpipe"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--schedule dualpipe" in err[0]
+    assert cli_main.main(["step", "--model", "gpt2", "--pp", "4", "--num-gpus", "4", "--global-batch-size", "8",
+                          "--schedule", "dualpipe", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedule"] == "dualpipe"

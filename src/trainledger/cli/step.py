@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", type=common.positive_int, default=1,
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
+    parser.add_argument("--schedule", choices=("1f1b", "dualpipe"), default="1f1b",
+                        help="pipeline schedule: 1f1b (default; interleaved with --interleave > 1) or dualpipe "
+                             "(DeepSeek-V3's bidirectional pipeline: a smaller bubble, a second copy of the parameters; "
+                             "even --pp and micro-batches)")
     parser.add_argument("--tp-overlap", action=argparse.BooleanOptionalAction, default=True,
                         help="with --framework megatron: reduce a column-parallel Linear's input gradient beside its "
                              "weight-gradient GEMM (default, Megatron-LM since 2022); --no-tp-overlap: after the "
@@ -123,7 +127,7 @@ def compute(args) -> dict:
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap,
+                    dp_overlap=args.dp_overlap, schedule=args.schedule,
                     **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))

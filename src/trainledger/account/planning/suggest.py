@@ -49,11 +49,14 @@ def faster_setting(spec, gpu, result: dict, fsdp_for=None, **step_kwargs) -> dic
         zeros = tuple(z for z in zeros if z <= 1)
     cache: dict = {}
     best = None
+    dualpipe = step_kwargs.get("schedule") == "dualpipe"      # its own two stages per GPU, even micro-batches
     for b in _micro_batches(per_rank):
         m = per_rank // b
+        if dualpipe and m % 2:
+            continue
         for zero in zeros:
             for recompute in RECOMPUTE_ORDER[:heavier + 1]:
-                interleaves = valid_interleaves(spec.n_layers, result["pp"], m, MAX_INTERLEAVE)
+                interleaves = [1] if dualpipe else valid_interleaves(spec.n_layers, result["pp"], m, MAX_INTERLEAVE)
                 for v in interleaves if result["pp"] > 1 else (1,):
                     r = step_time(spec, gpu, **dict(step_kwargs, batch_size=b, zero=zero, recompute=recompute,
                                                     interleave=v), cache=cache, fsdp=fsdp_for(zero) if fsdp_for else None)

@@ -63,3 +63,28 @@ def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int) 
 def valid_interleaves(n_layers: int, pp: int, micro_batches: int, largest: int) -> list[int]:
     """Every interleave v ≤ `largest` (chunks per GPU) with a valid schedule, 1 first (when pp itself is valid)."""
     return [v for v in range(1, largest + 1) if schedule_problem(n_layers, pp, v, micro_batches) is None]
+
+
+# DeepSeek-V3's bidirectional pipeline (arXiv:2412.19437, Sec. 3.2.1 and Table 2): micro-batches enter from both
+# ends, each GPU holds two stages (the first and the last, and so on), and a forward chunk of one direction runs
+# beside a backward chunk of the other. "DualPipe only requires that the pipeline stages and micro-batches be
+# divisible by 2"; it keeps two copies of the parameters and PP + 1 micro-batches of activations. Its bubble (Table
+# 2): (PP/2 − 1)(F&B + B − 3W), against 1F1B's (PP − 1)(F + B); F, B, W: the forward, the full backward and the
+# weight-gradient part of one chunk, F&B the pair run together.
+SCHEDULES = ("1f1b", "dualpipe")
+
+
+def dualpipe_problem(pp: int, interleave: int, micro_batches: int) -> str | None:
+    """Why DualPipe cannot run (pp, interleave, micro_batches), or None."""
+    if interleave != 1:
+        return f"--schedule dualpipe places two stages per GPU itself: use --interleave 1, got {interleave}"
+    if pp < 2 or pp % 2 or micro_batches % 2:
+        return (f"--schedule dualpipe needs an even --pp (2 or more) and an even number of micro-batches "
+                f"(DeepSeek-V3 report, Sec. 3.2.1), got --pp {pp} and {micro_batches} micro-batches")
+    return None
+
+
+def dualpipe_bubble_seconds(pp: int, pair_seconds: float, backward_seconds: float, weight_grad_seconds: float) -> float:
+    """(PP/2 − 1)(F&B + B − 3W) of Table 2, with F&B = `pair_seconds`: one micro-batch's forward and backward on a
+    stage (run together they hide each other's communication, not each other's computation)."""
+    return (pp / 2 - 1) * max(0.0, pair_seconds + backward_seconds - 3 * weight_grad_seconds)

@@ -57,7 +57,7 @@ from trainledger.account.counting.placement import check_parallel, check_positiv
 from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
-from trainledger.account.time.schedule import check_schedule
+from trainledger.account.time.schedule import SCHEDULES, check_schedule, dualpipe_bubble_seconds, dualpipe_problem
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          sms_beside as _sms_beside)
@@ -165,7 +165,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
-              tp_overlap: bool = True, dp_overlap: bool = True) -> dict:
+              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b") -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -197,6 +197,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     check_expert_options(expert_imbalance, capacity_factor, ep_overlap, ep_dispatcher)
     check_positive_int(interleave, "--interleave")
     check_schedule(spec.n_layers, pp, interleave, m)
+    check_choice(schedule, SCHEDULES, "--schedule")
+    if schedule == "dualpipe" and dualpipe_problem(pp, interleave, m):
+        raise TrainledgerError(dualpipe_problem(pp, interleave, m))
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
@@ -288,6 +291,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
 
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
+    if schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
+        bubble = dualpipe_bubble_seconds(pp, sum(per_mb.values()), stage_bwd, stage_layers * fwd["compute"])
 
     # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
     placement = params_per_gpu(spec, tp, pp, ep)
@@ -340,10 +345,12 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
         "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
                                  and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
-        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": pipeline_bubble_fraction(pp, m, interleave),
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave) if schedule == "1f1b"
+                                                               else bubble / max(sum(ideal.values()), 1e-30)),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
+        "schedule": schedule,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
                                 dispatcher=ep_dispatcher),
@@ -358,6 +365,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                 recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
                                 reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
                                 grad_accum=m, ep=ep, framework=framework)
+        if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
+            memory["peak_bytes"] += memory["params_bytes"]
+            memory["headroom_bytes"] -= memory["params_bytes"]
+            memory["fits"] = memory["headroom_bytes"] >= 0
         result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",

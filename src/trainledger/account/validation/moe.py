@@ -128,7 +128,8 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
     computation-communication overlap ... achieving a near-zero all-to-all communication overhead" (Sec. 1 and
     3.2.1), so the step is asked with ep_overlap 1, and with the token-based dispatcher the report describes (Sec.
     3.2.2: each token over IB once per node to the GPU of the same in-node index, then over NVLink; 20 SMs, which
-    slow the computation they overlap: account/time/expert_parallel.py). Not modelled: the node limit (a token to at
+    slow the computation they overlap: account/time/expert_parallel.py). The pipeline is DualPipe's (Sec. 3.2.1,
+    Table 2: a bubble of (PP/2 − 1)(F&B + B − 3W), account/time/schedule.py), not 1F1B's. Not modelled: the node limit (a token to at
     most 4 nodes) and the FP8 dispatch (Sec. 3.3), which both shrink the all-to-alls further. What is hidden is not
     dropped: the same step with ep_overlap 0
     gives the all-to-all seconds DualPipe must hide ("all_to_all_seconds"); the overlap is only possible while they
@@ -139,7 +140,8 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
     get_recipe(precision)
     spec, device = get_model("deepseek-v3"), get_gpu(gpu)
     layout = dict(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size, num_gpus=2048,
-                  precision=precision, pp=16, ep=64, zero=1, framework="megatron", attention="causal", with_memory=False)
+                  precision=precision, pp=16, ep=64, zero=1, framework="megatron", attention="causal", with_memory=False,
+                  schedule="dualpipe")
     r = step_time(spec, device, **layout, ep_overlap=1.0, ep_dispatcher="deepep")
     exposed = step_time(spec, device, **layout, ep_overlap=0.0, ep_dispatcher="deepep")
     hours = DEEPSEEK_V3_TOKENS / r["tokens_per_s"] * 2048 / 3600
