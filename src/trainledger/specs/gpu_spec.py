@@ -57,6 +57,7 @@ class GPUSpec:
     performance_source: str = ""
     # block-scaled low-precision GEMMs the tensor cores run natively at the FP8 rate ("mxfp8": OCP MX, Blackwell)
     block_scaled: tuple[str, ...] = ()
+    tdp_w: float | None = None                    # maximum power per GPU (W) as its datasheet prints it; None: not carried
 
     def gemm_table(self, dtype: str) -> GemmEfficiency | None:
         """The measured GEMM efficiency for `dtype` (a peak key), or None. fp16 and bf16 share one table when only
@@ -124,4 +125,4 @@ class GPUSpec:
                 "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
                 "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
                 "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source,
-                "block_scaled": list(self.block_scaled)}
+                "block_scaled": list(self.block_scaled), "tdp_w": self.tdp_w}
