@@ -231,7 +231,7 @@ GB300 = GPUSpec(
 # TFLOP/s (the HGX B200's 296), up to 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU, networking 1.6 TB/s (8 x ConnectX-8 at
 # 800 Gb/s), "2x" attention. Per GPU, dense: FP8 4,500, BF16 2,250, TF32 1,125, FP32 75, FP64 1.25 TFLOP/s, INT8 125
 # TOPS (verda.com prints 0.15 POPS); 288 GB, 8 TB/s (NVIDIA's blog; verda prints 7.7 TB/s), 1.1 kW (verda.com: NVIDIA
-# was not found to print the HGX part's power). Dense FP4 is not carried: the tabulations disagree (13.1, 13.5, 14
+# was not found to print the HGX part's power). Dense FP4 is not carried: the tabulations disagree (13.1 and 14
 # PFLOP/s) and NVIDIA's page was not readable here.
 B300 = GPUSpec(
     name="b300", aliases=("hgx-b300", "dgx-b300", "b300-sxm"), vendor="NVIDIA",
