@@ -205,7 +205,7 @@ _ULTRA_BORROWED = ("no Blackwell Ultra measurement published (assumptions): fp8 
 # product page, per rack (as summarized at vendordeep.com/report/nvidia-launches-blackwell-ultra-gb300 and
 # glennklockwood.com/garden/processors/B300): FP4 1,080 PFLOP/s dense, FP8/FP6 720 (sparse), INT8 24 POPS (sparse),
 # HBM3e 20 TB at 576 TB/s, NVLink 130 TB/s, 72 ConnectX-8 SuperNICs at 800 Gb/s. Per GPU (verda.com's table, the
-# same figures / 72): dense FP8 5,000, BF16 2,500, TF32 1,250 TFLOP/s, INT8 165 TOPS (the B200's 4,500 cut), FP4
+# same figures / 72): dense FP8 5,000, BF16 2,500, TF32 1,250 TFLOP/s, INT8 165 TOPS (cut from the GB200's 5,000), FP4
 # 15,000; 1.4 kW TDP. FP64 and FP32 are not carried (as for gb200: no per-GPU figure from NVIDIA found). Memory:
 # 288 GB per GPU (NVIDIA's blog; 20 TB / 72 = 278 GB, verda prints 279 GB): no CUDA-reported capacity was found.
 GB300 = GPUSpec(
