@@ -134,12 +134,16 @@ def test_ep_dispatcher_is_checked():
 
 
 def test_report_rows_not_modelled_say_why():
-    """GB300 has no hardware entry; Qwen3-235B on H100 folds EP 32 over TP × DP (DP is 16)."""
+    """Qwen3-235B on H100 folds EP 32 over TP × DP (DP is 16), and on GB300 at sequence 131072 (DP is 2): Megatron's
+    parallel folding, not modelled. The other two GB300 rows are predicted apart (REPORT_GB300), not in REPORT_TAKEN."""
     reasons = [R.not_modelled_reason(row) for row in R.REPORT_NOT_MODELLED]
-    assert sum("GB300" in r for r in reasons) == 3
     assert sum("EP 32 does not divide DP 16" in r for r in reasons) == 1
-    with pytest.raises(TrainledgerError, match="not modelled: GB300"):
+    assert sum("EP 32 does not divide DP 2 " in r for r in reasons) == 1
+    assert len(reasons) == 2
+    with pytest.raises(TrainledgerError, match="not modelled: EP 32 does not divide DP 16"):
         R.predict(R.REPORT_NOT_MODELLED[0])
+    assert [row[1] for row in R.REPORT_GB300] == ["GB300", "GB300"]
+    assert all(row[1] != "GB300" for row in R.REPORT_TAKEN)
 
 
 def test_report_rows_regression_bound():

@@ -108,7 +108,7 @@ SCHEMES: dict[str, Fp8Scheme] = {s.name: s for s in [
 # What a refusal names for each capability: the GPUs that have it (specs.hardware peak keys)
 REQUIREMENTS = {
     "fp8": "FP8 tensor cores (compute capability >= 8.9: Ada L4/L40S/RTX 4090, Hopper H100/H200/H800, Blackwell)",
-    "mxfp8": "MX block-scaled FP8 tensor cores (Blackwell: B200, GB200)",
+    "mxfp8": "MX block-scaled FP8 tensor cores (Blackwell: B200, GB200, B300, GB300)",
 }
 
 

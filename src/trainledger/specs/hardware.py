@@ -6,126 +6,9 @@ Units: FLOP/s, bytes (SI, as datasheets print them), bytes/s. Unknown names are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from trainledger.errors import TrainledgerError
 from trainledger.specs import performance as perf
-from trainledger.specs.performance import AttentionEfficiency, GemmEfficiency, Link
-
-
-@dataclass(frozen=True)
-class GPUSpec:
-    """One accelerator. `peak_flops_per_s` maps a dtype name (fp64, fp32, tf32, bf16, fp16, fp8, int8) to dense FLOP/s."""
-
-    name: str
-    peak_flops_per_s: dict[str, float]
-    memory_bytes: float                           # what CUDA reports (total_memory): what fitting uses
-    memory_bandwidth_bytes_per_s: float
-    aliases: tuple[str, ...] = ()
-    vendor: str = ""
-    source: str = ""
-    datasheet_memory_bytes: float = 0.0           # the datasheet's "80GB" (SI bytes); 0: memory_bytes is the datasheet
-    memory_source: str = ""                       # where memory_bytes was read, or why the datasheet figure is used
-    # Performance beyond the peaks (specs/performance.py; None/empty where nothing is published):
-    sm_count: int | None = None                   # streaming multiprocessors: GEMM wave quantization
-    gemm_efficiency: dict[str, GemmEfficiency] = field(default_factory=dict)   # dtype -> measured fractions
-    attention_efficiency: dict[str, AttentionEfficiency] = field(default_factory=dict)   # kernel -> rates; first = default
-    memory_bandwidth_fraction: float = 1.0        # streaming kernels' share of the datasheet bandwidth
-    # measured (bytes per op, achieved bytes/s) of a calibrated device (specs/calibration.py): caches make small ops
-    # faster than DRAM; account.time.roofline interpolates it by op size. Empty for datasheet entries.
-    memory_bandwidth_curve: tuple[tuple[float, float], ...] = ()
-    # measured (bytes per op, bytes/s) of elementwise kernels that are not plain streams on a calibrated device,
-    # keyed by the kernel name of account/time/kernels.py ("gelu", "gelu_backward": tanh-GELU is compute-bound on CPUs)
-    elementwise_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    op_overhead_seconds: float = 0.0              # fixed cost per kernel / operator dispatch
-    # How ops run (account/time/timeline.py): True on accelerators, where the CPU launches kernels ahead of the device
-    # and a step costs the longer of the two timelines; False on a calibrated CPU, where each op runs in turn.
-    async_launch: bool = True
-    kernel_overhead_seconds: float = 0.0          # device time a kernel holds beyond its arithmetic (launch, ramp, tail)
-    host_op_seconds: float = 0.0                  # CPU cost of an op that launches nothing (view); 0: a fraction of op_overhead
-    launch_seconds: float = 0.0                   # CPU cost of one launch without dispatcher/autograd (compiled code); 0: default
-    optimizer_tensor_seconds: float = 0.0         # CPU (Python) cost of the optimizer step per parameter tensor; 0: default
-    # share of the streaming bandwidth an elementwise kernel reaches by how it walks memory ("broadcast", "strided",
-    # "column_reduction": account.time.roofline Kernel.access); empty: every kernel streams
-    access_fractions: dict[str, float] = field(default_factory=dict)
-    unaligned_gemm_fraction: float = 0.0          # of the 16-bit peak, for GEMMs whose leading dims are not 16 B multiples
-    # per operator of our Transformer's eager decoding step (a calibrated device: measure/calibrate.py); None: not
-    # measured, account.time.inference uses op_overhead_seconds
-    decode_op_overhead_seconds: float | None = None
-    gpus_per_node: int = 8
-    intra_node_link: Link | None = None
-    inter_node_link: Link | None = None
-    performance_source: str = ""
-    # block-scaled low-precision GEMMs the tensor cores run natively at the FP8 rate ("mxfp8": OCP MX, Blackwell)
-    block_scaled: tuple[str, ...] = ()
-
-    def gemm_table(self, dtype: str) -> GemmEfficiency | None:
-        """The measured GEMM efficiency for `dtype` (a peak key), or None. fp16 and bf16 share one table when only
-        one was measured: their tensor-core peaks are equal on every GPU here (datasheets)."""
-        key = self.peak_key(dtype)
-        table = self.gemm_efficiency.get(key)
-        if table is None and key in ("fp16", "bf16"):
-            table = self.gemm_efficiency.get("bf16" if key == "fp16" else "fp16")
-        return table
-
-    def attention_table(self, kernel: str | None = None) -> AttentionEfficiency | None:
-        """Measured rates of the attention kernel `kernel` (None: the default, the first listed), or None."""
-        if not self.attention_efficiency:
-            return None
-        if kernel is None:
-            return next(iter(self.attention_efficiency.values()))
-        if kernel not in self.attention_efficiency:
-            known = ", ".join(self.attention_efficiency)
-            raise TrainledgerError(f"{self.name} has no measured {kernel!r} attention kernel; it has: {known}",
-                                   "--attention-kernel")
-        return self.attention_efficiency[kernel]
-
-    def peak_key(self, dtype: str) -> str:
-        """The key of `peak_flops_per_s` that `dtype` means ('bfloat16' -> 'bf16'); an error naming --dtype otherwise."""
-        if dtype in self.peak_flops_per_s:
-            return dtype
-        self.peak(dtype)          # raises the error listing what this device has
-        from trainledger.specs.dtypes import get_dtype
-        return get_dtype(dtype).peak_key
-
-    def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for `dtype`; an error listing the dtypes this device has otherwise.
-
-        Besides the keys of `peak_flops_per_s`, any name `trainledger dtypes` knows works: 'BF16',
-        'bfloat16', 'fp8-e4m3' and 'e5m2' map to the peak their matmuls run at (bf16, fp8).
-        """
-        key = dtype
-        if key not in self.peak_flops_per_s:
-            from trainledger.specs.dtypes import get_dtype
-            try:
-                key = get_dtype(dtype).peak_key
-            except TrainledgerError:
-                key = None
-        if key not in self.peak_flops_per_s:
-            known = ", ".join(self.peak_flops_per_s)
-            raise TrainledgerError(f"{self.name} has no {dtype or repr(dtype)} peak; it has: {known}", "--dtype")
-        return self.peak_flops_per_s[key]
-
-    def to_dict(self) -> dict:
-        link = lambda value: value.to_dict() if value is not None else None  # noqa: E731
-        return {"name": self.name, "aliases": list(self.aliases), "vendor": self.vendor,
-                "peak_flops_per_s": dict(self.peak_flops_per_s), "memory_bytes": self.memory_bytes,
-                "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "source": self.source,
-                "datasheet_memory_bytes": self.datasheet_memory_bytes or self.memory_bytes,
-                "memory_source": self.memory_source,
-                "sm_count": self.sm_count, "gemm_efficiency": {k: v.to_dict() for k, v in self.gemm_efficiency.items()},
-                "attention_efficiency": {k: v.to_dict() for k, v in self.attention_efficiency.items()},
-                "memory_bandwidth_fraction": self.memory_bandwidth_fraction, "op_overhead_seconds": self.op_overhead_seconds,
-                "async_launch": self.async_launch, "kernel_overhead_seconds": self.kernel_overhead_seconds,
-                "unaligned_gemm_fraction": self.unaligned_gemm_fraction, "host_op_seconds": self.host_op_seconds,
-                "launch_seconds": self.launch_seconds, "optimizer_tensor_seconds": self.optimizer_tensor_seconds,
-                "access_fractions": dict(self.access_fractions),
-                "decode_op_overhead_seconds": self.decode_op_overhead_seconds,
-                "memory_bandwidth_curve": [list(p) for p in self.memory_bandwidth_curve],
-                "elementwise_curves": {k: [list(p) for p in v] for k, v in self.elementwise_curves.items()},
-                "gpus_per_node": self.gpus_per_node, "intra_node_link": link(self.intra_node_link),
-                "inter_node_link": link(self.inter_node_link), "performance_source": self.performance_source,
-                "block_scaled": list(self.block_scaled)}
+from trainledger.specs.gpu_spec import GPUSpec  # noqa: F401  (re-exported: specs.hardware.GPUSpec)
 
 
 T = 1e12
@@ -302,6 +185,70 @@ GB200 = GPUSpec(
                        "GB200 (Azure ND GB200 v6); bf16 matmul and attention fractions of the B200 (same die; assumed)"
 )
 
+# Blackwell Ultra (B300, GB300). Per-GPU datasheet figures, dense (NVIDIA prints 2:4-sparse tensor figures, halved
+# here). Against Blackwell (B200/GB200), NVIDIA kept the FP8/BF16/TF32 tensor rates, raised dense NVFP4 to 15 PFLOP/s
+# and HBM3e to 288 GB per GPU (12-high stacks, 8 TB/s), doubled the SFU's exponential throughput that attention's
+# softmax needs (10.7 vs 5 TeraExponentials/s), and cut FP64 and INT8 to a few percent (NVIDIA technical blog "Inside
+# NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era", 2025-08: 160 SMs in the full GPU, 288 GB, 8 TB/s,
+# 15 PFLOP/s dense NVFP4, NVLink 5 1.8 TB/s, 2x attention-layer SFU throughput; per-GPU table of verda.com/blog/
+# gb300-nvl72-architecture). Sustained rates: no B300/GB300 matmul, attention, STREAM or nccl-tests measurement was
+# found, so the GB200/B200 measurements stand in (performance_source says which); the doubled SFU rate is not
+# credited to attention (its kernels' rates on Blackwell Ultra are unpublished): a pessimistic side for attention.
+# The SM count of the shipped parts is not set: NVIDIA gives 160 for the full GPU, and the B200 entries this one
+# borrows its fractions from carry none.
+_ULTRA_BORROWED = ("no Blackwell Ultra measurement published (assumptions): fp8 matmuls at the sustained cuBLASLt "
+                   "fractions measured on GB200 (Azure ND GB200 v6), bf16 matmuls at the B200's mamf-finder fraction, "
+                   "cuDNN attention at the B200's FlashAttention-4 bound (the doubled SFU not credited), HBM at the "
+                   "datasheet rate, NVLink 5 at the all_reduce busbw measured on GB200; specs/performance.py")
+
+# GB300 NVL72: 36 Grace CPUs + 72 Blackwell Ultra GPUs in ONE NVLink 5 domain, as the GB200 NVL72. NVIDIA GB300 NVL72
+# product page, per rack (as summarized at vendordeep.com/report/nvidia-launches-blackwell-ultra-gb300 and
+# glennklockwood.com/garden/processors/B300): FP4 1,080 PFLOP/s dense, FP8/FP6 720 (sparse), INT8 24 POPS (sparse),
+# HBM3e 20 TB at 576 TB/s, NVLink 130 TB/s, 72 ConnectX-8 SuperNICs at 800 Gb/s. Per GPU (verda.com's table, the
+# same figures / 72): dense FP8 5,000, BF16 2,500, TF32 1,250 TFLOP/s, INT8 165 TOPS (cut from the GB200's 5,000), FP4
+# 15,000; 1.4 kW TDP. FP64 and FP32 are not carried (as for gb200: no per-GPU figure from NVIDIA found). Memory:
+# 288 GB per GPU (NVIDIA's blog; 20 TB / 72 = 278 GB, verda prints 279 GB): no CUDA-reported capacity was found.
+GB300 = GPUSpec(
+    name="gb300", aliases=("gb300-nvl72", "dgx-gb300"), vendor="NVIDIA",
+    peak_flops_per_s={"tf32": 1250 * T, "bf16": 2500 * T, "fp16": 2500 * T, "fp8": 5000 * T, "int8": 165 * T,
+                      "fp4": 15000 * T}, block_scaled=("mxfp8",),
+    memory_bytes=288e9, memory_bandwidth_bytes_per_s=576e12 / 72, tdp_w=1400,
+    memory_source="no published CUDA-reported capacity found: the datasheet's 288 GB HBM3e (NVIDIA Blackwell Ultra "
+                  "blog); the rack's 20 TB / 72 = 278 GB, verda.com prints 279 GB",
+    source="NVIDIA GB300 NVL72 product page (per GPU = rack / 72, sparse tensor figures halved); NVIDIA technical blog "
+           "'Inside NVIDIA Blackwell Ultra' (288 GB, 8 TB/s, 15 PFLOP/s dense NVFP4); per-GPU table of verda.com/blog/"
+           "gb300-nvl72-architecture (INT8 0.165 POPS, 1.4 kW); MXFP8 (block_scaled) at the FP8 rate",
+    gpus_per_node=72, intra_node_link=perf.NVLINK5, inter_node_link=perf.CX8_800G,
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.BLACKWELL_FP8},
+    attention_efficiency={"cudnn": perf.CUDNN_B200},
+    performance_source="GB300 NVL72: 72 GPUs on NVLink 5 switches (one NVLink domain, gpus_per_node = 72); one "
+                       "800 Gb/s ConnectX-8 per GPU between racks; " + _ULTRA_BORROWED
+)
+
+# HGX / DGX B300: 8 Blackwell Ultra GPUs on NVLink 5 switches. NVIDIA HGX page, HGX B300 column, per 8 GPUs (as
+# tabulated at fibermall.com/blog/?p=17161; glennklockwood.com/garden/processors/B300 per GPU): FP8/FP6 72 PFLOP/s,
+# FP16/BF16 36, TF32 18 (sparse), INT8 2 POPS (sparse; the HGX B200's 72), FP32 600 TFLOP/s, FP64/FP64 Tensor 10
+# TFLOP/s (the HGX B200's 296), up to 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU, networking 1.6 TB/s (8 x ConnectX-8 at
+# 800 Gb/s), "2x" attention. Per GPU, dense: FP8 4,500, BF16 2,250, TF32 1,125, FP32 75, FP64 1.25 TFLOP/s, INT8 125
+# TOPS (verda.com prints 0.15 POPS); 288 GB, 8 TB/s (NVIDIA's blog; verda prints 7.7 TB/s), 1.1 kW (verda.com: NVIDIA
+# was not found to print the HGX part's power). Dense FP4 is not carried: the tabulations disagree (13.1 and 14
+# PFLOP/s) and NVIDIA's page was not readable here.
+B300 = GPUSpec(
+    name="b300", aliases=("hgx-b300", "dgx-b300", "b300-sxm"), vendor="NVIDIA",
+    peak_flops_per_s={"fp64": 1.25 * T, "fp32": 75 * T, "tf32": 1125 * T, "bf16": 2250 * T, "fp16": 2250 * T,
+                      "fp8": 4500 * T, "int8": 125 * T}, block_scaled=("mxfp8",),
+    memory_bytes=288e9, memory_bandwidth_bytes_per_s=8e12, tdp_w=1100,
+    memory_source="no published CUDA-reported capacity found: the datasheet's 288 GB HBM3e (HGX B300: up to 2.3 TB per "
+                  "8 GPUs); device listings print 275 GB for 'NVIDIA B300 SXM6 AC' (unverified)",
+    source="NVIDIA HGX B300 (per GPU = board / 8, sparse tensor figures halved; fibermall.com/blog/?p=17161, "
+           "glennklockwood.com/garden/processors/B300); NVIDIA technical blog 'Inside NVIDIA Blackwell Ultra' (288 GB, "
+           "8 TB/s); verda.com/blog/gb300-nvl72-architecture (1.1 kW); MXFP8 (block_scaled) at the FP8 rate",
+    intra_node_link=perf.NVLINK5, inter_node_link=perf.CX8_800G,
+    gemm_efficiency={"bf16": perf.B200_BF16, "fp8": perf.BLACKWELL_FP8},
+    attention_efficiency={"cudnn": perf.CUDNN_B200},
+    performance_source="HGX B300: 8 GPUs on NVLink 5 switches, 8 x 800 Gb/s ConnectX-8; " + _ULTRA_BORROWED
+)
+
 # H800 SXM5: the H100 SXM5 (same GH100 compute, HBM3 80 GB, 3.35 TB/s) sold in China with NVLink cut to 400 GB/s
 # (200 GB/s per direction; NVIDIA H800 datasheet). DeepSeek-V3 (arXiv:2412.19437, Sec. 3.2.2) trained on it:
 # "NVLink offers a bandwidth of 160 GB/s, roughly 3.2 times that of IB (50 GB/s)": the achieved NVLink rate.
@@ -422,13 +369,14 @@ TPU_V5P = GPUSpec(
     source="Google Cloud TPU v5p documentation (per chip)",
 )
 
-GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, GB200, H800, L4, L40S, RTX_3090, RTX_4090,
+GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, GB200, B300, GB300, H800, L4, L40S, RTX_3090, RTX_4090,
                        MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
 DEVICE_NAME_PATTERNS = [
     (r"h100.*pcie", "h100-pcie"), (r"h100.*hbm2e", "h100-hbm2e"), (r"h100", "h100-sxm"), (r"h200", "h200"), (r"gb200", "gb200"), (r"b200", "b200"),
+    (r"gb300", "gb300"), (r"b300", "b300"),
     (r"h800", "h800"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),

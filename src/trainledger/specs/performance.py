@@ -193,6 +193,16 @@ IB_HDR = Link("InfiniBand HDR 200 Gb/s", 25 * GB, 24 / 25, 14.0 * US, NCCL_CALL_
 IB_NDR = Link("InfiniBand NDR 400 Gb/s", 50 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
               "InfiniBand NDR 400 Gb/s per GPU; 46-48 GB/s per NIC measured (NVIDIA/nccl-tests#290); " + _NCCL)
 
+# ConnectX-8 SuperNIC, 800 Gb/s per GPU = 100 GB/s per direction: GB300 NVL72 has 72 ConnectX-8 NICs, one per GPU
+# (NVIDIA GB300 NVL72 product page: "ConnectX-8 SuperNIC ... 800 Gb/s" per GPU); HGX/DGX B300, 8 x ConnectX-8
+# ("Networking Bandwidth 1.6 TB/s" per 8 GPUs, both directions, against the HGX B200's 0.8 TB/s: NVIDIA HGX page as
+# tabulated at fibermall.com/blog/?p=17161). No nccl-tests result at 800 Gb/s was found: the fraction NVIDIA states
+# for a 400 Gb/s NDR NIC (46-48 of 50 GB/s, NVIDIA/nccl-tests#290) is assumed to carry over to the faster NIC.
+CX8_800G = Link("ConnectX-8 800 Gb/s", 100 * GB, 47 / 50, 14.0 * US, NCCL_CALL_LATENCY,
+                "ConnectX-8 800 Gb/s per GPU (GB300 NVL72 product page; HGX B300: 1.6 TB/s per 8 GPUs); bus-bandwidth "
+                "fraction of a 400 Gb/s NDR NIC (46-48 of 50 GB/s, NVIDIA/nccl-tests#290), assumed: none published at "
+                "800 Gb/s; " + _NCCL)
+
 # RDMA at 400 Gb/s per GPU (RoCE or InfiniBand NDR, one NIC per GPU): Meta's Grand Teton hosts of the torchtitan
 # benchmarks ("Hosts are inter-connected with backend RDMA network with 400 Gb/s per GPU", pytorch/torchtitan
 # docs/performance.md, 2024-12); a 400 Gb/s NIC sustains 46-48 GB/s of NCCL bus bandwidth (NVIDIA in

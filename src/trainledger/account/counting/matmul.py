@@ -76,7 +76,8 @@ def matmul_table(m: int, k: int, n: int, gpus: list[str | GPUSpec] | None = None
     records = []
     for g in chosen_gpus:
         if dtypes is None:
-            chosen = [get_dtype(key) for key in g.peak_flops_per_s if key != "int4"]
+            # int4 and fp4 (NVFP4, Blackwell Ultra) are peaks of packed formats no `dtypes` entry stores: not listed
+            chosen = [get_dtype(key) for key in g.peak_flops_per_s if key not in ("int4", "fp4")]
         else:
             chosen = [d if isinstance(d, DType) else get_dtype(d) for d in dtypes]
         records += [matmul_on_gpu(m, k, n, g, d) for d in chosen if d.peak_key in g.peak_flops_per_s]

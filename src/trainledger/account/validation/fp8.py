@@ -49,6 +49,34 @@ MEGATRON_BRIDGE_MX = [
      624),
     ("Llama 3 8B, DGX-GB200, MXFP8", "llama-3-8b", "gb200", "DGX-GB200", "mxfp8", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 8, 29789),
 ]
+# DGX-GB300 (Blackwell Ultra, GB300 NVL72) rows of the same summary at commit df0289c, its 25.11 and 26.02
+# containers, as (container, row): predicted and kept aside (`blackwell_ultra_cases`), never in main_cases' thresholds.
+# The summary has no DGX-GB300/B300 dense BF16 row and no DGX-B300 dense row; NVFP4 rows have no recipe here
+# (BLACKWELL_ULTRA_NOT_MODELLED).
+BLACKWELL_ULTRA = [
+    ("25.11", ("Llama 3 8B, DGX-GB300", "llama-3-8b", "gb300", "DGX-GB300", "fp8-cs", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 8,
+               37556)),
+    ("25.11", ("Llama 3 8B, DGX-GB300, MXFP8", "llama-3-8b", "gb300", "DGX-GB300", "mxfp8", 8, 128, 2, 8192, 0, 1, 1, 1,
+               1, 8, 36108)),
+    ("25.11", ("Llama 3 70B, DGX-GB300", "llama-3-70b", "gb300", "DGX-GB300", "fp8-cs", 64, 256, 2, 8192, 1, 1, 1, 1, 1,
+               2, 4520)),
+    ("25.11", ("Llama 3.1 405B, DGX-GB300", "llama-3.1-405b", "gb300", "DGX-GB300", "fp8-cs", 256, 1536, 1, 8192, 0, 2,
+               8, 2, 4, 192, 999)),
+    ("26.02", ("Llama 3 70B, DGX-GB300", "llama-3-70b", "gb300", "DGX-GB300", "fp8-cs", 64, 256, 2, 8192, 1, 1, 1, 1, 1,
+               2, 5003)),
+    ("26.02", ("Llama 3 70B, DGX-GB300, MXFP8", "llama-3-70b", "gb300", "DGX-GB300", "mxfp8", 64, 256, 1, 8192, 0, 1, 4,
+               1, 5, 16, 4596)),
+    ("26.02", ("Llama 3.1 405B, DGX-GB300", "llama-3.1-405b", "gb300", "DGX-GB300", "fp8-cs", 256, 1536, 1, 8192, 0, 4,
+               8, 1, 4, 192, 988)),
+    ("26.02", ("Llama 3.1 405B, DGX-GB300, MXFP8", "llama-3.1-405b", "gb300", "DGX-GB300", "mxfp8", 256, 1536, 1, 8192,
+               0, 2, 8, 2, 4, 192, 931)),
+]
+BLACKWELL_ULTRA_NOT_MODELLED = [   # NVFP4: no recipe (specs/recipes.py)
+    ("26.02", ("Llama 3 70B, DGX-GB300, NVFP4", "llama-3-70b", "gb300", "DGX-GB300", "nvfp4", 64, 256, 1, 8192, 0, 1, 4,
+               1, 5, 16, 6798)),
+    ("26.02", ("Llama 3.1 405B, DGX-GB300, NVFP4", "llama-3.1-405b", "gb300", "DGX-GB300", "nvfp4", 256, 1536, 1, 8192,
+               0, 4, 8, 1, 4, 192, 1347)),
+]
 # (label, preset, GPUs, TP, PP, CP, local batch, global batch, seq, recompute, table, tokens/s/GPU)
 TORCHTITAN_FLOAT8 = [
     ("Llama 3.1 8B, FSDP 8 + compile + Float8", "llama-3-8b", 8, 1, 1, 1, 2, 16, 8192, "selective-op", 1, 8532),
@@ -106,6 +134,15 @@ def main_cases() -> list[dict]:
 def aside_cases() -> list[dict]:
     """Further published FP8 rows, checked on our side: Megatron Bridge's FP8-MX figures, torchtitan Tables 2, 4, 5."""
     return [megatron_bridge_case(r) for r in MEGATRON_BRIDGE_MX] + [torchtitan_case(r) for r in TORCHTITAN_FLOAT8_ASIDE]
+
+
+def blackwell_ultra_cases() -> list[dict]:
+    """The DGX-GB300 FP8 rows (BLACKWELL_ULTRA) predicted, each sourced to its container: kept aside."""
+    cases = []
+    for container, row in BLACKWELL_ULTRA:
+        case = megatron_bridge_case(row)
+        cases.append(case | {"container": container, "source": case["source"].replace("25.11", container)})
+    return cases
 
 
 def report(rows: list[dict], within: float = 0.15) -> dict:

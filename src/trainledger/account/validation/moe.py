@@ -3,8 +3,8 @@
 Source: NVIDIA-NeMo/Megatron-Bridge `docs/performance-summary.md` (read at commit df0289c1; its 25.11 and 26.02 NeMo
 container tables). "In MoE training benchmarks, we force-balance the token distribution among experts and all
 benchmarks are token-dropless": so the rows are modelled balanced (--expert-imbalance 1) and dropless. Every MoE row
-of a GPU that specs/hardware.py knows (DGX-H100, DGX-B200, DGX-GB200) and a model we have is used, BF16 and FP8;
-DGX-GB300 and DGX-B300 have no hardware entry.
+of DGX-H100, DGX-B200 and DGX-GB200 and a model we have is used, BF16 and FP8; the DGX-GB300 and DGX-B300 rows
+(BLACKWELL_ULTRA) are predicted apart and kept aside.
 - TAKEN / FP8_TAKEN: the 25.11 rows (the table the model was built against).
 - ASIDE / FP8_ASIDE: the 26.02 rows, kept for a check on our side.
 Modelled as the recipes run them (scripts/performance/configs/*/..._workload_base_configs.py): Megatron kernels,
@@ -86,6 +86,26 @@ FP8_NOT_MODELLED = [   # EP 32 > DP 16: see above
     ("25.11", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 2048, 1, 4096, 2, 8, 4, 32, 128, 1575),
     ("26.02", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 8192, 1, 4096, 2, 8, 4, 32, 512, 1633),
 ]
+# The DGX-GB300 (25.11, 26.02) and DGX-B300 (26.02) MoE rows of the same summary, unlocked by the gb300 and b300
+# entries: predicted and kept aside (`blackwell_ultra_cases`), never in the sets the issue's thresholds count. 25.11
+# DGX-GB300 Qwen3-235B prints GA 32 where its GBS, MBS and DP give 64. DeepSeek-V3's 61 layers do not split evenly
+# over PP x VP: such rows are timed with --interleave 1, as moe_report does ("interleave_modelled"); the 25.11 rows
+# say "w/o MTP", the 26.02 rows say nothing (the step model does not time the MTP module either way).
+BLACKWELL_ULTRA = [
+    ("25.11", "DGX-GB300", "deepseek-v3", "gb300", "mixed-bf16", 256, 4096, 1, 4096, 1, 2, 4, 32, 32, 3848),
+    ("25.11", "DGX-GB300", "deepseek-v3", "gb300", "mxfp8", 256, 4096, 1, 4096, 1, 2, 4, 32, 32, 4357),
+    ("25.11", "DGX-GB300", "gpt-oss-120b", "gb300", "mixed-bf16", 64, 1280, 2, 8192, 1, 1, 1, 64, 10, 18347),
+    ("25.11", "DGX-GB300", "qwen3-30b-a3b", "gb300", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 28934),
+    ("25.11", "DGX-GB300", "qwen3-235b-a22b", "gb300", "mixed-bf16", 256, 8192, 2, 4096, 1, 4, 12, 16, 32, 6131),
+    ("26.02", "DGX-GB300", "deepseek-v3", "gb300", "mxfp8", 256, 4096, 2, 4096, 1, 2, 8, 32, 16, 4612),
+    ("26.02", "DGX-GB300", "gpt-oss-120b", "gb300", "mixed-bf16", 64, 1280, 4, 4096, 1, 1, 1, 64, 5, 19412),
+    ("26.02", "DGX-GB300", "qwen3-30b-a3b", "gb300", "mxfp8", 8, 512, 8, 4096, 1, 1, 1, 8, 8, 30376),
+    ("26.02", "DGX-GB300", "qwen3-235b-a22b", "gb300", "mxfp8", 256, 8192, 2, 4096, 1, 4, 1, 32, 64, 6583),
+    ("26.02", "DGX-B300", "deepseek-v3", "b300", "mxfp8", 256, 4096, 1, 4096, 1, 16, 1, 8, 256, 2983),
+    ("26.02", "DGX-B300", "gpt-oss-120b", "b300", "mixed-bf16", 64, 1280, 4, 4096, 1, 1, 1, 64, 5, 8359),
+    ("26.02", "DGX-B300", "qwen3-30b-a3b", "b300", "mxfp8", 8, 512, 8, 4096, 1, 1, 1, 8, 8, 29521),
+    ("26.02", "DGX-B300", "qwen3-235b-a22b", "b300", "mxfp8", 256, 8192, 1, 4096, 1, 8, 4, 8, 256, 2691),
+]
 DEEPSEEK_V3_GPU_HOURS = 2.664e6
 DEEPSEEK_V3_TOKENS = 14.8e12
 
@@ -110,6 +130,23 @@ def predict(row) -> dict:
 def cases(rows=TAKEN) -> list[dict]:
     """Predictions for `rows` (TAKEN by default; ASIDE for the check kept on our side)."""
     return [predict(row) for row in rows]
+
+
+def predict_even_chunks(row) -> dict:
+    """`predict` for a row whose VP does not split the model's layers evenly over PP x VP (or leaves too few
+    micro-batches for the interleave): timed with --interleave 1, as moe_report.predict does; "interleave_modelled"
+    says which interleave was timed."""
+    from trainledger.account.time.schedule import schedule_problem
+    from trainledger.specs import get_model
+    n, gbs, mbs, tp, pp, vp = row[5], row[6], row[7], row[9], row[10], row[11]
+    micro_batches = gbs // (n // (tp * pp) * mbs)
+    modelled = vp if schedule_problem(get_model(row[2]).n_layers, pp, vp, micro_batches) is None else 1
+    return predict(row[:11] + (modelled,) + row[12:]) | {"vp": vp, "interleave_modelled": modelled}
+
+
+def blackwell_ultra_cases() -> list[dict]:
+    """The DGX-GB300 and DGX-B300 MoE rows (BLACKWELL_ULTRA) predicted: kept aside."""
+    return [predict_even_chunks(row) for row in BLACKWELL_ULTRA]
 
 
 def report(rows: list[dict], within: float = 0.20) -> dict:
