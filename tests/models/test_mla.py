@@ -13,7 +13,7 @@ from trainledger.specs import get_model
 TINY_DEEPSEEK = get_model("deepseek-v3").with_(
     vocab_size=64, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2, d_head=24, qk_rope_head_dim=8, v_head_dim=16,
     kv_lora_rank=12, q_lora_rank=10, n_experts=4, experts_per_token=2, d_ff=16, shared_expert_d_ff=16,
-    dense_layers=(0,), dense_d_ff=48, max_seq_len=32)
+    dense_layers=(0,), dense_d_ff=48, max_seq_len=32, expert_groups=0, expert_groups_per_token=0)
 TINY_OSS = get_model("gpt-oss-120b").with_(
     vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_head=8, d_ff=16, n_experts=4,
     experts_per_token=2, sliding_window=4, sliding_layers=(0,), max_seq_len=32)
