@@ -98,8 +98,9 @@ def test_layout_searches_ep():
     assert expert_parallel_sizes(TINY_MOE, 4) == [1, 2, 4] and expert_parallel_sizes(get_model("gpt2"), 8) == [1]
     found = search(TINY_MOE, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=50)
     eps = {layout["ep"] for layout in found["layouts"]}
-    assert eps - {1} and all(TINY_MOE.n_experts % e == 0 and layout["dp"] % e == 0
-                             for layout in found["layouts"] for e in [layout["ep"]])
+    # Megatron folds EP over TP × CP × DP (tests/account/test_moe_folding.py): etp·ep divides tp·cp·dp
+    assert eps - {1} and all(TINY_MOE.n_experts % e == 0 and (r["tp"] * r["cp"] * r["dp"]) % (r["etp"] * e) == 0
+                             for r in found["layouts"] for e in [r["ep"]])
 
 
 def test_megatron_bridge_moe_rows_regression_bound():

@@ -132,3 +132,20 @@ def test_cli_errors_name_the_flags():
         assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr
     done = _cli(*base, "--ep", "32", "--etp", "1", "--framework", "megatron", "--json")
     assert done.returncode == 0, done.stderr
+
+
+def test_layout_searches_folded_layouts():
+    """With Megatron, layout asks EP over the divisors of gcd(n_experts, tp·cp·dp): ETP = TP where EP divides cp·dp,
+    ETP 1 beside it for every EP > 1 under TP with sequence parallelism; other frameworks keep EP | DP."""
+    from trainledger.account.planning.layout import expert_layouts, search
+    pairs = expert_layouts(QWEN, 2, True, 1, 16, "megatron")
+    assert (32, 1) in pairs and (16, None) in pairs and (16, 1) in pairs and (32, None) not in pairs
+    assert (64, 1) not in pairs                                          # 64 does not divide tp·cp·dp = 32
+    assert all(etp is None for _, etp in expert_layouts(QWEN, 2, False, 1, 16, "megatron"))   # no SP: no ETP 1
+    assert expert_layouts(QWEN, 2, True, 1, 16, "torchtitan") == [(e, None) for e in (1, 2, 4, 8, 16)]
+    tiny = get_model("mixtral-8x7b").with_(n_layers=2, d_model=256, n_heads=4, n_kv_heads=4, d_ff=512, vocab_size=1000)
+    found = search(tiny, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=1000)
+    folded = [r for r in found["layouts"] if r["ep"] > r["dp"]]
+    assert folded and all(r["etp"] == 1 and r["sp"] for r in folded if r["tp"] > 1)
+    for r in found["layouts"]:                                           # every pick is one Megatron accepts
+        assert check_ep(tiny, r["ep"], r["dp"], tp=r["tp"], cp=r["cp"], etp=r["etp"], sp=r["sp"]) == r["ep"]
