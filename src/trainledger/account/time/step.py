@@ -379,7 +379,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
-        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
+        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
