@@ -19,13 +19,17 @@ def add_ep_flag(parser: argparse.ArgumentParser) -> None:
     """--ep alone (memory): the routed experts split over that many of the data-parallel ranks."""
     parser.add_argument("--ep", type=common.positive_int, default=1,
                         help="expert-parallel size: each GPU holds n_experts/ep routed experts; must divide the "
-                             "experts and the data-parallel ranks (default 1)")
+                             "experts, and ep × etp must divide tp·cp·dp (default 1)")
 
 
 def add_expert_flags(parser: argparse.ArgumentParser) -> None:
     """--ep, --expert-imbalance, --capacity-factor, --ep-overlap, --ep-dispatcher (step, plan)."""
     g = parser.add_argument_group("mixture of experts (account/time/expert_parallel.py)")
     add_ep_flag(g)
+    g.add_argument("--etp", type=common.positive_int, default=None,
+                   help="expert tensor-parallel size (Megatron's expert_tensor_parallel_size; default: --tp): each "
+                        "expert's d_ff split over etp GPUs; with --framework megatron it may differ from --tp and ep "
+                        "may reach tp·cp·dp (MoE Parallel Folding)")
     g.add_argument("--expert-imbalance", type=common.positive_float, default=1.0,
                    help="busiest expert's tokens / the mean (>= 1; default 1 = balanced, as published MoE "
                         "benchmarks force it)")
@@ -40,7 +44,7 @@ def add_expert_flags(parser: argparse.ArgumentParser) -> None:
 
 def expert_settings(args) -> dict:
     """step_time's keyword arguments from the parsed flags."""
-    return dict(ep=args.ep, expert_imbalance=args.expert_imbalance, capacity_factor=args.capacity_factor,
+    return dict(ep=args.ep, etp=args.etp, expert_imbalance=args.expert_imbalance, capacity_factor=args.capacity_factor,
                 ep_overlap=args.ep_overlap, ep_dispatcher=args.ep_dispatcher)
 
 
@@ -50,7 +54,9 @@ def expert_assumption(result: dict) -> str | None:
     if result.get("ep", 1) <= 1 or not experts.get("calls"):
         return None
     where = "inside a node (NVLink)" if experts["link"] == "intra" else f"across nodes ({experts['ranks_per_node']} per node)"
-    return (f"expert parallel ep {result['ep']} ({experts.get('dispatcher', 'alltoall')} dispatcher): "
+    etp = result.get("etp", result.get("tp", 1))
+    folded = f", etp {etp}" if etp != result.get("tp", 1) or result["ep"] > result.get("dp", 1) else ""
+    return (f"expert parallel ep {result['ep']}{folded} ({experts.get('dispatcher', 'alltoall')} dispatcher): "
             f"{experts['per_step_calls']:g} all-to-alls per step of "
             f"{experts['payload_bytes'] / 2**20:.1f} MiB per rank, {where}; busiest expert {experts['load']:g} × the mean"
             + (f", {experts['dropped_fraction']:.0%} of its tokens dropped" if experts["dropped_fraction"] else "")

@@ -117,16 +117,18 @@ def render(result: dict, args) -> None:
         out.print(f"- {line}", style="dim", soft_wrap=True)
     # the ep column only where expert parallelism is in play (a dense model's layouts all have ep 1)
     with_ep = any(r.get("ep", 1) > 1 for r in result["layouts"])
+    with_etp = any(r.get("etp", r["tp"]) != r["tp"] for r in result["layouts"])     # MoE Parallel Folding
     rows = []
     for i, r in enumerate(result["layouts"], 1):
         rows.append([i, r["tp"], "yes" if r["sp"] else "no", r["pp"], r["interleave"], r["cp"], r["dp"],
-                     *([r.get("ep", 1)] if with_ep else []), r["zero"], r["batch_size"], r["recompute"],
+                     *([r.get("ep", 1)] if with_ep else []), *([r.get("etp", r["tp"])] if with_etp else []), r["zero"], r["batch_size"], r["recompute"],
                      units.format_seconds(r["step_seconds"]), f"{100 * r['mfu']:.1f}%", units.format_bytes(r["memory_bytes"])])
     from rich import box
-    columns = ["#", "tp", "sp", "pp", "v", "cp", "dp", *(["ep"] if with_ep else []), "zero", "micro", "recompute", "step",
+    columns = ["#", "tp", "sp", "pp", "v", "cp", "dp", *(["ep"] if with_ep else []), *(["etp"] if with_etp else []), "zero", "micro", "recompute", "step",
                "MFU", "memory/GPU"]
     table = common.table(None, columns, rows, "v: interleaved chunks per GPU; micro: micro-batch per GPU"
-                         + ("; ep: expert-parallel ranks" if with_ep else ""))
+                         + ("; ep: expert-parallel ranks" if with_ep else "")
+                         + ("; etp: expert tensor-parallel ranks (MoE Parallel Folding)" if with_etp else ""))
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     out.print(table)
     if result["layouts"]:

@@ -173,7 +173,8 @@ def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
     best = found["layouts"][0]
     words = (f"MFU {best['mfu']:.3f} (--mfu auto): the fastest of {found['fitting']} layouts that fit "
              f"(`trainledger layout`): tp {best['tp']}{' + sp' if best['sp'] else ''}, pp {best['pp']} "
-             f"(interleave {best['interleave']}), cp {best['cp']}, dp {best['dp']}, ep {best.get('ep', 1)}, ZeRO {best['zero']}, micro-batch "
+             f"(interleave {best['interleave']}), cp {best['cp']}, dp {best['dp']}, ep {best.get('ep', 1)}"
+             f"{'' if best.get('etp', best['tp']) == best['tp'] else ' (etp ' + str(best['etp']) + ')'}, ZeRO {best['zero']}, micro-batch "
              f"{best['batch_size']}, recompute {best['recompute']}; global batch {global_batch} × {seq_len:,} tokens, "
              f"{args.precision} + {args.optimizer}, {best['step_seconds']:.3g} s per step")
     return best["mfu"], best, [words]

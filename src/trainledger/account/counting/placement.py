@@ -8,7 +8,8 @@ what ZeRO divides each state by. Pure, no torch; the bottom of account/ that mem
 2. Tensor parallel `tp` (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): q/k/v/o, MLP and expert matrices and
    their column-parallel biases, the vocabulary-parallel token embedding and LM head are divided by tp; norms,
    position embeddings, row-parallel biases (o, MLP down) and the MoE router are replicated.
-3. Expert parallel `ep` (account.counting.experts): the routed experts are further divided by ep.
+3. Expert parallel `ep` (account.counting.experts): the routed experts are divided by etp·ep instead of tp (etp,
+   expert tensor parallelism, default tp; MoE Parallel Folding lets it differ).
 4. ZeRO over `dp` ranks (Rajbhandari et al. 2019, arXiv:1910.02054, Sec. 3.1): `zero_divisors`.
 """
 
@@ -43,9 +44,9 @@ def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
         raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
 
 
-def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1) -> dict:
+def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None) -> dict:
     """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp,
-    the routed experts' further divided by the expert-parallel size ep.
+    the routed experts' by etp·ep (expert tensor- and expert-parallel sizes; etp None: tp).
 
     Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated", "expert_params_per_gpu"}.
     """
@@ -60,11 +61,12 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1) -> dict:
     row_biases = L * (d if spec.attn_out_bias else 0) + (downs * d if spec.mlp_bias else 0)
     replicated_per_layer = (c["norms"] - norm_params(spec) + row_biases + c["router"]) / L
     sharded_per_layer = (c["attention"] + c["mlp"] - row_biases) / L
-    # the routed experts' tensor-parallel parts per layer, of which this GPU keeps 1/ep (their few down biases are
-    # left replicated: < 0.01 % of gpt-oss-120b)
+    # the routed experts' tensor-parallel parts per layer, of which this GPU keeps 1/(etp·ep) (their few down biases
+    # are left replicated: < 0.01 % of gpt-oss-120b); `sharded` is divided by tp below, so they count tp/(etp·ep)
+    etp = tp if etp is None else etp
     expert_down_biases = spec.n_moe_layers * spec.n_experts * d if spec.mlp_bias else 0
     experts_per_layer = (routed_expert_params(spec) - expert_down_biases) / L
-    sharded_per_layer -= experts_per_layer * (1 - 1 / ep)
+    sharded_per_layer -= experts_per_layer * (1 - tp / (etp * ep))
     per_stage = -(-L // pp)
     embedding = c["token_embedding"]
     head = embedding if spec.tied_embeddings else c["lm_head"]
@@ -78,7 +80,7 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1) -> dict:
     name, (sharded, replicated) = max(stages.items(), key=lambda item: item[1][0] / tp + item[1][1])
     layers = L if pp == 1 else per_stage
     return {"n_params_per_gpu": sharded / tp + replicated, "stage": name, "layers_per_stage": per_stage,
-            "sharded": sharded, "replicated": replicated, "expert_params_per_gpu": layers * experts_per_layer / (tp * ep)}
+            "sharded": sharded, "replicated": replicated, "expert_params_per_gpu": layers * experts_per_layer / (etp * ep)}
 
 
 def zero_divisors(zero: int, dp: int) -> dict:

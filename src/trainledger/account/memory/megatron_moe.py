@@ -38,6 +38,7 @@ set_basic_perf_overrides: recipe.mixed_precision.grad_reduce_in_fp32 = False, re
 
 from __future__ import annotations
 
+from trainledger.account.counting.experts import expert_token_share
 from trainledger.account.memory.activations import recipe_bytes
 from trainledger.specs.fp8 import fp8_scheme
 
@@ -67,10 +68,14 @@ def attention_bytes_per_token(spec, precision: str, tp: int = 1, sp: bool = Fals
 
 
 def moe_bytes_per_token(spec, precision: str, tp: int = 1, sp: bool = False,
-                        recompute_modules: tuple = RECIPE_RECOMPUTE) -> dict:
-    """Bytes one token's MoE block keeps in Megatron-Core (alltoall dispatcher, TEGroupedMLP), by named part."""
+                        recompute_modules: tuple = RECIPE_RECOMPUTE, etp: int | None = None) -> dict:
+    """Bytes one token's MoE block keeps in Megatron-Core (alltoall dispatcher, TEGroupedMLP), by named part.
+    `etp` (default tp): expert tensor parallelism; with sequence parallelism a rank's experts run etp/tp of the
+    micro-batch's routed copies (account.counting.experts.expert_token_share), each with d_ff/etp."""
     a, q = recipe_bytes(precision)[0], saved_input_bytes(precision)
-    d, f, e, k = spec.d_model, spec.d_ff / tp, spec.n_experts, spec.experts_per_token
+    etp = tp if etp is None else etp
+    share = expert_token_share(tp, sp, etp)
+    d, f, e, k = spec.d_model, spec.d_ff / etp, spec.n_experts, spec.experts_per_token * share
     seq = tp if sp else 1
     norm = d * a if "layernorm" in recompute_modules else 2 * d * a + FP32
     fc1_out = (2 if spec.gated_mlp else 1) * f * a
@@ -84,12 +89,12 @@ def moe_bytes_per_token(spec, precision: str, tp: int = 1, sp: bool = False,
 
 
 def layer_bytes_per_token(spec, layer: int, precision: str, tp: int = 1, sp: bool = False,
-                          recompute_modules: tuple = RECIPE_RECOMPUTE) -> float:
+                          recompute_modules: tuple = RECIPE_RECOMPUTE, etp: int | None = None) -> float:
     """Bytes one token keeps in layer `layer` (attention + MoE block; a dense layer of an MoE model: its MLP's fc1
     output and fc2 input, 16 bit, with the norm as the MoE block's)."""
     attention = sum(attention_bytes_per_token(spec, precision, tp, sp).values())
     if spec.is_moe_layer(layer):
-        return attention + sum(moe_bytes_per_token(spec, precision, tp, sp, recompute_modules).values())
+        return attention + sum(moe_bytes_per_token(spec, precision, tp, sp, recompute_modules, etp).values())
     a, q = recipe_bytes(precision)[0], saved_input_bytes(precision)
     f = (spec.dense_d_ff or spec.d_ff) / tp
     seq = tp if sp else 1
@@ -97,14 +102,15 @@ def layer_bytes_per_token(spec, layer: int, precision: str, tp: int = 1, sp: boo
 
 
 def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str, tp: int = 1, sp: bool = False,
-                      pp: int = 1, base: dict) -> dict:
+                      pp: int = 1, base: dict, etp: int | None = None) -> dict:
     """account.memory.activations.activations_bytes' parts with the layers replaced by Megatron-Core's (above).
 
     `base`: the parts account.memory.activations gives the same run (embeddings, rope, masks, the head and loss
     are kept); per_layer, layers, total, first_stage and last_stage are recomputed the same way (1F1B: the first
     stage holds pp micro-batches of ceil(L/pp) layers)."""
     n = batch_size * seq_len
-    per_group = [(n * layer_bytes_per_token(spec, i, precision, tp, sp), count) for i, count in spec.layer_groups()]
+    per_group = [(n * layer_bytes_per_token(spec, i, precision, tp, sp, etp=etp), count)
+                 for i, count in spec.layer_groups()]
     per_layer = max(b for b, _ in per_group)
     layers_per_stage = -(-spec.n_layers // pp)
     layers = sum(b * c for b, c in per_group) if pp == 1 else per_layer * layers_per_stage * pp

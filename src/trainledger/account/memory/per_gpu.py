@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 from trainledger.account.memory.activations import activations_bytes as _activations_bytes
-from trainledger.account.counting.experts import check_ep
+from trainledger.account.counting.experts import check_ep, expert_data_parallel
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
                                                     params_per_gpu, zero_divisors)
@@ -133,7 +133,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                    precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
                    reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
-                   grad_accum: int = 1, fsdp=None, ep: int = 1, framework: str = "trainledger") -> dict:
+                   grad_accum: int = 1, fsdp=None, ep: int = 1, framework: str = "trainledger", cp: int = 1,
+                   etp: int | None = None) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -145,7 +146,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
     `ep`: expert parallelism (account.counting.experts): the routed experts split over ep of the dp ranks; a state
     ZeRO shards over dp is then the same as without ep (an expert's state is sharded over the dp/ep ranks holding
-    it: (dense + experts/ep)/(dp/ep) per expert part = all/dp), an unsharded one holds only 1/ep of the experts.
+    it: (dense + experts/ep)/(dp/ep) per expert part = all/dp), an unsharded one holds only 1/ep of the experts. `etp` (default tp) and
+    `cp`: MoE Parallel Folding (account.counting.experts): each GPU holds 1/(etp·ep) of the experts, ep may reach
+    tp·cp·dp, and ZeRO shards an expert's states over the EDP = tp·cp·dp/(etp·ep) ranks holding it (dense: over dp).
     `fsdp` (account.memory.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
     its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
@@ -170,10 +173,13 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         elements = adafactor_elements_per_param(d_model_estimate(n_params)) if opt.factored else None
     else:
         total_params = param_counts(spec)["n_params"]
-        check_ep(spec, ep, dp)
-        placement = params_per_gpu(spec, tp, pp, ep)
+        check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
+        placement = params_per_gpu(spec, tp, pp, ep, etp)
         per_gpu = placement["n_params_per_gpu"]
-        sharded_per_gpu = params_per_gpu(spec, tp, pp)["n_params_per_gpu"] if ep > 1 else per_gpu
+        sharded_per_gpu = per_gpu
+        if ep > 1 or (etp or tp) != tp:    # what divided by dp gives dense/dp + experts/EDP
+            experts = placement["expert_params_per_gpu"]
+            sharded_per_gpu += experts * (dp / expert_data_parallel(tp, cp, dp, ep, etp) - 1)
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
     # Megatron Bridge's MoE recipes recompute only the norms and the MoE activation (elementwise): asked as recompute
@@ -202,7 +208,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                                          flash=flash, tp=tp, sp=sp, pp=pp)
         if megatron_moe:
             activations = megatron.activations_bytes(spec, batch_size, seq_len, precision=computes_in, tp=tp,
-                                                     sp=bool(sp), pp=pp, base=activations)
+                                                     sp=bool(sp), pp=pp, base=activations, etp=etp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     fp8 = fp8_memory(spec, recipe.name, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
                      batch_size=batch_size, seq_len=seq_len, tp=tp, recompute=recompute,
@@ -227,7 +233,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "n_params": total_params,
         # parameters whose weights this GPU stores: after tensor/pipeline placement and ZeRO-3 sharding
         "n_params_per_gpu": (per_gpu if divisors["params"] == 1 else sharded_per_gpu) / divisors["params"],
-        "ep": ep,
+        "ep": ep, "etp": tp if etp is None else etp,
         "n_params_per_gpu_before_zero": per_gpu,
         "pipeline_stage": placement["stage"],
         "bytes_per_param": per_param["total"],

@@ -11,7 +11,10 @@ Candidates (all must multiply to the GPU count: tp · pp · cp · dp = num_gpus)
   (account.time.schedule: n_layers divisible by pp·v, micro-batches a multiple of pp, as Megatron-LM requires).
 - micro-batch b: divisors of global_batch/dp (powers of two and the quotient itself).
 - ep (mixture-of-experts models): the divisors of gcd(n_experts, dp), each GPU holding n_experts/ep experts
-  (account.counting.experts; the expert-parallel group is taken from the data-parallel ranks).
+  (account.counting.experts; the expert-parallel group is taken from the data-parallel ranks). With framework
+  "megatron", MoE Parallel Folding (`expert_layouts`): ep over the divisors of gcd(n_experts, tp·cp·dp), with the
+  expert TP of the attention (etp = tp) where ep divides cp·dp, and etp 1 (whole experts; with tp > 1 only under
+  sequence parallelism) for every ep > 1 when tp > 1: at most twice the ep values, so the search stays bounded.
 - ZeRO 0-3 over dp (0 only when dp = 1); for framework "megatron" only 0 and 1 (DDP or Megatron-LM's distributed
   optimizer, which shards optimizer states like ZeRO-1). ZeRO-3 is FSDP2 as it runs (account.memory.fsdp: a bf16
   mixed-precision policy unless `fsdp_param_dtype` says otherwise; with pipelining, gathered once per step), so the
@@ -71,6 +74,21 @@ def expert_parallel_sizes(spec, dp: int) -> list[int]:
     return _divisors(math.gcd(spec.n_experts, dp)) if spec.is_moe else [1]
 
 
+def expert_layouts(spec, tp: int, sp: bool, cp: int, dp: int, framework: str) -> list[tuple[int, int | None]]:
+    """(ep, etp) pairs a layout may take (etp None: the attention's tp). Without Megatron: expert_parallel_sizes.
+    With it (module docstring): ep | gcd(n_experts, tp·cp·dp) with etp = tp where ep | cp·dp, and etp 1 beside
+    it for ep > 1 when tp > 1 and sp (Megatron-LM needs sequence parallelism for MoE with TP)."""
+    if framework != "megatron" or not spec.is_moe:
+        return [(ep, None) for ep in expert_parallel_sizes(spec, dp)]
+    pairs = []
+    for ep in _divisors(math.gcd(spec.n_experts, tp * cp * dp)):
+        if (cp * dp) % ep == 0:
+            pairs.append((ep, None))
+        if ep > 1 and tp > 1 and sp:
+            pairs.append((ep, 1))
+    return pairs
+
+
 def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
@@ -95,7 +113,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
     cache: dict = {}
     for tp, sp, cp, pp, dp, b in candidates(spec, num_gpus, global_batch_size, seq_len, gpu.gpus_per_node):
         stages = (0, 1) if framework == "megatron" else (0, 1, 2, 3)
-        for zero, ep in ((z, e) for z in (stages if dp > 1 else (0,)) for e in expert_parallel_sizes(spec, dp)):
+        experts = expert_layouts(spec, tp, sp, cp, dp, framework)
+        for zero, (ep, etp) in ((z, e) for z in (stages if dp > 1 else (0,)) for e in experts):
             considered += 1
             chosen = None
             micro_batches = global_batch_size // (dp * b)
@@ -106,7 +125,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
                                         recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
                                         reserve_bytes=reserve, grad_accum=micro_batches, ep=ep,
-                                        framework=framework)
+                                        framework=framework, cp=cp, etp=etp)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -120,8 +139,9 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep)
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep, etp=etp)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero, "ep": ep,
+                                "etp": tp if etp is None else etp,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],
                                 "micro_batches": micro_batches, "memory_bytes": memory["peak_bytes"],

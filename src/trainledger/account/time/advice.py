@@ -110,7 +110,7 @@ def hints(breakdown: dict, setup: dict) -> dict[str, str]:
         "compute": compute, "attention": attention, "memory_bound": memory_bound, "overhead": overhead,
         "optimizer": optimizer, "tp_comm": tp_comm, "cp_comm": "less context parallelism (--cp)",
         "pp_comm": "fewer pipeline stages (--pp)", "dp_comm": dp_comm, "pipeline_bubble": bubble,
-        "ep_comm": (f"keep the expert-parallel group inside a node (--ep at most {gpn} // (tp·cp)) or overlap the "
+        "ep_comm": (f"keep the expert-parallel group inside a node (--ep at most {gpn} // etp) or overlap the "
                     "all-to-all with other micro-batches' compute (--ep-overlap)"),
     }
 

@@ -185,7 +185,7 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
                      tp: int = 1, sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int = 1,
                      zero: int = 0, recompute: str = "none", style: str = "megatron", gpus_per_node: int = 8,
                      layers_per_stage: int | None = None, params_per_gpu: float | None = None,
-                     tp_overlap: bool = True, dp_overlap: bool = True) -> list[Collective]:
+                     tp_overlap: bool = True, dp_overlap: bool = True, mlp_tp: bool = True) -> list[Collective]:
     """Every collective one rank of the busiest pipeline stage takes part in during one step.
 
     `micro_batches` m = gradient-accumulation steps (global batch / (dp · batch_size)). `params_per_gpu` is the
@@ -193,6 +193,8 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     stage; ZeRO/FSDP then shard these over dp); `layers_per_stage` ceil(L/pp). Overlap assumptions are written on each collective and applied by account.time.step.
     `tp_overlap` False: Megatron-style TP input gradients reduced synchronously (the 2021 code, `_tp_collectives`).
     `dp_overlap` False: Megatron-style data-parallel gradients reduced after the last micro-batch (`_dp_collectives`).
+    `mlp_tp` False: the MLP block is not tensor-parallel (a MoE layer with expert TP 1, account/time/folding.py):
+    only attention's TP collectives.
     """
     if style not in STYLES:
         raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
@@ -208,7 +210,8 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
     per_mb = L * micro_batches                          # layer passes per step on this stage
 
     if tp > 1:
-        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"], tp_overlap)
+        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"], tp_overlap,
+                               2 if mlp_tp else 1)
     if cp > 1:
         kv = tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
         # the recompute re-gathers K, V (per-op selective keeps the attention output; per-layer: half the blocks)
@@ -246,9 +249,10 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
 
 
 def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recompute: str, passes: int, link: str,
-                    overlap_grads: bool = True):
+                    overlap_grads: bool = True, blocks: int = 2):
     """Tensor-parallel collectives, `passes` = layer passes per step (layers × micro-batches). Each of attention and
-    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3).
+    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3); `blocks` 1:
+    attention's pair only.
 
     Megatron-LM reduces the input gradient of a column-parallel Linear beside that Linear's weight-gradient GEMM
     (async_tensor_model_parallel_allreduce). Its 2021 code did not (`overlap_grads` False): ColumnParallelLinear
@@ -261,35 +265,35 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
     # a full recompute re-runs the layer's forward collectives (per-layer selective: in half the blocks)
     refwd = {"full": 1, "selective-layer": 0.5}.get(recompute, 0)
     if not sp:
-        out.append(Collective("tp_allreduce_forward", "tp_comm", "all_reduce", hidden, tp, link, 2 * (1 + refwd) * passes,
+        out.append(Collective("tp_allreduce_forward", "tp_comm", "all_reduce", hidden, tp, link, blocks * (1 + refwd) * passes,
                               "none: exposed (the row-parallel output is needed at once)"))
         if style == "megatron" and not overlap_grads:   # the 2021 code: f's backward, after the Linear's
-            grads = 2
+            grads = blocks
             overlap, hide = ("none: exposed (2021 Megatron-LM / Megatron-DeepSpeed: reduced in the backward of "
                              "copy_to_tensor_model_parallel_region, after the Linear's backward)"), ""
         elif style == "megatron":   # f operator: one all-reduce of the block input's gradient per block
-            grads = 2
+            grads = blocks
             overlap, hide = ("with the weight-gradient GEMM of its column-parallel Linear (Megatron-LM "
                              "async_tensor_model_parallel_allreduce)"), "wgrad"
         else:                     # DTensor ColwiseParallel: each column-parallel Linear's input gradient
-            grads = 3 + (2 if spec.gated_mlp else 1)
+            grads = 3 + ((2 if spec.gated_mlp else 1) if blocks == 2 else 0)
             overlap, hide = "none: exposed (DTensor redistributes each input gradient synchronously)", ""
         out.append(Collective("tp_allreduce_backward", "tp_comm", "all_reduce", hidden, tp, link, grads * passes, overlap,
                               hide))
         return out
     # sequence parallel (Korthikanti et al. 2022, Sec. 4.2.2): g = all-gather / reduce-scatter pairs
-    out.append(Collective("sp_allgather_forward", "tp_comm", "all_gather", hidden, tp, link, 2 * (1 + refwd) * passes,
+    out.append(Collective("sp_allgather_forward", "tp_comm", "all_gather", hidden, tp, link, blocks * (1 + refwd) * passes,
                           "none: exposed (the column-parallel GEMM needs the gathered input)"))
     out.append(Collective("sp_reducescatter_forward", "tp_comm", "reduce_scatter", hidden, tp, link,
-                          2 * (1 + refwd) * passes, "none: exposed"))
-    out.append(Collective("sp_allgather_backward", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
+                          blocks * (1 + refwd) * passes, "none: exposed"))
+    out.append(Collective("sp_allgather_backward", "tp_comm", "all_gather", hidden, tp, link, blocks * passes,
                           "none: exposed (gradient of the forward reduce-scatter, needed by the next dgrad)"))
     megatron = style == "megatron" and overlap_grads
-    out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, 2 * passes,
+    out.append(Collective("sp_reducescatter_backward", "tp_comm", "reduce_scatter", hidden, tp, link, blocks * passes,
                           "with the weight-gradient GEMM of its column-parallel Linear" if megatron else "none: exposed",
                           "wgrad" if megatron else ""))
     if style == "megatron":   # the forward all-gather is not saved: backward gathers the input again for wgrad
-        out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, 2 * passes,
+        out.append(Collective("sp_allgather_backward_input", "tp_comm", "all_gather", hidden, tp, link, blocks * passes,
                               "with the input-gradient GEMM of its Linear (Megatron-LM launches it before dgrad)"
                               if megatron else "none: exposed", "dgrad" if megatron else ""))
     return out

@@ -14,9 +14,9 @@ Both move at once, so a call costs
     latency + max(S·(q − 1)/ep / β_NVLink, S·(ep − q)/ep / β_NIC)
 with the links' achieved rates (specs/performance.py: datasheet × NCCL's measured bus-bandwidth fraction; an
 assumption for all-to-all, whose nccl-tests busbw is published less often than all-reduce's) and latency the
-call latency plus one step of the slowest link crossed. Ranks are placed TP fastest, then CP, then the
-expert-parallel part of DP (Megatron's order), so group members are tp·cp ranks apart and
-q = min(ep, gpus_per_node // (tp·cp)).
+call latency plus one step of the slowest link crossed. Megatron-Core places the expert grid's ranks ETP fastest,
+then EP (megatron/core/parallel_state.py: the expert RankGenerator, cp=1; account/time/folding.py), so group
+members are etp ranks apart (etp: expert tensor parallelism, default tp) and q = min(ep, gpus_per_node // etp).
 
 Token-based dispatchers (`dispatcher` "deepep" or "hybridep"; Megatron-Core's flex dispatcher, arXiv:2603.07685
 Sec. 4.2.2, and DeepSeek-V3's own, arXiv:2412.19437 Sec. 3.2.2) send a token once to every GPU that holds one of
@@ -115,7 +115,8 @@ def check_expert_options(imbalance: float, capacity_factor: float | None, overla
 
 
 def ranks_per_node(ep: int, tp: int, cp: int, gpus_per_node: int) -> int:
-    """Members of one expert-parallel group on one node: they are tp·cp ranks apart (TP, then CP, then EP)."""
+    """Members of one expert-parallel group on one node when they are tp·cp ranks apart; Megatron-Core's expert
+    grid (module docstring) asks it with tp = etp and cp = 1."""
     stride = tp * cp
     return max(1, min(ep, gpus_per_node // stride)) if stride <= gpus_per_node else 1
 
@@ -197,6 +198,7 @@ def routed_expert_share(spec, seq_len: int) -> float:
 
 
 def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
+                                    etp: int | None = None,
                                     moe_layers: float, bytes_per_element: float, recompute: str, compute_seconds: float,
                                     imbalance: float = 1.0, capacity_factor: float | None = None,
                                     overlap: float = 0.0, dispatcher: str = "alltoall") -> dict:
@@ -218,7 +220,7 @@ def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int,
                 "dropped_fraction": dropped, "ranks_per_node": 1, "link": "none", "overlap_seconds": 0.0}
     tokens = batch_size * seq_len / cp / (tp if sp else 1)
     payload = dispatch_bytes(spec, tokens, bytes_per_element)
-    per_node = ranks_per_node(ep, tp, cp, gpu.gpus_per_node)
+    per_node = ranks_per_node(ep, tp if etp is None else etp, 1, gpu.gpus_per_node)
     if dispatcher == "alltoall":       # the busiest rank receives `load` × its share
         one = all_to_all_seconds(gpu, payload * load, ep, per_node)
     else:

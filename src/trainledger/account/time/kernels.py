@@ -21,6 +21,7 @@ from __future__ import annotations
 from trainledger.account.time import eager
 
 from trainledger.account.time import torchtitan
+from trainledger.account.counting.experts import expert_token_share
 from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
 from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, unaligned
@@ -72,7 +73,8 @@ def _expert_linear(name: str, per_expert: float, fan_in: float, fan_out: float, 
 
 
 def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
-             loop: bool = False, ep: int = 1, streams: int | None = None):
+             loop: bool = False, ep: int = 1, streams: int | None = None, etp: int | None = None,
+             share: float = 1.0):
     """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (n_experts/ep experts on
     it, each expert's d_ff split over tp: tensor-parallel experts, with expert parallelism over ep GPUs).
     Under balanced routing the n·k token copies this GPU sends out equal the ones it receives: each of its E/ep
@@ -86,31 +88,35 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     n tokens (Qwen2-MoE). GEMM FLOPs = account.counting.flops's router + k experts + shared expert per token.
     `streams`: Megatron's TEGroupedMLP runs the experts' GEMMs `streams` at a time (TE_GROUPED_GEMM_STREAMS), not
     as one batched GEMM: each group fills the GPU's waves on its own.
+    `etp` (default tp), `share`: MoE Parallel Folding (account.counting.experts): the experts' d_ff is split over
+    etp, and they run `share` × the n·k routed copies (expert_token_share: etp/tp under sequence parallelism), so
+    with etp 1 < tp each expert GEMM is tp/etp × narrower in tokens and wider in d_ff, the same FLOPs.
     `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
     scale, index_put): the per-expert launches are added as zero-byte kernels (they cost dispatch overhead on
     a calibrated CPU; their bytes are in the permute/combine kernels); Megatron's grouped GEMM runs them at once.
     """
     E, k = spec.n_experts, spec.experts_per_token
-    f = spec.d_ff / tp
+    f = spec.d_ff / (tp if etp is None else etp)
     local = E // ep                                   # experts on this GPU
-    per_expert = n * k / local
+    copies = n * k * share                            # routed token copies this GPU's experts run
+    per_expert = copies / local
     fwd = _linear("router", n, d, E, a, dtype, amp, w, backward=False)
     bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
     fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
     bwd.append(ew("router_softmax_backward", n * E * 3 * FP32, count=2))
-    fwd.append(ew("moe_permute", 2 * n * k * d * a + n * k * 8, count=2))
-    bwd.append(ew("moe_unpermute_backward", 3 * n * k * d * a, count=2))
+    fwd.append(ew("moe_permute", 2 * copies * d * a + copies * 8, count=2))
+    bwd.append(ew("moe_unpermute_backward", 3 * copies * d * a, count=2))
     ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
     for name in ups:
         for backward, out in ((False, fwd), (True, bwd)):
             out += _expert_linear(name, per_expert, d, f, a, dtype, amp, w, backward, fused, local, streams)
-    hidden = n * k * f * a
+    hidden = copies * f * a
     fwd += _activation(spec, hidden, "expert_")[0]
     bwd += _activation(spec, hidden, "expert_")[1]
     for backward, out in ((False, fwd), (True, bwd)):
         out += _expert_linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward, fused, local, streams)
-    fwd.append(ew("moe_combine", n * k * d * a + n * k * FP32 + n * d * a, count=2))
-    bwd.append(ew("moe_combine_backward", 2 * n * k * d * a + n * d * a, count=2))
+    fwd.append(ew("moe_combine", copies * d * a + copies * FP32 + n * share * d * a, count=2))
+    bwd.append(ew("moe_combine_backward", 2 * copies * d * a + n * share * d * a, count=2))
     if loop:
         mats = 3 if spec.gated_mlp else 2
         fwd.append(ew("moe_expert_loop", 0.0, count=local * (4 + mats) - mats))
@@ -144,10 +150,12 @@ def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kerne
 
 def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
                   cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None, layer: int = 0, compiled: bool = False, ep: int = 1) -> dict[str, list[Kernel]]:
+                  dropout: bool | None = None, layer: int = 0, compiled: bool = False, ep: int = 1,
+                  etp: int | None = None) -> dict[str, list[Kernel]]:
     """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
     of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
-    `ep`: expert parallelism (the GPU runs n_experts/ep experts over ep × their tokens: `_moe_mlp`).
+    `ep`: expert parallelism (the GPU runs n_experts/ep experts over ep × their tokens: `_moe_mlp`); `etp`: expert
+    tensor parallelism (default tp; `_moe_mlp`).
     `compiled`: our Transformer under torch.compile (account/time/compiled.py)."""
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
@@ -166,7 +174,8 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
     window = spec.sliding_window if spec.is_sliding(layer) else None
     core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
     moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger",
-                    ep=ep, streams=TE_GROUPED_GEMM_STREAMS if framework == "megatron" else None)
+                    ep=ep, streams=TE_GROUPED_GEMM_STREAMS if framework == "megatron" else None, etp=etp,
+                    share=expert_token_share(tp, sp, etp))
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)

@@ -58,6 +58,7 @@ from trainledger.account.time.expert_parallel import check_expert_options, exper
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
 from trainledger.account.time.schedule import SCHEDULES, check_schedule, dualpipe_bubble_seconds, dualpipe_problem
+from trainledger.account.time import folding
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          sms_beside as _sms_beside)
@@ -165,7 +166,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
-              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b") -> dict:
+              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -174,7 +175,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     `fsdp`: account.memory.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
     accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
     `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`, `ep_dispatcher`: expert parallelism (account/time/expert_parallel.py:
-    the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute").
+    the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute");
+    `etp` (default tp): expert tensor parallelism, with ep up to tp·cp·dp (MoE Parallel Folding, account/time/folding.py).
     `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
     Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
     data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
@@ -193,7 +195,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                "torchtitan), not Megatron-LM's fused kernels")
     num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
     check_parallel(spec, tp, pp, dp, zero)
-    check_ep(spec, ep, dp)
+    check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
     check_expert_options(expert_imbalance, capacity_factor, ep_overlap, ep_dispatcher)
     check_positive_int(interleave, "--interleave")
     check_schedule(spec.n_layers, pp, interleave, m)
@@ -224,19 +226,19 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled, ep)
+           recompute, narrow_sms, compiled, ep, etp)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep)
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp)
         if cache is not None:
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn, tp_overlap=tp_overlap)
-    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework)
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework, etp)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -254,13 +256,16 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     for name in ("head_forward", "head_backward"):
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
+    placement = params_per_gpu(spec, tp, pp, ep, etp)
+    dense, experts_pg = folding.expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
     step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
-                                          zero=zero, layers_per_stage=layers_per_stage,
-                                          params_per_gpu=params_per_gpu(spec, tp, pp, ep)["n_params_per_gpu"],
-                                          dp_overlap=dp_overlap)
+                                          zero=zero, layers_per_stage=layers_per_stage, params_per_gpu=dense,
+                                          dp_overlap=dp_overlap) + folding.expert_dp_collectives(
+        recipe, experts_pg, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, zero=zero, micro_batches=m, style=style,
+        gpus_per_node=gpn, dp_overlap=dp_overlap)
     per_mb = dict(stage)
     experts = expert_parallel_per_micro_batch(
-        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep,
+        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep, etp=etp,
         moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
         recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=expert_imbalance,
         capacity_factor=capacity_factor, overlap=ep_overlap, dispatcher=ep_dispatcher)
@@ -295,10 +300,9 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         bubble = dualpipe_bubble_seconds(pp, sum(per_mb.values()), stage_bwd, stage_layers * fwd["compute"])
 
     # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
-    placement = params_per_gpu(spec, tp, pp, ep)
     sharded_over = (dp // settings.replicate if settings is not None else dp) if zero >= 1 else 1
-    # ZeRO shards an expert's states over the dp/ep ranks that hold it: all/dp per GPU, as without ep
-    shard_params = (params_per_gpu(spec, tp, pp) if sharded_over > 1 else placement)["n_params_per_gpu"] / sharded_over
+    # ZeRO shards the dense states over dp, an expert's over the EDP ranks that hold it (folding.py)
+    shard_params = folding.zero_shard_params(placement, tp=tp, cp=cp, dp=sharded_over, ep=ep, etp=etp, zero=zero)
     n_tensors = parameter_tensors(spec) / pp / sharded_over
     state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
@@ -349,7 +353,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                                                else bubble / max(sum(ideal.values()), 1e-30)),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
-        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
+        "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
+        "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
         "schedule": schedule,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
@@ -364,7 +369,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
                                 recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
                                 reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
-                                grad_accum=m, ep=ep, framework=framework)
+                                grad_accum=m, ep=ep, framework=framework, cp=cp, etp=etp)
         if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
             memory["peak_bytes"] += memory["params_bytes"]
             memory["headroom_bytes"] -= memory["params_bytes"]
@@ -374,7 +379,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
-        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout)
+        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
@@ -395,29 +400,32 @@ def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
     return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
 
 
-def _average_layer(spec, gpu, common: dict, groups: list, framework: str):
+def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: int | None = None):
     """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
     forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
     how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
-    pipeline stage is assumed to hold the same mix (its layers × this mean)."""
+    pipeline stage is assumed to hold the same mix (its layers × this mean). A MoE layer with etp 1 has no TP
+    collectives in its MLP block (account/time/folding.py)."""
     total = sum(count for count, *_ in groups)
     fwd, bwd, rec, comm = {}, {}, {}, {}
     records = None
-    for count, f, b, r in groups:
-        per_layer, recs = _layer_comm(spec, gpu, common, b, framework)
+    for (count, f, b, r), (layer, _) in zip(groups, spec.layer_groups()):
+        mlp_tp = folding.mlp_tensor_parallel(spec, layer, common["tp"], etp)
+        per_layer, recs = _layer_comm(spec, gpu, common, b, framework, mlp_tp)
         records = records if records is not None else recs
         for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
             _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
     return fwd, bwd, rec, comm, records
 
 
-def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str) -> tuple[dict, list]:
+def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool = True) -> tuple[dict, list]:
     """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
     records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
-    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1)
+    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1,
+                                           mlp_tp=mlp_tp)
     per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
     hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
-    column = COLUMN_PARALLEL.get(framework, ())
+    column = COLUMN_PARALLEL.get(framework, ())[:None if mlp_tp else 1]
     records = []
     for c in layer_comm:
         seconds = collective_seconds(gpu, c)
@@ -462,14 +470,14 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
                  narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False, ep: int = 1):
+                 compiled: bool = False, ep: int = 1, etp: int | None = None):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
     its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
     groups = []
     for layer, count in layers:
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
-                           compiled=compiled, ep=ep)
+                           compiled=compiled, ep=ep, etp=etp)
         lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)

@@ -31,9 +31,9 @@ SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
 # (container, system, model preset, gpu, precision, GPUs, global batch, micro-batch, seq, tp, pp, vp, ep, GA,
 #  published tokens/s per GPU): every column as printed (VP "n/a" = 1). GA is kept to check the transcription: every
 #  row's GBS / (MBS · DP) equals it except 25.11 DGX-H100 gpt-oss-120b (GA 2 printed, 8 by its GBS, MBS and DP).
-# Not modelled: the DGX-H100 qwen3-235b-a22b FP8-CS rows (TP 2, PP 8, EP 32 on 256 GPUs: EP 32 exceeds DP 16; Megatron
-# folds the expert-parallel group over TP x DP ("MoE parallel folding"), which check_ep does not allow), and
-# DGX-B200 DeepSeekV3 "(w/ MTP)" (the multi-token-prediction module is not in the step model).
+# Not modelled: DGX-B200 DeepSeekV3 "(w/ MTP)" (the multi-token-prediction module is not in the step model). The
+# DGX-H100 qwen3-235b-a22b FP8-CS rows (TP 2, PP 8, EP 32 on 256 GPUs: EP 32 > DP 16) are modelled since MoE
+# Parallel Folding (account/counting/experts.py): FOLDED below.
 TAKEN = [
     ("25.11", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 512, 4, 4096, 1, 4, 1, 8, 2, 5630),
     ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 8, 2, 8213),
@@ -82,7 +82,8 @@ FP8_ASIDE = [
     ("26.02", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 26084),
     ("26.02", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 32, 256, 5448),
 ]
-FP8_NOT_MODELLED = [   # EP 32 > DP 16: see above
+# EP 32 > DP 16, folded over TP × DP (ETP 1): the 25.11 row is taken (FP8_TAKEN), the 26.02 one aside (FP8_ASIDE).
+FOLDED = [
     ("25.11", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 2048, 1, 4096, 2, 8, 4, 32, 128, 1575),
     ("26.02", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 8192, 1, 4096, 2, 8, 4, 32, 512, 1633),
 ]
@@ -106,21 +107,34 @@ BLACKWELL_ULTRA = [
     ("26.02", "DGX-B300", "qwen3-30b-a3b", "b300", "mxfp8", 8, 512, 8, 4096, 1, 1, 1, 8, 8, 29521),
     ("26.02", "DGX-B300", "qwen3-235b-a22b", "b300", "mxfp8", 256, 8192, 1, 4096, 1, 8, 4, 8, 256, 2691),
 ]
+FP8_TAKEN.append(FOLDED[0])
+FP8_ASIDE.append(FOLDED[1])
+# The recipes' expert tensor-parallel size (Megatron-Bridge scripts/performance/configs/qwen/
+# qwen3_workload_base_configs.py at commit 01b2977e: BASE_QWEN3_235B_A22B_CONFIG and BASE_QWEN3_30B_A3B_CONFIG set
+# expert_tensor_parallel_size=1); models not listed run the Megatron default, ETP = TP (every such row has TP 1).
+RECIPE_ETP = {"qwen3-235b-a22b": 1, "qwen3-30b-a3b": 1}
+# Rows whose recipe overlaps the all-to-all with the other micro-batch's computation (the same file:
+# QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1, moe_a2a_overlap=True; the V2 recipe of the 26.02 row inherits it),
+# asked with the one measured overlap ratio, 0.93 (arXiv:2603.07685 Sec. 4.2.3; account/validation/moe_report.py)
+RECIPE_A2A_OVERLAP = {("DGX-H100", "qwen3-235b-a22b"): 0.93}
 DEEPSEEK_V3_GPU_HOURS = 2.664e6
 DEEPSEEK_V3_TOKENS = 14.8e12
 
 
-def predict(row) -> dict:
-    """The prediction for one row: tokens/s per GPU, the relative error, the step's breakdown and whether it fits."""
+def predict(row, a2a_overlap: float | None = None) -> dict:
+    """The prediction for one row: tokens/s per GPU, the relative error, the step's breakdown and whether it fits.
+    The recipe's expert TP (RECIPE_ETP) and all-to-all overlap (RECIPE_A2A_OVERLAP; `a2a_overlap` overrides it)."""
     from trainledger.specs import get_model
     container, system, model, gpu_name, precision, n, gbs, mbs, seq, tp, pp, vp, ep, ga, published = row
+    overlap = RECIPE_A2A_OVERLAP.get((system, model), 0.0) if a2a_overlap is None else a2a_overlap
     r = step_time(get_model(model), get_gpu(gpu_name), batch_size=mbs, seq_len=seq, global_batch_size=gbs,
                   num_gpus=n, precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=vp, zero=1,
-                  ep=ep, recompute="none", flash=True, attention="causal", framework="megatron")
+                  ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
+                  etp=RECIPE_ETP.get(model), ep_overlap=overlap)
     per_gpu = r["tokens_per_s"] / n
     return {"container": container, "system": system, "model": model, "gpu": gpu_name, "precision": precision,
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
-            "ep": ep, "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
+            "ep": ep, "etp": r["etp"], "ep_overlap": overlap, "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
             "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
             "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
             "breakdown": r["breakdown"],

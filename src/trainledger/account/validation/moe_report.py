@@ -25,9 +25,14 @@ offloading, FP8 primary weights, the MTP module's time, Megatron's flexible pipe
 layers over PP4 × VPP4 is uneven: timed with --interleave 1, which adds (pp − 1)/m − (pp − 1)/(v·m) of bubble,
 2.2 % of the ideal time at PP4, m = 128).
 The GB300 rows (specs/hardware.py gb300: Blackwell Ultra, its sustained rates borrowed from GB200/B200) are
-predicted apart and kept aside (REPORT_GB300). Not modelled at all: Qwen3-235B on H100 (TP2 PP8 on 256 GPUs leaves
-DP 16 < EP 32) and on GB300 at sequence 131072 (TP4 PP4 CP4 on 128 GPUs leaves DP 2 < EP 32): Megatron folds the
-expert-parallel group over TP × DP ("parallel folding"), which check_ep does not allow.
+predicted apart and kept aside (REPORT_GB300). Qwen3-235B on H100 (TP2 PP8 on 256 GPUs leaves DP 16 < EP 32) and on
+GB300 at sequence 131072 (TP4 PP4 CP4 on 128 GPUs leaves DP 2 < EP 32) are modelled with MoE Parallel Folding
+(account/counting/experts.py): EP 32 over TP × CP × DP with expert TP 1. Table 20 prints no ETP; the report's Sec.
+3.3.2 says MoE layers run "typically ETP=1", and Megatron Bridge's recipe of the same layout
+(QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1: TP 2, PP 8, VP 4, EP 32, GBS 2048;
+scripts/performance/configs/qwen/qwen3_workload_base_configs.py at commit 01b2977e) sets
+expert_tensor_parallel_size=1: ETP = 1 for the Qwen3 rows (REPORT_ETP); DeepSeek-V3's keep Megatron's default
+ETP = TP (no source for theirs; every DeepSeek-V3 row's EP divides its DP).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ REPORT_ROWS = [
      "moe_act, layernorm", "attn, moe_router, moe_preprocess"),
 ]
 GPU = {"GB200": "gb200", "H100": "h100-sxm", "GB300": "gb300"}
+REPORT_ETP = {"qwen3-235b-a22b": 1}                 # expert TP (module docstring); others: ETP = TP
 
 # Table 7: latency of one dispatch / combine in µs, hidden 7168, sequence 4096, 256 experts (DeepSeek-V3's MoE
 # layer: top-8), by EP size, on GB200 (NVL72: every EP size within NVLink) and H100 (8 per node).
@@ -91,9 +97,9 @@ def not_modelled_reason(row) -> str | None:
     if f["system"] not in GPU:
         return f"{f['system']}: no hardware entry in specs/hardware.py"
     dp = f["num_gpus"] // (f["tp"] * f["pp"] * f["cp"])
-    if dp % f["ep"]:
-        return (f"EP {f['ep']} does not divide DP {dp} (TP{f['tp']} PP{f['pp']} on {f['num_gpus']} GPUs): Megatron's "
-                f"parallel folding of the expert group over TP x DP is not modelled")
+    etp = REPORT_ETP.get(f["model"], f["tp"])
+    if (f["tp"] * f["cp"] * dp) % (etp * f["ep"]):
+        return f"ETP {etp} x EP {f['ep']} does not divide TP x CP x DP = {f['tp'] * f['cp'] * dp}"
     return None
 
 
@@ -139,9 +145,9 @@ def predict(row) -> dict:
                   global_batch_size=f["global_batch_size"], num_gpus=f["num_gpus"], precision=PRECISION[f["dtype"]],
                   optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"], interleave=vp, cp=f["cp"], zero=1,
                   ep=f["ep"], recompute="none", flash=True, attention="causal", framework="megatron",
-                  ep_overlap=overlap, ep_dispatcher=f["dispatcher"].lower())
+                  ep_overlap=overlap, ep_dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]))
     per_gpu = r["tokens_per_s"] / f["num_gpus"]
-    return f | {"interleave_modelled": vp, "ep_overlap": overlap, "micro_batches": r["micro_batches"],
+    return f | {"interleave_modelled": vp, "etp": r["etp"], "ep_overlap": overlap, "micro_batches": r["micro_batches"],
                 "predicted_tokens_per_s_per_gpu": per_gpu,
                 "error": per_gpu / f["published_tokens_per_s_per_gpu"] - 1, "mfu": r["mfu"], "fits": r["fits"],
                 "memory_bytes": r["memory_bytes"], "breakdown": r["breakdown"], "source": SOURCE}
