@@ -37,7 +37,8 @@ def test_no_pick_above_memory_minus_reserve(model, gpu_name, num_gpus, global_ba
         m = M.memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
                              dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                              recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw",
-                             grad_accum=layout["micro_batches"], fsdp=fsdp, ep=layout["ep"],
+                             grad_accum=layout["micro_batches"], fsdp=fsdp, ep=layout["ep"], cp=layout["cp"],
+                             etp=layout["etp"],
                              reserve_bytes=M.default_reserve(gpu) if reserve is None else reserve)
         assert layout["memory_bytes"] == pytest.approx(m["peak_bytes"])
         assert layout["reserve_bytes"] == pytest.approx(m["reserve_bytes"])
