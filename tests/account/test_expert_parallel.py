@@ -174,9 +174,10 @@ def test_deepseek_v3_gpu_hours_through_the_report_layout():
     computation-to-communication ratio is about 1:1). The dispatch is token-based (Sec. 3.2.2: once per node over
     IB, then NVLink) and hiding it is not free: DualPipe's 20 SMs slow the computation beside it (Sec. 3.2.2;
     account/time/expert_parallel.py); its group-limited routing sends a token to at most 4 nodes. The pipeline is
-    DualPipe's, whose bubble is (PP/2 − 1)(F&B + B − 3W) (Table 2), not 1F1B's (PP − 1)(F + B). Today +14.8 %
-    (+21.7 % with a 1F1B bubble; +15.4 % while the overlap was counted free and the bubble 1F1B's); the FP8 dispatch
-    is not modelled. The issue's bound: within 20 %."""
+    DualPipe's, whose bubble is (PP/2 − 1)(F&B + B − 3W) (Table 2), not 1F1B's (PP − 1)(F + B). Today −11.0 %, with
+    MLA's own GEMMs (until 2026-11-27 timed as ordinary attention with 192-dim heads: +14.8 %) and the MTP module
+    the run trained on the last stage (1 layer + MTP + loss at PP16, Megatron Bridge's layout; MLA alone: −9.8 %);
+    the FP8 dispatch is not modelled. The issue's bound: within 20 %."""
     result = moe.deepseek_v3_gpu_hours()
     assert result["layout"] == {"gpu": "h800", "num_gpus": 2048, "precision": "fp8-cs", "pp": 16, "ep": 64, "dp": 128,
                                 "tp": 1, "zero": 1}
@@ -186,7 +187,7 @@ def test_deepseek_v3_gpu_hours_through_the_report_layout():
     # 120 micro-batches × 4 calls × MoE layers of the busiest stage: ceil(61 / 16) = 4 layers, 58/61 of them MoE
     assert result["all_to_all_calls"] == pytest.approx(15360 / 128 * 4 * 4 * 58 / 61)
     assert abs(result["error"]) <= 0.20
-    assert result["error"] == pytest.approx(0.148, abs=0.03)
+    assert result["error"] == pytest.approx(-0.110, abs=0.03)
     assert result["breakdown"]["pipeline_bubble"] < 0.6 * step_time(
         get_model("deepseek-v3"), get_gpu("h800"), batch_size=1, seq_len=4096, global_batch_size=15360,
         num_gpus=2048, precision="fp8-cs", pp=16, ep=64, zero=1, framework="megatron", attention="causal",

@@ -100,17 +100,27 @@ def _dsv3_h100(**kw):
                      attention="causal", with_memory=False, **kw)
 
 
+def _share(r, part="ep_comm"):
+    return r["breakdown"]["ep_comm"] / r["step_seconds"] if part == "ep_comm" else part / r["step_seconds"]
+
+
 def test_all_to_all_share_of_the_step_deepseek_v3_h100():
     """Sec. 9.2.2: on H100 "EP64 spans 8 nodes, and cross-node all-to-all latency would consume nearly 50% of step
-    time with the standard all-to-all dispatcher" (ours 45 %); Sec. 4.2.3: "30-40%" after DeepEP (ours 36 %),
-    "under 5%" exposed with the 1F1B overlap (93 % of it hidden)."""
-    def share(r, part="ep_comm"):
-        return r["breakdown"]["ep_comm"] / r["step_seconds"] if part == "ep_comm" else part / r["step_seconds"]
-    assert 0.40 <= share(_dsv3_h100()) <= 0.55
-    assert 0.30 <= share(_dsv3_h100(ep_dispatcher="deepep")) <= 0.40
+    time with the standard all-to-all dispatcher" (ours 53 %); "under 5%" exposed with the 1F1B overlap (93 % of it
+    hidden; ours 4.7 %). With DeepEP ours is 43 % (regression value; the report's "30-40%" is the strict xfail below)."""
+    assert 0.40 <= _share(_dsv3_h100()) <= 0.55
+    assert _share(_dsv3_h100(ep_dispatcher="deepep")) == pytest.approx(0.431, abs=0.02)
     hidden = _dsv3_h100(ep_dispatcher="deepep", ep_overlap=R.A2A_OVERLAP_RATIO)
     exposed = hidden["breakdown"]["ep_comm"] - hidden["expert_parallel"]["overlap_seconds"] * hidden["micro_batches"]
-    assert share(hidden, exposed) < 0.05
+    assert _share(hidden, exposed) < 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="since MLA's own GEMMs are in the step (2026-11-27) the computation beside the "
+                   "all-to-alls is shorter: DeepEP's all-to-alls are 43 % of our step; the row is predicted 27 % too "
+                   "fast, so the published step has time our kernels do not explain (docs/time.md)")
+def test_deepep_share_of_the_step_deepseek_v3_h100_as_published():
+    """Sec. 4.2.3: "30-40%" of the step in all-to-alls after DeepEP (DeepSeek-V3, 1,024 H100, EP 64)."""
+    assert 0.30 <= _share(_dsv3_h100(ep_dispatcher="deepep")) <= 0.40
 
 
 def test_hidden_all_to_all_slows_the_computation_beside_it():
@@ -146,13 +156,13 @@ def test_report_rows_not_modelled_say_why():
 
 
 def test_report_rows_regression_bound():
-    """Table 11's six rows we can model (GB200, H100), with their dispatcher and 1F1B overlap: 3 of 6 within 20 %.
-    DeepSeek-V3 on GB200 predicted too slow (-18 %; its memory does not fit as we model it: the runs offload the
-    optimizer states and keep FP8 primary weights), Qwen3-235B on GB200 too fast (+27 %, +42 %); Qwen3-235B on
-    H100 (MoE Parallel Folding: EP 32 over TP 2 × DP 16, ETP 1; DeepEP, 93 % of its all-to-all hidden) +22 %."""
+    """Table 11's six rows we can model (GB200, H100), with their dispatcher and 1F1B overlap. With MLA's own GEMMs
+    and the MTP module in the step (before: DeepSeek-V3 -18.3 %, -17.7 %, -3.1 %) every row is predicted too fast.
+    DeepSeek-V3 on GB200 does not fit as we model its memory (the runs offload the optimizer states and keep FP8
+    primary weights); Qwen3-235B on H100 folds EP 32 over TP 2 × DP 16 with ETP 1 (DeepEP, 93 % hidden)."""
     rows = {(r["model"], r["system"], r["dtype"]): r for r in R.cases()}
-    expected = {("deepseek-v3", "GB200", "MXFP8"): -0.183, ("deepseek-v3", "GB200", "BF16"): -0.177,
-                ("deepseek-v3", "H100", "FP8-BLK"): -0.031, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.273,
+    expected = {("deepseek-v3", "GB200", "MXFP8"): 0.152, ("deepseek-v3", "GB200", "BF16"): 0.238,
+                ("deepseek-v3", "H100", "FP8-BLK"): 0.264, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.273,
                 ("qwen3-235b-a22b", "GB200", "BF16"): 0.417, ("qwen3-235b-a22b", "H100", "BF16"): 0.225}
     assert set(rows) == set(expected)
     for key, error in expected.items():
@@ -160,17 +170,18 @@ def test_report_rows_regression_bound():
     assert rows[("deepseek-v3", "GB200", "MXFP8")]["interleave_modelled"] == 1       # 61 layers over PP4 x VPP4
     assert rows[("qwen3-235b-a22b", "GB200", "MXFP8")]["interleave_modelled"] == 6
     assert rows[("qwen3-235b-a22b", "H100", "BF16")]["etp"] == 1 and rows[("deepseek-v3", "H100", "FP8-BLK")]["etp"] == 2
-    assert sum(abs(r["error"]) <= 0.20 for r in rows.values()) == 3
+    assert sum(abs(r["error"]) <= 0.20 for r in rows.values()) == 1
 
 
 def test_all_moe_rows_in_one_table():
-    """moe.all_cases(): the 18 Megatron Bridge rows (2 unlocked by MoE Parallel Folding), the SKILL.md run and the
-    report's 6 rows, each with its error; 5 of 25 within 20 % today (the issue asks 70 %)."""
+    """moe.all_cases(): the 18 Megatron Bridge rows (2 unlocked by MoE Parallel Folding), its 2 DeepSeek-V3 rows
+    with MTP, the SKILL.md run and the report's 6 rows, each with its error; 3 of 27 within 20 % today
+    (the issue asks 70 %)."""
     from trainledger.account.validation import moe
     rows = moe.all_cases()
     sets = [r["set"] for r in rows]
     assert (sets.count("TAKEN"), sets.count("ASIDE"), sets.count("FP8_TAKEN"), sets.count("FP8_ASIDE"),
-            sets.count("SKILL_RUN"), sets.count("REPORT")) == (4, 3, 5, 6, 1, 6)
+            sets.count("DEEPSEEK_MTP"), sets.count("SKILL_RUN"), sets.count("REPORT")) == (4, 3, 5, 6, 2, 1, 6)
     assert all(r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["published_tokens_per_s_per_gpu"]
                                            - 1) for r in rows)
-    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 5
+    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 3

@@ -157,3 +157,14 @@ def test_step_ep_dispatcher(capsys):
     assert token["breakdown"]["ep_comm"] < plain["breakdown"]["ep_comm"]
     err = run_error(capsys, *args, "--ep-dispatcher", "nccl")
     assert "--ep-dispatcher must be one of alltoall, deepep, hybridep" in err
+
+
+def test_step_mtp_flag(capsys):
+    """--mtp / --no-mtp (DeepSeek-V3's multi-token-prediction module, trained by default with --framework megatron);
+    --mtp on a model without one: one line naming the flag, exit 2."""
+    args = ("step", "--model", "deepseek-v3", "--gpu", "h100", "--num-gpus", "64", "--ep", "64", "--seq-len", "1024",
+            "--framework", "megatron", "--precision", "mixed-bf16", "--zero", "1")
+    on, off = run_json(capsys, *args), run_json(capsys, *args, "--no-mtp")
+    assert (on["mtp_modules"], off["mtp_modules"]) == (1, 0)
+    assert on["model_flops_per_step"] > off["model_flops_per_step"] and on["step_seconds"] > off["step_seconds"]
+    assert "--mtp" in run_error(capsys, "step", "--model", "qwen3-30b-a3b", "--framework", "megatron", "--mtp")

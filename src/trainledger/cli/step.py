@@ -73,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pipeline schedule: 1f1b (default; interleaved with --interleave > 1) or dualpipe "
                              "(DeepSeek-V3's bidirectional pipeline: a smaller bubble, a second copy of the parameters; "
                              "even --pp and micro-batches)")
+    parser.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None,
+                        help="train the model's multi-token-prediction modules (DeepSeek-V3: 1) on the last pipeline "
+                             "stage, counted in the model FLOPs (default: with --framework megatron, as DeepSeek-V3 "
+                             "was pre-trained; our torch Transformer does not build them); --no-mtp leaves them out")
     parser.add_argument("--tp-overlap", action=argparse.BooleanOptionalAction, default=True,
                         help="with --framework megatron: reduce a column-parallel Linear's input gradient beside its "
                              "weight-gradient GEMM (default, Megatron-LM since 2022); --no-tp-overlap: after the "
@@ -127,7 +131,7 @@ def compute(args) -> dict:
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, schedule=args.schedule,
+                    dp_overlap=args.dp_overlap, schedule=args.schedule, mtp=args.mtp,
                     **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))

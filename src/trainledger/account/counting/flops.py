@@ -103,6 +103,35 @@ def attention_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "f
     return full if attention == "full" else full / 2
 
 
+def mtp_matmuls(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
+    """The weight matrices one token meets in the multi-token-prediction modules (name, in, out, times); [] without.
+
+    DeepSeek-V3 (arXiv:2412.19437, Sec. 2.2, Eqs. 21-25), per module (n_mtp_layers of them): the projection
+    M·[RMSNorm(h); RMSNorm(Emb(t))] of 2·d_model -> d_model (eh_proj), one transformer block like the model's last
+    layer (its attention and, DeepSeek-V3, its MoE MLP: router, k routed experts, shared expert), and the output
+    head shared with the main model, applied once more. The embedding lookup is shared and costs no matmul.
+    """
+    if isinstance(spec, CruncherSpec) or not spec.n_mtp_layers:
+        return []
+    k = spec.n_mtp_layers
+    last = spec.n_layers - 1          # the block is like the model's last layer (MoE or dense)
+    one = spec.with_(n_layers=1, dense_layers=(0,) if spec.is_moe and not spec.is_moe_layer(last) else ())
+    block = [(f"mtp_{name}", fan_in, fan_out, times * k) for name, fan_in, fan_out, times in weight_matmuls(one)
+             if name != "lm_head"]
+    return [("mtp_eh_proj", 2 * spec.d_model, spec.d_model, k)] + block + [("mtp_lm_head", spec.d_model, spec.vocab_size, k)]
+
+
+def mtp_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full") -> float:
+    """Forward FLOPs per token of the multi-token-prediction modules: 2 × their matrices (`mtp_matmuls`) plus one
+    attention core per module. 0 for a model without them. The Megatron-Core MoE report's Table 11 counts them
+    (arXiv:2603.07685: its DeepSeek-V3 TFLOPS / tokens/s is our causal count with this, to 0.3 %)."""
+    mats = mtp_matmuls(spec)
+    if not mats:
+        return 0.0
+    core = attention_flops_per_token(spec, seq_len, attention) / spec.n_layers * spec.n_mtp_layers
+    return sum(2.0 * fan_in * fan_out * times for _, fan_in, fan_out, times in mats) + core
+
+
 def forward_flops_breakdown(spec: ModelSpec, seq_len: int, attention: str = "full") -> dict:
     """Forward FLOPs per token by matrix name plus `attention_scores` (QKᵀ + A·V) and `total`."""
     parts = {}
@@ -113,18 +142,21 @@ def forward_flops_breakdown(spec: ModelSpec, seq_len: int, attention: str = "ful
     return parts
 
 
-def forward_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full") -> float:
-    """Forward FLOPs of one token at context length `seq_len`: 2·N_matmul + attention scores."""
-    return 2.0 * matmul_params_per_token(spec) + attention_flops_per_token(spec, seq_len, attention)
+def forward_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full", mtp: bool = False) -> float:
+    """Forward FLOPs of one token at context length `seq_len`: 2·N_matmul + attention scores (+ the
+    multi-token-prediction modules with `mtp`, `mtp_flops_per_token`)."""
+    extra = mtp_flops_per_token(spec, seq_len, attention) if mtp else 0.0
+    return 2.0 * matmul_params_per_token(spec) + attention_flops_per_token(spec, seq_len, attention) + extra
 
 
-def train_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full") -> float:
+def train_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full", mtp: bool = False) -> float:
     """FLOPs of one token's forward + backward pass: 3 × forward (backward = 2 × forward per matmul).
 
     Equals PaLM's 6·N + 12·L·H·Q·T (arXiv:2204.02311, App. B) for full attention, with N the weight
-    entries a token meets (`matmul_params_per_token`); excludes recomputation (model FLOPs).
+    entries a token meets (`matmul_params_per_token`); excludes recomputation (model FLOPs). `mtp`: with the
+    multi-token-prediction modules (DeepSeek-V3 trains them; `mtp_flops_per_token`).
     """
-    return 3.0 * forward_flops_per_token(spec, seq_len, attention)
+    return 3.0 * forward_flops_per_token(spec, seq_len, attention, mtp)
 
 
 def recompute_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full", recompute: str = "none") -> float:
@@ -153,20 +185,25 @@ def recompute_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "f
     return forward_flops_per_token(spec, seq_len, attention) - head
 
 
-def hardware_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full", recompute: str = "none") -> float:
-    """FLOPs the hardware executes per training token: model train FLOPs + recomputation."""
-    return train_flops_per_token(spec, seq_len, attention) + recompute_flops_per_token(spec, seq_len, attention, recompute)
+def hardware_flops_per_token(spec: ModelSpec, seq_len: int, attention: str = "full", recompute: str = "none",
+                             mtp: bool = False) -> float:
+    """FLOPs the hardware executes per training token: model train FLOPs + recomputation (of the main model's
+    layers; the multi-token-prediction module's is not counted)."""
+    return (train_flops_per_token(spec, seq_len, attention, mtp)
+            + recompute_flops_per_token(spec, seq_len, attention, recompute))
 
 
-def flops_per_step(spec: ModelSpec, batch_size: int, seq_len: int, attention: str = "full", recompute: str = "none") -> dict:
-    """FLOPs per token and per step (batch_size × seq_len tokens) of a training step, model and hardware.
+def flops_per_step(spec: ModelSpec, batch_size: int, seq_len: int, attention: str = "full", recompute: str = "none",
+                   mtp: bool = False) -> dict:
+    """FLOPs per token and per step (batch_size × seq_len tokens) of a training step, model and hardware
+    (`mtp`: with the multi-token-prediction modules).
 
     Keys: forward_flops_per_token, train_flops_per_token, hardware_flops_per_token,
     forward_flops_per_step, train_flops_per_step, hardware_flops_per_step, tokens_per_step.
     """
     tokens = batch_size * seq_len
-    forward = forward_flops_per_token(spec, seq_len, attention)
-    hardware = hardware_flops_per_token(spec, seq_len, attention, recompute)
+    forward = forward_flops_per_token(spec, seq_len, attention, mtp)
+    hardware = hardware_flops_per_token(spec, seq_len, attention, recompute, mtp)
     return {
         "forward_flops_per_token": forward,
         "train_flops_per_token": 3 * forward,

@@ -172,10 +172,12 @@ def activation(spec, hidden: float, a: int, prefix: str = "") -> tuple[list[Kern
 
 
 def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
+          moe=None, rope_kernels=None, attention=None) -> dict[str, list[Kernel]]:
     """{"forward", "backward"} kernels of one layer of our Transformer on one GPU (tp shards heads and d_ff; with
     sequence parallelism, n_sp < n, DTensor's copies around each gather and scatter). `rope_kernels(n, width,
-    rotary, a)`: another model's RoPE (torchtitan's: account/time/torchtitan.py); None: ours (`rope`)."""
+    rotary, a)`: another model's RoPE (torchtitan's: account/time/torchtitan.py); None: ours (`rope`).
+    `attention`: (forward, backward) pairs replacing q, k, v, RoPE, the core and o (multi-head latent attention:
+    account/time/mla.py eager_mla)."""
     rope_kernels = rope_kernels or rope
     sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
@@ -194,21 +196,10 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     add(([], grad_sum("residual_grad_add", n_sp * d, r, 3 if parallel else 2)))   # x: norm(s) and the residual
     add(norm(spec, n_sp, d, r, norm_out, "attn"))
     add(sp_gather)
-    add(([], grad_sum("qkv_input_grad_sum", n * d, norm_out, 3)))
-    for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
-        add(linear(name, n, d, out_dim, a, dtype, amp=amp, bias=spec.qkv_bias, input_fp32=norm_out == FP32))
-    if spec.clip_qkv is not None:
-        add(([ew("clip_qkv", 2 * a * n * (q_dim + 2 * kv_dim), count=3)],
-             [ew("clip_qkv_backward", 3 * a * n * (q_dim + 2 * kv_dim), count=3, role="dgrad")]))
-    if spec.qk_norm:
-        for name, width in (("q", q_dim), ("k", kv_dim)):
-            add(norm(spec, n * width / dh, dh, a, a, f"{name}_norm"))
-    if spec.position == "rope":
-        for width in (q_dim, kv_dim):
-            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
-    # q, k, v to (b, h, t, d) and the output back: a reshape and a permute each way (views), and their backward nodes
-    add((host("head_rearranges", 8) + core["forward"], core["backward"] + host("head_rearranges_backward", 8, "dgrad")))
-    add(linear("o_proj", n, q_dim, d, a, dtype, amp=amp, bias=spec.attn_out_bias))
+    if attention:         # multi-head latent attention (account/time/mla.py) in place of q, k, v, rope, core, o
+        ops.extend(attention)
+    else:
+        _attention(spec, add, n, d, dh, q_dim, kv_dim, a, amp, dtype, norm_out, core, rope_kernels)
     add(sp_scatter)
     if spec.sandwich_norm:
         add(norm(spec, n_sp, d, a, a, "attn_out"))
@@ -236,3 +227,22 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     forward = [k for fwd, _ in ops for k in fwd]
     backward = [k for _, bwd in reversed(ops) for k in bwd]
     return {"forward": forward, "backward": backward}
+
+
+def _attention(spec, add, n, d, dh, q_dim, kv_dim, a, amp, dtype, norm_out, core, rope_kernels) -> None:
+    """The attention block's ops after the input norm (q, k, v, their norms and RoPE, the core, o), added in order."""
+    add(([], grad_sum("qkv_input_grad_sum", n * d, norm_out, 3)))
+    for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
+        add(linear(name, n, d, out_dim, a, dtype, amp=amp, bias=spec.qkv_bias, input_fp32=norm_out == FP32))
+    if spec.clip_qkv is not None:
+        add(([ew("clip_qkv", 2 * a * n * (q_dim + 2 * kv_dim), count=3)],
+             [ew("clip_qkv_backward", 3 * a * n * (q_dim + 2 * kv_dim), count=3, role="dgrad")]))
+    if spec.qk_norm:
+        for name, width in (("q", q_dim), ("k", kv_dim)):
+            add(norm(spec, n * width / dh, dh, a, a, f"{name}_norm"))
+    if spec.position == "rope":
+        for width in (q_dim, kv_dim):
+            add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
+    # q, k, v to (b, h, t, d) and the output back: a reshape and a permute each way (views), and their backward nodes
+    add((host("head_rearranges", 8) + core["forward"], core["backward"] + host("head_rearranges_backward", 8, "dgrad")))
+    add(linear("o_proj", n, q_dim, d, a, dtype, amp=amp, bias=spec.attn_out_bias))

@@ -18,7 +18,7 @@ Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over me
 
 from __future__ import annotations
 
-from trainledger.account.time import eager
+from trainledger.account.time import eager, mla
 
 from trainledger.account.time import torchtitan
 from trainledger.account.counting.experts import expert_token_share
@@ -178,10 +178,16 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
                     share=expert_token_share(tp, sp, etp))
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
-        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe)
-    build = compiled_layer if compiled else eager.layer
+        latent = mla.megatron_mla(spec, n, n_sp, tp, a, dtype, core) if spec.is_mla else None
+        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe, latent)
     rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
-    return build(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe, rope_kernels=rope)
+    if compiled:   # (multi-head latent attention compiled is timed as ordinary attention: not modelled)
+        return compiled_layer(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe,
+                              rope_kernels=rope)
+    latent = (mla.eager_mla(spec, n, tp, a, amp, dtype, FP32 if amp else r, core, rope or eager.rope)
+              if spec.is_mla else None)
+    return eager.layer(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe,
+                       rope_kernels=rope, attention=latent)
 
 
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
@@ -189,7 +195,10 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
 
     With context parallelism each rank holds s/cp queries against all s keys (K, V all-gathered: Llama 3
-    Sec. 3.3.2). Executed FLOPs: 2 matmuls of 2·b·h·(s/cp)·s·dh forward; causal flash kernels skip half.
+    Sec. 3.3.2). Executed FLOPs: 2·b·h·(s/cp)·s·dh (QKᵀ) + 2·b·h·(s/cp)·s·dv (A·V) forward, dv the value head
+    size (multi-head latent attention: qk 192, v 128); causal flash kernels skip half. A flash kernel's rate is the
+    measured one at head size (dh + dv)/2 (GPUSpec.attention_efficiency, interpolated in log2 of the head size and
+    clamped at the sizes measured: MLA's 160 takes the head-dim-128 rates; account/time/mla.py).
     A sliding window W < s: a fused kernel with a window (FlashAttention-2's window_size, Megatron) skips the
     blocks outside it, executing the fraction W/s − W²/(2s²) of the square; our torch model passes the window
     as an additive mask (as it does ALiBi's biases), which SDPA runs over the whole square (no causal skipping).
@@ -197,9 +206,10 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     scores, softmax in fp32) even with --flash; Megatron-style fused kernels cap inside the kernel
     (FlashAttention-2 ≥ 2.6), free.
     """
-    h, kv, dh = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim
+    h, kv, dh, dv = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim, spec.value_dim
     q = s / cp
-    full_flops = 2 * 2 * b * h * q * s * dh
+    full_flops = 2 * b * h * q * s * (dh + dv)      # QKᵀ over the qk head dim, A·V over the value head dim
+    rate_dim = (dh + dv) // 2                       # the head size whose measured rate applies (MLA: 160)
     windowed = window is not None and window < s
     eager_torch = framework in EAGER_FRAMEWORKS
     softcap = spec.attn_softcap is not None and eager_torch
@@ -211,28 +221,28 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
             executed = full_flops * (window / s - window**2 / (2 * s**2))
         else:
             executed = full_flops / 2 if causal else full_flops
-        io = b * (q * h * dh * 2 + s * kv * dh * 2) * a + b * h * q * FP32     # q, o, k, v, logsumexp
-        fwd = [Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal, dh), dtype,
-                      1, "forward", True)]
+        io = b * (q * h * (dh + dv) + s * kv * (dh + dv)) * a + b * h * q * FP32     # q, o, k, v, logsumexp
+        fwd = [Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal, rate_dim),
+                      dtype, 1, "forward", True)]
         bwd = [Kernel("flash_attention_backward", "attention", "flash_attention",
-                      2.5 * executed, 2.5 * io, (s, True, causal, dh), dtype, 1, "dgrad", True)]
+                      2.5 * executed, 2.5 * io, (s, True, causal, rate_dim), dtype, 1, "dgrad", True)]
         if eager_torch:
             # FlashAttention-2's backward (Dao 2023, Alg. 2) first computes D = rowsum(dO ∘ O) and accumulates dQ
             # in fp32, then casts it: two more kernels (cuDNN's and PyTorch's flash paths alike, in the traces).
-            o_bytes = b * q * h * dh
+            o_bytes = b * q * h * dv
             prep = ew("attention_backward_prep", o_bytes * 2 * a + b * h * q * FP32 + o_bytes * (FP32 + a), count=3,
                       part="attention", core=True, role="dgrad")              # + the workspace memset
             fwd = [ew("attention_workspace_memset", 0.0, part="attention", core=True)] + fwd
             bwd = [prep] + bwd
             if kv < h:   # SDPA's GQA on cuDNN: k and v expanded to every query head, their gradients summed back
-                moved = 2 * b * s * dh * (kv + h) * a
+                moved = b * s * (dh + dv) * (kv + h) * a
                 fwd = [ew("gqa_expand", moved, count=2, part="attention", core=True)] + fwd
                 bwd.append(ew("gqa_reduce", moved, count=2, part="attention", core=True, role="dgrad"))
         return {"forward": fwd, "backward": bwd}
     heads = int(b * h)
     scores = heads * q * s                                  # elements of the T×T scores on this rank
     qk = gemm("scores_qk", q, s, dh, a, dtype, batch=heads, part="attention", core=True)
-    av = gemm("probs_v", q, dh, s, a, dtype, batch=heads, part="attention", core=True)
+    av = gemm("probs_v", q, dv, s, a, dtype, batch=heads, part="attention", core=True)
     if framework == "megatron":   # one fused scale-mask-softmax kernel: read and write the scores
         fwd = [qk, ew("scale_mask_softmax", 2 * scores * a, part="attention", core=True)]
     else:                         # SDPA's math path: add the causal mask, then softmax
@@ -242,13 +252,13 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
                       part="attention", core=True))
     if dropout:
         fwd.append(ew("attention_dropout", scores * (2 * a + 1), part="attention", core=True))
-    fwd += [av, ew("context_copy", 2 * b * q * h * dh * a, part="attention", core=True)]
-    bwd = [gemm("probs_v_dgrad", q, s, dh, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
-           gemm("probs_v_wgrad", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+    fwd += [av, ew("context_copy", 2 * b * q * h * dv * a, part="attention", core=True)]
+    bwd = [gemm("probs_v_dgrad", q, s, dv, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           gemm("probs_v_wgrad", s, dv, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
            ew("softmax_backward", scores * 3 * a, part="attention", core=True, role="dgrad"),
            gemm("scores_dgrad_q", q, dh, s, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
            gemm("scores_dgrad_k", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
-           ew("context_copy_backward", 2 * b * q * h * dh * a, part="attention", core=True, role="dgrad")]
+           ew("context_copy_backward", 2 * b * q * h * dv * a, part="attention", core=True, role="dgrad")]
     if softcap:   # the fp32 softmax's backward and tanh's (1 − t²) chain over the square
         bwd.append(ew("attention_softcap_backward", scores * (3 * FP32 + 3 * 3 * a), count=4, part="attention",
                       core=True, role="dgrad"))
@@ -257,8 +267,9 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     return {"forward": fwd, "backward": bwd}
 
 
-def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe=None):
-    """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM)."""
+def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe=None, latent=None):
+    """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM).
+    `latent`: (forward, backward) of multi-head latent attention (account/time/mla.py) in place of QKV, core, proj."""
     fwd, bwd = [], []
     mask = 1 if dropout else 0
     ln = ([ew("layernorm", 2 * n_sp * d * a)], [ew("layernorm_backward", 5 * n_sp * d * a, count=2)])
@@ -267,7 +278,10 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
     qkv_out = q_dim + 2 * kv_dim
     for block in ("attention", "mlp"):
         fwd += ln[0]
-        if block == "attention":
+        if block == "attention" and latent:
+            fwd += latent[0]
+            bwd += latent[1]
+        elif block == "attention":
             fwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=False)
             fwd += core["forward"]
             fwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=False)

@@ -26,6 +26,7 @@ searches one. The rules, with where each is enforced in Megatron-LM (github.com/
 from __future__ import annotations
 
 from trainledger.errors import TrainledgerError
+from trainledger.account.counting.placement import check_positive_int
 
 
 def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int) -> str | None:
@@ -88,3 +89,29 @@ def dualpipe_bubble_seconds(pp: int, pair_seconds: float, backward_seconds: floa
     """(PP/2 − 1)(F&B + B − 3W) of Table 2, with F&B = `pair_seconds`: one micro-batch's forward and backward on a
     stage (run together they hide each other's communication, not each other's computation)."""
     return (pp / 2 - 1) * max(0.0, pair_seconds + backward_seconds - 3 * weight_grad_seconds)
+
+
+def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | None, batch_size: int,
+                  global_batch_size: int | None) -> tuple[int, int, int, int]:
+    """(num_gpus, dp, global_batch_size, micro_batches) with dp = num_gpus/(tp·pp·cp) when not given; errors name the flag."""
+    for value, flag in ((tp, "--tp"), (pp, "--pp"), (cp, "--cp"), (batch_size, "--batch-size")):
+        check_positive_int(value, flag)
+    model = tp * pp * cp
+    if dp is None:
+        num_gpus = num_gpus if num_gpus is not None else model
+        if num_gpus % model:
+            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
+        dp = num_gpus // model
+    else:
+        check_positive_int(dp, "--dp")
+        if num_gpus is not None and num_gpus != dp * model:
+            raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
+                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
+        num_gpus = dp * model
+    per_step = batch_size * dp
+    global_batch_size = global_batch_size if global_batch_size is not None else per_step
+    check_positive_int(global_batch_size, "--global-batch-size")
+    if global_batch_size % per_step:
+        raise TrainledgerError(f"--global-batch-size {global_batch_size} must be a multiple of --batch-size × dp = "
+                               f"{batch_size} × {dp} = {per_step}")
+    return num_gpus, dp, global_batch_size, global_batch_size // per_step

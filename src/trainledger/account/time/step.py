@@ -52,12 +52,14 @@ from trainledger.account.time.kernels import FRAMEWORKS, edge_kernels, layer_ker
 from trainledger.account.time.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.time.step_notes import assumptions
 from trainledger.account.time.stragglers import wait_for_slowest
+from trainledger.account.time.mtp import last_stage_layers, mtp_kernels, mtp_modules
 from trainledger.account.counting.experts import check_ep
 from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
 from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
-from trainledger.account.time.schedule import SCHEDULES, check_schedule, dualpipe_bubble_seconds, dualpipe_problem
+from trainledger.account.time.schedule import (SCHEDULES, check_schedule, derive_layout, dualpipe_bubble_seconds,  # noqa: F401
+                                               dualpipe_problem)
 from trainledger.account.time import folding
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
@@ -78,32 +80,6 @@ def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -
 def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
     """The part of a communication that compute does not hide: max(0, comm − overlapping compute)."""
     return max(0.0, comm_seconds - hidden_by_seconds)
-
-
-def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | None, batch_size: int,
-                  global_batch_size: int | None) -> tuple[int, int, int, int]:
-    """(num_gpus, dp, global_batch_size, micro_batches) with dp = num_gpus/(tp·pp·cp) when not given; errors name the flag."""
-    for value, flag in ((tp, "--tp"), (pp, "--pp"), (cp, "--cp"), (batch_size, "--batch-size")):
-        check_positive_int(value, flag)
-    model = tp * pp * cp
-    if dp is None:
-        num_gpus = num_gpus if num_gpus is not None else model
-        if num_gpus % model:
-            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
-        dp = num_gpus // model
-    else:
-        check_positive_int(dp, "--dp")
-        if num_gpus is not None and num_gpus != dp * model:
-            raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
-                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
-        num_gpus = dp * model
-    per_step = batch_size * dp
-    global_batch_size = global_batch_size if global_batch_size is not None else per_step
-    check_positive_int(global_batch_size, "--global-batch-size")
-    if global_batch_size % per_step:
-        raise TrainledgerError(f"--global-batch-size {global_batch_size} must be a multiple of --batch-size × dp = "
-                               f"{batch_size} × {dp} = {per_step}")
-    return num_gpus, dp, global_batch_size, global_batch_size // per_step
 
 
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
@@ -166,7 +142,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
-              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None) -> dict:
+              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None,
+              mtp: bool | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -181,6 +158,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
     data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
     default and the 2021 code; account.time.comm._dp_collectives).
+    `mtp`: train the spec's multi-token-prediction modules on the last pipeline stage (account/time/mtp.py; None: as
+    the framework runs the model: Megatron-Core trains them, our torch Transformer does not build them).
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
     timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
     """
@@ -204,6 +183,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         raise TrainledgerError(dualpipe_problem(pp, interleave, m))
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
+    n_mtp = mtp_modules(spec, mtp, framework)
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
@@ -226,12 +206,13 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled, ep, etp)
+           recompute, narrow_sms, compiled, ep, etp, n_mtp)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp)
+                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp,
+                                     n_mtp)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -253,7 +234,10 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     _add(last, layer, stage_layers)
     for name in ("embedding_forward", "embedding_backward"):
         _add(first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
-    for name in ("head_forward", "head_backward"):
+    if pp > 1 and n_mtp:   # Megatron's layout: the last stage holds the layers left over, the MTP and the loss
+        last = {}
+        _add(last, layer, last_stage_layers(spec.n_layers, pp, n_mtp))
+    for name in ("head_forward", "head_backward") + (("mtp_forward", "mtp_backward") if n_mtp else ()):
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     placement = params_per_gpu(spec, tp, pp, ep, etp)
@@ -334,8 +318,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     step_seconds = sum(breakdown.values())
 
     tokens = global_batch_size * seq_len
-    model_flops = train_flops_per_token(spec, seq_len, attention) * tokens
-    hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute) * tokens
+    model_flops = train_flops_per_token(spec, seq_len, attention, mtp=n_mtp > 0) * tokens
+    hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute, mtp=n_mtp > 0) * tokens
     result = {
         "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
@@ -355,7 +339,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
         "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-        "schedule": schedule,
+        "schedule": schedule, "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
                                 dispatcher=ep_dispatcher),
@@ -470,7 +454,7 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
                  narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False, ep: int = 1, etp: int | None = None):
+                 compiled: bool = False, ep: int = 1, etp: int | None = None, n_mtp: int = 0):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
     its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
@@ -486,9 +470,13 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
         if cpu_op is not None:
             rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edges = {name: _time(gpu, ks, cpu_op=cpu_op)
-             for name, ks in edge_kernels(spec, **shard, framework=framework, compiled=compiled).items()}
-    return groups, edges
+    edge = edge_kernels(spec, **shard, framework=framework, compiled=compiled)
+    if n_mtp:   # the multi-token-prediction modules: a layer like the last, the head again (account/time/mtp.py)
+        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout,
+                           layer=spec.n_layers - 1, compiled=compiled, ep=ep, etp=etp)
+        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
+        edge.update(mtp_kernels(spec, n_mtp, lk, edge, **shard))
+    return groups, {name: _time(gpu, ks, ak, cpu_op=cpu_op) for name, ks in edge.items()}
 
 
 def bottleneck(breakdown: dict, pp: int, micro_batches: int, interleave: int, setup: dict | None = None) -> str:

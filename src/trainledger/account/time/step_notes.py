@@ -30,6 +30,15 @@ def assumptions(gpu, result: dict, records, narrow: int | None = None) -> list[s
         table = gpu.attention_table(result.get("attention_kernel"))
         lines.append(f"attention: {table.kernel} at measured rates ({table.source})" if table else
                      "attention: no measured flash kernel for this device: the GEMM efficiency of its matmuls")
+    if result.get("mla"):
+        lines.append("multi-head latent attention as Megatron-Core's MLASelfAttention runs it: q and kv down-projections, "
+                     "their RMSNorms, the up-projections, RoPE on the rope dims, output projection (account/time/mla.py); "
+                     "the core's qk and v head sizes differ: timed at the measured rate of head size 128 (none "
+                     "published for 192/128: an assumption)")
+    if result.get("mtp_modules"):
+        lines.append(f"{result['mtp_modules']} multi-token-prediction module(s) trained on the last pipeline stage "
+                     "(a layer like the last, a 2d -> d projection, the shared head and loss again: DeepSeek-V3, "
+                     "arXiv:2412.19437 Sec. 2.2, as Megatron-Core runs it), counted in the model FLOPs; --no-mtp: without")
     lines += _execution(gpu, result)
     if narrow:
         lines.append(f"a running TP collective holds {gpu.sm_count - narrow} of {gpu.sm_count} SMs (NCCL channels): "

@@ -16,7 +16,8 @@ their memory is Megatron-Core's under those settings (account/memory/megatron_mo
 DeepSeek-V3 pre-training (arXiv:2412.19437, Sec. 3.1 and 4.2; facts.md): 2.664M H800 GPU-hours for 14.8T tokens on
 2,048 H800 (PP16, EP64 over 8 nodes, ZeRO-1), FP8, sequences of 4K, batch 15360 sequences after the ramp, DualPipe
 hiding the all-to-alls (counted, then hidden: `deepseek_v3_gpu_hours`). The report's block-wise FP8 (1x128
-activations, 128x128 weights) is asked as fp8-cs, the nearest recipe we have. Not modelled: the DGX-GB200
+activations, 128x128 weights) is asked as fp8-cs, the nearest recipe we have; the MTP module it trained (Sec. 2.2)
+is in the step (framework megatron trains it by default: account/time/mtp.py). Not modelled: the DGX-GB200
 DeepSeek-V3 rows (Megatron places its 61 layers unevenly over PP x VP; the step's interleaved schedule needs equal
 chunks). Nothing here is fitted.
 """
@@ -31,9 +32,9 @@ SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
 # (container, system, model preset, gpu, precision, GPUs, global batch, micro-batch, seq, tp, pp, vp, ep, GA,
 #  published tokens/s per GPU): every column as printed (VP "n/a" = 1). GA is kept to check the transcription: every
 #  row's GBS / (MBS · DP) equals it except 25.11 DGX-H100 gpt-oss-120b (GA 2 printed, 8 by its GBS, MBS and DP).
-# Not modelled: DGX-B200 DeepSeekV3 "(w/ MTP)" (the multi-token-prediction module is not in the step model). The
-# DGX-H100 qwen3-235b-a22b FP8-CS rows (TP 2, PP 8, EP 32 on 256 GPUs: EP 32 > DP 16) are modelled since MoE
-# Parallel Folding (account/counting/experts.py): FOLDED below.
+# The DGX-H100 qwen3-235b-a22b FP8-CS rows (TP 2, PP 8, EP 32 on 256 GPUs: EP 32 > DP 16) are modelled since MoE
+# Parallel Folding (account/counting/experts.py): FOLDED below. The DGX-B200 DeepSeekV3 "(w/ MTP)" rows are modelled
+# since the step trains the MTP module: DEEPSEEK_MTP below.
 TAKEN = [
     ("25.11", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 512, 4, 4096, 1, 4, 1, 8, 2, 5630),
     ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 8, 2, 8213),
@@ -81,6 +82,14 @@ FP8_ASIDE = [
     ("26.02", "DGX-B200", "qwen3-235b-a22b", "b200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 8, 256, 3805),
     ("26.02", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 26084),
     ("26.02", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 32, 256, 5448),
+]
+# DeepSeek-V3 on DGX-B200, trained with its multi-token-prediction module (25.11: "DeepSeekV3 (w/ MTP)"; 26.02: its
+# Model TFLOP/s / tokens/s, 699e12 / 2689 = 2.60e11 FLOPs per token, is the count with MTP, 2.61e11, not without,
+# 2.50e11): PP 16 with VP 1, so the 61 layers need no even split (Megatron Bridge's layout: 15 stages of 4, the last
+# 1 + MTP + loss; account/time/mtp.py). The step trains the MTP module (framework megatron's default).
+DEEPSEEK_MTP = [
+    ("25.11", "DGX-B200", "deepseek-v3", "b200", "mxfp8", 256, 2048, 1, 4096, 1, 16, 1, 8, 128, 2139),
+    ("26.02", "DGX-B200", "deepseek-v3", "b200", "mxfp8", 256, 4096, 1, 4096, 1, 16, 1, 8, 256, 2689),
 ]
 # EP 32 > DP 16, folded over TP × DP (ETP 1): the 25.11 row is taken (FP8_TAKEN), the 26.02 one aside (FP8_ASIDE).
 FOLDED = [
@@ -208,13 +217,13 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
 
 def all_cases() -> list[dict]:
     """Every MoE validation row predicted, labelled by its set: the Megatron Bridge summary's (TAKEN, ASIDE,
-    FP8_TAKEN, FP8_ASIDE), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
+    FP8_TAKEN, FP8_ASIDE, DEEPSEEK_MTP), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
     {"set", "model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error"}."""
     from trainledger.account.validation import moe_report
     keys = ("model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error")
     rows = [dict({k: r[k] for k in keys}, set=name) for name, group in
             (("TAKEN", TAKEN), ("ASIDE", ASIDE), ("FP8_TAKEN", FP8_TAKEN), ("FP8_ASIDE", FP8_ASIDE),
-             ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
+             ("DEEPSEEK_MTP", DEEPSEEK_MTP), ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
     for r in moe_report.cases():
         rows.append({"set": "REPORT", "model": r["model"], "gpu": moe_report.GPU[r["system"]],
                      "precision": moe_report.PRECISION[r["dtype"]]} | {k: r[k] for k in keys[3:]})

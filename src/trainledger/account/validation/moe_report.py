@@ -10,8 +10,8 @@ FLOP convention (`report_flops_per_token`): Table 11's TFLOPS / (tokens/s) is th
 Qwen3-235B it is our causal count (account.counting.flops, attention over half of T×T) to 1 %; for DeepSeek-V3 it
 is our causal count plus the multi-token-prediction module the runs train (one more MoE layer, its 2d → d
 projection and a second pass through the output head; DeepSeek-V3 report arXiv:2412.19437 Sec. 2.2), to 0.3 %.
-So tokens/s per GPU (printed in Table 11) is what the rows compare; the step model does not time the MTP module
-(see `predict`).
+So tokens/s per GPU (printed in Table 11) is what the rows compare; the step times the MTP module on the last
+pipeline stage (account/time/mtp.py), as the runs train it.
 
 Modelled as the report runs them, with what the step model can express: Megatron kernels, the row's precision
 (BF16 -> mixed-bf16; MXFP8 -> mxfp8; FP8-BLK, blockwise FP8 on Hopper -> fp8-cs, the nearest recipe we have),
@@ -21,9 +21,10 @@ DeepEP (Sec. 4.2.3: "achieves a 93% overlap ratio for expert communication laten
 ratio, so it is borrowed for the other rows with the overlap ON. Not expressible here (the prediction ignores
 them): HybridEP/DeepEP dispatchers (timed as the all-to-all dispatcher: see Table 7 below), partial CUDA graphs
 (attn, moe_router, moe_preprocess), recomputation of single modules (mlp, up_proj: timed as none), optimizer-state
-offloading, FP8 primary weights, the MTP module's time, Megatron's flexible pipeline layout (DeepSeek-V3's 61
-layers over PP4 × VPP4 is uneven: timed with --interleave 1, which adds (pp − 1)/m − (pp − 1)/(v·m) of bubble,
-2.2 % of the ideal time at PP4, m = 128).
+offloading, FP8 primary weights, Megatron's flexible pipeline layout beyond its last stage (DeepSeek-V3's 61
+layers over PP4 × VPP4 are uneven: timed with --interleave 1, which adds (pp − 1)/m − (pp − 1)/(v·m) of bubble,
+2.2 % of the ideal time at PP4, m = 128; the last stage holds 13 layers, the MTP module and the loss, as Megatron
+Bridge's DeepSeek-V3 layout places them: account/time/mtp.py).
 The GB300 rows (specs/hardware.py gb300: Blackwell Ultra, its sustained rates borrowed from GB200/B200) are
 predicted apart and kept aside (REPORT_GB300). Qwen3-235B on H100 (TP2 PP8 on 256 GPUs leaves DP 16 < EP 32) and on
 GB300 at sequence 131072 (TP4 PP4 CP4 on 128 GPUs leaves DP 2 < EP 32) are modelled with MoE Parallel Folding
@@ -111,20 +112,12 @@ REPORT_NOT_MODELLED = [row for row in REPORT_ROWS if not_modelled_reason(row) is
 
 
 def report_flops_per_token(model: str, seq_len: int) -> float:
-    """FLOPs of one trained token as the report counts them: our causal count (forward + 2 × backward), plus, for a
-    model with a multi-token-prediction module (DeepSeek-V3: n_mtp_layers 1), per module one more MoE layer, its
-    2d → d projection and one more pass through the output head (arXiv:2412.19437 Sec. 2.2), each × 3."""
-    import dataclasses
-
+    """FLOPs of one trained token as the report counts them: our causal count (forward + 2 × backward) with the
+    multi-token-prediction modules the runs train (DeepSeek-V3: one more MoE layer, its 2d → d projection and one
+    more pass through the output head, arXiv:2412.19437 Sec. 2.2; account.counting.flops.mtp_flops_per_token)."""
     from trainledger.account.counting.flops import train_flops_per_token
     from trainledger.specs import get_model
-    spec = get_model(model)
-    total = train_flops_per_token(spec, seq_len, "causal")
-    for _ in range(spec.n_mtp_layers):
-        longer = dataclasses.replace(spec, n_layers=spec.n_layers + 1)
-        layer = train_flops_per_token(longer, seq_len, "causal") - train_flops_per_token(spec, seq_len, "causal")
-        total += layer + 3 * (2 * (2 * spec.d_model) * spec.d_model + 2 * spec.d_model * spec.vocab_size)
-    return total
+    return train_flops_per_token(get_model(model), seq_len, "causal", mtp=True)
 
 
 def predict(row) -> dict:
