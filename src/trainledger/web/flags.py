@@ -18,7 +18,7 @@ import re
 # FSDP2's policy flags of `memory` and `step` (dtypes, resharding, accumulation, HSDP replicas): numbers and names.
 FSDP_FLAGS = ("fsdp-param-dtype", "fsdp-reduce-dtype", "reshard-after-forward", "fsdp-accumulate", "dp-replicate")
 # Expert parallelism of `step` (account/time/expert_parallel.py); `memory` takes --ep alone.
-EXPERT_FLAGS = ("ep", "expert-imbalance", "capacity-factor", "ep-overlap")
+EXPERT_FLAGS = ("ep", "expert-imbalance", "capacity-factor", "ep-overlap", "ep-dispatcher", "etp")
 # One literal per command (its flags as `trainledger <command> --help` lists them, without --json: implied).
 WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
     "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "seq-len", "attention",
@@ -36,7 +36,7 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
     "step": ("model", "batch-size", "seq-len", "precision", "optimizer", "zero", "tp", "sp", "pp", "recompute", "flash",
              "gpu", "num-gpus", "dp", "global-batch-size", "interleave", "cp", "attention", "framework",
              "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth", "compile", "loop",
-             "reserve", *FSDP_FLAGS, *EXPERT_FLAGS),
+             "reserve", "tp-overlap", "dp-overlap", "schedule", "mtp", *FSDP_FLAGS, *EXPERT_FLAGS),
     "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
                "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",
                "inter-node-bandwidth", "compile", "reserve", "launch"),
