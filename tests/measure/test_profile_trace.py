@@ -296,10 +296,14 @@ def test_a_cpu_trace_replays_as_the_live_profile_grouped_it(tmp_path, cpu_calibr
     replay = run_json("profile", "--from-trace", str(trace), *shape, "--gpu", "cpu")
     m_live, m_replay = live["measured"], replay["measured"]
     assert m_replay["device"] == "cpu" and m_replay["n_steps"] == 2
+    # on a busy machine the live parts are scaled to this thread's CPU time; the trace has wall-clock spans only
+    live_parts = m_live["wall_categories"] if m_live["clock"] == "thread_cpu" else m_live["categories"]
     for part in ("matmul", "attention", "memory_bound", "optimizer", "data_loading", "communication"):
-        assert m_replay["categories"][part] == pytest.approx(m_live["categories"][part], rel=1e-3, abs=1e-6), part
-    # the rest of the wall time: the live profile times each step with perf_counter, the trace by its span
-    assert m_replay["step_seconds"] == pytest.approx(m_live["profiled_step_seconds"], rel=0.10)
+        assert m_replay["categories"][part] == pytest.approx(live_parts[part], rel=1e-3, abs=1e-6), part
+    # the rest of the wall time: the live profile times each step with perf_counter, the trace by its span; two
+    # wall clocks of two steps agree within 10 % on a quiet machine, not when other processes take turns (seen: 21 %)
+    spread = 0.5 if m_live["load"]["busy"] else 0.10
+    assert m_replay["step_seconds"] == pytest.approx(m_live["profiled_step_seconds"], rel=spread)
     assert sum(m_replay["categories"].values()) == pytest.approx(m_replay["step_seconds"], rel=1e-6)
     assert m_replay["flash_used"] == m_live["flash_used"] and m_replay["optimizer_impl"] == "foreach"
     # the same calibration, model and shapes: the same prediction

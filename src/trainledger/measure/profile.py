@@ -250,7 +250,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     threads needed. Then wall time counts the others' turns. On one CPU thread (torch runs every op and the
     backward on the calling thread) the step is measured by that thread's CPU time instead (time.thread_time;
     clock "thread_cpu", the wall-clock median kept as step_wall_seconds), and the profiled parts are scaled to
-    the profiled steps' thread CPU time (scaled_to). With more threads the main thread's CPU time misses the
+    the profiled steps' thread CPU time (scaled_to; their wall-clock grouping kept as wall_categories, what a
+    replay of the trace, which has only wall-clock spans, gives). With more threads the main thread's CPU time misses the
     others' work, so the clock stays "wall" and the diagnosis says to rerun with --threads 1.
 
     On CPU the categories group the profiled steps' CPU ops (measured_categories). On CUDA they are the GPU
@@ -358,7 +359,7 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
         categories = measured_categories(events, sum(walls), steps)
         if load["busy"] and load["threads"] == 1:     # wall time counts the others' turns: this thread's CPU time
             result.update(clock="thread_cpu", step_wall_seconds=step_seconds,
-                          step_seconds=statistics.median(thread_times))
+                          step_seconds=statistics.median(thread_times), wall_categories=categories)
             categories = scaled_to(categories, sum(profiled_thread_times) / steps)
         result.update(categories=categories, top_ops=top_ops(events, steps))
         if trace_path:
@@ -413,7 +414,7 @@ def write_trace(prof, path) -> Path:
 
 
 MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds", "step_min_seconds", "clock",
-                 "step_wall_seconds", "step_thread_seconds", "profiled_step_thread_seconds", "load",
+                 "step_wall_seconds", "wall_categories", "step_thread_seconds", "profiled_step_thread_seconds", "load",
                  "profiled_step_seconds", "categories_sum_seconds", "flash_used", "optimizer_impl", "compiled",
                  "n_ops_per_step", "top_ops", "busy_seconds", "idle_seconds", "profiled_idle_seconds",
                  "overlap_seconds", "n_kernels_per_step")
