@@ -95,3 +95,15 @@ def test_optimal_mfu_auto_interval(capsys):
 def test_optimal_with_a_given_mfu_has_no_interval(capsys):
     data = run_json(capsys, "optimal", "--num-gpus", "8", "--days", "1", "--mfu", "0.4")
     assert "step_seconds_low" not in data and "n_params_low" not in data
+
+
+def test_an_moe_step_says_its_range_comes_from_published_moe_runs(capsys):
+    """`step` for Qwen3-30B-A3B on 16 H100 (EP 16, Megatron): the range of the published MoE runs like it, which
+    all took longer than predicted; a dense model on the same GPUs keeps the dense runs' range."""
+    argv = ["--gpu", "h100", "--num-gpus", "16", "--global-batch-size", "64", "--seq-len", "4096", "--framework",
+            "megatron", "--precision", "mixed-bf16", "--zero", "1"]
+    moe = run_json(capsys, "step", "--model", "qwen3-30b-a3b", "--ep", "16", *argv)
+    assert moe["interval_basis"].startswith("published MoE runs") and moe["interval_rows"] >= 3
+    assert moe["step_seconds_high"] > 1.5 * moe["step_seconds"]
+    dense = run_json(capsys, "step", "--model", "llama-3-8b", *argv)
+    assert not dense["interval_basis"].startswith("published MoE runs")

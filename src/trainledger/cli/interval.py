@@ -6,11 +6,12 @@ from __future__ import annotations
 from trainledger import units
 
 
-def interval_of(step_seconds: float, tokens_per_step: float, framework: str, gpu_name: str, num_gpus: int) -> dict:
+def interval_of(step_seconds: float, tokens_per_step: float, framework: str, gpu_name: str, num_gpus: int,
+                moe: bool = False) -> dict:
     """step_seconds_low/high, tokens_per_s_low/high, interval_rows, interval_basis, interval_words (and the
-    fractions) for a predicted step."""
+    fractions) for a predicted step; `moe`: a mixture-of-experts model's, from the published MoE runs."""
     from trainledger.account.validation.interval import step_interval
-    return step_interval(step_seconds, tokens_per_step, framework, gpu_name, num_gpus)
+    return step_interval(step_seconds, tokens_per_step, framework, gpu_name, num_gpus, moe=moe)
 
 
 def with_interval(seconds_text: str, result: dict) -> str:

@@ -88,7 +88,7 @@ def compute(args) -> dict:
     ]
     for layout in found["layouts"]:           # the error bar of each time (account/validation/interval.py)
         layout.update(interval_of(layout["step_seconds"], global_batch * seq_len, args.framework, gpu.name,
-                                  args.num_gpus))
+                                  args.num_gpus, moe=spec.is_moe))
     if found["layouts"]:
         result.update({k: v for k, v in found["layouts"][0].items() if k.startswith(("step_seconds_", "tokens_per_s_",
                                                                                     "interval_"))})

@@ -180,11 +180,11 @@ def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
     return best["mfu"], best, [words]
 
 
-def layout_interval(layout: dict, args, seq_len: int, gpu_name: str, train_seconds: float) -> dict:
+def layout_interval(layout: dict, args, seq_len: int, gpu_name: str, train_seconds: float, moe: bool = False) -> dict:
     """The error bar of --mfu auto's step (cli/interval.py) and the training time it spans (train_seconds_low/high)."""
     from trainledger.cli.interval import interval_of
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
-    out = interval_of(layout["step_seconds"], global_batch * seq_len, "trainledger", gpu_name, args.num_gpus)
+    out = interval_of(layout["step_seconds"], global_batch * seq_len, "trainledger", gpu_name, args.num_gpus, moe=moe)
     scale = train_seconds / layout["step_seconds"]
     return dict(out, train_seconds_low=out["step_seconds_low"] * scale, train_seconds_high=out["step_seconds_high"] * scale)
 
@@ -270,7 +270,8 @@ def compute(args) -> dict:
         result_note = None
     if layout is not None:
         result["layout"] = layout
-        result.update(layout_interval(layout, args, seq_len, gpu.name, result["train_seconds"]))
+        result.update(layout_interval(layout, args, seq_len, gpu.name, result["train_seconds"],
+                                      moe=spec is not None and spec.is_moe))
     if spec is not None:
         result["hardware_flops_per_token"] = F.hardware_flops_per_token(spec, seq_len, args.attention, args.recompute or "none")
     if args.deadline is not None:

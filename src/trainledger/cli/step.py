@@ -181,7 +181,7 @@ def compute(args) -> dict:
                      "to reduce data-parallel gradients")
     result["assumptions"] = first + result["assumptions"]
     result.update(interval_of(result["step_seconds"], result["tokens_per_step"], args.framework, gpu.name,
-                              result["num_gpus"]))
+                              result["num_gpus"], moe=spec.is_moe))
     result["suggestion"] = suggestion(spec, gpu, result, lambda z: fsdp_for(z) if args.dp_replicate == 1 or z == 3 else None)
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=result["num_gpus"])
     if not result["fits"]:

@@ -9,13 +9,16 @@ interval of a normal sample, mean ± t(0.95, n − 1) · sd · √(1 + 1/n) (Stu
 "Statistical Intervals", 1991, Sec. 4.7), and never narrower than [e_min, e_max] itself. A run like these takes
     step / (1 + e_high) … step / (1 + e_low)
 i.e. the published steps were off from ours by 1/(1 + e) − 1 (printed as "−3 … +12 %").
+A mixture-of-experts model's answer rests on the published MoE runs (published.moe_rows), a dense model's on the
+dense ones (published.published_rows): every published MoE run so far took longer than predicted, so a dense run's
+range would hide that.
 """
 
 from __future__ import annotations
 
 from statistics import mean, stdev
 
-from trainledger.account.validation.published import framework_kind, gpu_kind, published_rows
+from trainledger.account.validation.published import framework_kind, gpu_kind, moe_rows, published_rows
 
 MIN_ROWS = 3
 SCALE_BANDS = ((8, "one node (≤ 8 GPUs)"), (256, "9-256 GPUs"), (float("inf"), "more than 256 GPUs"))
@@ -33,9 +36,10 @@ def scale_band(num_gpus: int) -> str:
     return next(name for top, name in SCALE_BANDS if num_gpus <= top)
 
 
-def similar_rows(framework: str, gpu_name: str, num_gpus: int, rows=None) -> tuple[list[dict], int]:
-    """(rows, level): the published rows most like this run and how far the match was widened (index of LEVELS)."""
-    rows = list(published_rows() if rows is None else rows)
+def similar_rows(framework: str, gpu_name: str, num_gpus: int, rows=None, moe: bool = False) -> tuple[list[dict], int]:
+    """(rows, level): the published rows most like this run and how far the match was widened (index of LEVELS);
+    `moe`: among the published mixture-of-experts runs."""
+    rows = list((moe_rows() if moe else published_rows()) if rows is None else rows)
     kind, chip, band = framework_kind(framework), gpu_kind(gpu_name), scale_band(num_gpus)
     tests = (lambda r: r["framework_kind"] == kind and r["gpu_kind"] == chip and scale_band(r["num_gpus"]) == band,
              lambda r: r["framework_kind"] == kind and r["gpu_kind"] == chip,
@@ -49,17 +53,20 @@ def similar_rows(framework: str, gpu_name: str, num_gpus: int, rows=None) -> tup
 
 
 def step_interval(step_seconds: float, tokens_per_step: float, framework: str, gpu_name: str, num_gpus: int,
-                  rows=None) -> dict:
+                  rows=None, moe: bool = False) -> dict:
     """{"step_seconds_low", "step_seconds_high", "tokens_per_s_low", "tokens_per_s_high", "interval_rows",
-    "interval_basis", "interval_low_fraction", "interval_high_fraction", "interval_words"} for a predicted step."""
-    found, level = similar_rows(framework, gpu_name, num_gpus, rows)
+    "interval_basis", "interval_low_fraction", "interval_high_fraction", "interval_words"} for a predicted step
+    (`moe`: of a mixture-of-experts model, from the published MoE runs)."""
+    found, level = similar_rows(framework, gpu_name, num_gpus, rows, moe)
     e_low, e_high = error_range([r["error"] for r in found])
     low, high = step_seconds / (1 + e_high), step_seconds / (1 + e_low)
     low_fraction, high_fraction = low / step_seconds - 1, high / step_seconds - 1
-    what = "runs like this" if level == 0 else f"no published run this near: widened to {LEVELS[level]}"
+    runs = "MoE runs" if moe else "runs"
+    what = f"{runs} like this" if level == 0 else f"no published {runs[:-1]} this near: widened to {LEVELS[level]}"
     words = f"{what}: {_percent(low_fraction)} … {_percent(high_fraction)} %, {len(found)} published"
     return {"step_seconds_low": low, "step_seconds_high": high, "tokens_per_s_low": tokens_per_step / high,
-            "tokens_per_s_high": tokens_per_step / low, "interval_rows": len(found), "interval_basis": LEVELS[level],
+            "tokens_per_s_high": tokens_per_step / low, "interval_rows": len(found),
+            "interval_basis": ("published MoE runs: " if moe else "") + LEVELS[level],
             "interval_low_fraction": low_fraction, "interval_high_fraction": high_fraction,
             "interval_words": words.replace("-", "−")}
 
@@ -88,16 +95,16 @@ def error_range(errors: list[float]) -> tuple[float, float]:
     return min(lo, mean(errors) - half), max(hi, mean(errors) + half)
 
 
-def leave_one_out(rows=None) -> list[dict]:
+def leave_one_out(rows=None, moe: bool = False) -> list[dict]:
     """For each published row, the interval built from the OTHER rows (as step_interval would give it for that run),
     whether the published step lies inside it, and its width as a fraction of the predicted step: an honest check
     of the intervals (a row is never its own evidence)."""
-    rows = list(published_rows() if rows is None else rows)
+    rows = list((moe_rows() if moe else published_rows()) if rows is None else rows)
     out = []
     for i, r in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
         framework = "torchtitan" if r["framework_kind"] == "pytorch" else r["framework_kind"]
-        iv = step_interval(r["predicted_step_seconds"], 1.0, framework, r["gpu"], r["num_gpus"], others)
+        iv = step_interval(r["predicted_step_seconds"], 1.0, framework, r["gpu"], r["num_gpus"], others, moe)
         inside = iv["step_seconds_low"] <= r["published_step_seconds"] <= iv["step_seconds_high"]
         out.append({"source": r["source"], "label": r["label"], "inside": inside, "rows": iv["interval_rows"],
                     "width": (iv["step_seconds_high"] - iv["step_seconds_low"]) / r["predicted_step_seconds"]})

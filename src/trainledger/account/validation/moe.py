@@ -218,9 +218,11 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
 def all_cases() -> list[dict]:
     """Every MoE validation row predicted, labelled by its set: the Megatron Bridge summary's (TAKEN, ASIDE,
     FP8_TAKEN, FP8_ASIDE, DEEPSEEK_MTP), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
-    {"set", "model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error"}."""
+    {"set", "model", "gpu", "precision", "num_gpus", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu",
+    "error"}."""
     from trainledger.account.validation import moe_report
-    keys = ("model", "gpu", "precision", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error")
+    keys = ("model", "gpu", "precision", "num_gpus", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu",
+            "error")
     rows = [dict({k: r[k] for k in keys}, set=name) for name, group in
             (("TAKEN", TAKEN), ("ASIDE", ASIDE), ("FP8_TAKEN", FP8_TAKEN), ("FP8_ASIDE", FP8_ASIDE),
              ("DEEPSEEK_MTP", DEEPSEEK_MTP), ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
