@@ -127,8 +127,8 @@ RECIPE_ETP = {"qwen3-235b-a22b": 1, "qwen3-30b-a3b": 1}
 # asked with the one measured overlap ratio, 0.93 (arXiv:2603.07685 Sec. 4.2.3; account/validation/moe_report.py)
 RECIPE_A2A_OVERLAP = {("DGX-H100", "qwen3-235b-a22b"): 0.93}
 # NeMo Automodel: PyTorch FSDP2 + expert parallelism + DeepEP + TransformerEngine + grouped GEMM (NVIDIA blog
-# "Accelerating Large-Scale Mixture-of-Experts Training in PyTorch", 2025-11; its table as kept in
-# NVIDIA-NeMo/Automodel docs/performance-summary.md, "Pre-Training Performance, System: DGX-H100, Precision: BF16",
+# "Accelerating Large-Scale Mixture-of-Experts Training in PyTorch", 2025-11), rows as printed, with every layout
+# column, in NVIDIA-NeMo/Automodel docs/performance-summary.md, "Pre-Training Performance, System: DGX-H100, BF16",
 # docs.nvidia.com/nemo/automodel/latest/performance-summary.html), every row of a model we have. Force-balanced
 # routing (`fake_balanced_gate: true`), mock data of full 4096-token sequences, Adam. Columns as printed: (model,
 # GPUs, GBS, MBS, LBS, GA, seq, TP, PP, CP, EP, VP, FSDP, time per global step s, model TFLOPs/s per GPU, tokens/s
