@@ -129,7 +129,7 @@ RECIPE_A2A_OVERLAP = {("DGX-H100", "qwen3-235b-a22b"): 0.93}
 # NeMo Automodel: PyTorch FSDP2 + expert parallelism + DeepEP + TransformerEngine + grouped GEMM (NVIDIA blog
 # "Accelerating Large-Scale Mixture-of-Experts Training in PyTorch", 2025-11), rows as printed, with every layout
 # column, in NVIDIA-NeMo/Automodel docs/performance-summary.md, "Pre-Training Performance, System: DGX-H100, BF16",
-# docs.nvidia.com/nemo/automodel/latest/performance-summary.html), every row of a model we have. Force-balanced
+# and docs.nvidia.com/nemo/automodel/latest/performance-summary.html: every row of a model we have. Force-balanced
 # routing (`fake_balanced_gate: true`), mock data of full 4096-token sequences, Adam. Columns as printed: (model,
 # GPUs, GBS, MBS, LBS, GA, seq, TP, PP, CP, EP, VP, FSDP, time per global step s, model TFLOPs/s per GPU, tokens/s
 # per GPU), then the recipe's activation checkpointing and the benchmark config it is read from
