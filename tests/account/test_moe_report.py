@@ -175,13 +175,15 @@ def test_report_rows_regression_bound():
 
 def test_all_moe_rows_in_one_table():
     """moe.all_cases(): the 18 Megatron Bridge rows (2 unlocked by MoE Parallel Folding), its 2 DeepSeek-V3 rows
-    with MTP, the SKILL.md run and the report's 6 rows, each with its error; 3 of 27 within 20 % today
-    (the issue asks 70 %)."""
+    with MTP, the SKILL.md run, NeMo Automodel's 4 PyTorch rows and the report's 6 rows, each with its error; 5 of
+    31 within 20 % today (3 of the 27 Megatron rows, 2 of the 4 Automodel ones; the issue asks 70 %)."""
     from trainledger.account.validation import moe
     rows = moe.all_cases()
     sets = [r["set"] for r in rows]
     assert (sets.count("TAKEN"), sets.count("ASIDE"), sets.count("FP8_TAKEN"), sets.count("FP8_ASIDE"),
-            sets.count("DEEPSEEK_MTP"), sets.count("SKILL_RUN"), sets.count("REPORT")) == (4, 3, 5, 6, 2, 1, 6)
+            sets.count("DEEPSEEK_MTP"), sets.count("SKILL_RUN"), sets.count("AUTOMODEL"),
+            sets.count("REPORT")) == (4, 3, 5, 6, 2, 1, 4, 6)
     assert all(r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["published_tokens_per_s_per_gpu"]
                                            - 1) for r in rows)
-    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 3
+    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 5
+    assert sum(abs(r["error"]) <= 0.20 for r in rows if r["set"] == "AUTOMODEL") == 2

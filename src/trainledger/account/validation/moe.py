@@ -126,6 +126,25 @@ RECIPE_ETP = {"qwen3-235b-a22b": 1, "qwen3-30b-a3b": 1}
 # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1, moe_a2a_overlap=True; the V2 recipe of the 26.02 row inherits it),
 # asked with the one measured overlap ratio, 0.93 (arXiv:2603.07685 Sec. 4.2.3; account/validation/moe_report.py)
 RECIPE_A2A_OVERLAP = {("DGX-H100", "qwen3-235b-a22b"): 0.93}
+# NeMo Automodel: PyTorch FSDP2 + expert parallelism + DeepEP + TransformerEngine + grouped GEMM (NVIDIA blog
+# "Accelerating Large-Scale Mixture-of-Experts Training in PyTorch", 2025-11), rows as printed, with every layout
+# column, in NVIDIA-NeMo/Automodel docs/performance-summary.md, "Pre-Training Performance, System: DGX-H100, BF16",
+# and docs.nvidia.com/nemo/automodel/latest/performance-summary.html: every row of a model we have. Force-balanced
+# routing (`fake_balanced_gate: true`), mock data of full 4096-token sequences, Adam. Columns as printed: (model,
+# GPUs, GBS, MBS, LBS, GA, seq, TP, PP, CP, EP, VP, FSDP, time per global step s, model TFLOPs/s per GPU, tokens/s
+# per GPU), then the recipe's activation checkpointing and the benchmark config it is read from
+# (examples/benchmark/configs/*.yaml at commit 037e04a6: `activation_checkpointing`, `ep_size`). GPT-OSS 120B prints
+# EP "-"; its config sets ep_size 64 (all 64 GPUs), which is what is asked. Every row's GA is GBS / (LBS · DP) with
+# DP = GPUs / PP, and FSDP = DP (tests/account/test_moe_automodel.py checks the transcription).
+AUTOMODEL = [
+    ("deepseek-v3", 1024, 8192, 1, 8, 4, 4096, 1, 4, 1, 64, 8, 256, 37.87, 216, 865, "full",
+     "deepseek_v3_te_deepep_1024.yaml"),
+    ("deepseek-v3", 256, 512, 1, 8, 1, 4096, 1, 4, 1, 64, 8, 64, 8.18, 250, 1002, "full", "deepseek_v3_te_deepep.yaml"),
+    ("qwen3-30b-a3b", 8, 512, 4, 4, 16, 4096, 1, 1, 1, 8, 1, 8, 21.773, 277, 12040, "full",
+     "qwen3_moe_30b_te_deepep.yaml"),
+    ("gpt-oss-120b", 64, 512, 2, 2, 4, 4096, 1, 1, 1, 64, 1, 64, 4.30, 231, 7626, "none", "gptoss_120b_te_deepep.yaml"),
+]
+AUTOMODEL_SOURCE = "NVIDIA-NeMo/Automodel docs/performance-summary.md (DGX-H100, BF16)"
 DEEPSEEK_V3_GPU_HOURS = 2.664e6
 DEEPSEEK_V3_TOKENS = 14.8e12
 
@@ -148,6 +167,40 @@ def predict(row, a2a_overlap: float | None = None) -> dict:
             "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
             "breakdown": r["breakdown"],
             "source": SKILL_SOURCE if row == SKILL_RUN else f"{SOURCE}, {container} NeMo Container, System: {system}"}
+
+
+def predict_automodel(row) -> dict:
+    """The prediction for one AUTOMODEL row, asked as our eager-PyTorch FSDP2 model runs it: framework torchtitan,
+    amp-bf16 with FSDP2 (ZeRO-3) under a bf16 MixedPrecisionPolicy and fp32 reduce-scatters (torchtitan's defaults,
+    assumed for Automodel), the row's PP and EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs
+    causal. Its VP when the layers split evenly over PP × VP, else --interleave 1 ("interleave_modelled": Automodel
+    places DeepSeek-V3's 61 layers unevenly over 32 stages, which the step's interleaved schedule cannot)."""
+    from trainledger.account.memory.fsdp import fsdp_settings
+    from trainledger.account.time.schedule import schedule_problem
+    from trainledger.specs import get_model
+    from trainledger.specs.recipes import get_recipe
+    model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
+    spec, dp = get_model(model), n // (tp * pp * cp)
+    micro_batches = gbs // (dp * mbs)
+    modelled = vp if schedule_problem(spec.n_layers, pp, vp, micro_batches) is None else 1
+    fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=pp, dp=dp)
+    r = step_time(spec, get_gpu("h100-sxm"), batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n,
+                  precision="amp-bf16", optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp, ep=ep,
+                  ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal", framework="torchtitan")
+    per_gpu = r["tokens_per_s"] / n
+    return {"model": model, "gpu": "h100-sxm", "precision": "amp-bf16", "num_gpus": n, "global_batch_size": gbs,
+            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled, "ep": ep,
+            "dp": dp, "recompute": recompute, "micro_batches": r["micro_batches"],
+            "published_step_seconds": step_s, "published_tflops_per_gpu": tflops,
+            "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
+            "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
+            "step_seconds": r["step_seconds"], "breakdown": r["breakdown"],
+            "source": f"{AUTOMODEL_SOURCE}; layout: examples/benchmark/configs/{row[-1]}"}
+
+
+def automodel_cases() -> list[dict]:
+    """The AUTOMODEL rows predicted (`predict_automodel`)."""
+    return [predict_automodel(row) for row in AUTOMODEL]
 
 
 def cases(rows=TAKEN) -> list[dict]:
@@ -217,7 +270,8 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
 
 def all_cases() -> list[dict]:
     """Every MoE validation row predicted, labelled by its set: the Megatron Bridge summary's (TAKEN, ASIDE,
-    FP8_TAKEN, FP8_ASIDE, DEEPSEEK_MTP), the SKILL.md run, and the Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
+    FP8_TAKEN, FP8_ASIDE, DEEPSEEK_MTP), the SKILL.md run, NeMo Automodel's PyTorch runs (AUTOMODEL) and the
+    Megatron-Core MoE report's (moe_report.REPORT_TAKEN). Each
     {"set", "model", "gpu", "precision", "num_gpus", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu",
     "error"}."""
     from trainledger.account.validation import moe_report
@@ -226,6 +280,7 @@ def all_cases() -> list[dict]:
     rows = [dict({k: r[k] for k in keys}, set=name) for name, group in
             (("TAKEN", TAKEN), ("ASIDE", ASIDE), ("FP8_TAKEN", FP8_TAKEN), ("FP8_ASIDE", FP8_ASIDE),
              ("DEEPSEEK_MTP", DEEPSEEK_MTP), ("SKILL_RUN", [SKILL_RUN])) for r in cases(group)]
+    rows += [dict({k: r[k] for k in keys}, set="AUTOMODEL") for r in automodel_cases()]
     for r in moe_report.cases():
         rows.append({"set": "REPORT", "model": r["model"], "gpu": moe_report.GPU[r["system"]],
                      "precision": moe_report.PRECISION[r["dtype"]]} | {k: r[k] for k in keys[3:]})

@@ -72,11 +72,13 @@ def published_rows() -> tuple[dict, ...]:
 @lru_cache(maxsize=1)
 def moe_rows() -> tuple[dict, ...]:
     """The published mixture-of-experts runs (account/validation/moe.py all_cases: the Megatron Bridge summary, the
-    SKILL.md run, the Megatron-Core MoE report) in the same form, for the error bar of an MoE answer: a step per
-    token per GPU, 1 / (tokens/s per GPU), so that predicted / published − 1 is the step's error. Megatron runs all
-    (framework kind "megatron"). Kept apart from published_rows (dense), whose table issue 27 reports."""
+    SKILL.md run, the Megatron-Core MoE report, NeMo Automodel's runs) in the same form, for the error bar of an MoE
+    answer: a step per token per GPU, 1 / (tokens/s per GPU), so that predicted / published − 1 is the step's error.
+    Framework kind "megatron", but "pytorch" for Automodel's (PyTorch FSDP2, set AUTOMODEL). Kept apart from
+    published_rows (dense), whose table issue 27 reports."""
     from trainledger.account.validation import moe
-    return tuple(_row(f"moe {r['set']}", f"{r['model']} on {r['num_gpus']} {r['gpu']}, {r['precision']}", "megatron",
+    return tuple(_row(f"moe {r['set']}", f"{r['model']} on {r['num_gpus']} {r['gpu']}, {r['precision']}",
+                      "pytorch" if r["set"] == "AUTOMODEL" else "megatron",
                       r["gpu"], r["num_gpus"], 1 / r["predicted_tokens_per_s_per_gpu"],
                       1 / r["published_tokens_per_s_per_gpu"]) for r in moe.all_cases())
 
