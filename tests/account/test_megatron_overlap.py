@@ -89,39 +89,29 @@ def test_the_2021_rows_are_predicted_with_the_2021_code():
     assert abs(one_t["error"]) <= 0.05
 
 
-def test_step_cli_no_tp_overlap(capsys):
-    argv = ["step", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "64", "--tp", "8", "--pp", "8",
-            "--interleave", "3", "--recompute", "full", "--precision", "mixed-fp16", "--optimizer", "adam",
-            "--global-batch-size", "64", "--framework", "megatron", "--no-flash", "--json"]
+COMMON = ["--gpu", "a100-80gb", "--num-gpus", "64", "--tp", "8", "--recompute", "full", "--precision", "mixed-fp16",
+          "--optimizer", "adam", "--global-batch-size", "64", "--framework", "megatron", "--json"]
+
+
+@pytest.mark.parametrize("which, layout", [
+    ("tp", ["--pp", "8", "--interleave", "3", "--no-flash"]),    # the TP reductions, pipelined GPT-3 175B
+    ("dp", ["--zero", "1"]),                                      # the DP reduction: no pipeline, 8 data-parallel ranks
+])
+def test_step_cli_no_overlap_flags(capsys, which, layout):
+    """--no-tp-overlap / --no-dp-overlap with --framework megatron expose the reductions they name (the step gets
+    slower by that part); elsewhere each says it changes nothing."""
+    argv, part = ["step", "--model", "gpt3-175b", *COMMON, *layout], f"{which}_comm"
     answers = []
-    for extra in ([], ["--no-tp-overlap"]):
+    for extra in ([], [f"--no-{which}-overlap"]):
         assert cli_main.main(argv + extra) == 0
         answers.append(json.loads(capsys.readouterr().out))
     with_overlap, without = answers
-    assert with_overlap["tp_overlap"] is True and without["tp_overlap"] is False
-    assert without["breakdown"]["tp_comm"] > with_overlap["breakdown"]["tp_comm"]
+    assert with_overlap[f"{which}_overlap"] is True and without[f"{which}_overlap"] is False
+    assert without["breakdown"][part] > with_overlap["breakdown"][part]
     assert without["step_seconds"] > with_overlap["step_seconds"]
-    assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", "--no-tp-overlap", "--json"]) == 0
+    assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", f"--no-{which}-overlap", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["assumptions"]
-    assert any("--no-tp-overlap changes nothing here" in n for n in notes)
-
-
-def test_step_cli_no_dp_overlap(capsys):
-    """--no-dp-overlap with --framework megatron exposes the data-parallel reduction (18.4B-like GPT-3 on 64 A100,
-    t 8, no pipeline: 8 data-parallel ranks); elsewhere it is said to change nothing."""
-    argv = ["step", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "64", "--tp", "8", "--zero", "1",
-            "--recompute", "full", "--precision", "mixed-fp16", "--optimizer", "adam", "--global-batch-size", "64",
-            "--framework", "megatron", "--json"]
-    answers = []
-    for extra in ([], ["--no-dp-overlap"]):
-        assert cli_main.main(argv + extra) == 0
-        answers.append(json.loads(capsys.readouterr().out))
-    with_overlap, without = answers
-    assert with_overlap["dp_overlap"] is True and without["dp_overlap"] is False
-    assert without["breakdown"]["dp_comm"] > with_overlap["breakdown"]["dp_comm"]
-    assert cli_main.main(["step", "--model", "gpt2", "--gpu", "h100", "--no-dp-overlap", "--json"]) == 0
-    notes = json.loads(capsys.readouterr().out)["assumptions"]
-    assert any("--no-dp-overlap changes nothing here" in n for n in notes)
+    assert any(f"--no-{which}-overlap changes nothing here" in n for n in notes)
 
 
 def _deepspeed_train_schedule_seconds(m: int, p: int, forward: float, backward: float) -> float:
