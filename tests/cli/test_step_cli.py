@@ -168,3 +168,14 @@ def test_step_mtp_flag(capsys):
     assert (on["mtp_modules"], off["mtp_modules"]) == (1, 0)
     assert on["model_flops_per_step"] > off["model_flops_per_step"] and on["step_seconds"] > off["step_seconds"]
     assert "--mtp" in run_error(capsys, "step", "--model", "qwen3-30b-a3b", "--framework", "megatron", "--mtp")
+
+
+def test_fp8_gemm_names_in_a_few_words():
+    """The FP8 line names each Linear once (×n for a GPU's grouped expert GEMMs) and then the passes, instead of
+    every GEMM of the layer (an MoE layer listed over 40 names); the JSON keeps the full list."""
+    from trainledger.cli.step import _faster_or_slower, fp8_gemm_words
+    names = ["qkv", "proj", "expert_up", "expert_up", "proj_dgrad", "proj_wgrad", "qkv_dgrad", "qkv_wgrad",
+             "expert_up_dgrad", "expert_up_dgrad", "expert_up_wgrad", "expert_up_wgrad"]
+    assert fp8_gemm_words(names) == "qkv, proj, expert_up ×2; forward, input and weight gradients"
+    assert fp8_gemm_words(["fc1", "fc1_wgrad"]) == "fc1; forward, weight gradient"
+    assert _faster_or_slower(1.19) == "1.19× faster" and _faster_or_slower(0.98).startswith("1.02× slower")

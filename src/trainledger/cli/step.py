@@ -157,9 +157,9 @@ def compute(args) -> dict:
     if "fp8" in result:
         from trainledger.account.time.roofline import gemm_efficiency
         f = result["fp8"]
-        first.append(f"FP8 GEMMs ({', '.join(f['fp8_gemms'])}): {units.format_seconds(f['fp8_gemm_seconds'])} of GEMMs "
+        first.append(f"FP8 GEMMs ({fp8_gemm_words(f['fp8_gemms'])}): {units.format_seconds(f['fp8_gemm_seconds'])} of GEMMs "
                      f"vs {units.format_seconds(f['base_gemm_seconds'])} in {f['base_precision']}, casts add "
-                     f"{units.format_seconds(f['cast_seconds_added'])}; step {f['speedup']:.2f}× faster; attention, "
+                     f"{units.format_seconds(f['cast_seconds_added'])}; step {_faster_or_slower(f['speedup'])}; attention, "
                      f"norms and the LM head stay bf16; FP8 GEMMs: "
                      f"{gemm_efficiency(gpu, 4096, 4096, 4096, 'fp8')['source']}")
         first.append(result["model_flops_convention"] + f": {result['model_flops_per_s_per_gpu'] / 1e12:.0f} TFLOP/s/GPU")
@@ -210,6 +210,29 @@ def suggestion(spec, gpu, result: dict, fsdp_for=None) -> dict | None:
                      f"{units.format_seconds(found['step_seconds'])}, MFU {100 * found['mfu']:.1f}% (this layout: {this}), "
                      f"{units.format_bytes(found['memory_bytes'])} per GPU; `trainledger layout` searches every layout")
     return found
+
+
+def _faster_or_slower(speedup: float) -> str:
+    """'1.19× faster' or, when the casts cost more than the FP8 GEMMs save, '1.02× slower'."""
+    return f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower (the casts cost more than FP8 saves)"
+
+
+def fp8_gemm_words(names: list[str]) -> str:
+    """The FP8 GEMMs of a layer in a few words: each Linear once (×n where a layer runs n of them, e.g. a GPU's
+    grouped expert GEMMs), then which passes: 'qkv, proj, expert_up ×4; forward, input and weight gradients'.
+    The full list stays in the JSON (fp8.fp8_gemms)."""
+    passes = {"_dgrad": "input", "_wgrad": "weight"}
+    counts, seen = {}, set()
+    for name in names:
+        suffix = next((s for s in passes if name.endswith(s)), "")
+        base = name.removesuffix(suffix) if suffix else name
+        counts[base] = counts.get(base, 0) + (0 if suffix else 1)
+        seen.add(suffix)
+    linears = ", ".join(f"{base} ×{n}" if n > 1 else base for base, n in counts.items())
+    grads = [passes[s] for s in passes if s in seen]
+    which = ["forward"] * ("" in seen) + ([f"{' and '.join(grads)} gradient{'s' if len(grads) > 1 else ''}"]
+                                           if grads else [])
+    return f"{linears}; {', '.join(which)}" if which else linears
 
 
 def default_precision(asked: str | None, gpu) -> tuple[str, str | None]:
