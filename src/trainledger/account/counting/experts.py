@@ -36,6 +36,23 @@ def expert_data_parallel(tp: int, cp: int, dp: int, ep: int, etp: int | None = N
     return max(1, tp * cp * dp // (etp * ep))
 
 
+def expert_params_split(placement: dict, ep: int, etp: int | None, tp: int) -> tuple[float, float]:
+    """(dense, expert) parameters of this GPU (`placement`: account.counting.placement.params_per_gpu) whose
+    gradients and states follow attention's DP and the experts' EDP: (all, 0) without expert parallelism (the
+    experts then follow DP as any weight)."""
+    if ep <= 1 and (etp is None or etp == tp):
+        return placement["n_params_per_gpu"], 0.0
+    experts = placement["expert_params_per_gpu"]
+    return placement["n_params_per_gpu"] - experts, experts
+
+
+def zero_shard_params(placement: dict, *, tp: int, cp: int, dp: int, ep: int, etp: int | None) -> float:
+    """Parameters of this GPU's ZeRO shard: dense/dp plus experts/EDP (an expert's states are sharded over the
+    ranks holding the same experts)."""
+    dense, experts = expert_params_split(placement, ep, etp, tp)
+    return dense / dp + experts / expert_data_parallel(tp, cp, dp, ep, etp)
+
+
 def expert_token_share(tp: int, sp: bool, etp: int | None = None) -> float:
     """Tokens an expert-parallel rank's experts run, as a share of its micro-batch's n = b·s/cp: with sequence
     parallelism each rank routes its n/tp tokens and the expert-TP group gathers them over etp ranks (etp/tp);

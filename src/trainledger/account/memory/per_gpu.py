@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 from trainledger.account.memory.activations import activations_bytes as _activations_bytes
-from trainledger.account.counting.experts import check_ep, expert_data_parallel
+from trainledger.account.counting.experts import check_ep, zero_shard_params
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
                                                     params_per_gpu, zero_divisors)
@@ -176,10 +176,8 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
         placement = params_per_gpu(spec, tp, pp, ep, etp)
         per_gpu = placement["n_params_per_gpu"]
-        sharded_per_gpu = per_gpu
-        if ep > 1 or (etp or tp) != tp:    # what divided by dp gives dense/dp + experts/EDP
-            experts = placement["expert_params_per_gpu"]
-            sharded_per_gpu += experts * (dp / expert_data_parallel(tp, cp, dp, ep, etp) - 1)
+        # what divided by dp gives this GPU's ZeRO shard, dense/dp + experts/EDP
+        sharded_per_gpu = dp * zero_shard_params(placement, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
         elements = adafactor_elements_per_param_of(spec) if opt.factored else None
     per_param = bytes_per_param(recipe, opt, elements)
     # Megatron Bridge's MoE recipes recompute only the norms and the MoE activation (elementwise): asked as recompute

@@ -20,26 +20,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainledger.account.counting import experts as experts_mod
 from trainledger.account.counting.experts import expert_data_parallel
 from trainledger.account.time import comm as comm_mod
 
 
-def expert_params_split(placement: dict, ep: int, etp: int | None, tp: int) -> tuple[float, float]:
-    """(dense, expert) parameters of this GPU whose gradients and states follow attention's DP and the experts' EDP:
-    (all, 0) without expert parallelism (the experts then follow DP as any weight)."""
-    if ep <= 1 and (etp is None or etp == tp):
-        return placement["n_params_per_gpu"], 0.0
-    experts = placement["expert_params_per_gpu"]
-    return placement["n_params_per_gpu"] - experts, experts
-
-
 def zero_shard_params(placement: dict, *, tp: int, cp: int, dp: int, ep: int, etp: int | None, zero: int) -> float:
-    """Parameters whose optimizer states (and fp32 master copies) this GPU keeps under ZeRO ≥ 1: dense/dp plus
-    experts/EDP (an expert's states sharded over the ranks holding the same experts); all of them without ZeRO."""
-    dense, experts = expert_params_split(placement, ep, etp, tp)
+    """Parameters whose optimizer states (and fp32 master copies) this GPU keeps: its ZeRO shard (dense/dp plus
+    experts/EDP: account.counting.experts.zero_shard_params) under ZeRO ≥ 1, all of them without ZeRO."""
     if zero < 1:
-        return dense + experts
-    return dense / dp + experts / expert_data_parallel(tp, cp, dp, ep, etp)
+        return placement["n_params_per_gpu"]
+    return experts_mod.zero_shard_params(placement, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
 
 
 def expert_dp_collectives(recipe, experts: float, *, tp: int, cp: int, dp: int, ep: int, etp: int | None,

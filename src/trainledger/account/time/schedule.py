@@ -61,6 +61,12 @@ def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int) 
         raise TrainledgerError(problem)
 
 
+def interleave_or_one(n_layers: int, pp: int, interleave: int, micro_batches: int) -> int:
+    """`interleave` when it is a valid schedule, else 1 (one chunk per stage): how a published run whose layers
+    Megatron places unevenly over PP × VP (which the step's interleaved schedule cannot) is timed."""
+    return interleave if schedule_problem(n_layers, pp, interleave, micro_batches) is None else 1
+
+
 def valid_interleaves(n_layers: int, pp: int, micro_batches: int, largest: int) -> list[int]:
     """Every interleave v ≤ `largest` (chunks per GPU) with a valid schedule, 1 first (when pp itself is valid)."""
     return [v for v in range(1, largest + 1) if schedule_problem(n_layers, pp, v, micro_batches) is None]

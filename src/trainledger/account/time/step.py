@@ -53,7 +53,7 @@ from trainledger.account.time.optimizer_kernels import accumulation_kernels, par
 from trainledger.account.time.step_notes import assumptions
 from trainledger.account.time.stragglers import wait_for_slowest
 from trainledger.account.time.mtp import last_stage_layers, mtp_kernels, mtp_modules
-from trainledger.account.counting.experts import check_ep
+from trainledger.account.counting.experts import check_ep, expert_params_split
 from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
 from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
@@ -241,7 +241,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     placement = params_per_gpu(spec, tp, pp, ep, etp)
-    dense, experts_pg = folding.expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
+    dense, experts_pg = expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
     step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
                                           zero=zero, layers_per_stage=layers_per_stage, params_per_gpu=dense,
                                           dp_overlap=dp_overlap) + folding.expert_dp_collectives(

@@ -176,13 +176,13 @@ def predict_automodel(row) -> dict:
     causal. Its VP when the layers split evenly over PP × VP, else --interleave 1 ("interleave_modelled": Automodel
     places DeepSeek-V3's 61 layers unevenly over 32 stages, which the step's interleaved schedule cannot)."""
     from trainledger.account.memory.fsdp import fsdp_settings
-    from trainledger.account.time.schedule import schedule_problem
+    from trainledger.account.time.schedule import interleave_or_one
     from trainledger.specs import get_model
     from trainledger.specs.recipes import get_recipe
     model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
     spec, dp = get_model(model), n // (tp * pp * cp)
     micro_batches = gbs // (dp * mbs)
-    modelled = vp if schedule_problem(spec.n_layers, pp, vp, micro_batches) is None else 1
+    modelled = interleave_or_one(spec.n_layers, pp, vp, micro_batches)
     fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=pp, dp=dp)
     r = step_time(spec, get_gpu("h100-sxm"), batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n,
                   precision="amp-bf16", optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp, ep=ep,
@@ -212,11 +212,11 @@ def predict_even_chunks(row) -> dict:
     """`predict` for a row whose VP does not split the model's layers evenly over PP x VP (or leaves too few
     micro-batches for the interleave): timed with --interleave 1, as moe_report.predict does; "interleave_modelled"
     says which interleave was timed."""
-    from trainledger.account.time.schedule import schedule_problem
+    from trainledger.account.time.schedule import interleave_or_one
     from trainledger.specs import get_model
     n, gbs, mbs, tp, pp, vp = row[5], row[6], row[7], row[9], row[10], row[11]
     micro_batches = gbs // (n // (tp * pp) * mbs)
-    modelled = vp if schedule_problem(get_model(row[2]).n_layers, pp, vp, micro_batches) is None else 1
+    modelled = interleave_or_one(get_model(row[2]).n_layers, pp, vp, micro_batches)
     return predict(row[:11] + (modelled,) + row[12:]) | {"vp": vp, "interleave_modelled": modelled}
 
 

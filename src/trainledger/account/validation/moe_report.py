@@ -131,8 +131,8 @@ def predict(row) -> dict:
     spec = get_model(f["model"])
     dp = f["num_gpus"] // (f["tp"] * f["pp"] * f["cp"])
     micro_batches = f["global_batch_size"] // (dp * f["batch_size"])
-    from trainledger.account.time.schedule import schedule_problem
-    vp = f["vpp"] if schedule_problem(spec.n_layers, f["pp"], f["vpp"], micro_batches) is None else 1
+    from trainledger.account.time.schedule import interleave_or_one
+    vp = interleave_or_one(spec.n_layers, f["pp"], f["vpp"], micro_batches)
     overlap = A2A_OVERLAP_RATIO if f["a2a_overlap"] else 0.0
     r = step_time(spec, get_gpu(GPU[f["system"]]), batch_size=f["batch_size"], seq_len=f["seq_len"],
                   global_batch_size=f["global_batch_size"], num_gpus=f["num_gpus"], precision=PRECISION[f["dtype"]],
