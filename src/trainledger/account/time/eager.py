@@ -64,6 +64,23 @@ def unaligned(dtype_bytes: int, *dims: float) -> bool:
     return any(d != int(d) or int(d) % per16 for d in dims)      # an uneven tensor-parallel shard is ragged too
 
 
+def linear_kernels(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
+                   backward: bool, fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
+    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping).
+    `batch` > 1: that many Linears of the same shape (experts), each over n tokens, as one batched GEMM."""
+    if not backward:
+        out = [gemm(name, n, fan_out, fan_in, a, dtype, batch=batch)]
+        if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
+            out.append(ew(f"{name}_cast", batch * (n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a)), count=2))
+        return out
+    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"),
+             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad",
+                  out_bytes=FP32 * 2 if fused_accumulation else None)]
+    if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
+        grads.append(ew(f"{name}_grad_accumulate", batch * fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
+    return grads
+
+
 def linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, *, amp: bool, bias: bool = False,
            input_fp32: bool = False, batch: int = 1) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) kernels of nn.Linear over n tokens in eager PyTorch (module docstring). `batch` > 1:

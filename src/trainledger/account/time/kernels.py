@@ -24,7 +24,7 @@ from trainledger.account.time import torchtitan
 from trainledger.account.counting.experts import expert_token_share
 from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
-from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, unaligned
+from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, linear_kernels as _linear, unaligned
 from trainledger.account.time.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
                                                    optimizer_kernels)
@@ -34,23 +34,6 @@ from trainledger.specs.recipes import get_recipe
 
 FRAMEWORKS = ("trainledger", "megatron", "torchtitan")
 FP32 = 4
-
-
-def _linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
-            backward: bool, fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
-    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping).
-    `batch` > 1: that many Linears of the same shape (experts), each over n tokens, as one batched GEMM."""
-    if not backward:
-        out = [gemm(name, n, fan_out, fan_in, a, dtype, batch=batch)]
-        if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
-            out.append(ew(f"{name}_cast", batch * (n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a)), count=2))
-        return out
-    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"),
-             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad",
-                  out_bytes=FP32 * 2 if fused_accumulation else None)]
-    if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
-        grads.append(ew(f"{name}_grad_accumulate", batch * fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
-    return grads
 
 
 # Transformer Engine's GroupedLinear (Megatron's TEGroupedMLP) runs one cuBLAS GEMM per local expert,

@@ -26,7 +26,7 @@ account.time.comm's, which still sizes MLA's collectives as ordinary attention's
 from __future__ import annotations
 
 from trainledger.account.time import eager
-from trainledger.account.time.eager import ew, gemm
+from trainledger.account.time.eager import ew, linear_kernels
 
 FP32 = 4
 
@@ -40,11 +40,10 @@ def mla_dims(spec, tp: int) -> dict:
 
 def _te_linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str) -> tuple[list, list]:
     """A Transformer Engine Linear: one GEMM forward; dgrad + wgrad backward, the weight gradient accumulated into
-    fp32 main_grad inside the GEMM (gradient_accumulation_fusion), as account.time.kernels._linear writes it."""
-    fwd = [gemm(name, n, fan_out, fan_in, a, dtype)]
-    bwd = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, role="dgrad"),
-           gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, role="wgrad", out_bytes=FP32 * 2)]
-    return fwd, bwd
+    fp32 main_grad inside the GEMM (gradient_accumulation_fusion): account.time.eager.linear_kernels."""
+    common = dict(a=a, dtype=dtype, amp=False, w_bytes=a)
+    return (linear_kernels(name, n, fan_in, fan_out, backward=False, **common),
+            linear_kernels(name, n, fan_in, fan_out, backward=True, fused_accumulation=True, **common))
 
 
 def megatron_mla(spec, n: float, n_sp: float, tp: int, a: int, dtype: str, core: dict) -> tuple[list, list]:
