@@ -135,7 +135,13 @@ def test_calibrate_measures_the_whole_format(monkeypatch, one_torch_thread):
     monkeypatch.setitem(cal.MEMORY_OP_BYTES, "cpu", [2 ** 14, 2 ** 18])
     monkeypatch.setitem(cal.ATTENTION, "cpu", ("fp32", 2, 16, (32, 64)))
     monkeypatch.setattr(cal, "MIN_SAMPLE_SECONDS", 1e-4)
+    timers = []
+    decode = cal.decode_op_overhead_seconds
+    monkeypatch.setattr(cal, "decode_op_overhead_seconds", lambda device, timer: timers.append(timer) or decode(device, timer))
     profile = check_profile(cal.calibrate("cpu"))
+    # the decoding step's op cost is the CPU's: the wall clock on every device, never the GPU behind a sleep (on an
+    # H200 that timer took most of a minute, tests/data/h200_2026_11_28/README.md)
+    assert timers == [cal._wall_seconds_per_call]
     assert [row[:3] for row in profile["gemm"]["fp32"]] == [[m, n, k] for m in (64, 256) for n in (32, 128)
                                                              for k in (32, 128)]
     assert [row[0] for row in profile["memory"]] == [12 * (2 ** 14 // 12), 12 * (2 ** 18 // 12)]

@@ -22,7 +22,10 @@ clock's resolution does not matter:
   divided by the ops dispatched (Python call, dispatcher, autograd bookkeeping, the kernel launch), and the same
   for a chain of views, which launch nothing (`host_op_seconds`); and per operator of our Transformer's KV-cache
   decoding step at a negligible size, in inference mode (module calls, views and the cache's bookkeeping
-  included), for account/time/inference.py (`decode_op_overhead_seconds`).
+  included), for account/time/inference.py (`decode_op_overhead_seconds`). Every CPU cost is timed by the wall
+  clock, on CUDA too: timed behind a `_sleep` kernel, the decoding step's ~1 ms of launches outlasted the sleep,
+  which doubled to a second per sample, so that 25 samples took most of a minute on an H200 (2026-11-28,
+  tests/data/h200_2026_11_28/) and measured the GPU, not the CPU.
 On CUDA (version 2) the two timelines are measured apart: the CPU costs by the wall clock (the kernels of 8
 elements finish long before the next launch), every kernel rate by CUDA events around calls queued behind a
 long `torch.cuda._sleep` kernel, so that the GPU runs them back to back however slowly the CPU launched them
@@ -452,7 +455,7 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
         "peak_flops_per_s": peaks, "peak_source": "; ".join(sources), "gemm": gemm,
         "memory": memory_rates(device), "elementwise": elementwise_rates(device), "attention": attention_rates(device),
         "op_overhead_seconds": op_seconds, "memory_bytes": _memory_bytes(device),
-        "decode_op_overhead_seconds": decode_op_overhead_seconds(device, seconds_per_call),
+        "decode_op_overhead_seconds": decode_op_overhead_seconds(device, _wall_seconds_per_call),
     }
     host = host_op_seconds(device, op_seconds)
     if host > 0:
