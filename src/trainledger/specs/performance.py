@@ -401,6 +401,11 @@ H100_UNALIGNED_GEMM_FRACTION = 3 * 2 * 8192 * 768 * 50257 / ((6634.5 + 4288.3 + 
 EAGER_OP_CPU_SECONDS = 17.64e-6
 EAGER_OP_CPU_SOURCE = ("the reference host of the recorded H100 (16-vCPU VM, PyTorch 2.11): 17.6 µs per launched op "
                        "under autograd (tests/data/h100_2026_11_26); calibrate yours with `bench --calibrate`")
+# A host synchronization on an empty queue beyond the launch of the op that asks (the copy of a count to the host
+# and the CPU's wake-up): measured on an H200 host (2026-11-28, tests/data/h200_2026_11_28/microbench.json,
+# benchmarks/bench_gpu_host_sync.py): launching a 1024-element sum and reading it back (.item()) took 17.37 µs, the
+# launch alone 8.46 µs (medians of 50 on an idle GPU): 8.9 µs per synchronization.
+HOST_SYNC_SECONDS = 17.37e-6 - 8.46e-6
 # An eager op that launches nothing (a view, a transpose, autograd's hand-over of a first gradient to .grad, a
 # no-op .to()) still passes the dispatcher or the autograd engine. In the recorded traces (same files, both
 # profiled steps of both models) the median such op took 0.18-0.29 of the median op launching one kernel

@@ -18,13 +18,16 @@ Elementwise FLOPs are not counted (DESIGN.md); their time is their bytes over me
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainledger.account.time import eager, mla
 
 from trainledger.account.time import torchtitan
 from trainledger.account.counting.experts import expert_token_share
 from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
-from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, linear_kernels as _linear, unaligned
+from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, host, linear_kernels as _linear, unaligned
+from trainledger.account.time.moe_loop import per_expert_ops
 from trainledger.account.time.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
                                                    optimizer_kernels)
@@ -75,8 +78,9 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     etp, and they run `share` × the n·k routed copies (expert_token_share: etp/tp under sequence parallelism), so
     with etp 1 < tp each expert GEMM is tp/etp × narrower in tokens and wider in d_ff, the same FLOPs.
     `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
-    scale, index_put): the per-expert launches are added as zero-byte kernels (they cost dispatch overhead on
-    a calibrated CPU; their bytes are in the permute/combine kernels); Megatron's grouped GEMM runs them at once.
+    scale, index_put): its ops per expert as counted (account/time/moe_loop.py) are topped up with zero-byte
+    kernels and views (dispatch only; their bytes are in the permute/combine kernels), and the forward's experts
+    are marked as a loop that synchronizes once per expert (Kernel.loop); Megatron's grouped GEMM runs them at once.
     """
     E, k = spec.n_experts, spec.experts_per_token
     f = spec.d_ff / (tp if etp is None else etp)
@@ -87,6 +91,7 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
     fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
     bwd.append(ew("router_softmax_backward", n * E * 3 * FP32, count=2))
+    loop_f, loop_b = len(fwd), len(bwd)               # where the experts' part starts
     fwd.append(ew("moe_permute", 2 * copies * d * a + copies * 8, count=2))
     bwd.append(ew("moe_unpermute_backward", 3 * copies * d * a, count=2))
     ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
@@ -100,10 +105,15 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
         out += _expert_linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward, fused, local, streams)
     fwd.append(ew("moe_combine", copies * d * a + copies * FP32 + n * share * d * a, count=2))
     bwd.append(ew("moe_combine_backward", 2 * copies * d * a + n * share * d * a, count=2))
-    if loop:
-        mats = 3 if spec.gated_mlp else 2
-        fwd.append(ew("moe_expert_loop", 0.0, count=local * (4 + mats) - mats))
-        bwd.append(ew("moe_expert_loop_backward", 0.0, count=local * (4 + 2 * mats) - 2 * mats))
+    if loop:    # our MoE's ops per expert as counted (account/time/moe_loop.py), forward in a synchronizing loop
+        f_ops, f_views, b_ops, b_views = per_expert_ops(spec, amp)
+        for out, start, ops, views, name in ((fwd, loop_f, f_ops, f_views, "moe_expert_loop"),
+                                             (bwd, loop_b, b_ops, b_views, "moe_expert_loop_backward")):
+            launched = sum(k.count for k in out[start:] if k.kind != "host")
+            viewed = sum(k.count for k in out[start:] if k.kind == "host")
+            out.append(ew(name, 0.0, count=max(0, local * ops - launched)))
+            out += host(name + "_views", max(0, local * views - viewed))
+        fwd[loop_f:] = [replace(k, loop=local) for k in fwd[loop_f:]]
     if spec.shared_expert_d_ff:
         fs = spec.shared_expert_d_ff / tp
         names = ("shared_gate", "shared_up") if spec.gated_mlp else ("shared_up",)

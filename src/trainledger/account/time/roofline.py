@@ -62,6 +62,8 @@ class Kernel:
     working_set_bytes: float = 0.0   # bytes streamed before the data is touched again (0: one launch's bytes)
     unaligned: bool = False          # a GEMM whose leading dimensions are not multiples of 16 bytes (cuBLAS fallback)
     access: str = "stream"           # how an elementwise kernel walks memory: stream, broadcast, strided, column_reduction
+    loop: int = 0                    # eager Python loop: the launches spread over `loop` iterations, each begun by a
+                                     # host synchronization (account/time/timeline.py Synced; our MoE's experts)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -65,6 +65,7 @@ from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_secon
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          sms_beside as _sms_beside)
 from trainledger.errors import TrainledgerError
+from trainledger.specs.performance import HOST_SYNC_SECONDS
 from trainledger.specs.recipes import get_optimizer, get_recipe
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
@@ -85,6 +86,18 @@ def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
 
 
+class _LoopEnd:
+    """Where the last kernel of a synchronizing loop goes: into the iteration, then the whole loop into `blocks`."""
+
+    def __init__(self, loop: list, blocks: list, n: int):
+        self.loop, self.blocks, self.n = loop, blocks, n
+
+    def append(self, block) -> None:
+        self.loop.append(block)
+        self.blocks.append(timeline.synced_loop(timeline.sequence(self.loop), self.n, HOST_SYNC_SECONDS))
+        self.loop.clear()
+
+
 def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
           cpu_op: float | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
@@ -96,19 +109,23 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
     timelines see it (account/time/timeline.py), each launch costing the CPU `cpu_op` seconds."""
     out = {"compute": 0.0, "attention": 0.0, "memory_bound": 0.0, "optimizer": 0.0, "overhead": 0.0,
            "dgrad": 0.0, "wgrad": 0.0, "dgrad_narrow": 0.0, "wgrad_narrow": 0.0, "kernels": 0}
-    blocks = []
-    for k in kernels:
+    blocks, loop = [], []                      # loop: one iteration's blocks of a synchronizing Python loop
+    for i, k in enumerate(kernels):
+        looped = cpu_op is not None and k.loop > 0
+        into, per = (loop, k.loop) if looped else (blocks, 1)
+        if looped and (i + 1 == len(kernels) or kernels[i + 1].loop != k.loop):
+            into = _LoopEnd(loop, blocks, k.loop)  # the loop's last kernel: the loop is built after it
         if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
             host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
             if cpu_op is None:
                 out["overhead"] += k.count * host
             else:
-                blocks.append(timeline.Block(k.count * host, 0.0, k.count * host))
+                into.append(timeline.Block(k.count * host / per, 0.0, k.count * host / per))
             continue
         seconds = kernel_seconds(gpu, k, attention_kernel)
         if cpu_op is not None:
             seconds += k.count * gpu.kernel_overhead_seconds
-            blocks.append(timeline.op(cpu_op, seconds / k.count, k.count))
+            into.append(timeline.op(cpu_op, seconds / k.count, k.count / per))
         out[k.part] += seconds
         if k.role in ("dgrad", "wgrad"):
             out[k.role] += seconds

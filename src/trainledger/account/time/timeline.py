@@ -16,6 +16,13 @@ c_1..c_n (launch of kernel i when the CPU has spent c_1 + … + c_i) and GPU dur
 form, so a block repeated L times (the layers of a model) is one closed form:
     f^L(x) = max(x + L·a, b + max(0, (L − 1)·a)).
 A synchronization waits for the GPU: the step costs the CPU's time plus max(0, x) at the sync.
+
+A stretch with synchronizations inside it (`Synced`: our eager MoE asks the GPU which tokens each expert got,
+torch.where → nonzero, which copies the count to the host before the expert runs) is three parts: the ops before
+its first synchronization (`head`, which start from whatever lag came before), the fixed seconds from that
+synchronization's return to the last one's (`mid_seconds`: every interval between two of them starts with an empty
+queue, so costs `Block.synchronized_seconds(0)` plus the copy's latency), and the ops after the last (`tail`, which
+hand a lag on). Such stretches compose with blocks and with each other into the same three parts.
 Not modelled: the CUDA launch queue's depth limit (the CPU blocks when ~1000 launches are pending: it cannot run
 further ahead of a GPU-bound stretch, which does not change a GPU-bound step's time), launch latency (a
 constant per sync), other streams.
@@ -36,8 +43,10 @@ class Block:
     gpu_seconds: float = 0.0
     peak_seconds: float = 0.0
 
-    def then(self, other: "Block") -> "Block":
-        """This block followed by `other`."""
+    def then(self, other):
+        """This block followed by `other` (a Block, or a Synced stretch)."""
+        if isinstance(other, Synced):
+            return Synced(self.then(other.head), other.mid_seconds, other.tail)
         a1, b1 = self.gpu_seconds - self.cpu_seconds, self.peak_seconds - self.cpu_seconds
         a2, b2 = other.gpu_seconds - other.cpu_seconds, other.peak_seconds - other.cpu_seconds
         cpu = self.cpu_seconds + other.cpu_seconds
@@ -59,6 +68,47 @@ class Block:
     def synchronized_seconds(self, lag: float = 0.0) -> float:
         """Seconds from the block's start until a synchronization after it returns (CPU time + the GPU's tail)."""
         return self.cpu_seconds + max(0.0, self.lag_after(lag))
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A stretch with host synchronizations inside (module docstring): `head` before the first, `mid_seconds` from
+    the first one's return to the last one's, `tail` after the last."""
+
+    head: Block
+    mid_seconds: float
+    tail: Block
+
+    def then(self, other) -> "Synced":
+        """This stretch followed by `other` (a Block or a Synced stretch)."""
+        if isinstance(other, Synced):
+            between = self.tail.then(other.head).synchronized_seconds()
+            return Synced(self.head, self.mid_seconds + between + other.mid_seconds, other.tail)
+        return Synced(self.head, self.mid_seconds, self.tail.then(other))
+
+    def times(self, n: float):
+        """This stretch repeated n times (n ≥ 0; a fractional n scales the repeated part, as Block.times)."""
+        if n <= 0:
+            return Block()
+        between = self.tail.then(self.head).synchronized_seconds()
+        return Synced(self.head, n * self.mid_seconds + max(0.0, n - 1) * between, self.tail)
+
+    def lag_after(self, lag: float = 0.0) -> float:
+        """The lag after this stretch: its tail's from an empty queue, whatever came before."""
+        return self.tail.lag_after(0.0)
+
+    def synchronized_seconds(self, lag: float = 0.0) -> float:
+        """Seconds from the stretch's start until a synchronization after it returns."""
+        return self.head.synchronized_seconds(lag) + self.mid_seconds + self.tail.synchronized_seconds()
+
+
+def synced_loop(iteration: Block, n: int, latency_seconds: float) -> Synced | Block:
+    """A Python loop of n iterations, each beginning with a host synchronization (`latency_seconds`: the copy to
+    the host and the CPU's wake-up after the queue empties) and then launching `iteration`."""
+    if n <= 0:
+        return Block()
+    one = iteration.synchronized_seconds() + latency_seconds
+    return Synced(Block(), latency_seconds + (n - 1) * one, iteration)
 
 
 def op(cpu_seconds: float, gpu_seconds: float, count: float = 1) -> Block:
