@@ -15,7 +15,7 @@ DESCRIPTION = """Runs --warmup + --steps training steps of --model on this machi
 matmul, attention, memory_bound, optimizer, communication, data_loading, overhead (Python, dispatch, idle).
 The prediction is `trainledger step` (account/time/step.py) on this machine's calibrated device: matmul rates by
 shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `trainledger bench --calibrate`
-(run automatically the first time, a few seconds, then cached). The diagnosis names the largest part first,
+(run automatically the first time, seconds on a CPU and about 40 s on a GPU, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
 optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
 add up to their wall time (the profiler's own cost shows as the difference). When other processes kept the

@@ -1,6 +1,6 @@
 """Calibration: this machine's matmul FLOP/s by shape, memory bandwidth by op size, SDPA rate and per-op costs.
 
-    calibrate(device) -> profile dict          (the format of specs/calibration.py, version 2; a few seconds)
+    calibrate(device) -> profile dict          (the format of specs/calibration.py, version 2; seconds on a CPU, ~40 s on a GPU)
     profile_path(device) -> Path               $XDG_CACHE_HOME/trainledger/calibration-<key>.json (~/.cache/...)
     load_profile(path, device) -> dict | None  JSON only (never unpickled), validated with bounds; bad counts as absent
     save_profile(profile, path)                atomic: a temporary file in the same folder, then os.replace
@@ -138,7 +138,9 @@ def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None
         except TrainledgerError as error:      # damaged, forged or out of bounds: named, then measured again
             say(f"warning: {error}; measuring this machine again")
     if profile is None:
-        say(f"calibrating this machine's {device} once (a few seconds; cached in {path}; "
+        # an H200 spent 32.9 s in the stages before the decoding one (tests/data/h200_2026_11_28/calibration_stages.txt)
+        how_long = "about 40 s on a GPU" if device == "cuda" else "a few seconds"
+        say(f"calibrating this machine's {device} once ({how_long}; cached in {path}; "
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
         if busy_warning(profile) is None:
