@@ -111,7 +111,8 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
                                              (bwd, loop_b, b_ops, b_views, "moe_expert_loop_backward")):
             launched = sum(k.count for k in out[start:] if k.kind != "host")
             viewed = sum(k.count for k in out[start:] if k.kind == "host")
-            out.append(ew(name, 0.0, count=max(0, local * ops - launched)))
+            if local * ops > launched:
+                out.append(ew(name, 0.0, count=local * ops - launched))
             out += host(name + "_views", max(0, local * views - viewed))
         fwd[loop_f:] = [replace(k, loop=local) for k in fwd[loop_f:]]
     if spec.shared_expert_d_ff:
