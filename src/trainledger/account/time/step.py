@@ -86,18 +86,6 @@ def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
 COLUMN_PARALLEL = {"megatron": ("qkv", "fc1")}   # the Linear of each block whose backward carries the TP collectives
 
 
-class _LoopEnd:
-    """Where the last kernel of a synchronizing loop goes: into the iteration, then the whole loop into `blocks`."""
-
-    def __init__(self, loop: list, blocks: list, n: int):
-        self.loop, self.blocks, self.n = loop, blocks, n
-
-    def append(self, block) -> None:
-        self.loop.append(block)
-        self.blocks.append(timeline.synced_loop(timeline.sequence(self.loop), self.n, HOST_SYNC_SECONDS))
-        self.loop.clear()
-
-
 def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | None = None,
           cpu_op: float | None = None) -> dict:
     """Seconds of a kernel list by part, plus "overhead" (launches × op overhead) and time by backward role
@@ -114,7 +102,7 @@ def _time(gpu, kernels, attention_kernel: str | None = None, narrow_sms: int | N
         looped = cpu_op is not None and k.loop > 0
         into, per = (loop, k.loop) if looped else (blocks, 1)
         if looped and (i + 1 == len(kernels) or kernels[i + 1].loop != k.loop):
-            into = _LoopEnd(loop, blocks, k.loop)  # the loop's last kernel: the loop is built after it
+            into = timeline.LoopEnd(loop, blocks, k.loop, HOST_SYNC_SECONDS)   # the loop is built after it
         if k.kind in ("host", "python"):       # launches nothing: the CPU's dispatch or Python only
             host = host_op_seconds(gpu, cpu_op) if k.kind == "host" else optimizer_tensor_seconds(gpu)
             if cpu_op is None:

@@ -111,6 +111,19 @@ def synced_loop(iteration: Block, n: int, latency_seconds: float) -> Synced | Bl
     return Synced(Block(), latency_seconds + (n - 1) * one, iteration)
 
 
+class LoopEnd:
+    """Where the last op of a synchronizing loop's iteration goes (`append`): into the iteration (`loop`, a list of
+    blocks), then the whole loop of n iterations (synced_loop) into `blocks`, and the iteration's list is emptied."""
+
+    def __init__(self, loop: list, blocks: list, n: int, latency_seconds: float):
+        self.loop, self.blocks, self.n, self.latency = loop, blocks, n, latency_seconds
+
+    def append(self, block) -> None:
+        self.loop.append(block)
+        self.blocks.append(synced_loop(sequence(self.loop), self.n, self.latency))
+        self.loop.clear()
+
+
 def op(cpu_seconds: float, gpu_seconds: float, count: float = 1) -> Block:
     """`count` identical ops, each costing `cpu_seconds` to launch and `gpu_seconds` to run.
 
