@@ -19,6 +19,7 @@ from trainledger.specs.hardware import get_gpu
 
 sys.path.insert(0, str(Path(__file__).parent))
 import h100_trace as trace  # noqa: E402
+from timeline_sim import simulate  # noqa: E402
 
 CALIBRATION = trace.DATA / "calibration-cuda-h100.json"
 GPT2, LLAMA = "trace_gpt2.json.gz", "trace_llama1b.json.gz"
@@ -34,15 +35,6 @@ def calibrated():
 
 
 # --- the timeline algebra ---------------------------------------------------------------------------------
-def simulate(ops, lag=0.0):
-    """Launch by launch: kernel i starts when the CPU has launched it and the GPU has finished kernel i − 1."""
-    cpu, gpu_end = 0.0, lag
-    for c, d in ops:
-        cpu += c
-        gpu_end = max(gpu_end, cpu) + d
-    return cpu, gpu_end
-
-
 @pytest.mark.parametrize("ops", [
     [(1, 5), (1, 5), (1, 5)],                       # GPU-bound: 1 + 15
     [(5, 1), (5, 1), (5, 1)],                       # CPU-bound: 15 + 1

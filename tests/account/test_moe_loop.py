@@ -5,6 +5,7 @@ layer against what one H200 measured (tests/data/h200_2026_11_28)."""
 import collections
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.hf_config import spec_from_config_file
 from trainledger.specs.performance import EAGER_OP_CPU_SECONDS, HOST_SYNC_SECONDS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timeline_sim import simulate  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "h200_2026_11_28"
 VIEWS = {"t", "unbind", "unsqueeze", "view", "detach", "squeeze", "expand", "alias", "_unsafe_view", "transpose"}
@@ -61,20 +65,6 @@ def test_per_expert_ops_are_what_the_model_dispatches(gated, bias, autocast):
 
 
 # --- a loop that synchronizes once per iteration --------------------------------------------------------------
-def simulate(ops, lag=0.0, latency=0.0):
-    """Launch by launch; "sync" waits until the GPU is done, then `latency` more (the copy and the wake-up)."""
-    cpu, gpu_end = 0.0, lag
-    for op in ops:
-        if op == "sync":
-            cpu = max(cpu, gpu_end) + latency
-            gpu_end = cpu
-            continue
-        c, d = op
-        cpu += c
-        gpu_end = max(gpu_end, cpu) + d
-    return max(cpu, gpu_end)
-
-
 @pytest.mark.parametrize("before, iteration, after", [
     ([(1, 50)], [(5, 1), (5, 1)], [(1, 2)]),                 # a GPU-bound stretch, then a CPU-bound loop
     ([(5, 1)], [(1, 9), (1, 9)], [(3, 30), (1, 1)]),         # a GPU-bound loop between CPU- and GPU-bound ops
@@ -87,10 +77,10 @@ def test_a_synchronizing_loop_composes_as_the_launch_by_launch_timeline(before, 
     ops = before + (["sync"] + iteration) * n + after
     block = TL.sequence([*(TL.op(c, d) for c, d in before), loop, *(TL.op(c, d) for c, d in after)])
     for lag in (-2.0, 0.0, 6.0):
-        assert block.synchronized_seconds(lag) == pytest.approx(simulate(ops, lag, latency))
+        assert block.synchronized_seconds(lag) == pytest.approx(max(simulate(ops, lag, latency)))
     twice = block.then(block)           # two layers: the second's loop waits for the first's tail
-    assert twice.synchronized_seconds() == pytest.approx(simulate(ops + ops, 0.0, latency))
-    assert block.times(2).synchronized_seconds() == pytest.approx(simulate(ops + ops, 0.0, latency))
+    assert twice.synchronized_seconds() == pytest.approx(max(simulate(ops + ops, 0.0, latency)))
+    assert block.times(2).synchronized_seconds() == pytest.approx(max(simulate(ops + ops, 0.0, latency)))
 
 
 # --- against the H200 ----------------------------------------------------------------------------------------
