@@ -54,9 +54,10 @@ MoEAlltoAllTokenDispatcher.preprocess: cuda_sync_point = "before_ep_alltoall", "
 expert parallel AlltoAll communication to get the `input_splits` and `output_splits` CPU values"; the backward reuses
 them). At the sync the CPU waits until the GPU's queue is empty, so the GPU then idles while the CPU launches the
 all-to-all: one eager op's CPU time per sync (specs/performance.py EAGER_OP_CPU_SECONDS, the reference H100 host, or
-the GPU's calibration), counted in ep_comm. Not modelled: the synchronize call's own wake-up latency (no published
-figure found), and a CPU slower than the GPU after the sync (the CPU can no longer run ahead of a launch-bound
-stretch; Megatron's per-op CPU costs are not modelled).
+the GPU's calibration) plus the copy to the host and the CPU's wake-up (HOST_SYNC_SECONDS, 8.9 µs measured on an
+H200 host), counted in ep_comm. Not modelled: a CPU slower than the GPU after the sync (the CPU can no longer run
+ahead of a launch-bound stretch; Megatron's per-op CPU costs are not modelled: the form it would take is our own
+MoE's, account/time/moe_loop.py).
 """
 
 from __future__ import annotations
@@ -80,14 +81,15 @@ DEEPEP_SMS = 20
 
 
 def sync_exposed_seconds(gpu) -> float:
-    """Seconds the GPU idles after one host synchronization until the next kernel is launched: one eager op's CPU
-    time (the GPU's calibrated op_overhead_seconds, else the reference host's EAGER_OP_CPU_SECONDS); 0 on a device
-    that does not launch asynchronously (a CPU runs each op in turn: nothing is queued to drain)."""
-    from trainledger.specs.performance import EAGER_OP_CPU_SECONDS
+    """Seconds the GPU idles after one host synchronization until the next kernel is launched: the copy to the host
+    and the wake-up (HOST_SYNC_SECONDS), then one eager op's CPU time (the GPU's calibrated op_overhead_seconds,
+    else the reference host's EAGER_OP_CPU_SECONDS); 0 on a device that does not launch asynchronously (a CPU runs
+    each op in turn: nothing is queued to drain)."""
+    from trainledger.specs.performance import EAGER_OP_CPU_SECONDS, HOST_SYNC_SECONDS
     if not getattr(gpu, "async_launch", True):
         return 0.0
     overhead = getattr(gpu, "op_overhead_seconds", 0.0) or 0.0
-    return overhead if overhead > 0 else EAGER_OP_CPU_SECONDS
+    return HOST_SYNC_SECONDS + (overhead if overhead > 0 else EAGER_OP_CPU_SECONDS)
 
 
 def overlap_factor(gpu, which: str, dispatcher: str) -> float:
