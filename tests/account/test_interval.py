@@ -131,14 +131,15 @@ def test_narayanan_published_step_by_their_eq3():
 
 
 def test_a_mixture_of_experts_answer_rests_on_the_published_moe_runs():
-    """Every published Megatron MoE run took longer than predicted (docs/time.md, MoE sections): an MoE answer's
+    """Every published Megatron MoE run but one took longer than predicted (docs/time.md, MoE sections; the one,
+    DeepSeek-V3 MXFP8 on 256 GB200, 2.3 % shorter): an MoE answer's
     range comes from the MoE runs (published.moe_rows), not from the dense ones, and says so. On 16 H100 with
     Megatron the H100 Megatron MoE runs of 9-256 GPUs; the range reaches as far above the step as they were off."""
     from trainledger.account.validation.published import moe_rows
     pool = moe_rows()
     megatron = [r for r in pool if r["framework_kind"] == "megatron"]
-    assert len(pool) == 31 and len(megatron) == 27
-    assert all(r["error"] < 0 for r in megatron)      # every one: the published step longer than ours
+    assert len(pool) == 34 and len(megatron) == 30
+    assert sum(r["error"] < 0 for r in megatron) == 29     # all but one: the published step longer than ours
     found, level = similar_rows("megatron", "h100-sxm", 16, moe=True)
     assert level == 0 and found and all(r in pool for r in found)
     assert all(r["gpu_kind"] == "hopper" and 9 <= r["num_gpus"] <= 256 for r in found)
@@ -159,9 +160,9 @@ def test_a_mixture_of_experts_answer_rests_on_the_published_moe_runs():
 
 def test_moe_leave_one_out_coverage():
     """The same honest check on the MoE runs: each run's range built without it holds its published step for
-    28 of 31 (90 %; each Automodel run inside the range of the other 3); the ranges are wide (median about 2× the
-    step), as wide as the runs were off."""
+    31 of 34 (91 %; each Automodel run inside the range of the other 3); the ranges are wide (median about 1.6×
+    the step), as wide as the runs were off."""
     checks = leave_one_out(moe=True)
-    assert len(checks) == 31 and sum(c["inside"] for c in checks) / len(checks) >= 0.80
+    assert len(checks) == 34 and sum(c["inside"] for c in checks) / len(checks) >= 0.80
     assert all(c["inside"] and c["rows"] == 3 for c in checks if c["source"] == "moe AUTOMODEL")
     assert statistics.median(c["width"] for c in checks) > 0.40

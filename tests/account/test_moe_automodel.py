@@ -56,21 +56,23 @@ def test_automodel_gpt_oss_flops_follow_its_own_formula():
 
 
 def test_automodel_rows_predicted():
-    """Every row predicted as our eager-PyTorch FSDP2 model runs it. Unlike every Megatron MoE run (predicted too
-    fast), these PyTorch runs are predicted SLOWER than published or about right: DeepSeek-V3 on 1024 GPUs +0.4 %,
-    on 256 GPUs −32 % (timed with one model chunk per stage: Automodel's 61 layers over PP 4 × VP 8 are uneven, so
-    the bubble is (pp − 1)/m of 8 micro-batches, 3.3 of 11.9 s), Qwen3-30B-A3B −28 % (memory-bound kernels 12.4 s
-    of 30 s: eager PyTorch's, where the run uses TransformerEngine's fused ones), GPT-OSS 120B −11 %."""
+    """Every row predicted as our eager-PyTorch FSDP2 model runs it. Unlike the Megatron MoE runs (predicted too
+    fast), these PyTorch runs are predicted SLOWER than published or about right: DeepSeek-V3 on 1024 GPUs +6.8 %,
+    on 256 GPUs −12 % (Automodel's 61 layers over PP 4 × VP 8 in 32 uneven chunks of 1-2 layers: the bubble waits
+    for a 2-layer chunk, 3 × 2/16 of a stage-pass per micro-batch; until 2026-12-01 timed with one chunk per stage,
+    −32 % and +0.4 %, a bubble of 3.3 of 11.9 s), Qwen3-30B-A3B −28 % (memory-bound kernels 12.4 s of 30 s: eager
+    PyTorch's, where the run uses TransformerEngine's fused ones), GPT-OSS 120B −11 %."""
     rows = {(r["model"], r["num_gpus"]): r for r in moe.automodel_cases()}
     assert len(rows) == len(moe.AUTOMODEL) == 4
     assert all(r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["published_tokens_per_s_per_gpu"]
                                            - 1) for r in rows.values())
-    assert all(r["error"] < 0.05 for r in rows.values())                 # none predicted much faster
-    assert abs(rows[("deepseek-v3", 1024)]["error"]) <= 0.05 and abs(rows[("gpt-oss-120b", 64)]["error"]) <= 0.20
-    assert rows[("deepseek-v3", 256)]["error"] < -0.20 and rows[("qwen3-30b-a3b", 8)]["error"] < -0.20
-    assert rows[("deepseek-v3", 256)]["interleave_modelled"] == 1 and rows[("deepseek-v3", 256)]["vp"] == 8
-    assert rows[("qwen3-30b-a3b", 8)]["interleave_modelled"] == 1
-    bubble = rows[("deepseek-v3", 256)]["breakdown"]["pipeline_bubble"]
-    assert bubble / rows[("deepseek-v3", 256)]["step_seconds"] > 0.2
+    assert all(r["error"] < 0.10 for r in rows.values())                 # none predicted much faster
+    assert rows[("deepseek-v3", 1024)]["error"] == pytest.approx(0.068, abs=0.03)
+    assert rows[("deepseek-v3", 256)]["error"] == pytest.approx(-0.122, abs=0.03)
+    assert abs(rows[("gpt-oss-120b", 64)]["error"]) <= 0.20 and rows[("qwen3-30b-a3b", 8)]["error"] < -0.20
+    dsv3 = rows[("deepseek-v3", 256)]
+    assert (dsv3["interleave_modelled"], dsv3["vp"], dsv3["uneven_chunks"]) == (8, 8, True)
+    assert rows[("qwen3-30b-a3b", 8)]["interleave_modelled"] == 1 and not rows[("qwen3-30b-a3b", 8)]["uneven_chunks"]
+    assert 0.02 < dsv3["breakdown"]["pipeline_bubble"] / dsv3["step_seconds"] < 0.06
     qwen = rows[("qwen3-30b-a3b", 8)]["breakdown"]
     assert qwen["memory_bound"] > qwen["compute"]

@@ -68,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per optimizer step over all GPUs (default: one micro-batch per data-parallel rank)")
     parser.add_argument("--interleave", type=common.positive_int, default=1,
                         help="virtual pipeline chunks per GPU, Megatron-LM's interleaved schedule (default 1 = 1F1B)")
+    parser.add_argument("--uneven-chunks", action="store_true",
+                        help="let the interleaved schedule's chunks hold unequal numbers of layers, as Megatron-Core's "
+                             "--pipeline-model-parallel-layout or torch.distributed.pipelining stages do (e.g. "
+                             "DeepSeek-V3's 61 layers over --pp 4 --interleave 8); each --pp × --interleave chunk holds "
+                             "at least one layer, and the bubble waits for the largest chunk (default: equal chunks)")
     parser.add_argument("--cp", type=common.positive_int, default=1, help="context-parallel ranks splitting the sequence (default 1)")
     parser.add_argument("--schedule", choices=("1f1b", "dualpipe"), default="1f1b",
                         help="pipeline schedule: 1f1b (default; interleaved with --interleave > 1) or dualpipe "
@@ -132,7 +137,7 @@ def compute(args) -> dict:
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, schedule=args.schedule, mtp=args.mtp,
-                    **expert_settings(args))
+                    uneven_chunks=args.uneven_chunks, **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
     if "fp8_gemms" in result:     # the same layout in the 16-bit recipe: what FP8 buys (account/time/fp8_compare.py)
@@ -149,7 +154,8 @@ def compute(args) -> dict:
              f"micro-batch {args.batch_size} × {result['micro_batches']} accumulation step"
              f"{'s' if result['micro_batches'] > 1 else ''} × dp {result['dp']} = global batch {result['global_batch_size']} "
              f"(--batch-size, --global-batch-size)",
-             f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}), cp {args.cp}, "
+             f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}"
+             f"{uneven_words(spec.n_layers, args.pp, args.interleave) if result['uneven_chunks'] else ''}), cp {args.cp}, "
              f"dp {result['dp']} with ZeRO {zero} on {result['num_gpus']} × {gpu.name}; "
              f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
     if precision_note:
@@ -263,3 +269,9 @@ def render(result: dict, args) -> None:
     if result.get("suggestion"):
         label = "faster" if result["suggestion"]["why"] == "faster" else "fits with"
         out.print(f"{label}: {result['suggestion']['line']}", soft_wrap=True)
+
+
+def uneven_words(n_layers: int, pp: int, interleave: int) -> str:
+    """', uneven chunks: 61 layers in 32 chunks of 1-2' for a step with --uneven-chunks whose layers do not split evenly."""
+    chunks = pp * interleave
+    return f", uneven chunks: {n_layers} layers in {chunks} chunks of {n_layers // chunks}-{-(-n_layers // chunks)}"

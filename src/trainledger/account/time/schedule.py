@@ -21,6 +21,12 @@ searches one. The rules, with where each is enforced in Megatron-LM (github.com/
   - the micro-batches in whole rounds over the stages: micro_batches divisible by pp
     (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving: "number of
     microbatches ... is not divisible by pipeline-model-parallel-size ... when using interleaved schedule").
+- Uneven chunks (`uneven_chunks`, `step --uneven-chunks`): Megatron-Core's flexible pipeline layout
+  (--pipeline-model-parallel-layout, megatron/core/transformer/pipeline_parallel_layer_layout.py: each virtual
+  stage lists its own layers, e.g. DeepSeek-V3's 61 layers, its MTP module and the loss over PP × VP) and
+  NeMo Automodel's `layers_per_stage` (torch.distributed.pipelining stages of any size) lift the equal-chunk rule:
+  every chunk holds at least one layer, pp · v ≤ n_layers; the other rules stay. The fullest stage still holds
+  ceil(n_layers / pp) layers (a balanced split), and the largest chunk ceil(n_layers / (pp · v)).
 """
 
 from __future__ import annotations
@@ -29,19 +35,26 @@ from trainledger.errors import TrainledgerError
 from trainledger.account.counting.placement import check_positive_int
 
 
-def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int) -> str | None:
-    """Why (pp, interleave, micro_batches) is not a valid pipeline schedule for `n_layers` layers, or None if it is."""
+def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int,
+                     uneven_chunks: bool = False) -> str | None:
+    """Why (pp, interleave, micro_batches) is not a valid pipeline schedule for `n_layers` layers, or None if it is.
+    `uneven_chunks`: the interleaved schedule's chunks may hold unequal numbers of layers (module docstring)."""
     if pp > n_layers:
         return f"--pp {pp} stages need at least one layer each, but the model has {n_layers} layers"
     if interleave == 1:
         return None
     if pp < 2:
         return f"--interleave {interleave} needs pipeline stages to interleave over (--pp 2 or more), got --pp {pp}"
-    if not _even_chunks(n_layers, pp * interleave):
-        valid = [v for v in range(1, n_layers // pp + 1) if _even_chunks(n_layers, pp * v)]
+    if uneven_chunks and pp * interleave > n_layers:
+        return (f"--pp {pp} × --interleave {interleave} = {pp * interleave} model chunks need a layer each, but the "
+                f"model has {n_layers} layers; with --pp {pp} use --interleave {n_layers // pp} or less")
+    if not uneven_chunks and not _even_chunks(n_layers, pp * interleave):
+        valid = [1] + [v for v in range(2, n_layers // pp + 1) if _even_chunks(n_layers, pp * v)]
+        uneven = (" (or add --uneven-chunks: chunks of unequal size, as Megatron-Core's "
+                  "--pipeline-model-parallel-layout lays them)" if pp * interleave <= n_layers else "")
         return (f"--pp {pp} × --interleave {interleave} = {pp * interleave} model chunks, but the model's {n_layers} layers "
                 f"{'are fewer' if pp * interleave > n_layers else 'do not divide into equal chunks'} (Megatron-LM's "
-                f"interleaved schedule); with --pp {pp} use --interleave {' or '.join(map(str, valid))}")
+                f"interleaved schedule); with --pp {pp} use --interleave {' or '.join(map(str, valid))}{uneven}")
     if micro_batches % pp:
         return (f"--interleave {interleave} needs a number of micro-batches that is a multiple of --pp {pp} "
                 f"(Megatron-LM's interleaved schedule), got {micro_batches} = global batch / (dp × --batch-size)")
@@ -54,17 +67,42 @@ def _even_chunks(n_layers: int, chunks: int) -> bool:
     return chunks <= n_layers and any((n_layers + extra) % chunks == 0 for extra in (0, 1, 2))
 
 
-def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int) -> None:
+def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int, uneven_chunks: bool = False) -> None:
     """Raise a TrainledgerError naming the flag when the schedule is invalid (`schedule_problem`)."""
-    problem = schedule_problem(n_layers, pp, interleave, micro_batches)
+    problem = schedule_problem(n_layers, pp, interleave, micro_batches, uneven_chunks)
     if problem:
         raise TrainledgerError(problem)
 
 
-def interleave_or_one(n_layers: int, pp: int, interleave: int, micro_batches: int) -> int:
-    """`interleave` when it is a valid schedule, else 1 (one chunk per stage): how a published run whose layers
-    Megatron places unevenly over PP × VP (which the step's interleaved schedule cannot) is timed."""
-    return interleave if schedule_problem(n_layers, pp, interleave, micro_batches) is None else 1
+def even_chunks(n_layers: int, pp: int, interleave: int) -> bool:
+    """Whether the interleaved schedule's pp · v chunks hold equal numbers of layers (always with one chunk per stage)."""
+    return interleave == 1 or _even_chunks(n_layers, pp * interleave)
+
+
+def chunk_share(n_layers: int, pp: int, interleave: int) -> float:
+    """The largest model chunk's share of its stage's layers: 1/v when the layers split into equal chunks
+    (`_even_chunks`), else ceil(n_layers / (pp·v)) / ceil(n_layers / pp) (a balanced uneven split).
+
+    Each of the pp − 1 hops that fill and drain an interleaved pipeline waits for one chunk's forward or backward
+    (Narayanan et al. 2021, Sec. 2.2.2: a bubble of (p − 1)/v stage-passes per step with equal chunks); with
+    unequal chunks we charge every hop the largest chunk, an upper bound."""
+    if even_chunks(n_layers, pp, interleave):
+        return 1 / interleave
+    return -(-n_layers // (pp * interleave)) / -(-n_layers // pp)
+
+
+def published_interleave(n_layers: int, pp: int, interleave: int, micro_batches: int) -> tuple[int, bool]:
+    """(interleave, uneven_chunks) to time a published run that used `interleave` chunks per GPU: its own VP, with
+    uneven chunks when its layers do not split evenly (Megatron-LM refuses such a VP unless a custom layout is given,
+    so a run that printed one ran a layout: Megatron Bridge's DeepSeek-V3 recipes set
+    --pipeline-model-parallel-layout, megatron/bridge/recipes/deepseek/deepseek_v3.py
+    set_deepseek_v3_pipeline_model_parallel_layout; NeMo Automodel sets layers_per_stage); (1, False) when no
+    interleaved schedule can run it (fewer layers than chunks, or micro-batches not a multiple of pp)."""
+    if schedule_problem(n_layers, pp, interleave, micro_batches) is None:
+        return interleave, False
+    if schedule_problem(n_layers, pp, interleave, micro_batches, uneven_chunks=True) is None:
+        return interleave, True
+    return 1, False
 
 
 def valid_interleaves(n_layers: int, pp: int, micro_batches: int, largest: int) -> list[int]:

@@ -58,8 +58,8 @@ from trainledger.account.counting.placement import check_parallel, check_positiv
 from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
-from trainledger.account.time.schedule import (SCHEDULES, check_schedule, derive_layout, dualpipe_bubble_seconds,  # noqa: F401
-                                               dualpipe_problem)
+from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_share, derive_layout,  # noqa: F401
+                                               dualpipe_bubble_seconds, dualpipe_problem, even_chunks)
 from trainledger.account.time import folding
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
@@ -73,9 +73,11 @@ PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_co
 WORDS = ADVICE_WORDS   # the parts of a step in words (account.time.advice)
 
 
-def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1) -> float:
-    """Idle fraction of the ideal time of a pipeline: (p − 1)/m for 1F1B, (p − 1)/(v·m) interleaved (Narayanan et al. 2021)."""
-    return (pp - 1) / (interleave * micro_batches)
+def pipeline_bubble_fraction(pp: int, micro_batches: int, interleave: int = 1, share: float | None = None) -> float:
+    """Idle fraction of the ideal time of a pipeline: (p − 1)/m for 1F1B, (p − 1)/(v·m) interleaved (Narayanan et al.
+    2021); with chunks of unequal size (p − 1)·share/m, `share` the largest chunk's share of its stage
+    (account.time.schedule.chunk_share)."""
+    return (pp - 1) * (1 / interleave if share is None else share) / micro_batches
 
 
 def exposed_seconds(comm_seconds: float, hidden_by_seconds: float) -> float:
@@ -148,7 +150,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
               tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None,
-              mtp: bool | None = None) -> dict:
+              mtp: bool | None = None, uneven_chunks: bool = False) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -163,6 +165,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
     data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
     default and the 2021 code; account.time.comm._dp_collectives).
+    `uneven_chunks`: the interleaved schedule's model chunks may hold unequal numbers of layers (Megatron-Core's
+    --pipeline-model-parallel-layout, Automodel's layers_per_stage; account.time.schedule.chunk_share).
     `mtp`: train the spec's multi-token-prediction modules on the last pipeline stage (account/time/mtp.py; None: as
     the framework runs the model: Megatron-Core trains them, our torch Transformer does not build them).
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
@@ -182,7 +186,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
     check_expert_options(expert_imbalance, capacity_factor, ep_overlap, ep_dispatcher)
     check_positive_int(interleave, "--interleave")
-    check_schedule(spec.n_layers, pp, interleave, m)
+    check_schedule(spec.n_layers, pp, interleave, m, uneven_chunks)
+    share = chunk_share(spec.n_layers, pp, interleave)
     check_choice(schedule, SCHEDULES, "--schedule")
     if schedule == "dualpipe" and dualpipe_problem(pp, interleave, m):
         raise TrainledgerError(dualpipe_problem(pp, interleave, m))
@@ -284,7 +289,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
             after[c.part] += seconds
 
     ideal = {k: v * m for k, v in per_mb.items()}
-    bubble = pipeline_bubble_fraction(pp, m, interleave) * sum(ideal.values())
+    bubble = pipeline_bubble_fraction(pp, m, interleave, share) * sum(ideal.values())
     if schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
         bubble = dualpipe_bubble_seconds(pp, sum(per_mb.values()), stage_bwd, stage_layers * fwd["compute"])
 
@@ -338,13 +343,14 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
         "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
                                  and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
-        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave) if schedule == "1f1b"
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave, share) if schedule == "1f1b"
                                                                else bubble / max(sum(ideal.values()), 1e-30)),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
         "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-        "schedule": schedule, "mtp_modules": n_mtp, "mla": spec.is_mla,
+        "schedule": schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
+        "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
                                 dispatcher=ep_dispatcher),

@@ -17,9 +17,9 @@ DeepSeek-V3 pre-training (arXiv:2412.19437, Sec. 3.1 and 4.2; facts.md): 2.664M 
 2,048 H800 (PP16, EP64 over 8 nodes, ZeRO-1), FP8, sequences of 4K, batch 15360 sequences after the ramp, DualPipe
 hiding the all-to-alls (counted, then hidden: `deepseek_v3_gpu_hours`). The report's block-wise FP8 (1x128
 activations, 128x128 weights) is asked as fp8-cs, the nearest recipe we have; the MTP module it trained (Sec. 2.2)
-is in the step (framework megatron trains it by default: account/time/mtp.py). Not modelled: the DGX-GB200
-DeepSeek-V3 rows (Megatron places its 61 layers unevenly over PP x VP; the step's interleaved schedule needs equal
-chunks). Nothing here is fitted.
+is in the step (framework megatron trains it by default: account/time/mtp.py). The DGX-GB200 DeepSeek-V3 rows
+(Megatron places its 61 layers unevenly over PP x VP) are modelled since the step takes uneven chunks
+(2026-12-01: account.time.schedule.published_interleave). Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ TAKEN = [
     ("25.11", "DGX-B200", "gpt-oss-120b", "b200", "mixed-bf16", 64, 512, 4, 4096, 1, 1, 1, 8, 2, 8213),
     ("25.11", "DGX-GB200", "gpt-oss-120b", "gb200", "mixed-bf16", 64, 1280, 1, 8192, 1, 1, 1, 64, 20, 15876),
     ("25.11", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mixed-bf16", 256, 8192, 1, 4096, 1, 8, 3, 32, 256, 4916),
+    ("25.11", "DGX-GB200", "deepseek-v3", "gb200", "mixed-bf16", 256, 4096, 1, 4096, 1, 4, 4, 64, 64, 3139),
 ]
 ASIDE = [
     ("26.02", "DGX-H100", "gpt-oss-120b", "h100-sxm", "mixed-bf16", 64, 1280, 1, 4096, 1, 4, 1, 8, 80, 5993),
@@ -75,6 +76,7 @@ FP8_TAKEN = [
     ("25.11", "DGX-B200", "qwen3-30b-a3b", "b200", "mxfp8", 8, 512, 1, 4096, 1, 1, 1, 8, 64, 9299),
     ("25.11", "DGX-B200", "qwen3-235b-a22b", "b200", "mxfp8", 64, 1024, 1, 4096, 1, 8, 2, 8, 128, 3269),
     ("25.11", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 23766),
+    ("25.11", "DGX-GB200", "deepseek-v3", "gb200", "mxfp8", 256, 4096, 1, 4096, 1, 8, 4, 32, 128, 4018),
 ]
 FP8_ASIDE = [
     ("26.02", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 1024, 1, 4096, 1, 2, 12, 8, 128, 2557),
@@ -82,7 +84,13 @@ FP8_ASIDE = [
     ("26.02", "DGX-B200", "qwen3-235b-a22b", "b200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 8, 256, 3805),
     ("26.02", "DGX-GB200", "qwen3-30b-a3b", "gb200", "mxfp8", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 26084),
     ("26.02", "DGX-GB200", "qwen3-235b-a22b", "gb200", "mxfp8", 256, 8192, 1, 4096, 1, 8, 1, 32, 256, 5448),
+    ("26.02", "DGX-GB200", "deepseek-v3", "gb200", "mxfp8", 256, 4096, 1, 4096, 1, 4, 4, 64, 64, 3955),
 ]
+# The DeepSeek-V3 rows the summary prints "(w/o MTP)" (25.11 DGX-GB200 and DGX-GB300): their Model TFLOP/s /
+# tokens/s is the count without the MTP module (GB200 BF16: 782e12 / 3139 = 2.49e11, FP8-MX 1003e12 / 4018 = 2.50e11;
+# with it 2.61e11), so they are asked with --no-mtp; the 26.02 rows print nothing and count it (GB200 FP8-MX:
+# 1028e12 / 3955 = 2.60e11), as the DGX-B200 "(w/ MTP)" rows do. tests/account/test_moe_gb200_deepseek.py checks it.
+WITHOUT_MTP = {("25.11", "DGX-GB200", "deepseek-v3"), ("25.11", "DGX-GB300", "deepseek-v3")}
 # DeepSeek-V3 on DGX-B200, trained with its multi-token-prediction module (25.11: "DeepSeekV3 (w/ MTP)"; 26.02: its
 # Model TFLOP/s / tokens/s, 699e12 / 2689 = 2.60e11 FLOPs per token, is the count with MTP, 2.61e11, not without,
 # 2.50e11): PP 16 with VP 1, so the 61 layers need no even split (Megatron Bridge's layout: 15 stages of 4, the last
@@ -99,8 +107,8 @@ FOLDED = [
 # The DGX-GB300 (25.11, 26.02) and DGX-B300 (26.02) MoE rows of the same summary, unlocked by the gb300 and b300
 # entries: predicted and kept aside (`blackwell_ultra_cases`), never in the sets the issue's thresholds count. 25.11
 # DGX-GB300 Qwen3-235B prints GA 32 where its GBS, MBS and DP give 64. DeepSeek-V3's 61 layers do not split evenly
-# over PP x VP: such rows are timed with --interleave 1, as moe_report does ("interleave_modelled"); the 25.11 rows
-# say "w/o MTP", the 26.02 rows say nothing (the step model does not time the MTP module either way).
+# over PP x VP: such rows are timed with their VP and uneven chunks, as `predict` does (until 2026-12-01 with
+# --interleave 1); the 25.11 rows say "w/o MTP" (WITHOUT_MTP), the 26.02 rows say nothing and are asked with it.
 BLACKWELL_ULTRA = [
     ("25.11", "DGX-GB300", "deepseek-v3", "gb300", "mixed-bf16", 256, 4096, 1, 4096, 1, 2, 4, 32, 32, 3848),
     ("25.11", "DGX-GB300", "deepseek-v3", "gb300", "mxfp8", 256, 4096, 1, 4096, 1, 2, 4, 32, 32, 4357),
@@ -118,6 +126,23 @@ BLACKWELL_ULTRA = [
 ]
 FP8_TAKEN.append(FOLDED[0])
 FP8_ASIDE.append(FOLDED[1])
+# The 25.09 container's MoE rows of the same summary (docs/performance-summary.md at commit df0289c1, "25.09 NeMo
+# Container"), printed "(tokendrop)": a capacity factor pads every expert to a fixed size, so the dispatch needs no
+# host synchronization (Megatron-Core's cuda_sync_point is for dropless routing). No precision column: the footnote
+# reads the bracketed figures as the other quantization (MXFP8 on B200/GB200, blockwise on H100), so the main
+# figures are FP8-CS. Three share a layout with a later dropless row (25.11): the pair measures what dropless costs
+# on top. Kept aside as a diagnosis (`tokendrop_cases`), never in the sets the issue's thresholds count.
+TOKENDROP_2509 = [
+    ("25.09", "DGX-GB200", "qwen3-30b-a3b", "gb200", "fp8-cs", 8, 512, 4, 4096, 1, 1, 1, 8, 16, 22775),
+    ("25.09", "DGX-GB200", "qwen3-235b-a22b", "gb200", "fp8-cs", 64, 1024, 1, 4096, 2, 1, 1, 64, 32, 4452),
+    ("25.09", "DGX-B200", "qwen3-30b-a3b", "b200", "fp8-cs", 8, 512, 1, 4096, 1, 1, 1, 8, 64, 18066),
+    ("25.09", "DGX-B200", "qwen3-235b-a22b", "b200", "fp8-cs", 64, 1024, 1, 4096, 1, 8, 2, 8, 128, 4104),
+    ("25.09", "DGX-H100", "qwen3-30b-a3b", "h100-sxm", "fp8-cs", 16, 512, 2, 4096, 1, 2, 24, 8, 32, 10494),
+    ("25.09", "DGX-H100", "qwen3-235b-a22b", "h100-sxm", "fp8-cs", 256, 2048, 1, 4096, 2, 8, 4, 32, 128, 1204),
+]
+# The dropless rows of the same layout, GPUs and micro-batch (25.11, FP8_TAKEN; B200 and GB200 in MXFP8 there)
+DROPLESS_PAIRS = [(TOKENDROP_2509[0], FP8_TAKEN[3]), (TOKENDROP_2509[2], FP8_TAKEN[1]),
+                  (TOKENDROP_2509[4], FP8_TAKEN[0])]
 # The recipes' expert tensor-parallel size (Megatron-Bridge scripts/performance/configs/qwen/
 # qwen3_workload_base_configs.py at commit 01b2977e: BASE_QWEN3_235B_A22B_CONFIG and BASE_QWEN3_30B_A3B_CONFIG set
 # expert_tensor_parallel_size=1); models not listed run the Megatron default, ETP = TP (every such row has TP 1).
@@ -151,18 +176,25 @@ DEEPSEEK_V3_TOKENS = 14.8e12
 
 def predict(row, a2a_overlap: float | None = None) -> dict:
     """The prediction for one row: tokens/s per GPU, the relative error, the step's breakdown and whether it fits.
-    The recipe's expert TP (RECIPE_ETP) and all-to-all overlap (RECIPE_A2A_OVERLAP; `a2a_overlap` overrides it)."""
+    The recipe's expert TP (RECIPE_ETP) and all-to-all overlap (RECIPE_A2A_OVERLAP; `a2a_overlap` overrides it); the
+    row's VP, with uneven chunks where its layers do not split evenly (account.time.schedule.published_interleave:
+    the recipe's layout); the MTP module trained unless the row says "w/o MTP" (WITHOUT_MTP)."""
+    from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
     container, system, model, gpu_name, precision, n, gbs, mbs, seq, tp, pp, vp, ep, ga, published = row
     overlap = RECIPE_A2A_OVERLAP.get((system, model), 0.0) if a2a_overlap is None else a2a_overlap
-    r = step_time(get_model(model), get_gpu(gpu_name), batch_size=mbs, seq_len=seq, global_batch_size=gbs,
-                  num_gpus=n, precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=vp, zero=1,
-                  ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
-                  etp=RECIPE_ETP.get(model), ep_overlap=overlap)
+    spec = get_model(model)
+    interleave, uneven = published_interleave(spec.n_layers, pp, vp, gbs // (n // (tp * pp) * mbs))
+    r = step_time(spec, get_gpu(gpu_name), batch_size=mbs, seq_len=seq, global_batch_size=gbs,
+                  num_gpus=n, precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=interleave,
+                  zero=1, ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
+                  etp=RECIPE_ETP.get(model), ep_overlap=overlap, uneven_chunks=uneven,
+                  mtp=False if (container, system, model) in WITHOUT_MTP else None)
     per_gpu = r["tokens_per_s"] / n
     return {"container": container, "system": system, "model": model, "gpu": gpu_name, "precision": precision,
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
-            "ep": ep, "etp": r["etp"], "ep_overlap": overlap, "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
+            "ep": ep, "etp": r["etp"], "ep_overlap": overlap, "interleave_modelled": interleave,
+            "uneven_chunks": uneven, "mtp_modules": r["mtp_modules"], "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
             "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
             "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
             "breakdown": r["breakdown"],
@@ -173,23 +205,25 @@ def predict_automodel(row) -> dict:
     """The prediction for one AUTOMODEL row, asked as our eager-PyTorch FSDP2 model runs it: framework torchtitan,
     amp-bf16 with FSDP2 (ZeRO-3) under a bf16 MixedPrecisionPolicy and fp32 reduce-scatters (torchtitan's defaults,
     assumed for Automodel), the row's PP and EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs
-    causal. Its VP when the layers split evenly over PP × VP, else --interleave 1 ("interleave_modelled": Automodel
-    places DeepSeek-V3's 61 layers unevenly over 32 stages, which the step's interleaved schedule cannot)."""
+    causal. Its VP, with uneven chunks where the layers do not split evenly ("interleave_modelled", "uneven_chunks":
+    Automodel places DeepSeek-V3's 61 layers over 32 stages of 1-2 with layers_per_stage; until 2026-12-01 such rows
+    were timed with --interleave 1)."""
     from trainledger.account.memory.fsdp import fsdp_settings
-    from trainledger.account.time.schedule import interleave_or_one
+    from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
     from trainledger.specs.recipes import get_recipe
     model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
     spec, dp = get_model(model), n // (tp * pp * cp)
     micro_batches = gbs // (dp * mbs)
-    modelled = interleave_or_one(spec.n_layers, pp, vp, micro_batches)
+    modelled, uneven = published_interleave(spec.n_layers, pp, vp, micro_batches)
     fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=pp, dp=dp)
     r = step_time(spec, get_gpu("h100-sxm"), batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n,
                   precision="amp-bf16", optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp, ep=ep,
-                  ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal", framework="torchtitan")
+                  ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal", framework="torchtitan",
+                  uneven_chunks=uneven)
     per_gpu = r["tokens_per_s"] / n
     return {"model": model, "gpu": "h100-sxm", "precision": "amp-bf16", "num_gpus": n, "global_batch_size": gbs,
-            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled, "ep": ep,
+            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled, "uneven_chunks": uneven, "ep": ep,
             "dp": dp, "recompute": recompute, "micro_batches": r["micro_batches"],
             "published_step_seconds": step_s, "published_tflops_per_gpu": tflops,
             "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
@@ -208,21 +242,14 @@ def cases(rows=TAKEN) -> list[dict]:
     return [predict(row) for row in rows]
 
 
-def predict_even_chunks(row) -> dict:
-    """`predict` for a row whose VP does not split the model's layers evenly over PP x VP (or leaves too few
-    micro-batches for the interleave): timed with --interleave 1, as moe_report.predict does; "interleave_modelled"
-    says which interleave was timed."""
-    from trainledger.account.time.schedule import interleave_or_one
-    from trainledger.specs import get_model
-    n, gbs, mbs, tp, pp, vp = row[5], row[6], row[7], row[9], row[10], row[11]
-    micro_batches = gbs // (n // (tp * pp) * mbs)
-    modelled = interleave_or_one(get_model(row[2]).n_layers, pp, vp, micro_batches)
-    return predict(row[:11] + (modelled,) + row[12:]) | {"vp": vp, "interleave_modelled": modelled}
+def tokendrop_cases() -> list[dict]:
+    """The 25.09 token-drop rows (TOKENDROP_2509) predicted as balanced routing, as every row is: kept aside."""
+    return [predict(row) for row in TOKENDROP_2509]
 
 
 def blackwell_ultra_cases() -> list[dict]:
     """The DGX-GB300 and DGX-B300 MoE rows (BLACKWELL_ULTRA) predicted: kept aside."""
-    return [predict_even_chunks(row) for row in BLACKWELL_ULTRA]
+    return [predict(row) for row in BLACKWELL_ULTRA]
 
 
 def report(rows: list[dict], within: float = 0.20) -> dict:

@@ -21,10 +21,11 @@ DeepEP (Sec. 4.2.3: "achieves a 93% overlap ratio for expert communication laten
 ratio, so it is borrowed for the other rows with the overlap ON. Not expressible here (the prediction ignores
 them): HybridEP/DeepEP dispatchers (timed as the all-to-all dispatcher: see Table 7 below), partial CUDA graphs
 (attn, moe_router, moe_preprocess), recomputation of single modules (mlp, up_proj: timed as none), optimizer-state
-offloading, FP8 primary weights, Megatron's flexible pipeline layout beyond its last stage (DeepSeek-V3's 61
-layers over PP4 × VPP4 are uneven: timed with --interleave 1, which adds (pp − 1)/m − (pp − 1)/(v·m) of bubble,
-2.2 % of the ideal time at PP4, m = 128; the last stage holds 13 layers, the MTP module and the loss, as Megatron
-Bridge's DeepSeek-V3 layout places them: account/time/mtp.py).
+offloading, FP8 primary weights. Megatron's flexible pipeline layout: DeepSeek-V3's 61 layers over PP4 × VPP4 are
+uneven, timed with the row's VPP and uneven chunks (account.time.schedule.published_interleave; until 2026-12-01
+with --interleave 1, which added (pp − 1)/m − (pp − 1)/(v·m) of bubble, 2.2 % of the ideal time at PP4, m = 128);
+the last stage holds 13 layers, the MTP module and the loss, as Megatron Bridge's DeepSeek-V3 layout places them
+(account/time/mtp.py).
 The GB300 rows (specs/hardware.py gb300: Blackwell Ultra, its sustained rates borrowed from GB200/B200) are
 predicted apart and kept aside (REPORT_GB300). Qwen3-235B on H100 (TP2 PP8 on 256 GPUs leaves DP 16 < EP 32) and on
 GB300 at sequence 131072 (TP4 PP4 CP4 on 128 GPUs leaves DP 2 < EP 32) are modelled with MoE Parallel Folding
@@ -131,16 +132,17 @@ def predict(row) -> dict:
     spec = get_model(f["model"])
     dp = f["num_gpus"] // (f["tp"] * f["pp"] * f["cp"])
     micro_batches = f["global_batch_size"] // (dp * f["batch_size"])
-    from trainledger.account.time.schedule import interleave_or_one
-    vp = interleave_or_one(spec.n_layers, f["pp"], f["vpp"], micro_batches)
+    from trainledger.account.time.schedule import published_interleave
+    vp, uneven = published_interleave(spec.n_layers, f["pp"], f["vpp"], micro_batches)
     overlap = A2A_OVERLAP_RATIO if f["a2a_overlap"] else 0.0
     r = step_time(spec, get_gpu(GPU[f["system"]]), batch_size=f["batch_size"], seq_len=f["seq_len"],
                   global_batch_size=f["global_batch_size"], num_gpus=f["num_gpus"], precision=PRECISION[f["dtype"]],
                   optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"], interleave=vp, cp=f["cp"], zero=1,
                   ep=f["ep"], recompute="none", flash=True, attention="causal", framework="megatron",
-                  ep_overlap=overlap, ep_dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]))
+                  ep_overlap=overlap, ep_dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]),
+                  uneven_chunks=uneven)
     per_gpu = r["tokens_per_s"] / f["num_gpus"]
-    return f | {"interleave_modelled": vp, "etp": r["etp"], "ep_overlap": overlap, "micro_batches": r["micro_batches"],
+    return f | {"interleave_modelled": vp, "uneven_chunks": uneven, "etp": r["etp"], "ep_overlap": overlap, "micro_batches": r["micro_batches"],
                 "predicted_tokens_per_s_per_gpu": per_gpu,
                 "error": per_gpu / f["published_tokens_per_s_per_gpu"] - 1, "mfu": r["mfu"], "fits": r["fits"],
                 "memory_bytes": r["memory_bytes"], "breakdown": r["breakdown"], "source": SOURCE}
