@@ -564,3 +564,81 @@ def test_step_points_to_a_faster_micro_batch(page):
     values, _ = split_step_and_layout(shown(page, "step"))
     assert_shown_equals(values, expected)
     assert page.inner_text("#calc-step .suggestion").startswith("Faster with --batch-size 8")
+
+
+def test_step_with_expert_tensor_parallel_and_a_dispatcher(browser, base_url):
+    """Calculator 8's mixture-of-experts fields, typed in the form: Qwen3-30B-A3B on 8 H100 under Megatron-LM, tp 2
+    with sp, ep 4, etp 1 (whole experts per GPU beside a split attention: MoE Parallel Folding) and the DeepEP
+    dispatcher. The page shows `step --json` for those flags, which differs from etp = tp and from alltoall, and its
+    table is `layout --framework megatron` (the one new field the search takes). etp 5 (no divisor of the experts'
+    d_ff 768) shows the CLI's line beside the field; so does an unknown dispatcher arriving in a shared address."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})   # a fresh page: the form's defaults
+    page = context.new_page()
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    assert page.input_value("#step-ep-dispatcher") == "alltoall" and page.input_value("#step-etp") == ""
+    assert page.get_attribute("#step-etp", "placeholder") == "= tp"
+    before = updates(page, "step")
+    page.select_option("#step-model", "qwen3-30b-a3b")
+    page.select_option("#step-framework", "megatron")
+    page.fill("#step-tp", "2")
+    page.check("#step-sp")
+    page.fill("#step-ep", "4")
+    page.fill("#step-etp", "1")
+    page.select_option("#step-ep-dispatcher", "deepep")
+    wait_for_answer(page, "step", before)
+    common = ["--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--num-gpus", "8", "--global-batch-size", "32",
+              "--framework", "megatron"]
+    argv = ["step", *common, "--tp", "2", "--sp", "--ep", "4", "--etp", "1", "--ep-dispatcher", "deepep"]
+    expected = cli_json(argv)
+    step_values, layout_values = split_step_and_layout(shown(page, "step"))
+    assert_shown_equals(step_values, expected)
+    line = shlex.split(page.text_content("#calc-step .command-line"))
+    assert "--etp=1" in line and "--ep-dispatcher=deepep" in line and "--framework=megatron" in line
+    assert_shown_equals(step_values, cli_json(line[1:-1]))
+    without_etp = cli_json([a for a in argv if a not in ("--etp", "1")])
+    alltoall = cli_json(argv[:-2])
+    assert float(step_values["step_seconds"]) != without_etp["step_seconds"]
+    assert float(step_values["step_seconds"]) != alltoall["step_seconds"]
+    assert "deepep dispatcher" in page.text_content("#calc-step .assumptions")
+    layout = cli_json(["layout", *common, "--top", "5"])
+    assert_shown_equals(layout_values, layout)
+    assert sum(1 for path in layout_values if path.endswith(".etp")) == len(layout["layouts"])
+
+    before = updates(page, "step")
+    page.fill("#step-etp", "5")
+    wait_for_answer(page, "step", before, state="error")
+    with pytest.raises(TrainledgerError) as info:
+        cli.compute([*argv[:argv.index("--etp") + 1], "5", *argv[argv.index("--etp") + 2:]])
+    assert page.inner_text("#step-etp-error") == str(info.value) and "must divide" in str(info.value)
+    assert page.get_attribute("#step-etp", "aria-invalid") == "true"
+    before = updates(page, "step")
+    page.fill("#step-etp", "1")
+    wait_for_answer(page, "step", before)
+    assert page.inner_text("#step-etp-error") == ""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#calc-step").screenshot(path=str(SCREENSHOTS / "step-experts.png"))
+    # "Use" copies a row's etp too (blank where it equals the row's tp): the step then takes the row's time
+    before = updates(page, "step")
+    page.select_option("#step-ep-dispatcher", "alltoall")     # the search ran with the default dispatcher
+    page.fill("#step-etp", "")
+    wait_for_answer(page, "step", before)
+    row = layout["layouts"][0]
+    assert row["etp"] != row["tp"]                              # Megatron's folding: the search found it faster
+    before = updates(page, "step")
+    page.click("#calc-step button.use-layout[data-rank='0']")
+    wait_for_answer(page, "step", before)
+    assert page.input_value("#step-etp") == ("" if row["etp"] == row["tp"] else str(row["etp"]))
+    step_values, _ = split_step_and_layout(shown(page, "step"))
+    assert float(step_values["step_seconds"]) == row["step_seconds"] and float(step_values["mfu"]) == row["mfu"]
+
+    shared = context.new_page()   # a shared address with a dispatcher the select does not offer
+    shared.goto(base_url + "#step.model=qwen3-30b-a3b&step.ep=8&step.ep-dispatcher=nccl")
+    shared.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    assert shared.get_attribute("#calc-step", "data-state") == "error"
+    with pytest.raises(TrainledgerError) as info:
+        cli.compute(["step", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--num-gpus", "8", "--global-batch-size",
+                     "32", "--ep", "8", "--ep-dispatcher", "nccl"])
+    assert shared.inner_text("#step-ep-dispatcher-error") == str(info.value)
+    assert str(info.value).startswith("--ep-dispatcher must be one of alltoall, deepep, hybridep")
+    context.close()

@@ -402,10 +402,12 @@ def schema() -> dict:
 
 
 def _add_named_choices(result: dict) -> None:
-    """Fill `choices` of --precision and --optimizer (free-text flags checked against specs/recipes.py)."""
+    """Fill `choices` of --precision and --optimizer (free-text flags checked against specs/recipes.py) and of
+    --ep-dispatcher (checked against account/time/expert_parallel.py's DISPATCHERS when the step is computed)."""
+    from trainledger.account.time.expert_parallel import DISPATCHERS
     from trainledger.specs.recipes import OPTIMIZERS, RECIPES
 
-    names = {"--precision": list(RECIPES), "--optimizer": list(OPTIMIZERS)}
+    names = {"--precision": list(RECIPES), "--optimizer": list(OPTIMIZERS), "--ep-dispatcher": list(DISPATCHERS)}
     for command in result.values():
         for flag in command["flags"]:
             if flag["flag"] in names and not flag["choices"]:

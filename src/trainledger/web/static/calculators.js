@@ -497,9 +497,10 @@
   }
 
   // ---------------- 8. step time & layout (step + layout) ----------------
-  const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "ep", "zero", "batch_size", "recompute"];  // what "Use" copies
-  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "ep", "expert-imbalance", "ep-overlap", "zero",
-                     "batch-size", "recompute", "dp"];
+  const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "zero", "batch_size", "recompute"];  // what "Use" copies
+  // fields `layout` does not take (it searches them or has no such flag); the rest (framework, ...) reach it too
+  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "expert-imbalance", "capacity-factor", "ep-overlap",
+                     "ep-dispatcher", "zero", "batch-size", "recompute", "dp", "schedule", "mtp", "tp-overlap", "dp-overlap"];
   const LAYOUT_TOP = 5;
   const step = {
     id: "step", command: "step",
@@ -524,13 +525,38 @@
         { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
         { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
         { param: "ep", label: "Expert-parallel ranks (mixture of experts)", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
-        { param: "expert-imbalance", label: "Busiest expert's load / mean (1 = balanced)", type: "float", min: 1, max: 4, step: 0.05, value: "1" },
-        { param: "ep-overlap", label: "Share of the all-to-all hidden", type: "float", min: 0, max: 1, step: 0.05, value: "0" },
+        { param: "etp", label: "Expert tensor-parallel ranks (blank = tp; another value with the Megatron framework)", type: "pow2",
+          min: 0, max: 3, inputmode: "numeric" },
         { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: ZERO_OPTIONS },
         { param: "batch-size", label: "Micro-batch per GPU", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
         { param: "recompute", label: "Activation recomputation", type: "select" },
       ];
       for (const spec of layoutFields) calc.addField(Object.assign({ parent: box }, spec));
+      // `step`'s mixture-of-experts flags besides the layout's ep and etp (cli/experts.py); blank = the CLI's default
+      const experts = fieldset(calc, "mixture of experts: routing and dispatch (MoE models)");
+      const expertFields = [
+        { param: "expert-imbalance", label: "Busiest expert's load / mean (≥ 1; 1 = balanced)", type: "float", min: 1, max: 4, step: 0.05, value: "1" },
+        { param: "capacity-factor", label: "Capacity factor: an expert's cap, × the mean load (> 0; blank = dropless)", type: "float",
+          min: 0.5, max: 4, step: 0.05 },
+        { param: "ep-overlap", label: "Share of the all-to-all hidden (0 … 1)", type: "float", min: 0, max: 1, step: 0.05, value: "0" },
+        { param: "ep-dispatcher", label: "Token dispatcher (alltoall, deepep or hybridep)", type: "select" },
+      ];
+      for (const spec of expertFields) calc.addField(Object.assign({ parent: experts }, spec));
+      // whose kernels and schedule; the two overlaps are Megatron-LM's (--framework megatron) and change nothing else
+      const framework = fieldset(calc, "framework and pipeline schedule");
+      const frameworkFields = [
+        { param: "framework", label: "Framework (whose kernels run; the layout search takes it too)", type: "select" },
+        { param: "schedule", label: "Pipeline schedule (dualpipe: an even pp ≥ 2 and an even number of micro-batches)", type: "select" },
+        { param: "mtp", label: "Multi-token-prediction modules (models with them, e.g. deepseek-v3)", type: "select", value: "",
+          options: [["", "default: with Megatron only"], ["true", "on (--mtp)"], ["false", "off (--no-mtp)"]] },
+        { param: "tp-overlap", label: "Megatron: TP reduce beside the weight-gradient GEMM (off: --no-tp-overlap)", type: "bool" },
+        { param: "dp-overlap", label: "Megatron: DP gradient reduce beside the last backward (off: --no-dp-overlap)", type: "bool" },
+      ];
+      for (const spec of frameworkFields) calc.addField(Object.assign({ parent: framework }, spec));
+      calc.fields.etp.input.placeholder = "= tp";
+      const capacity = calc.fields["capacity-factor"];  // blank = dropless, no cap: the thumb rests at the right end
+      capacity.input.placeholder = "dropless";
+      if (capacity.input.value === "") capacity.slider.value = capacity.slider.max;
       const seq = calc.fields["seq-len"];
       const placeSeq = () => {  // an empty length means the model's own pre-training context, as in the CLI
         const m = DATA.models.find((x) => x.name === calc.value("model"));
@@ -589,19 +615,19 @@
     const box = el("div", { class: "layouts" }, [el("h3", { text: `Fastest layouts that fit (trainledger layout --top ${LAYOUT_TOP})` })]);
     if (!reply.ok) { box.append(el("p", { class: "calc-error", text: reply.body.error || "no layouts" })); return box; }
     const rows = reply.body.layouts;
-    const head = ["", "tp", "sp", "pp", "interleave", "cp", "dp", "ep", "ZeRO", "micro-batch", "recompute", "step", "MFU", "memory per GPU"];
+    const head = ["", "tp", "sp", "pp", "interleave", "cp", "dp", "ep", "etp", "ZeRO", "micro-batch", "recompute", "step", "MFU", "memory per GPU"];
     const table = el("table", { class: "grid layout-table" }, [el("thead", {}, [el("tr", {}, head.map((h) => el("th", { text: h })))])]);
     const tbody = el("tbody");
     rows.forEach((r, i) => {
       const cell = (key, format = Fmt.exact) => el("td", {}, [valueNode(`layouts.${i}.${key}`, r[key], format)]);
       const use = el("button", { type: "button", class: "use-layout", "data-rank": String(i), text: "Use",
                                  "aria-label": `use layout ${i + 1} in the step form` });
-      use.addEventListener("click", () => {
-        for (const k of LAYOUT_KEYS) calc.setValue(k.replace("_", "-"), String(r[k]));
+      use.addEventListener("click", () => {  // an etp equal to the row's tp is the CLI's default: left blank
+        for (const k of LAYOUT_KEYS) calc.setValue(k.replace("_", "-"), k === "etp" && r.etp === r.tp ? "" : String(r[k]));
         calc.schedule();
       });
       tbody.append(el("tr", {}, [el("td", {}, [use]), cell("tp"), el("td", { text: r.sp ? "yes" : "no" }), cell("pp"),
-        cell("interleave"), cell("cp"), cell("dp"), cell("ep"), cell("zero"), cell("batch_size"), el("td", { text: r.recompute }),
+        cell("interleave"), cell("cp"), cell("dp"), cell("ep"), cell("etp"), cell("zero"), cell("batch_size"), el("td", { text: r.recompute }),
         cell("step_seconds", Fmt.seconds), cell("mfu", Fmt.percent), cell("memory_bytes", Fmt.bytes)]));
     });
     table.append(tbody);
