@@ -46,7 +46,7 @@ def query_of(argv: list[str]) -> list[tuple[str, str]]:
     params, words = [], list(argv)
     while words:
         flag = words.pop(0)[2:]
-        if flag in ("sp", "mtp"):
+        if flag in ("sp", "mtp", "uneven-chunks"):
             params.append((flag, "true"))
         elif flag.startswith("no-"):
             params.append((flag[3:], "false"))
@@ -98,6 +98,21 @@ def test_each_step_field_gives_the_cli_answer(client, field, base, flags, key, w
     assert response.json() == expected
     sent = json.loads(response.headers["X-Trainledger-Argv"])
     assert any(word.lstrip("-").split("=")[0] in (field, f"no-{field}") for word in sent), sent
+
+
+def test_uneven_chunks_reach_the_step(client):
+    """`--uneven-chunks` only lifts the equal-chunk rule: without it DeepSeek-V3's 61 layers over pp 4 × interleave 2
+    are refused with the CLI's line (which names the flag), with it the page gets the CLI's answer."""
+    base = ["--model", "deepseek-v3", "--num-gpus", "64", "--ep", "8", "--pp", "4", "--framework", "megatron",
+            "--global-batch-size", "64", "--interleave", "2"]
+    refused = client.get("/api/step", params=query_of(base))
+    assert refused.status_code == 422 and "--uneven-chunks" in refused.text
+    assert cli_error(["step", *base]) in refused.text
+    expected = cli_json(["step", *base, "--uneven-chunks"])
+    assert expected["uneven_chunks"] is True
+    response = client.get("/api/step", params=query_of([*base, "--uneven-chunks"]))
+    assert response.status_code == 200, response.text
+    assert response.json() == expected
 
 
 def test_the_layout_search_takes_the_framework(client):

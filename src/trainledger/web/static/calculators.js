@@ -500,7 +500,8 @@
   const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "zero", "batch_size", "recompute"];  // what "Use" copies
   // fields `layout` does not take (it searches them or has no such flag); the rest (framework, ...) reach it too
   const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "expert-imbalance", "capacity-factor", "ep-overlap",
-                     "ep-dispatcher", "zero", "batch-size", "recompute", "dp", "schedule", "mtp", "tp-overlap", "dp-overlap"];
+                     "ep-dispatcher", "zero", "batch-size", "recompute", "dp", "schedule", "mtp", "tp-overlap", "dp-overlap",
+                     "uneven-chunks"];
   const LAYOUT_TOP = 5;
   const step = {
     id: "step", command: "step",
@@ -523,6 +524,7 @@
         { param: "sp", label: "Sequence parallelism (with tp)", type: "bool" },
         { param: "pp", label: "Pipeline stages", type: "pow2", min: 0, max: 6, inputmode: "numeric" },
         { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
+        { param: "uneven-chunks", label: "Chunks of unequal size (Megatron's pipeline layout, e.g. DeepSeek-V3's 61 layers)", type: "bool" },
         { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
         { param: "ep", label: "Expert-parallel ranks (mixture of experts)", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
         { param: "etp", label: "Expert tensor-parallel ranks (blank = tp; another value with the Megatron framework)", type: "pow2",
