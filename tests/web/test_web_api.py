@@ -19,26 +19,15 @@ pytest.importorskip("fastapi", reason="the web API needs the optional extra trai
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainledger.cli import main as cli  # noqa: E402
-from trainledger.cli.common import json_ready  # noqa: E402
-from trainledger.errors import TrainledgerError  # noqa: E402
 from trainledger.web import api, flags  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))
+from web_answers import cli_error, cli_json  # noqa: E402
 from trainledger.web.app import STATIC_DIR, create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def client():
     return TestClient(create_app(), base_url="http://127.0.0.1:8000")
-
-
-def cli_json(argv):
-    """What `trainledger <argv> --json` prints, parsed (in-process: main.compute + print_json's cleaning)."""
-    return json.loads(json.dumps(json_ready(cli.compute(argv))))
-
-
-def cli_error(argv) -> str:
-    with pytest.raises(TrainledgerError) as info:
-        cli.compute(argv)
-    return str(info.value)
 
 
 # (query string, the same flags as an argv) — one row per calculator and per kind of flag
