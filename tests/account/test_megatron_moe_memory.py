@@ -88,8 +88,20 @@ def _fits(row) -> bool:
     return moe.predict(row)["fits"]
 
 
+# The DGX-GB200 DeepSeek-V3 rows (modelled since uneven chunks, 2026-12-01) ran too, but do not fit as we count:
+# their recipes recompute whole modules our Megatron memory model does not express (Megatron-Bridge
+# scripts/performance/configs/deepseek/deepseek_workload_base_configs.py, DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1:
+# recompute_modules=["mlp"]; the BF16 one ["mla_up_proj"]), as the report's DeepSeek-V3 GB200 rows do not either.
+DOES_NOT_FIT_AS_COUNTED = [row for row in moe.TAKEN + moe.FP8_TAKEN + moe.FP8_ASIDE
+                           if row[1] == "DGX-GB200" and row[2] == "deepseek-v3"]
 ROWS_THAT_RAN = [row for row in moe.TAKEN + moe.ASIDE + moe.FP8_TAKEN + moe.FP8_ASIDE + moe.RECIPE_READING
-                 if row not in moe.MISPRINTED]
+                 if row not in moe.MISPRINTED and row not in DOES_NOT_FIT_AS_COUNTED]
+
+
+def test_gb200_deepseek_rows_do_not_fit_as_counted():
+    """Held so that modelling their recomputation shows: 185-190 GiB + reserve against 173 GiB."""
+    assert len(DOES_NOT_FIT_AS_COUNTED) == 3
+    assert not any(_fits(row) for row in DOES_NOT_FIT_AS_COUNTED)
 
 
 @pytest.mark.parametrize("row", ROWS_THAT_RAN,
