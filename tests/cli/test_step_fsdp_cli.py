@@ -68,3 +68,22 @@ def test_memory_reports_fsdp_buffers_and_fits(capsys):
     data = run_json(capsys, "memory", *LLAMA, "--dp", "64", "--zero", "3")
     assert data["fits"] and data["fsdp_buffers"]["blocks_held"] == 2
     assert data["activations_precision"] == "mixed-bf16"
+
+
+def test_loss_upcast_flag_in_memory_step_and_layout(capsys):
+    """--no-loss-upcast (account.memory.activations.loss_bytes): the cross-entropy on the bf16 logits saves N·V·2
+    bytes of log-softmax instead of N·V·4, in `memory`, `step` and `layout` alike; Megatron's loss always upcasts."""
+    base = ["--model", "gpt2", "--batch-size", "4", "--seq-len", "1024", "--precision", "bf16"]
+    up = run_json(capsys, "memory", *base)
+    down = run_json(capsys, "memory", *base, "--no-loss-upcast")
+    assert up["activations_bytes"] - down["activations_bytes"] == 4 * 1024 * 50257 * 2
+    assert any("16-bit logits" in line for line in down["assumptions"])
+    step_up = run_json(capsys, "step", *base, "--num-gpus", "1")
+    step_down = run_json(capsys, "step", *base, "--num-gpus", "1", "--no-loss-upcast")
+    assert step_up["memory"]["activations_bytes"] - step_down["memory"]["activations_bytes"] == 4 * 1024 * 50257 * 2
+    assert step_down["step_seconds"] < step_up["step_seconds"]         # no casts, half the loss's bytes
+    layout = run_json(capsys, "layout", "--model", "gpt2", "--num-gpus", "2", "--seq-len", "1024", "--precision",
+                      "bf16", "--no-loss-upcast", "--top", "1")
+    assert layout["layouts"] and any("16-bit logits" in line for line in layout["assumptions"])
+    err = run_error(capsys, "step", *base, "--num-gpus", "1", "--framework", "megatron", "--no-loss-upcast")
+    assert "--no-loss-upcast" in err and "megatron" in err

@@ -108,6 +108,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_loss_upcast_flag(parser: argparse.ArgumentParser) -> None:
+    """--loss-upcast/--no-loss-upcast, as `memory`, `step` and `layout` take it (account.memory.activations.loss_bytes)."""
+    parser.add_argument("--loss-upcast", action=argparse.BooleanOptionalAction, default=True,
+                        help="cast the logits to fp32 before the cross-entropy, which then saves an fp32 log-softmax "
+                             "of 4 bytes per token and vocabulary entry (default on, as trainledger's Transformer and "
+                             "torchtitan); --no-loss-upcast: on the 16-bit logits, 2 bytes each, as NeMo Automodel's "
+                             "MaskedCrossEntropy(fp32_upcast=False)")
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object in base units (bytes, FLOPs, seconds) instead of a table")
 

@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_optimizer_flag(parser)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash attention (default on)")
+    common.add_loss_upcast_flag(parser)
     parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
     add_reserve_flag(parser)
@@ -67,7 +68,7 @@ def compute(args) -> dict:
                    framework=args.framework, attention_kernel=args.attention_kernel,
                    top=ALL_LAYOUTS if args.launch else args.top,      # --launch looks past the table for one train runs
                    memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile,
-                   reserve_bytes=reserve_of(args, gpu))
+                   reserve_bytes=reserve_of(args, gpu), loss_upcast=args.loss_upcast)
     capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
     result = {"model": spec.name, "gpu": gpu.name, "num_gpus": args.num_gpus, "global_batch_size": global_batch,
               "seq_len": seq_len, "precision": args.precision, "optimizer": args.optimizer, "flash": args.flash,
@@ -76,6 +77,7 @@ def compute(args) -> dict:
         seq_len_assumption(spec, seq_len, args.seq_len),
         f"global batch {units.count_of(global_batch, 'sequence')}{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
         f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}"
+        + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not args.loss_upcast else "")
         + ("; torch.compile" if args.compile else "")
         + (f"; device measured by {args.calibration}" if args.calibration else ""),
         f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "

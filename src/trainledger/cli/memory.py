@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batches per optimizer step: after the first, each runs with the gradients held (default 1)")
     parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
+    common.add_loss_upcast_flag(parser)
     parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     add_reserve_flag(parser)
@@ -83,7 +84,7 @@ def compute(args) -> dict:
     settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
                     pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
                     reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum,
-                    ep=args.ep)
+                    ep=args.ep, loss_upcast=args.loss_upcast)
     fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
     if fsdp is not None:
         settings["fsdp"] = fsdp
@@ -96,7 +97,11 @@ def compute(args) -> dict:
             from trainledger.account.memory.hf_activations import hf_impl_note, hf_memory_per_gpu
             if not args.flash:
                 raise TrainledgerError("--no-flash applies to trainledger's Transformer; with --impl hf give --attn-impl eager")
+            if not args.loss_upcast:
+                raise TrainledgerError("--no-loss-upcast applies to trainledger's Transformer; transformers' causal-LM "
+                                       "loss upcasts the logits (--impl hf)")
             settings.pop("flash")
+            settings.pop("loss_upcast")
             result = hf_memory_per_gpu(spec, impl, batch_size=args.batch_size, seq_len=seq_len, **settings)
         else:
             result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
@@ -104,7 +109,8 @@ def compute(args) -> dict:
         first = [seq_len_assumption(spec, seq_len, args.seq_len),
                  f"micro-batch {args.batch_size} sequence{'s' if args.batch_size > 1 else ''} per GPU (--batch-size)"]
         activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len:,}: what our torch model "
-                       f"saves for backward (account/memory/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}")
+                       f"saves for backward (account/memory/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}"
+                       + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not args.loss_upcast else ""))
         if impl is not None:
             activations = (f"activations of transformers' model of {spec.name} at batch {args.batch_size} × seq {seq_len:,} "
                            f"(account/memory/hf_activations.py); {hf_impl_note(impl)}")

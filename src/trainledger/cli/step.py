@@ -62,6 +62,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser, precision: str | None 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layout_arguments(parser, None, "amp-bf16; fp32 on a device without a bf16 peak, e.g. --gpu cpu")
+    common.add_loss_upcast_flag(parser)
     parser.add_argument("--num-gpus", type=common.positive_int, help="GPUs of the job (default: tp · pp · cp · dp)")
     parser.add_argument("--dp", type=common.positive_int, help="data-parallel ranks (default: num_gpus / (tp · pp · cp))")
     parser.add_argument("--global-batch-size", type=common.positive_int,
@@ -136,7 +137,7 @@ def compute(args) -> dict:
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, schedule=args.schedule, mtp=args.mtp,
+                    dp_overlap=args.dp_overlap, schedule=args.schedule, mtp=args.mtp, loss_upcast=args.loss_upcast,
                     uneven_chunks=args.uneven_chunks, **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
@@ -157,7 +158,8 @@ def compute(args) -> dict:
              f"layout tp {args.tp}{' + sp' if result['sp'] else ''}, pp {args.pp} (interleave {args.interleave}"
              f"{uneven_words(spec.n_layers, args.pp, args.interleave) if result['uneven_chunks'] else ''}), cp {args.cp}, "
              f"dp {result['dp']} with ZeRO {zero} on {result['num_gpus']} × {gpu.name}; "
-             f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"]
+             f"recompute {args.recompute}, flash {'on' if args.flash else 'off'}, {result['precision']} + {result['optimizer']}"
+             + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not args.loss_upcast else "")]
     if precision_note:
         first.append(precision_note)
     if "fp8" in result:

@@ -62,7 +62,8 @@ def _check(batch_size, seq_len, recompute, tp, pp):
 
 
 def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "fp32", recompute: str = "none",
-                      flash: bool = True, tp: int = 1, sp: bool | None = None, pp: int = 1) -> dict:
+                      flash: bool = True, tp: int = 1, sp: bool | None = None, pp: int = 1,
+                      loss_upcast: bool = True) -> dict:
     """Bytes saved for backward by one forward pass of one micro-batch, per GPU, as named parts + "total".
 
     TransformerSpec parts: per_layer (the largest layer, as stored), layers (all layers on the busiest pipeline
@@ -76,6 +77,9 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     Pipeline (pp > 1), 1F1B schedule (Korthikanti Sec. 4.2.3): the first stage holds pp micro-batches of
     ceil(L/pp) layers (≈ L layers' worth, of the largest layer when layers differ) plus the embeddings; the
     head and loss live on the last stage; the total is the larger of the two stages.
+    `loss_upcast` False: the cross-entropy runs on the logits in the matmul dtype, as the model returns them
+    (NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False): F.cross_entropy without logits.float()), so the
+    log-softmax it saves is N·V·a bytes instead of N·V·4 (`loss_bytes`).
     """
     _check(batch_size, seq_len, recompute, tp, pp)
     if getattr(spec, "kind", None) == "cruncher":
@@ -105,7 +109,7 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     head_input = n * d * a                                                   # listed separately
     # the head's output is not saved (the loss saves its log-softmax), but final soft-capping saves tanh's output
     head_logits = n * v * a if spec.final_softcap is not None else 0
-    loss = n * v * _FP32 + _FP32            # cross_entropy on fp32 logits: log_softmax output + total_weight
+    loss = loss_bytes(n, v, a, loss_upcast)  # cross_entropy: its log_softmax output + total_weight
     # AMP: the 16-bit weight copies autocast makes are saved by their matmuls; inside checkpointed
     # blocks (full recompute) they are remade in backward, so only the LM head's copy stays
     copied = spec.d_model * spec.vocab_size if recompute == "full" else _matmul_params(spec)
@@ -131,6 +135,25 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     parts["first_stage"] = first_stage + weight_copies
     parts["last_stage"] = (last_stage if pp > 1 else first_stage) + weight_copies
     return parts
+
+
+def loss_bytes(n_tokens: float, vocab: float, a: int, loss_upcast: bool = True) -> float:
+    """Bytes the cross-entropy saves for backward: its log-softmax output, N·V elements, and the fp32 total weight.
+
+    In fp32 (4 B) when the logits are upcast first (logits.float(), trainledger's Transformer and torchtitan's
+    cross_entropy_loss), else in the logits' own dtype of `a` bytes: NeMo Automodel's MaskedCrossEntropy with
+    fp32_upcast=False (nemo_automodel/components/loss/masked_ce.py at 38fe8ba7: `if self.fp32_upcast: logits =
+    logits.float()`, then F.cross_entropy), which every benchmark config sets (examples/benchmark/configs/*.yaml).
+    """
+    return n_tokens * vocab * (_FP32 if loss_upcast else a) + _FP32
+
+
+def check_loss_upcast(loss_upcast: bool, framework: str) -> None:
+    """A TrainledgerError for --no-loss-upcast with --framework megatron, whose vocab-parallel cross entropy
+    (megatron/core/tensor_parallel/cross_entropy.py) always upcasts the logits to fp32."""
+    if not loss_upcast and framework == "megatron":
+        raise TrainledgerError("--no-loss-upcast describes a PyTorch loop's cross-entropy on 16-bit logits; "
+                               "Megatron-Core's vocab-parallel cross entropy upcasts them (--framework megatron)")
 
 
 class _Layer:
@@ -304,7 +327,7 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
 def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
                     recompute: str = "none", optimizer_states: int = 2,
                     optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1,
-                    grad_accum: int = 1, inplace_loss: bool = False) -> dict:
+                    grad_accum: int = 1, inplace_loss: bool = False, loss_upcast: bool = True) -> dict:
     """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment.
 
     `memory` holds the model-state parts of account.memory.per_gpu.memory_per_gpu (params_bytes, grads_bytes,
@@ -329,7 +352,11 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     entropy (megatron/core/tensor_parallel/cross_entropy.py) upcasts the 16-bit logits once, exponentiates and
     normalises that fp32 buffer in place (torch.exp(..., out=exp_logits); exp_logits.div_) and saves it, and its
     backward turns the same buffer into the gradient (grad_input = softmax): beside the saved fp32 softmax ("loss")
-    only the 16-bit logits (forward) or their 16-bit gradient (backward start) exist. Derived from what the tracker in
+    only the 16-bit logits (forward) or their 16-bit gradient (backward start) exist. `loss_upcast` False (the
+    cross-entropy on the 16-bit logits, `loss_bytes`): forward holds the logits beside their saved 16-bit
+    log-softmax; backward starts with the gradients of the log-softmax and of the logits, both 16-bit, while the
+    logits stay referenced by the loop that made them (NeMo Automodel's train_ft recipe: `out = model(**batch)`,
+    `calculate_loss(..., logits=out.logits)` and `.backward()` in one scope): 3·N·V·a. Derived from what the tracker in
     measure.memory sees in our Transformer (first and second steps); the caching allocator's reserve and
     the CUDA context are not included (account.memory.per_gpu.cuda_reserve_bytes).
     """
@@ -344,8 +371,8 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     stages = memory.get("activations") or {}
     first_stage, last_stage = stages.get("first_stage", acts), stages.get("last_stage", acts)
     held = (states if later_steps else 0) + (grads if grad_accum > 1 else 0)
-    logits = n_tokens * vocab * (a if a == _FP32 or inplace_loss else a + _FP32)
-    loss_grads = n_tokens * vocab * (a if inplace_loss else 2 * _FP32)
+    logits = n_tokens * vocab * (a if a == _FP32 or inplace_loss or not loss_upcast else a + _FP32)
+    loss_grads = n_tokens * vocab * (a if inplace_loss else 2 * _FP32 if loss_upcast else 3 * a)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
         "backward_start": max(first_stage, last_stage + loss_grads) + held,
@@ -357,7 +384,8 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         vocab = spec.vocab_size          # parameter counts below (the recompute moments assume tp = 1)
         # the last layer's activations are rebuilt while all checkpointed ones are still held
         # (the loss, head and final-norm tensors are already freed; the head's weight gradient exists)
-        parts = activations_bytes(spec, batch_size, seq_len, precision=precision, recompute="full")
+        parts = activations_bytes(spec, batch_size, seq_len, precision=precision, recompute="full",
+                                  loss_upcast=loss_upcast)
         one_layer = activations_bytes(spec, batch_size, seq_len, precision=precision)["per_layer"]
         if w:   # under autocast a rebuilt layer casts its weights to 16 bit again
             one_layer += w * (_matmul_params(spec) - spec.d_model * spec.vocab_size) / spec.n_layers

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from trainledger.account.memory.activations import activations_bytes as _activations_bytes
+from trainledger.account.memory.activations import activations_bytes as _activations_bytes, check_loss_upcast
 from trainledger.account.counting.experts import check_ep, zero_shard_params
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
@@ -134,7 +134,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                    pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
                    reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
                    grad_accum: int = 1, fsdp=None, ep: int = 1, framework: str = "trainledger", cp: int = 1,
-                   etp: int | None = None) -> dict:
+                   etp: int | None = None, loss_upcast: bool = True) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
     Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
@@ -158,9 +158,12 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     experts under recompute_modules ["layernorm", "moe_act"] (asked as recompute "none" or "selective"; "full" keeps
     each layer's input as for any model), and its in-place loss; gradients in the parameters' 16 bits, as the
     recipes' performance runs set them (megatron_moe.py). Dense models are unchanged.
+    `loss_upcast` False: the cross-entropy runs on the 16-bit logits (account.memory.activations.loss_bytes, as NeMo
+    Automodel's MaskedCrossEntropy(fp32_upcast=False)); Megatron-Core's vocab-parallel cross entropy always upcasts.
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     check_parallel(spec, tp, pp, dp, zero)
+    check_loss_upcast(loss_upcast, framework)
     if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
     if spec is None:
@@ -203,7 +206,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         check_positive_int(seq_len, "--seq-len")
         computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
         activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
-                                         flash=flash, tp=tp, sp=sp, pp=pp)
+                                         flash=flash, tp=tp, sp=sp, pp=pp, loss_upcast=loss_upcast)
         if megatron_moe:
             activations = megatron.activations_bytes(spec, batch_size, seq_len, precision=computes_in, tp=tp,
                                                      sp=bool(sp), pp=pp, base=activations, etp=etp)
@@ -217,7 +220,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
                                 batch_size=batch_size, seq_len=seq_len,
                                 precision=computes_in if spec is not None else recipe.name, optimizer=opt,
                                 recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"),
-                                inplace_loss=megatron_moe)
+                                inplace_loss=megatron_moe, loss_upcast=loss_upcast)
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -242,7 +245,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
         "fp8": fp8,
         "activations_precision": computes_in if spec is not None else None,
         "precision": recipe.name, "optimizer": opt.name, "zero": zero, "dp": dp, "tp": tp, "pp": pp,
-        "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum,
+        "sp": bool(sp), "recompute": recompute, "flash": flash, "grad_accum": grad_accum, "loss_upcast": loss_upcast,
         "batch_size": batch_size if spec is not None else None,
         "seq_len": seq_len if spec is not None else None,
     }
@@ -255,7 +258,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
                         seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
-                        grad_accum: int = 1, inplace_loss: bool = False) -> dict:
+                        grad_accum: int = 1, inplace_loss: bool = False, loss_upcast: bool = True) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu).
 
@@ -280,7 +283,8 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
         else:
             peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
                                    optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
-                                   later_steps=later, tp=tp, grad_accum=grad_accum, inplace_loss=inplace_loss)
+                                   later_steps=later, tp=tp, grad_accum=grad_accum, inplace_loss=inplace_loss,
+                                   loss_upcast=loss_upcast)
         peaks[key] = peak["total"]
         if later:
             peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)

@@ -93,7 +93,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
            optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
            attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
            recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto",
-           compiled: bool = False, reserve_bytes: float | None = None) -> dict:
+           compiled: bool = False, reserve_bytes: float | None = None, loss_upcast: bool = True) -> dict:
     """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
 
     Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
@@ -101,7 +101,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
     near_limit (+ tokens_per_s, hfu, micro_batches, bottleneck). `recomputes` restricts the recomputation
     policies tried (default all, lightest first). `fsdp_param_dtype`: the dtype ZeRO-3 layouts gather in
     (account.memory.fsdp.fsdp_settings; "auto": the recipe's compute dtype). `reserve_bytes`: kept back per GPU (None:
-    the device's default, account.memory.per_gpu.default_reserve).
+    the device's default, account.memory.per_gpu.default_reserve). `loss_upcast` False: the cross-entropy on the 16-bit
+    logits (account.memory.activations.loss_bytes), in memory and time.
     """
     from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.specs.recipes import get_recipe
@@ -125,7 +126,7 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                                         optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
                                         recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
                                         reserve_bytes=reserve, grad_accum=micro_batches, ep=ep,
-                                        framework=framework, cp=cp, etp=etp)
+                                        framework=framework, cp=cp, etp=etp, loss_upcast=loss_upcast)
                 if memory["fits"]:
                     chosen = (recompute, memory)
                     break
@@ -139,7 +140,8 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
                               num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
                               interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
                               attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep, etp=etp)
+                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep, etp=etp,
+                              loss_upcast=loss_upcast)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero, "ep": ep,
                                 "etp": tp if etp is None else etp,
                                 "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],

@@ -301,7 +301,8 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
 
 
 def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
-                 cp: int = 1, framework: str = "trainledger", compiled: bool = False) -> dict[str, list[Kernel]]:
+                 cp: int = 1, framework: str = "trainledger", compiled: bool = False,
+                 loss_upcast: bool = True) -> dict[str, list[Kernel]]:
     """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
 
     Embedding: a gather (+ learned positions: arange, gather, add; RoPE: its cos/sin tables, a dozen tiny ops);
@@ -309,7 +310,9 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     backward: about eight kernels), summed with the LM head's when they are tied. Head: the final norm, the LM
     head (vocabulary-parallel over tp), the loss over fp32 logits (ours: logits.float(), log-softmax reading the
     row twice and writing it, NLL; backward: zeros + scatter, log-softmax's backward, the cast back; Megatron:
-    vocab-parallel cross entropy, about six fp32 passes).
+    vocab-parallel cross entropy, about six fp32 passes). `loss_upcast` False: the cross-entropy reads and writes
+    the 16-bit logits as they come, with no cast either way (NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False);
+    account.memory.activations.loss_bytes).
     """
     recipe = get_recipe(precision)
     a, r, w = recipe_bytes(recipe.name)
@@ -351,13 +354,15 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
         head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
         head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3, role="dgrad"))
-    if a != FP32:                        # logits.float() and, backward, its gradient cast back
+    if a != FP32 and loss_upcast:        # logits.float() and, backward, its gradient cast back
         head_fwd.append(ew("logits_cast", logits * (a + FP32)))
         head_bwd.insert(0, ew("logits_grad_cast", logits * (FP32 + a), role="dgrad"))
-    # log-softmax reads each row twice (max, sum of exp) and writes it: 12 B per logit; NLL reads one per row.
-    # Backward: NLL's zeros + scatter (4 B), log-softmax's backward (reads gradient and output twice, writes: 16 B).
-    head_fwd.append(ew("cross_entropy", logits * 3 * FP32 + n * 16, count=2))
-    head_bwd.insert(0, ew("cross_entropy_backward", logits * 5 * FP32, count=3, role="dgrad"))
+    # log-softmax reads each row twice (max, sum of exp) and writes it: 3 elements per logit (12 B in fp32); NLL
+    # reads one per row. Backward: NLL's zeros + scatter (1), log-softmax's backward (reads gradient and output
+    # twice, writes: 4); in the logits' dtype `ce` bytes
+    ce = FP32 if loss_upcast else a
+    head_fwd.append(ew("cross_entropy", logits * 3 * ce + n * 16, count=2))
+    head_bwd.insert(0, ew("cross_entropy_backward", logits * 5 * ce, count=3, role="dgrad"))
     head_fwd += eager.host("logits_view", 1)
     head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
     out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,

@@ -43,7 +43,7 @@ from trainledger.account.memory import fsdp as fsdp_mod
 from trainledger.account.counting import recompute as recompute_mod
 from trainledger.account.time import timeline
 from trainledger.account.time.advice import WORDS as ADVICE_WORDS, bottleneck_advice
-from trainledger.account.memory.activations import recipe_bytes
+from trainledger.account.memory.activations import check_loss_upcast, recipe_bytes
 from trainledger.account.time.eager import EAGER_FRAMEWORKS, unaligned
 from trainledger.account.time.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
                                             host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
@@ -150,7 +150,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
               tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None,
-              mtp: bool | None = None, uneven_chunks: bool = False) -> dict:
+              mtp: bool | None = None, uneven_chunks: bool = False, loss_upcast: bool = True) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -171,12 +171,14 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     the framework runs the model: Megatron-Core trains them, our torch Transformer does not build them).
     `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
     timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
+    `loss_upcast` False: the cross-entropy on the 16-bit logits (kernels.edge_kernels, memory_per_gpu).
     """
     seq_len = seq_len if seq_len is not None else spec.default_seq_len
     check_positive_int(seq_len, "--seq-len")
     check_choice(recompute, recompute_mod.POLICIES, "--recompute")
     check_choice(attention, ("full", "causal"), "--attention")
     check_choice(framework, FRAMEWORKS, "--framework")
+    check_loss_upcast(loss_upcast, framework)
     check_choice(loop, LOOPS, "loop")
     if compiled and framework not in EAGER_FRAMEWORKS:
         raise TrainledgerError("--compile models PyTorch code under torch.compile (--framework trainledger or "
@@ -216,13 +218,13 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled, ep, etp, n_mtp)
+           recompute, narrow_sms, compiled, ep, etp, n_mtp, loss_upcast)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
         groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
                                      recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp,
-                                     n_mtp)
+                                     n_mtp, loss_upcast)
         if cache is not None:
             cache[key] = (groups, edges)
 
@@ -364,7 +366,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
                                 optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
                                 recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
                                 reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
-                                grad_accum=m, ep=ep, framework=framework, cp=cp, etp=etp)
+                                grad_accum=m, ep=ep, framework=framework, cp=cp, etp=etp, loss_upcast=loss_upcast)
         if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
             memory["peak_bytes"] += memory["params_bytes"]
             memory["headroom_bytes"] -= memory["params_bytes"]
@@ -465,7 +467,8 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
 
 def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
                  narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False, ep: int = 1, etp: int | None = None, n_mtp: int = 0):
+                 compiled: bool = False, ep: int = 1, etp: int | None = None, n_mtp: int = 0,
+                 loss_upcast: bool = True):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
     `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
     its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
@@ -481,7 +484,7 @@ def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: s
         if cpu_op is not None:
             rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edge = edge_kernels(spec, **shard, framework=framework, compiled=compiled)
+    edge = edge_kernels(spec, **shard, framework=framework, compiled=compiled, loss_upcast=loss_upcast)
     if n_mtp:   # the multi-token-prediction modules: a layer like the last, the head again (account/time/mtp.py)
         lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout,
                            layer=spec.n_layers - 1, compiled=compiled, ep=ep, etp=etp)

@@ -170,6 +170,22 @@ AUTOMODEL = [
     ("gpt-oss-120b", 64, 512, 2, 2, 4, 4096, 1, 1, 1, 64, 1, 64, 4.30, 231, 7626, "none", "gptoss_120b_te_deepep.yaml"),
 ]
 AUTOMODEL_SOURCE = "NVIDIA-NeMo/Automodel docs/performance-summary.md (DGX-H100, BF16)"
+# What these runs keep in memory, as Automodel's code runs them (docs/time.md, "PyTorch MoE runs: NeMo Automodel"):
+# - every weight, gradient and Adam state in bf16 (precision "bf16", 8 B/param): with `load_base_model: false` the
+#   checkpointer calls `model.initialize_weights()` (nemo_automodel/components/checkpoint/checkpointing.py at
+#   006c1ca6, `initialize_model_weights`), whose default dtype=torch.bfloat16 casts the model (gpt_oss/model.py at
+#   037e04a6: `self.to(dtype)`; deepseek_v3/model.py and qwen3_moe/model.py at 05e09029: `cast_model_to_dtype`);
+#   torch.optim.Adam makes its states like the parameters; FSDP2 reduce-scatters in fp32
+#   (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`, components/moe/parallelizer.py at 4a37629a) and
+#   casts the reduced shard back to the parameter's dtype (pytorch torch/distributed/fsdp/_fully_shard/
+#   _fsdp_collectives.py at 010ae4a8, `foreach_reduce`: `_to_dtype_if_needed(reduce_output, orig_dtype)`);
+# - the loss on the bf16 logits: `loss_fn: MaskedCrossEntropy, fp32_upcast: false` in every config
+#   (account.memory.activations.loss_bytes);
+# - resharding after forward as each config sets it (`parallelizer.reshard_after_forward`; the Qwen3 config leaves
+#   it to parallelize_model's default, False, components/moe/parallelizer.py at 4a37629a).
+AUTOMODEL_PRECISION = "bf16"
+AUTOMODEL_RESHARD_AFTER_FORWARD = {"deepseek_v3_te_deepep_1024.yaml": False, "deepseek_v3_te_deepep.yaml": False,
+                                   "qwen3_moe_30b_te_deepep.yaml": False, "gptoss_120b_te_deepep.yaml": True}
 DEEPSEEK_V3_GPU_HOURS = 2.664e6
 DEEPSEEK_V3_TOKENS = 14.8e12
 
@@ -203,11 +219,11 @@ def predict(row, a2a_overlap: float | None = None) -> dict:
 
 def predict_automodel(row) -> dict:
     """The prediction for one AUTOMODEL row, asked as our eager-PyTorch FSDP2 model runs it: framework torchtitan,
-    amp-bf16 with FSDP2 (ZeRO-3) under a bf16 MixedPrecisionPolicy and fp32 reduce-scatters (torchtitan's defaults,
-    assumed for Automodel), the row's PP and EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs
-    causal. Its VP, with uneven chunks where the layers do not split evenly ("interleave_modelled", "uneven_chunks":
-    Automodel places DeepSeek-V3's 61 layers over 32 stages of 1-2 with layers_per_stage; until 2026-12-01 such rows
-    were timed with --interleave 1)."""
+    with what Automodel keeps (AUTOMODEL_PRECISION: bf16 weights, gradients and Adam states; FSDP2 (ZeRO-3) with fp32
+    reduce-scatters; the config's resharding after forward; the cross-entropy on the bf16 logits), the row's PP and
+    EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs causal. Its VP, with uneven chunks where
+    the layers do not split evenly ("interleave_modelled", "uneven_chunks": Automodel places DeepSeek-V3's 61 layers
+    over 32 stages of 1-2 with layers_per_stage; until 2026-12-01 such rows were timed with --interleave 1)."""
     from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
@@ -216,19 +232,22 @@ def predict_automodel(row) -> dict:
     spec, dp = get_model(model), n // (tp * pp * cp)
     micro_batches = gbs // (dp * mbs)
     modelled, uneven = published_interleave(spec.n_layers, pp, vp, micro_batches)
-    fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=pp, dp=dp)
+    fsdp = fsdp_settings(get_recipe(AUTOMODEL_PRECISION), param_dtype="auto", reduce_dtype="fp32",
+                         reshard_after_forward=AUTOMODEL_RESHARD_AFTER_FORWARD[row[-1]], pp=pp, dp=dp)
     r = step_time(spec, get_gpu("h100-sxm"), batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n,
-                  precision="amp-bf16", optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp, ep=ep,
-                  ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal", framework="torchtitan",
-                  uneven_chunks=uneven)
+                  precision=AUTOMODEL_PRECISION, optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp,
+                  ep=ep, ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal",
+                  framework="torchtitan", loss_upcast=False, uneven_chunks=uneven)
     per_gpu = r["tokens_per_s"] / n
-    return {"model": model, "gpu": "h100-sxm", "precision": "amp-bf16", "num_gpus": n, "global_batch_size": gbs,
-            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled, "uneven_chunks": uneven, "ep": ep,
+    return {"model": model, "gpu": "h100-sxm", "precision": AUTOMODEL_PRECISION, "num_gpus": n, "global_batch_size": gbs,
+            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled,
+            "uneven_chunks": uneven, "ep": ep,
             "dp": dp, "recompute": recompute, "micro_batches": r["micro_batches"],
             "published_step_seconds": step_s, "published_tflops_per_gpu": tflops,
             "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
             "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
-            "step_seconds": r["step_seconds"], "breakdown": r["breakdown"],
+            "step_seconds": r["step_seconds"], "breakdown": r["breakdown"], "memory": r["memory"],
+            "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
             "source": f"{AUTOMODEL_SOURCE}; layout: examples/benchmark/configs/{row[-1]}"}
 
 
