@@ -39,6 +39,16 @@ def test_cpu_peak_is_derived_and_labelled():
         assert peak == pytest.approx(per_cycle * 1 * clock)
 
 
+def test_only_a_max_clock_makes_the_cpu_peak_a_ceiling(monkeypatch):
+    monkeypatch.setattr(timing, "_cpu_clock_hz", lambda model: (2.6e9, "cpu MHz"))
+    assert not timing.peak_is_ceiling("cpu")
+    assert "not a ceiling" in timing.cpu_peak_flops_per_s("fp32", threads=1)[1]
+    monkeypatch.setattr(timing, "_cpu_clock_hz", lambda model: (3.7e9, "cpuinfo_max_freq"))
+    assert timing.peak_is_ceiling("cpu")
+    assert "not a ceiling" not in timing.cpu_peak_flops_per_s("fp32", threads=1)[1]
+    assert timing.peak_is_ceiling("cuda")                  # a datasheet peak, no CUDA needed to say so
+
+
 def test_bench_matmul_reports_consistent_numbers():
     result = timing.bench_matmul(64, "fp32", "cpu", warmup=1, repeats=3)
     assert result["flops"] == 2 * 64 ** 3
