@@ -184,6 +184,24 @@ def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-
                        rope_kernels=rope, attention=latent)
 
 
+def _attention_blocks(s: int, cp: int, causal: bool, split: bool) -> list[tuple[float, float, bool]]:
+    """(share of the executed FLOPs, length whose measured rate applies, causal mask?) of a rank's flash kernels.
+
+    One kernel over the s × s square (causal or not) unless `split` (a causal kernel that skips the masked blocks)
+    and cp > 1. Then, with K and V all-gathered (Llama 3,
+    arXiv:2407.21783 Sec. 3.3.2) and the sequence cut into 2·cp chunks of c = s/(2·cp) tokens, rank r holding
+    chunks r and 2cp − 1 − r, each chunk i attends to the i·c keys before it without a mask and to its own c keys
+    causally. Over one rank that is (2cp − 1)/(2cp) of its executed FLOPs in full, unmasked blocks, at the
+    measured non-causal rate, and 1/(2cp) in two c × c causal triangles, at the causal rate of length c (the
+    causal ratio a square kernel measures, which a rectangle of whole blocks does not pay). The unmasked blocks'
+    rate is the one measured at their work-weighted mean key length, Σ i·c·(i·c²) / Σ i·c² = (4cp − 1)·c/3.
+    """
+    if not split or cp <= 1:
+        return [(1.0, s, causal)]
+    chunk = s / (2 * cp)
+    return [(1 - 1 / (2 * cp), (4 * cp - 1) * chunk / 3, False), (1 / (2 * cp), chunk, True)]
+
+
 def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
                     framework: str, dropout: bool, window: int | None = None) -> dict[str, list[Kernel]]:
     """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
@@ -216,10 +234,12 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
         else:
             executed = full_flops / 2 if causal else full_flops
         io = b * (q * h * (dh + dv) + s * kv * (dh + dv)) * a + b * h * q * FP32     # q, o, k, v, logsumexp
-        fwd = [Kernel("flash_attention", "attention", "flash_attention", executed, io, (s, False, causal, rate_dim),
-                      dtype, 1, "forward", True)]
-        bwd = [Kernel("flash_attention_backward", "attention", "flash_attention",
-                      2.5 * executed, 2.5 * io, (s, True, causal, rate_dim), dtype, 1, "dgrad", True)]
+        fwd, bwd = [], []
+        for share, length, masked in _attention_blocks(s, cp, causal, causal and executed < full_flops and not windowed):
+            fwd.append(Kernel("flash_attention", "attention", "flash_attention", share * executed, share * io,
+                              (length, False, masked, rate_dim), dtype, 1, "forward", True))
+            bwd.append(Kernel("flash_attention_backward", "attention", "flash_attention", 2.5 * share * executed,
+                              2.5 * share * io, (length, True, masked, rate_dim), dtype, 1, "dgrad", True))
         if eager_torch:
             # FlashAttention-2's backward (Dao 2023, Alg. 2) first computes D = rowsum(dO ∘ O) and accumulates dQ
             # in fp32, then casts it: two more kernels (cuDNN's and PyTorch's flash paths alike, in the traces).
