@@ -15,12 +15,13 @@ def test_deepseek_v3_model_card():
     parameters (embedding and head shared). arXiv:2412.19437 Sec. 1: 671B total, 37B activated.
     Our active count (every parameter but the 248 idle routed experts of each MoE layer) is 37.55B: +1.5 % over the
     paper's rounded 37B. The README's 36.7B is met (0.2 %) only without the token embedding, although the README
-    says it includes it; we state both and do not adjust the count."""
+    says it includes it; `params` prints both (n_params_active, n_params_active_excl_embedding)."""
     counts = param_counts(get_model("deepseek-v3"))
     assert counts["n_params"] == pytest.approx(671e9, rel=0.001)
     assert counts["n_params_mtp"] == pytest.approx(11.5e9, rel=0.01)
     assert counts["n_params_active"] == pytest.approx(37e9, rel=0.02)
-    assert counts["n_params_active"] - counts["components"]["token_embedding"] == pytest.approx(36.7e9, rel=0.01)
+    assert counts["n_params_active_excl_embedding"] == pytest.approx(36.7e9, rel=0.01)
+    assert counts["n_params_active"] - counts["n_params_active_excl_embedding"] == counts["components"]["token_embedding"]
 
 
 def test_qwen3_235b_a22b_model_card():
@@ -28,6 +29,20 @@ def test_qwen3_235b_a22b_model_card():
     counts = param_counts(get_model("qwen3-235b-a22b"))
     assert counts["n_params"] == pytest.approx(235e9, rel=0.01)
     assert counts["n_params_active"] == pytest.approx(22e9, rel=0.01)
+
+
+def test_params_prints_both_active_counts_for_moe_models_only(capsys):
+    """The cards differ in what "active" counts; `params` prints both for an MoE model, one for a dense one."""
+    from trainledger.cli.main import main
+    assert main(["params", "--model", "gpt-oss-120b"]) == 0
+    out = capsys.readouterr().out
+    assert "n_params_active_excl_embedding" in out and "5.13B" in out and "5.71B" in out
+    assert main(["params", "--model", "llama-3-8b"]) == 0
+    assert "excl_embedding" not in capsys.readouterr().out
+    assert main(["params", "--model", "llama-3-8b", "--json"]) == 0
+    import json
+    data = json.loads(capsys.readouterr().out)
+    assert data["n_params_active_excl_embedding"] == data["n_params"] - data["components"]["token_embedding"]
 
 
 def test_gpt_oss_120b_model_card():
@@ -39,7 +54,7 @@ def test_gpt_oss_120b_model_card():
     assert c["mlp"] + c["router"] == pytest.approx(114.71e9, rel=0.001)
     assert c["attention"] == pytest.approx(0.96e9, rel=0.01)
     assert c["token_embedding"] + c["lm_head"] == pytest.approx(1.16e9, rel=0.01)
-    assert counts["n_params_active"] - c["token_embedding"] == pytest.approx(5.13e9, rel=0.01)
+    assert counts["n_params_active_excl_embedding"] == pytest.approx(5.13e9, rel=0.01)
 
 
 def test_mla_matrices_and_attention_core():

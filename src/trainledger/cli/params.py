@@ -14,7 +14,9 @@ DESCRIPTION = HELP + """
 
 n_params counts unique parameters (a tied LM head once); n_params_non_embedding leaves out the token and
 position embeddings and an untied LM head (the Llama/Qwen model-card convention); n_params_active counts
-only the experts a token is routed to (MoE). Kaplan's 12·n_layers·d_model² is shown for comparison."""
+only the experts a token is routed to (MoE); n_params_active_excl_embedding (MoE models) leaves the token
+embedding's lookup out of it, as the gpt-oss and DeepSeek-V3 cards count active parameters (Qwen3's cards
+count it in). Kaplan's 12·n_layers·d_model² is shown for comparison."""
 
 
 def add_arguments(parser) -> None:
@@ -45,12 +47,18 @@ def render(result: dict, args) -> None:
             for name, count in result["components"].items()
             if count or name in ("lm_head", "norms")]   # drop empty rows (router of a dense model, positions under RoPE)
     rows.append(["n_params (unique)", f"{total:,}", format_count(total), "100.0%"])
-    for key in ("n_params_non_embedding", "n_params_active", "kaplan_non_embedding_params", "published_n_params"):
+    moe = result["components"].get("router", 0) > 0
+    for key in ("n_params_non_embedding", "n_params_active", "n_params_active_excl_embedding",
+                "kaplan_non_embedding_params", "published_n_params"):
         value = result.get(key)
+        if key == "n_params_active_excl_embedding" and not moe:
+            continue                   # a dense model's would only repeat n_params minus the embedding row
         if value is not None:
             rows.append([key, f"{value:,}", format_count(value), f"{100 * value / total:.1f}%"])
     caption = "\n".join([f"source: {result['source']}",
                          "non-embedding excludes token/position embeddings and an untied LM head; kaplan = 12·L·d_model²"]
+                        + (["active_excl_embedding: the active count without the token embedding's lookup (how the "
+                            "gpt-oss and DeepSeek-V3 cards count; Qwen3's count it in)"] if moe else [])
                         + result.get("assumptions", []))
     from rich import box
 

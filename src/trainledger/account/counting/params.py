@@ -12,6 +12,11 @@ Conventions (DESIGN.md):
 - `n_params_active`: parameters a token touches; for mixture-of-experts models only
   `experts_per_token` of the `n_experts` MLPs count (Mixtral 8x7B: ~12.9B of ~46.7B). Equal to
   `n_params` for dense models.
+- `n_params_active_excl_embedding`: `n_params_active` without the token and position embeddings, the
+  lookups a token reads one row of and multiplies nothing with (the LM head stays). Model cards of MoE
+  models differ in which of the two they print: gpt-oss's Table 1 gives this one (5.13B active for
+  gpt-oss-120b, "not counting the embedding"), DeepSeek-V3's README_WEIGHTS.md 36.7B matches it (0.2 %) and
+  not the 37.55B with the embedding; Qwen3's 22B activated is the count with it.
 """
 
 from __future__ import annotations
@@ -114,7 +119,8 @@ def mlp_params_per_layer(spec: TransformerSpec, layer: int) -> int:
 def param_counts(spec: ModelSpec) -> dict:
     """Parameter counts (a count, not bytes) of `spec`: totals and per-component breakdown.
 
-    Returns {"n_params", "n_params_non_embedding", "n_params_active", "n_params_per_layer",
+    Returns {"n_params", "n_params_non_embedding", "n_params_active", "n_params_active_excl_embedding",
+    "n_params_per_layer",
     "components": {token_embedding, position_embedding, attention, mlp, router, norms, lm_head}}.
     Components sum to n_params. `attention`, `mlp` (all experts, shared experts, dense layers), `router`
     (router + shared-expert gate) and `norms` (incl. QK-norms and the final norm) are totals over all layers;
@@ -126,7 +132,7 @@ def param_counts(spec: ModelSpec) -> dict:
     """
     if isinstance(spec, CruncherSpec):
         n = spec.dim * spec.dim * spec.n_layers + spec.dim
-        return {"n_params": n, "n_params_non_embedding": n, "n_params_active": n,
+        return {"n_params": n, "n_params_non_embedding": n, "n_params_active": n, "n_params_active_excl_embedding": n,
                 "n_params_per_layer": spec.dim * spec.dim, "components": {"linear": n}}
     if not isinstance(spec, TransformerSpec):
         raise TypeError(f"param_counts needs a TransformerSpec or CruncherSpec, got {type(spec).__name__}")
@@ -153,6 +159,7 @@ def param_counts(spec: ModelSpec) -> dict:
         "n_params": n_params,
         "n_params_non_embedding": n_params - token - position - head,
         "n_params_active": n_params - inactive,
+        "n_params_active_excl_embedding": n_params - inactive - token - position,
         "n_params_per_layer": attention + max(n for n, _ in mlp_groups) + (router_params_per_layer(spec) if moe_layers else 0)
                               + norms_per_layer,
         "components": components,

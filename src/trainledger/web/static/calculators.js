@@ -356,6 +356,8 @@
         { label: "total", path: "n_params", value: body.n_params, format: Fmt.exact },
         { label: "non-embedding", path: "n_params_non_embedding", value: body.n_params_non_embedding, format: Fmt.exact },
         { label: "active per token (MoE)", path: "n_params_active", value: body.n_params_active, format: Fmt.exact },
+        ...((body.components || {}).router ? [{ label: "active, without the token embedding (gpt-oss, DeepSeek-V3 cards)",
+            path: "n_params_active_excl_embedding", value: body.n_params_active_excl_embedding, format: Fmt.exact }] : []),
         { label: "per layer", path: "n_params_per_layer", value: body.n_params_per_layer, format: Fmt.exact },
         { label: "Kaplan 12·L·d² (comparison)", path: "kaplan_non_embedding_params", value: body.kaplan_non_embedding_params, format: Fmt.exact },
         { label: "published count", path: "published_n_params", value: body.published_n_params === null ? undefined : body.published_n_params, format: Fmt.exact },
