@@ -23,7 +23,7 @@ FP8_TODAY = {   # (container, label): error
     ("26.02", "Llama 3.1 405B, DGX-GB300"): -0.249, ("26.02", "Llama 3.1 405B, DGX-GB300, MXFP8"): -0.166,
 }
 MOE_TODAY = {   # (container, system, model, precision): error
-    ("25.11", "DGX-GB300", "deepseek-v3", "mixed-bf16"): 0.172, ("25.11", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.091,
+    ("25.11", "DGX-GB300", "deepseek-v3", "mixed-bf16"): 0.201, ("25.11", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.118,
     ("25.11", "DGX-GB300", "gpt-oss-120b", "mixed-bf16"): 0.847, ("25.11", "DGX-GB300", "qwen3-30b-a3b", "mxfp8"): 0.220,
     ("25.11", "DGX-GB300", "qwen3-235b-a22b", "mixed-bf16"): 0.031,
     ("26.02", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.005, ("26.02", "DGX-GB300", "gpt-oss-120b", "mixed-bf16"): 0.839,
@@ -60,7 +60,7 @@ def test_moe_gb300_b300_rows_regression_bound():
     got = {(r["container"], r["system"], r["model"], r["precision"]): r["error"] for r in rows}
     assert got == pytest.approx(MOE_TODAY, abs=0.03)
     report = moe.report(rows)
-    assert report["n"] == 13 and report["share_within"] == pytest.approx(8 / 13)
+    assert report["n"] == 13 and report["share_within"] == pytest.approx(7 / 13)
     # DeepSeek-V3's 61 layers over PP2 x VP4 (or VP8) split unevenly: timed with their VP and uneven chunks since
     # 2026-12-01 (before: --interleave 1, +11.3, +3.5, −2.6 %), the 25.11 rows "w/o MTP" without the MTP module
     dsv3 = [r for r in rows if r["model"] == "deepseek-v3" and r["system"] == "DGX-GB300"]
@@ -72,12 +72,13 @@ def test_moe_gb300_b300_rows_regression_bound():
 def test_report_gb300_rows_regression_bound():
     """arXiv:2603.07685 Table 11 on GB300: DeepSeek-V3 MXFP8 +14.9 % (−22.4 % before MLA's GEMMs and the MTP module
     were in the step; GB200: +15.2 %), Qwen3-235B MXFP8 +1.3 %, and
-    Qwen3-235B at sequence 131072 (CP 4, EP 32 folded over TP × CP × DP = 32 with ETP 1) −9.9 %."""
+    Qwen3-235B at sequence 131072 (CP 4, EP 32 folded over TP × CP × DP = 32 with ETP 1) −3.7 % (−9.9 % while each
+    rank's attention ran at the causal rate of one square, account/time/kernels.py _attention_blocks)."""
     rows = {(r["model"], r["seq_len"]): r for r in R.cases(R.REPORT_GB300)}
     assert rows["deepseek-v3", 4096]["error"] == pytest.approx(0.149, abs=0.03)
     assert rows["qwen3-235b-a22b", 4096]["error"] == pytest.approx(0.013, abs=0.03)
     assert rows["qwen3-235b-a22b", 4096]["interleave_modelled"] == 6
-    assert rows["qwen3-235b-a22b", 131072]["error"] == pytest.approx(-0.099, abs=0.03)
+    assert rows["qwen3-235b-a22b", 131072]["error"] == pytest.approx(-0.037, abs=0.03)
 
 
 def test_kept_aside_rows_stay_out_of_the_threshold_sets():

@@ -107,7 +107,7 @@ def test_megatron_bridge_moe_rows_regression_bound():
     """Megatron Bridge performance summary, 25.11 BF16 MoE rows on DGX-H100/B200/GB200 (account.validation.moe). The
     issue asks >= 70 % of rows within 20 %; 1 of 5 is (Qwen3-235B-A22B on GB200). These bounds hold today's numbers
     so a change is seen; they are not a pass mark. DeepSeek-V3 on GB200 (PP 4 × VP 4 over 61 layers, uneven chunks
-    since 2026-12-01): +31.7 %."""
+    since 2026-12-01): +31.7 %; +39.6 % with the recipe's last stage of 13 layers and the loss (account/time/mtp.py)."""
     rows = moe.cases(moe.TAKEN)
     errors = {(r["gpu"], r["model"]): r["error"] for r in rows}
     # 2026-11-27 with the at-scale mechanisms (issue 27) and Blackwell's sustained rates (issue 28): +40.6 %, +274 %
@@ -120,7 +120,7 @@ def test_megatron_bridge_moe_rows_regression_bound():
     assert errors[("b200", "gpt-oss-120b")] == pytest.approx(1.19, abs=0.12)
     assert errors[("gb200", "gpt-oss-120b")] == pytest.approx(1.13, abs=0.11)
     assert errors[("gb200", "qwen3-235b-a22b")] == pytest.approx(0.185, abs=0.015)
-    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.317, abs=0.03)
+    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.396, abs=0.03)
     assert moe.report(rows)["share_within"] == 0.2
 
 
@@ -155,7 +155,7 @@ def test_megatron_bridge_fp8_moe_rows_regression_bound():
     # +60 %; with nothing hidden it is −12 % (the all-to-alls over InfiniBand are 57 % of that step)
     assert errors[("h100-sxm", "qwen3-235b-a22b")] == pytest.approx(0.60, abs=0.06)
     assert moe.predict(moe.FOLDED[0], a2a_overlap=0.0)["error"] == pytest.approx(-0.12, abs=0.03)
-    assert errors[("gb200", "deepseek-v3")] == pytest.approx(-0.023, abs=0.03)
+    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.097, abs=0.03)      # −2.3 % with ceil(61/8) last
     assert all(r["micro_batches"] == r["published_ga"] for r in rows)     # the rows transcribed as printed
     assert moe.report(rows)["share_within"] == pytest.approx(1 / 6)
 

@@ -117,11 +117,12 @@ def test_gb200_deepseek_rows_flop_convention():
 
 
 def test_gb200_deepseek_rows_regression_bound():
-    """The three DGX-GB200 DeepSeek-V3 rows, new with uneven chunks: 25.11 BF16 (PP 4 × VP 4, EP 64) +31.7 %,
-    25.11 FP8-MX (PP 8 × VP 4, EP 32) −2.3 %, 26.02 FP8-MX (PP 4 × VP 4, EP 64, MTP trained) +12.5 %. Bounds hold
-    today's numbers; they are not a pass mark."""
+    """The three DGX-GB200 DeepSeek-V3 rows, new with uneven chunks: 25.11 BF16 (PP 4 × VP 4, EP 64) +39.6 %,
+    25.11 FP8-MX (PP 8 × VP 4, EP 32) +9.7 %, 26.02 FP8-MX (PP 4 × VP 4, EP 64, MTP trained) +12.5 %. The 25.11
+    rows ("w/o MTP") keep the recipe's layout without the MTP (its last stage 13 or 5 layers and the loss: +31.7
+    and −2.3 % while it held ceil(61/pp) layers). Bounds hold today's numbers; they are not a pass mark."""
     got = {(r["container"], r["precision"]): r for r in moe.cases(GB200_DEEPSEEK)}
-    expected = {("25.11", "mixed-bf16"): 0.317, ("25.11", "mxfp8"): -0.023, ("26.02", "mxfp8"): 0.125}
+    expected = {("25.11", "mixed-bf16"): 0.396, ("25.11", "mxfp8"): 0.097, ("26.02", "mxfp8"): 0.125}
     for key, error in expected.items():
         assert got[key]["error"] == pytest.approx(error, abs=0.03), key
         assert got[key]["uneven_chunks"] and got[key]["interleave_modelled"] == 4

@@ -11,7 +11,9 @@ Placement: Megatron runs the MTP modules on the last pipeline stage, after the d
 the loss. Megatron Bridge's DeepSeek-V3 recipes lay the stages out so that the first pp − 1 stages hold
 ceil(61/pp) layers and the last the rest plus the MTP and the loss (megatron/bridge/recipes/deepseek/
 deepseek_v3.py, set_deepseek_v3_pipeline_model_parallel_layout: PP4 16/16/16/13+mtp+loss, PP8 8×7 + 5+mtp+loss,
-PP16 4×15 + 1+mtp+loss; with VP the same per stage): `last_stage_layers`.
+PP16 4×15 + 1+mtp+loss; with VP the same per stage): `last_stage_layers`. The decoder layers sit where they sit
+whether or not the MTP modules train (the recipe appends `["mtp"] * mtp_num_layers + ["loss"]` to the last stage),
+so `step --no-mtp` on such a model keeps the layout and only drops the MTP's work.
 Not modelled: the MTP module's recomputation, its parameters and activations in memory, and the all-reduce of
 the embedding's gradient between the first and the last stage that sharing it needs (once per step).
 """
@@ -42,8 +44,9 @@ def mtp_modules(spec, mtp: bool | None, framework: str = "megatron") -> int:
 
 
 def last_stage_layers(n_layers: int, pp: int, n_mtp: int) -> int:
-    """Decoder layers on the last pipeline stage: with MTP modules, what the first pp − 1 stages of ceil(L/pp)
-    leave (Megatron Bridge's DeepSeek-V3 layouts, module docstring); without, ceil(L/pp) like every stage."""
+    """Decoder layers on the last pipeline stage: for a model with MTP modules (n_mtp: the spec's, trained or
+    not), what the first pp − 1 stages of ceil(L/pp) leave (Megatron Bridge's DeepSeek-V3 layouts, module
+    docstring); without, ceil(L/pp) like every stage."""
     per_stage = -(-n_layers // pp)
     if not n_mtp or pp == 1:
         return n_layers if pp == 1 else per_stage

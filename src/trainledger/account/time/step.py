@@ -246,9 +246,11 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     _add(last, layer, stage_layers)
     for name in ("embedding_forward", "embedding_backward"):
         _add(first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
-    if pp > 1 and n_mtp:   # Megatron's layout: the last stage holds the layers left over, the MTP and the loss
+    if pp > 1 and spec.n_mtp_layers and framework == "megatron":
+        # Megatron Bridge's layout of a model with MTP modules: the last stage holds the layers left over, the
+        # MTP (when it trains) and the loss; the same layout whether or not the MTP modules train
         last = {}
-        _add(last, layer, last_stage_layers(spec.n_layers, pp, n_mtp))
+        _add(last, layer, last_stage_layers(spec.n_layers, pp, spec.n_mtp_layers))
     for name in ("head_forward", "head_backward") + (("mtp_forward", "mtp_backward") if n_mtp else ()):
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
