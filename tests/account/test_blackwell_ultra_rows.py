@@ -18,31 +18,32 @@ from trainledger.specs.recipes import get_recipe
 
 FP8_TODAY = {   # (container, label): error
     ("25.11", "Llama 3 8B, DGX-GB300"): -0.077, ("25.11", "Llama 3 8B, DGX-GB300, MXFP8"): -0.017,
-    ("25.11", "Llama 3 70B, DGX-GB300"): 0.013, ("25.11", "Llama 3.1 405B, DGX-GB300"): -0.244,
+    ("25.11", "Llama 3 70B, DGX-GB300"): 0.013, ("25.11", "Llama 3.1 405B, DGX-GB300"): -0.229,
     ("26.02", "Llama 3 70B, DGX-GB300"): -0.084, ("26.02", "Llama 3 70B, DGX-GB300, MXFP8"): -0.077,
-    ("26.02", "Llama 3.1 405B, DGX-GB300"): -0.249, ("26.02", "Llama 3.1 405B, DGX-GB300, MXFP8"): -0.166,
+    ("26.02", "Llama 3.1 405B, DGX-GB300"): -0.237, ("26.02", "Llama 3.1 405B, DGX-GB300, MXFP8"): -0.149,
 }
 MOE_TODAY = {   # (container, system, model, precision): error
-    ("25.11", "DGX-GB300", "deepseek-v3", "mixed-bf16"): 0.201, ("25.11", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.118,
+    ("25.11", "DGX-GB300", "deepseek-v3", "mixed-bf16"): 0.213, ("25.11", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.130,
     ("25.11", "DGX-GB300", "gpt-oss-120b", "mixed-bf16"): 0.847, ("25.11", "DGX-GB300", "qwen3-30b-a3b", "mxfp8"): 0.220,
-    ("25.11", "DGX-GB300", "qwen3-235b-a22b", "mixed-bf16"): 0.031,
-    ("26.02", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.005, ("26.02", "DGX-GB300", "gpt-oss-120b", "mixed-bf16"): 0.839,
+    ("25.11", "DGX-GB300", "qwen3-235b-a22b", "mixed-bf16"): 0.080,
+    ("26.02", "DGX-GB300", "deepseek-v3", "mxfp8"): 0.025, ("26.02", "DGX-GB300", "gpt-oss-120b", "mixed-bf16"): 0.839,
     ("26.02", "DGX-GB300", "qwen3-30b-a3b", "mxfp8"): 0.181, ("26.02", "DGX-GB300", "qwen3-235b-a22b", "mxfp8"): 0.009,
     ("26.02", "DGX-B300", "deepseek-v3", "mxfp8"): 0.126, ("26.02", "DGX-B300", "gpt-oss-120b", "mixed-bf16"): 1.128,
-    ("26.02", "DGX-B300", "qwen3-30b-a3b", "mxfp8"): 0.155, ("26.02", "DGX-B300", "qwen3-235b-a22b", "mxfp8"): 1.056,
+    ("26.02", "DGX-B300", "qwen3-30b-a3b", "mxfp8"): 0.155, ("26.02", "DGX-B300", "qwen3-235b-a22b", "mxfp8"): 1.103,
 }
 
 
 def test_fp8_gb300_rows_regression_bound():
-    """8 DGX-GB300 FP8 rows: 5 of 8 within 15 %, mean signed −11.2 %, all predicted too slow but one (+1.3 %);
-    Llama 3.1 405B −17 … −25 % (the GB200 405B row of the main set is −16.6 % too). The GA column of every row is
+    """8 DGX-GB300 FP8 rows: 6 of 8 within 15 %, mean signed −10.7 %, all predicted too slow but one (+1.3 %);
+    Llama 3.1 405B −15 … −24 % (the GB200 405B row of the main set −12.1 %; both −17 … −25 % and −16.6 % while the
+    interleaved schedule's sends were exposed: Megatron Bridge overlaps them, account/time/step.py pp_overlap_default). The GA column of every row is
     reproduced (megatron_bridge_case asserts it)."""
     rows = fp8.blackwell_ultra_cases()
     assert {(r["container"], r["label"]): r["error"] for r in rows} == pytest.approx(FP8_TODAY, abs=0.03)
     assert all(r["gpu"] == "gb300" and "DGX-GB300" in r["source"] and r["container"] in r["source"] for r in rows)
     report = fp8.report(rows)
-    assert report["n"] == 8 and report["share_within"] == 5 / 8
-    assert report["mean_signed_error"] == pytest.approx(-0.112, abs=0.02)
+    assert report["n"] == 8 and report["share_within"] == 6 / 8
+    assert report["mean_signed_error"] == pytest.approx(-0.107, abs=0.02)
 
 
 def test_nvfp4_rows_are_not_modelled():

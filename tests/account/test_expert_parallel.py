@@ -105,9 +105,11 @@ def test_layout_searches_ep():
 
 def test_megatron_bridge_moe_rows_regression_bound():
     """Megatron Bridge performance summary, 25.11 BF16 MoE rows on DGX-H100/B200/GB200 (account.validation.moe). The
-    issue asks >= 70 % of rows within 20 %; 1 of 5 is (Qwen3-235B-A22B on GB200). These bounds hold today's numbers
-    so a change is seen; they are not a pass mark. DeepSeek-V3 on GB200 (PP 4 × VP 4 over 61 layers, uneven chunks
-    since 2026-12-01): +31.7 %; +39.6 % with the recipe's last stage of 13 layers and the loss (account/time/mtp.py)."""
+    issue asks >= 70 % of rows within 20 %; none is (Qwen3-235B-A22B on GB200 was, +18.2 %, until the interleaved
+    schedule's sends ran beside the computation as Megatron Bridge runs them with VP: +23.3 %). These bounds hold
+    today's numbers so a change is seen; they are not a pass mark. DeepSeek-V3 on GB200 (PP 4 × VP 4 over 61 layers,
+    uneven chunks since 2026-12-01): +31.7 %; +39.6 % with the recipe's last stage of 13 layers and the loss
+    (account/time/mtp.py); +45.0 % with the sends overlapped."""
     rows = moe.cases(moe.TAKEN)
     errors = {(r["gpu"], r["model"]): r["error"] for r in rows}
     # 2026-11-27 with the at-scale mechanisms (issue 27) and Blackwell's sustained rates (issue 28): +40.6 %, +274 %
@@ -119,9 +121,9 @@ def test_megatron_bridge_moe_rows_regression_bound():
     assert errors[("h100-sxm", "gpt-oss-120b")] == pytest.approx(0.355, abs=0.04)
     assert errors[("b200", "gpt-oss-120b")] == pytest.approx(1.19, abs=0.12)
     assert errors[("gb200", "gpt-oss-120b")] == pytest.approx(1.13, abs=0.11)
-    assert errors[("gb200", "qwen3-235b-a22b")] == pytest.approx(0.185, abs=0.015)
-    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.396, abs=0.03)
-    assert moe.report(rows)["share_within"] == 0.2
+    assert errors[("gb200", "qwen3-235b-a22b")] == pytest.approx(0.233, abs=0.015)
+    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.450, abs=0.03)
+    assert moe.report(rows)["share_within"] == 0.0
 
 
 def test_the_b200_row_as_its_recipe_runs_it():
@@ -144,18 +146,20 @@ def test_megatron_bridge_fp8_moe_rows_regression_bound():
     """The FP8 MoE rows of the same summary (25.11): Qwen3 30B-A3B on DGX-H100 (FP8-CS), Qwen3 30B-A3B and 235B-A22B
     on DGX-B200 and Qwen3 30B-A3B on DGX-GB200 (MXFP8). Every row is predicted too fast (1.5× to 3.3×): the same
     missing MoE mechanisms as the BF16 rows (docs/time.md), but DeepSeek-V3 on DGX-GB200 (MXFP8, PP 8 × VP 4 over
-    61 layers, uneven chunks since 2026-12-01): −2.3 %. Bounds hold the 2026-11-27 numbers; not a pass mark."""
+    61 layers, uneven chunks since 2026-12-01): −2.3 %, then +9.7 % with the recipe's last stage and +18.5 % with
+    the interleaved schedule's sends overlapped (Qwen3 30B-A3B on H100, PP 2 × VP 24: +146 → +172 %). Bounds hold
+    today's numbers; not a pass mark."""
     rows = moe.cases(moe.FP8_TAKEN)
     errors = {(r["gpu"], r["model"]): r["error"] for r in rows}
-    assert errors[("h100-sxm", "qwen3-30b-a3b")] == pytest.approx(1.46, abs=0.15)
+    assert errors[("h100-sxm", "qwen3-30b-a3b")] == pytest.approx(1.72, abs=0.15)
     assert errors[("b200", "qwen3-30b-a3b")] == pytest.approx(2.26, abs=0.25)
-    assert errors[("b200", "qwen3-235b-a22b")] == pytest.approx(0.66, abs=0.07)
+    assert errors[("b200", "qwen3-235b-a22b")] == pytest.approx(0.70, abs=0.07)
     assert errors[("gb200", "qwen3-30b-a3b")] == pytest.approx(0.49, abs=0.05)
     # unlocked by MoE Parallel Folding (EP 32 over TP 2 × DP 16, ETP 1; the recipe's all-to-all overlap at 0.93):
     # +60 %; with nothing hidden it is −12 % (the all-to-alls over InfiniBand are 57 % of that step)
-    assert errors[("h100-sxm", "qwen3-235b-a22b")] == pytest.approx(0.60, abs=0.06)
+    assert errors[("h100-sxm", "qwen3-235b-a22b")] == pytest.approx(0.645, abs=0.06)
     assert moe.predict(moe.FOLDED[0], a2a_overlap=0.0)["error"] == pytest.approx(-0.12, abs=0.03)
-    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.097, abs=0.03)      # −2.3 % with ceil(61/8) last
+    assert errors[("gb200", "deepseek-v3")] == pytest.approx(0.185, abs=0.03)      # −2.3 % with ceil(61/8) last
     assert all(r["micro_batches"] == r["published_ga"] for r in rows)     # the rows transcribed as printed
     assert moe.report(rows)["share_within"] == pytest.approx(1 / 6)
 

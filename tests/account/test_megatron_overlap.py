@@ -7,6 +7,9 @@
 - the 2021 code (and Megatron-DeepSpeed, on which MT-NLG trained) reduced a column-parallel Linear's input
   gradient synchronously, after the Linear's backward (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region
   before F.linear), not beside its weight-gradient GEMM: `step --no-tp-overlap`.
+- the interleaved schedule's point-to-point sends run beside the next chunk's computation (overlap_p2p_comm:
+  Megatron Bridge's CommOverlapConfig sets it whenever PP > 1 and VP > 1, batch_p2p_comm otherwise; Megatron-LM's
+  own flag defaulted off in 2023 and on later; the 2021-22 code had none): `step --no-pp-overlap` for the old rows.
 Checked by hand: the exposed seconds are the collectives' own seconds, summed.
 """
 
@@ -146,3 +149,34 @@ def test_deepspeed_pipeline_is_one_f_one_b(m, p, forward, backward):
     seconds = _deepspeed_train_schedule_seconds(m, p, forward, backward)
     assert seconds == pytest.approx((m + p - 1) * (forward + backward))
     assert seconds / (m * (forward + backward)) - 1 == pytest.approx(pipeline_bubble_fraction(p, m))
+
+
+def test_megatron_runs_the_interleaved_schedules_sends_beside_the_computation():
+    """With --interleave > 1 and --framework megatron the sends run beside the stage's GEMMs by default: what they
+    cost is the GEMMs slowed by the SMs NCCL holds while they run (interference.overlap_slowdown), a fraction of the
+    exposed sends; --no-pp-overlap restores them whole; plain 1F1B and the other frameworks wait for each send."""
+    from trainledger.account.time.interference import overlap_slowdown
+    from trainledger.account.time.step import pp_overlap_default
+    assert pp_overlap_default("megatron", 4, 2) and not pp_overlap_default("megatron", 4, 1)
+    assert not pp_overlap_default("torchtitan", 4, 2) and not pp_overlap_default("megatron", 1, 1)
+    from trainledger.specs import get_model
+    llama = get_model("llama-3-8b")                   # untied embeddings: every pp_comm second is a send
+    layout = dict(batch_size=1, seq_len=4096, global_batch_size=256, num_gpus=256, precision="mixed-bf16",
+                  optimizer="adam", tp=8, sp=True, pp=4, interleave=2, recompute="full", framework="megatron",
+                  with_memory=False)      # sp: no all-gather of the sent pieces over NVLink, one link to check
+    hidden, exposed = step_time(llama, A100, **layout), step_time(llama, A100, **layout, pp_overlap=False)
+    assert hidden["pp_overlap"] and not exposed["pp_overlap"]
+    sends = exposed["breakdown"]["pp_comm"]
+    slow = overlap_slowdown(A100, A100.inter_node_link)
+    # the sends of one micro-batch are far shorter than its GEMMs: each costs comm · (1 − 1/slowdown)
+    assert sends > 0 and hidden["breakdown"]["pp_comm"] == pytest.approx(sends * (1 - 1 / slow), rel=0.02)
+    assert 0 < hidden["step_seconds"] < exposed["step_seconds"]
+    one_f_one_b = dict(layout, interleave=1)
+    assert not step_time(llama, A100, **one_f_one_b)["pp_overlap"]
+    assert step_time(llama, A100, **one_f_one_b, pp_overlap=True)["pp_overlap"]
+
+
+def test_the_2021_and_2022_rows_wait_for_their_sends():
+    """Narayanan's interleaved rows say --no-pp-overlap; their step is the one with the sends exposed."""
+    rows = [r for r in narayanan_cases() if r["interleave"] > 1]
+    assert rows and all("--no-pp-overlap" in r["cli"] for r in rows)

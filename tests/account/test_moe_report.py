@@ -159,13 +159,15 @@ def test_report_rows_regression_bound():
     """Table 11's six rows we can model (GB200, H100), with their dispatcher and 1F1B overlap. With MLA's own GEMMs
     and the MTP module in the step (before: DeepSeek-V3 -18.3 %, -17.7 %, -3.1 %) every row is predicted too fast.
     DeepSeek-V3's 61 layers over PP 4 × VPP 4 are timed with VPP 4 and uneven chunks since 2026-12-01 (before: one
-    chunk per stage, +15.2, +23.8, +26.4 %): the bubble shrinks by 4×, the exposed point-to-point sends grow by 4×.
+    chunk per stage, +15.2, +23.8, +26.4 %): the bubble shrinks by 4×, the point-to-point sends grow by 4× (and run
+    beside the computation, as Megatron overlaps them with VPP: GB200 MXFP8 +13.2 → +17.7 %, Qwen3 GB200 BF16 +41.7 →
+    +58.3 %).
     DeepSeek-V3 on GB200 does not fit as we model its memory (the runs offload the optimizer states and keep FP8
     primary weights); Qwen3-235B on H100 folds EP 32 over TP 2 × DP 16 with ETP 1 (DeepEP, 93 % hidden)."""
     rows = {(r["model"], r["system"], r["dtype"]): r for r in R.cases()}
-    expected = {("deepseek-v3", "GB200", "MXFP8"): 0.132, ("deepseek-v3", "GB200", "BF16"): 0.210,
-                ("deepseek-v3", "H100", "FP8-BLK"): 0.290, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.273,
-                ("qwen3-235b-a22b", "GB200", "BF16"): 0.417, ("qwen3-235b-a22b", "H100", "BF16"): 0.225}
+    expected = {("deepseek-v3", "GB200", "MXFP8"): 0.177, ("deepseek-v3", "GB200", "BF16"): 0.298,
+                ("deepseek-v3", "H100", "FP8-BLK"): 0.311, ("qwen3-235b-a22b", "GB200", "MXFP8"): 0.353,
+                ("qwen3-235b-a22b", "GB200", "BF16"): 0.583, ("qwen3-235b-a22b", "H100", "BF16"): 0.258}
     assert set(rows) == set(expected)
     for key, error in expected.items():
         assert rows[key]["error"] == pytest.approx(error, abs=0.03), key
@@ -179,8 +181,9 @@ def test_report_rows_regression_bound():
 def test_all_moe_rows_in_one_table():
     """moe.all_cases(): the 21 Megatron Bridge rows (2 unlocked by MoE Parallel Folding, 3 DGX-GB200 DeepSeek-V3
     rows by uneven pipeline chunks), its 2 DeepSeek-V3 rows with MTP, the SKILL.md run, NeMo Automodel's 4 PyTorch
-    rows and the report's 6 rows, each with its error; 8 of 34 within 20 % today (5 of the 30 Megatron rows, 3 of
-    the 4 Automodel ones; the issue asks 70 %; before uneven chunks 5 of 31)."""
+    rows and the report's 6 rows, each with its error; 7 of 34 within 20 % today (4 of the 30 Megatron rows, 3 of
+    the 4 Automodel ones; the issue asks 70 %; before uneven chunks 5 of 31, 8 before the interleaved schedule's
+    sends ran beside the computation as Megatron overlaps them)."""
     from trainledger.account.validation import moe
     rows = moe.all_cases()
     sets = [r["set"] for r in rows]
@@ -189,5 +192,5 @@ def test_all_moe_rows_in_one_table():
             sets.count("REPORT")) == (5, 3, 6, 7, 2, 1, 4, 6)
     assert all(r["error"] == pytest.approx(r["predicted_tokens_per_s_per_gpu"] / r["published_tokens_per_s_per_gpu"]
                                            - 1) for r in rows)
-    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 8
+    assert sum(abs(r["error"]) <= 0.20 for r in rows) == 7
     assert sum(abs(r["error"]) <= 0.20 for r in rows if r["set"] == "AUTOMODEL") == 3

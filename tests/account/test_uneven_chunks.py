@@ -120,9 +120,10 @@ def test_gb200_deepseek_rows_regression_bound():
     """The three DGX-GB200 DeepSeek-V3 rows, new with uneven chunks: 25.11 BF16 (PP 4 × VP 4, EP 64) +39.6 %,
     25.11 FP8-MX (PP 8 × VP 4, EP 32) +9.7 %, 26.02 FP8-MX (PP 4 × VP 4, EP 64, MTP trained) +12.5 %. The 25.11
     rows ("w/o MTP") keep the recipe's layout without the MTP (its last stage 13 or 5 layers and the loss: +31.7
-    and −2.3 % while it held ceil(61/pp) layers). Bounds hold today's numbers; they are not a pass mark."""
+    and −2.3 % while it held ceil(61/pp) layers). With the sends overlapped as Megatron runs VP: +45.0, +18.5,
+    +16.9 %. Bounds hold today's numbers; they are not a pass mark."""
     got = {(r["container"], r["precision"]): r for r in moe.cases(GB200_DEEPSEEK)}
-    expected = {("25.11", "mixed-bf16"): 0.396, ("25.11", "mxfp8"): 0.097, ("26.02", "mxfp8"): 0.125}
+    expected = {("25.11", "mixed-bf16"): 0.450, ("25.11", "mxfp8"): 0.185, ("26.02", "mxfp8"): 0.169}
     for key, error in expected.items():
         assert got[key]["error"] == pytest.approx(error, abs=0.03), key
         assert got[key]["uneven_chunks"] and got[key]["interleave_modelled"] == 4
@@ -132,15 +133,16 @@ def test_gb200_deepseek_rows_regression_bound():
 
 
 def test_tokendrop_rows_and_their_dropless_pairs():
-    """The 25.09 token-drop rows (kept aside, a diagnosis): still predicted too fast (+24 … +110 %), so dropless
+    """The 25.09 token-drop rows (kept aside, a diagnosis): still predicted too fast (+31 … +115 %), so dropless
     routing's host synchronization is not the whole of what the Megatron MoE step lacks; but where a later
     dropless run has the same layout, GPUs and micro-batch, on H100 and B200 it ran half as fast (published 5,275
     against 10,494 and 9,299 against 18,066 tokens/s per GPU), on GB200 as fast (23,766 against 22,775), while our
     step, which has no host time for Megatron, predicts the pair alike (within the FP8 recipe's difference)."""
     rows = {(r["system"], r["model"]): r for r in moe.tokendrop_cases()}
     assert len(rows) == 6 and all(r["error"] > 0.2 for r in rows.values())
-    assert rows[("DGX-H100", "qwen3-30b-a3b")]["error"] == pytest.approx(0.237, abs=0.03)
-    assert rows[("DGX-H100", "qwen3-235b-a22b")]["error"] == pytest.approx(1.10, abs=0.1)
+    # +23.7 % and +110 % while the interleaved schedule's sends (PP 2 × VP 24; PP 8 × VP 4) were exposed
+    assert rows[("DGX-H100", "qwen3-30b-a3b")]["error"] == pytest.approx(0.366, abs=0.03)
+    assert rows[("DGX-H100", "qwen3-235b-a22b")]["error"] == pytest.approx(1.15, abs=0.1)
     ratios = {}
     for drop, dropless in moe.DROPLESS_PAIRS:
         assert drop[5:9] == dropless[5:9] and drop[9:13] == dropless[9:13]     # GPUs, batch, seq, layout

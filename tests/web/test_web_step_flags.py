@@ -1,5 +1,5 @@
 """The step calculator's mixture-of-experts, framework and schedule fields (calculator 8: etp, capacity-factor,
-ep-dispatcher, framework, schedule, mtp, tp-overlap, dp-overlap) reach `trainledger step` as its flags.
+ep-dispatcher, framework, schedule, mtp, tp-overlap, dp-overlap, pp-overlap) reach `trainledger step` as its flags.
 
 Reference: `trainledger step ... --json` for the same flags (trainledger.cli.main.compute in-process, and once the
 installed executable). Each row also checks that the flag changes the CLI's answer, so the comparison cannot pass
@@ -34,7 +34,7 @@ def query_of(argv: list[str]) -> list[tuple[str, str]]:
     params, words = [], list(argv)
     while words:
         flag = words.pop(0)[2:]
-        if flag in ("sp", "mtp", "uneven-chunks"):
+        if flag in ("sp", "mtp", "uneven-chunks", "pp-overlap"):
             params.append((flag, "true"))
         elif flag.startswith("no-"):
             params.append((flag[3:], "false"))
@@ -73,6 +73,11 @@ CASES = [
      "the column-parallel input-gradient all-reduce exposed after each Linear's backward"),
     ("dp-overlap", ["--model", "gpt2", "--num-gpus", "8", "--global-batch-size", "8", "--framework", "megatron"],
      ["--no-dp-overlap"], "step_seconds", "the data-parallel gradient reduce exposed after the last micro-batch"),
+    ("pp-overlap", ["--model", "llama-3-8b", "--num-gpus", "16", "--global-batch-size", "32", "--pp", "4",
+                    "--interleave", "2", "--framework", "megatron"],
+     ["--no-pp-overlap"], "step_seconds", "the interleaved schedule's sends waited for, as Megatron-LM's 2021-22 code"),
+    ("pp-overlap", ["--model", "llama-3-8b", "--num-gpus", "16", "--global-batch-size", "32", "--pp", "4"],
+     ["--pp-overlap"], "step_seconds", "plain 1F1B's sends run beside the computation (Llama 3's asynchronous p2p)"),
 ]
 
 
@@ -163,3 +168,4 @@ def test_schema_gives_the_page_its_choices_and_defaults(client):
     assert flags["etp"]["default"] is None and flags["capacity-factor"]["default"] is None
     assert flags["mtp"]["boolean"] and flags["mtp"]["default"] is None
     assert flags["tp-overlap"]["default"] is True and flags["dp-overlap"]["default"] is True
+    assert flags["pp-overlap"]["boolean"] and flags["pp-overlap"]["default"] is None

@@ -87,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --framework megatron: reduce a column-parallel Linear's input gradient beside its "
                              "weight-gradient GEMM (default, Megatron-LM since 2022); --no-tp-overlap: after the "
                              "Linear's backward, exposed, as the 2021 Megatron-LM and Megatron-DeepSpeed did")
+    parser.add_argument("--pp-overlap", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the pipeline's point-to-point sends beside the next chunk's computation (default: "
+                             "with --framework megatron and --interleave > 1, as Megatron Bridge sets overlap_p2p_comm "
+                             "and Megatron-LM defaults to it since 2023; otherwise each send is waited for); "
+                             "--no-pp-overlap: exposed, as Megatron-LM's 2021-22 interleaved schedule ran")
     parser.add_argument("--dp-overlap", action=argparse.BooleanOptionalAction, default=True,
                         help="with --framework megatron: reduce data-parallel gradients beside the last micro-batch's "
                              "backward (default: --overlap-grad-reduce, as Megatron Bridge's and NeMo's recipes set "
@@ -137,7 +142,7 @@ def compute(args) -> dict:
                     recompute=args.recompute, flash=args.flash, attention=args.attention,
                     framework=args.framework, attention_kernel=args.attention_kernel, compiled=args.compile,
                     loop=args.loop, reserve_bytes=reserve_of(args, gpu), tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, schedule=args.schedule, mtp=args.mtp, loss_upcast=args.loss_upcast,
+                    dp_overlap=args.dp_overlap, pp_overlap=args.pp_overlap, schedule=args.schedule, mtp=args.mtp, loss_upcast=args.loss_upcast,
                     uneven_chunks=args.uneven_chunks, **expert_settings(args))
     fsdp_for = lambda z: common.fsdp_from_args(args, precision, z, dp, args.pp)  # noqa: E731
     result = step_time(spec, gpu, **settings, zero=zero, fsdp=fsdp_for(zero))
@@ -184,6 +189,8 @@ def compute(args) -> dict:
     if not args.tp_overlap and (args.framework != "megatron" or args.tp == 1):
         first.append("--no-tp-overlap changes nothing here: it is Megatron-LM's (--framework megatron) overlap of TP "
                      "gradient reductions, and PyTorch's TP reduces them synchronously anyway")
+    if args.pp_overlap is not None and args.pp == 1:
+        first.append(f"--{'' if args.pp_overlap else 'no-'}pp-overlap changes nothing here: there is no pipeline (--pp 1)")
     if not args.dp_overlap and args.framework != "megatron":
         first.append("--no-dp-overlap changes nothing here: it is Megatron-LM's (--framework megatron) choice of when "
                      "to reduce data-parallel gradients")

@@ -36,7 +36,7 @@ WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags i
     "step": ("model", "batch-size", "seq-len", "precision", "optimizer", "zero", "tp", "sp", "pp", "recompute", "flash",
              "gpu", "num-gpus", "dp", "global-batch-size", "interleave", "cp", "attention", "framework",
              "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth", "compile", "loop",
-             "reserve", "tp-overlap", "dp-overlap", "schedule", "mtp", "uneven-chunks", "loss-upcast", *FSDP_FLAGS,
+             "reserve", "tp-overlap", "dp-overlap", "pp-overlap", "schedule", "mtp", "uneven-chunks", "loss-upcast", *FSDP_FLAGS,
              *EXPERT_FLAGS),
     "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
                "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",

@@ -150,7 +150,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
               loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
               capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
               tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None,
-              mtp: bool | None = None, uneven_chunks: bool = False, loss_upcast: bool = True) -> dict:
+              mtp: bool | None = None, uneven_chunks: bool = False, loss_upcast: bool = True,
+              pp_overlap: bool | None = None) -> dict:
     """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
 
     `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
@@ -164,7 +165,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
     Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
     data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
-    default and the 2021 code; account.time.comm._dp_collectives).
+    default and the 2021 code; account.time.comm._dp_collectives). `pp_overlap`: the pipeline's point-to-point
+    sends asynchronous, run beside the next chunk's computation (pp_overlap_default; None: as the framework does).
     `uneven_chunks`: the interleaved schedule's model chunks may hold unequal numbers of layers (Megatron-Core's
     --pipeline-model-parallel-layout, Automodel's layers_per_stage; account.time.schedule.chunk_share).
     `mtp`: train the spec's multi-token-prediction modules on the last pipeline stage (account/time/mtp.py; None: as
@@ -196,6 +198,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if seq_len % cp:
         raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
     n_mtp = mtp_modules(spec, mtp, framework)
+    pp_hidden = pp_overlap_default(framework, pp, interleave) if pp_overlap is None else bool(pp_overlap) and pp > 1
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
@@ -286,7 +289,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         seconds = collective_seconds(gpu, c)
         records.append((c, seconds))
         if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
-            per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + seconds / m
+            per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + (
+                _pp_exposed(gpu, c, seconds / m, stage.get("compute", 0.0)) if pp_hidden else seconds / m)
         elif c.part == "dp_comm":
             after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
         else:
@@ -352,7 +356,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
-        "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
+        "tp_overlap": tp_overlap, "dp_overlap": dp_overlap, "pp_overlap": pp_hidden,
         "schedule": schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
         "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
@@ -415,6 +419,22 @@ def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: i
         for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
             _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
     return fwd, bwd, rec, comm, records
+
+
+def pp_overlap_default(framework: str, pp: int, interleave: int) -> bool:
+    """Whether a framework runs the pipeline's sends beside computation by default: Megatron-LM's interleaved
+    schedule does (`overlap_p2p_comm`, on unless --no-overlap-p2p-communication, since Megatron-LM's 2023 code;
+    Megatron Bridge's recipes keep it); its plain 1F1B and the other frameworks' schedules wait for each send."""
+    return framework == "megatron" and pp > 1 and interleave > 1
+
+
+def _pp_exposed(gpu, c, seconds: float, gemm_seconds: float) -> float:
+    """Seconds a micro-batch's asynchronous point-to-point sends add to the stage's GEMMs they run beside: their
+    NCCL kernel holds SMs, so the GEMMs run overlap_slowdown × slower while it runs (account/time/interference.py);
+    what outlasts the slowed GEMMs is exposed (overlapped_exposed)."""
+    from trainledger.account.time.interference import overlap_slowdown
+    slow = overlap_slowdown(gpu, _link(gpu, c.link))
+    return overlapped_exposed(seconds, gemm_seconds, gemm_seconds * slow)
 
 
 def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool = True) -> tuple[dict, list]:

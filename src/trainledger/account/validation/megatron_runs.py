@@ -24,7 +24,8 @@ interleaved schedule, --num-layers-per-virtual-pipeline-stage): ColumnParallelLi
 gradient after the Linear's whole backward, synchronously (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region
 before F.linear; the overlap beside the weight-gradient GEMM came later), so `step --no-tp-overlap`; and train_step
 all-reduces the data-parallel gradients after forward_backward_func (megatron/training.py), as Megatron-LM still
-does by default (--overlap-grad-reduce off; Megatron Bridge's recipes turn it on): `--no-dp-overlap`.
+does by default (--overlap-grad-reduce off; Megatron Bridge's recipes turn it on): `--no-dp-overlap`; the
+interleaved schedule waited for each point-to-point send (overlap_p2p_comm came with the 2023 code): `--no-pp-overlap`.
 
 Smith et al. 2022, MT-NLG 530B (arXiv:2201.11990, Sec. 2.4; the same words in NVIDIA's and Microsoft's blog posts
 of 2021-10): "the end-to-end throughput of our system for the 530 billion parameters model with batch size 1920
@@ -109,7 +110,7 @@ def narayanan_cli(row) -> str:
     return (f"trainledger step --model CONFIG.json (Megatron GPT {size:g}B: hidden {hidden}, {heads} heads, "
             f"{layers} layers) "
             f"--gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --no-dp-overlap --precision mixed-fp16 "
-            f"--optimizer adam --tp {t} --pp {p}" + (f" --interleave {v}" if v > 1 else "")
+            f"--optimizer adam --tp {t} --pp {p}" + (f" --interleave {v} --no-pp-overlap" if v > 1 else "")
             + f" --batch-size {mb} --global-batch-size {batch} --seq-len {SEQ_LEN} --recompute full --no-flash")
 
 
@@ -124,7 +125,8 @@ def narayanan_cases() -> list[dict]:
             mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
             r = step_time(spec, gpu, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch, num_gpus=n,
                           precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
-                          recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False, with_memory=False)
+                          recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
+                          pp_overlap=False, with_memory=False)
             published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
             rows.append({"label": f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", "table": table, "num_gpus": n,
                          "tp": t, "pp": p, "interleave": v, "batch_size": mb, "global_batch_size": batch,

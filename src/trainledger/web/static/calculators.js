@@ -555,6 +555,8 @@
           options: [["", "default: with Megatron only"], ["true", "on (--mtp)"], ["false", "off (--no-mtp)"]] },
         { param: "tp-overlap", label: "Megatron: TP reduce beside the weight-gradient GEMM (off: --no-tp-overlap)", type: "bool" },
         { param: "dp-overlap", label: "Megatron: DP gradient reduce beside the last backward (off: --no-dp-overlap)", type: "bool" },
+        { param: "pp-overlap", label: "Pipeline sends beside the next chunk's computation", type: "select", value: "",
+          options: [["", "default: Megatron with --interleave > 1"], ["true", "on (--pp-overlap)"], ["false", "off (--no-pp-overlap)"]] },
       ];
       for (const spec of frameworkFields) calc.addField(Object.assign({ parent: framework }, spec));
       calc.fields.etp.input.placeholder = "= tp";
