@@ -133,3 +133,26 @@ def collective_seconds(gpu, c) -> float:
 def sms_beside(gpu, link) -> int | None:
     """SMs left to compute while a collective on `link` runs (it holds `link.sm_channels`); None: not modelled."""
     return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
+
+
+def pp_overlap_default(framework: str, pp: int, interleave: int) -> bool:
+    """Whether a framework runs the pipeline's sends beside computation by default: Megatron-LM's interleaved
+    schedule does (`overlap_p2p_comm`, on unless --no-overlap-p2p-communication, since Megatron-LM's 2023 code;
+    Megatron Bridge's recipes keep it); its plain 1F1B and the other frameworks' schedules wait for each send."""
+    return framework == "megatron" and pp > 1 and interleave > 1
+
+
+def pp_exposed(gpu, c, seconds: float, gemm_seconds: float) -> float:
+    """Seconds a micro-batch's asynchronous point-to-point sends add to the stage's GEMMs they run beside: their
+    NCCL kernel holds SMs, so the GEMMs run overlap_slowdown × slower while it runs (account/time/interference.py);
+    what outlasts the slowed GEMMs is exposed (overlapped_exposed)."""
+    from trainledger.account.time.interference import overlap_slowdown
+    slow = overlap_slowdown(gpu, link(gpu, c.link))
+    return overlapped_exposed(seconds, gemm_seconds, gemm_seconds * slow)
+
+
+def sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
+    """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
+    if tp == 1:
+        return None
+    return sms_beside(gpu, link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))

@@ -63,7 +63,7 @@ from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_
 from trainledger.account.time import folding
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
-                                         sms_beside as _sms_beside)
+                                         pp_exposed, pp_overlap_default, sms_beside_tp_comm)
 from trainledger.errors import TrainledgerError
 from trainledger.specs.performance import HOST_SYNC_SECONDS
 from trainledger.specs.recipes import get_optimizer, get_recipe
@@ -217,7 +217,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     if flash:
         gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
-    narrow_sms = _sms_beside_tp_comm(gpu, tp, cp, pp)
+    narrow_sms = sms_beside_tp_comm(gpu, tp, cp, pp)
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
     key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
@@ -290,7 +290,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         records.append((c, seconds))
         if c.name in ("pp_send_recv", "pp_scatter_gather_allgather"):
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + (
-                _pp_exposed(gpu, c, seconds / m, stage.get("compute", 0.0)) if pp_hidden else seconds / m)
+                pp_exposed(gpu, c, seconds / m, stage.get("compute", 0.0)) if pp_hidden else seconds / m)
         elif c.part == "dp_comm":
             after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
         else:
@@ -396,13 +396,6 @@ def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> flo
     return _time(gpu, kernels)["overhead"]
 
 
-def _sms_beside_tp_comm(gpu, tp: int, cp: int, pp: int) -> int | None:
-    """SMs left to the GEMMs while a TP collective runs (its link's NCCL channels hold the rest); None: all of them."""
-    if tp == 1:
-        return None
-    return _sms_beside(gpu, _link(gpu, comm_mod.group_links(tp, cp, pp, 1, gpu.gpus_per_node)["tp"]))
-
-
 def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: int | None = None):
     """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
     forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
@@ -419,22 +412,6 @@ def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: i
         for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
             _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
     return fwd, bwd, rec, comm, records
-
-
-def pp_overlap_default(framework: str, pp: int, interleave: int) -> bool:
-    """Whether a framework runs the pipeline's sends beside computation by default: Megatron-LM's interleaved
-    schedule does (`overlap_p2p_comm`, on unless --no-overlap-p2p-communication, since Megatron-LM's 2023 code;
-    Megatron Bridge's recipes keep it); its plain 1F1B and the other frameworks' schedules wait for each send."""
-    return framework == "megatron" and pp > 1 and interleave > 1
-
-
-def _pp_exposed(gpu, c, seconds: float, gemm_seconds: float) -> float:
-    """Seconds a micro-batch's asynchronous point-to-point sends add to the stage's GEMMs they run beside: their
-    NCCL kernel holds SMs, so the GEMMs run overlap_slowdown × slower while it runs (account/time/interference.py);
-    what outlasts the slowed GEMMs is exposed (overlapped_exposed)."""
-    from trainledger.account.time.interference import overlap_slowdown
-    slow = overlap_slowdown(gpu, _link(gpu, c.link))
-    return overlapped_exposed(seconds, gemm_seconds, gemm_seconds * slow)
 
 
 def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool = True) -> tuple[dict, list]:
@@ -473,7 +450,7 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     recipe = get_recipe(precision)
     sp = sp and tp > 1
     shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
-    narrow_sms = _sms_beside_tp_comm(gpu, tp, 1, 1)
+    narrow_sms = sms_beside_tp_comm(gpu, tp, 1, 1)
     [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
                                            narrow_sms, [(layer, 1)])
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
