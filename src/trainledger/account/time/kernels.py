@@ -227,15 +227,16 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     softcap = spec.attn_softcap is not None and eager_torch
     flash = flash and not softcap
     if flash:
+        skips_masked = False                       # a causal kernel that skips the masked blocks (_attention_blocks)
         if eager_torch and (windowed or spec.position == "alibi"):
             executed = full_flops                  # an additive mask (window, ALiBi): SDPA runs the whole square
         elif windowed:
             executed = full_flops * (window / s - window**2 / (2 * s**2))
         else:
-            executed = full_flops / 2 if causal else full_flops
+            executed, skips_masked = (full_flops / 2, True) if causal else (full_flops, False)
         io = b * (q * h * (dh + dv) + s * kv * (dh + dv)) * a + b * h * q * FP32     # q, o, k, v, logsumexp
         fwd, bwd = [], []
-        for share, length, masked in _attention_blocks(s, cp, causal, causal and executed < full_flops and not windowed):
+        for share, length, masked in _attention_blocks(s, cp, causal, skips_masked):
             fwd.append(Kernel("flash_attention", "attention", "flash_attention", share * executed, share * io,
                               (length, False, masked, rate_dim), dtype, 1, "forward", True))
             bwd.append(Kernel("flash_attention_backward", "attention", "flash_attention", 2.5 * share * executed,

@@ -98,7 +98,8 @@ def error_range(errors: list[float]) -> tuple[float, float]:
 def leave_one_out(rows=None, moe: bool = False) -> list[dict]:
     """For each published row, the interval built from the OTHER rows (as step_interval would give it for that run),
     whether the published step lies inside it, and its width as a fraction of the predicted step: an honest check
-    of the intervals (a row is never its own evidence)."""
+    of the intervals (a row is never its own evidence). Each {source, label, inside, rows, low, high, width}
+    (low, high: the interval's step seconds)."""
     rows = list((moe_rows() if moe else published_rows()) if rows is None else rows)
     out = []
     for i, r in enumerate(rows):
@@ -107,5 +108,6 @@ def leave_one_out(rows=None, moe: bool = False) -> list[dict]:
         iv = step_interval(r["predicted_step_seconds"], 1.0, framework, r["gpu"], r["num_gpus"], others, moe)
         inside = iv["step_seconds_low"] <= r["published_step_seconds"] <= iv["step_seconds_high"]
         out.append({"source": r["source"], "label": r["label"], "inside": inside, "rows": iv["interval_rows"],
+                    "low": iv["step_seconds_low"], "high": iv["step_seconds_high"],
                     "width": (iv["step_seconds_high"] - iv["step_seconds_low"]) / r["predicted_step_seconds"]})
     return out

@@ -47,19 +47,14 @@ def per_source() -> str:
 
 def published() -> str:
     """Every dense published run: its step, ours, the error and the interval built without it (leave-one-out)."""
-    from trainledger.account.validation.interval import leave_one_out, step_interval
+    from trainledger.account.validation.interval import leave_one_out
     from trainledger.account.validation.published import published_rows
     runs = published_rows()
-    rows = []
-    for run, check in zip(runs, leave_one_out(runs)):
-        framework = "torchtitan" if run["framework_kind"] == "pytorch" else run["framework_kind"]
-        others = [r for r in runs if r is not run]
-        iv = step_interval(run["predicted_step_seconds"], 1.0, framework, run["gpu"], run["num_gpus"], others)
-        rows.append([run["source"], run["label"], f"{run['num_gpus']:,}", _seconds(run["published_step_seconds"]),
-                     _seconds(run["predicted_step_seconds"]), _pct(run["error"]),
-                     f"{_seconds(iv['step_seconds_low'])} … {_seconds(iv['step_seconds_high'])} "
-                     f"({iv['interval_rows']} runs)", "yes" if check["inside"] else "no"])
     checks = leave_one_out(runs)
+    rows = [[run["source"], run["label"], f"{run['num_gpus']:,}", _seconds(run["published_step_seconds"]),
+             _seconds(run["predicted_step_seconds"]), _pct(run["error"]),
+             f"{_seconds(check['low'])} … {_seconds(check['high'])} ({check['rows']} runs)",
+             "yes" if check["inside"] else "no"] for run, check in zip(runs, checks)]
     inside = sum(c["inside"] for c in checks)
     width = statistics.median(c["width"] for c in checks)
     return (_rows(["source", "run", "GPUs", "published step", "predicted", "error",
