@@ -18,8 +18,9 @@ replicas of the same expert (via EDP)", arXiv:2603.07685 Sec. 3.3.2). Pure, no t
 
 from __future__ import annotations
 
+from trainledger.specs.run_checks import check_ep  # noqa: F401 (moved to specs: the run's checks)
+
 from trainledger.account.counting.params import mlp_params
-from trainledger.errors import TrainledgerError
 from trainledger.specs.model import TransformerSpec
 
 
@@ -61,41 +62,3 @@ def expert_token_share(tp: int, sp: bool, etp: int | None = None) -> float:
     return etp / tp if sp else 1.0
 
 
-def check_ep(spec, ep, dp: int | None = None, tp: int = 1, cp: int = 1, etp=None, sp: bool | None = None,
-             framework: str | None = None) -> int:
-    """`ep` if it is a valid expert-parallel size for `spec` on a layout tp·cp·dp (and `etp` a valid expert
-    tensor-parallel size, default tp); else a one-line error naming the flag.
-
-    ep must be a positive integer; above 1 it needs a mixture-of-experts model whose n_experts it divides. Folded
-    (module docstring): etp·ep must divide tp·cp·dp; etp must divide the experts' d_ff; an etp other than tp needs
-    sequence parallelism when tp > 1 (Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence
-    parallelism must be used") and Megatron-Core (`framework` "megatron"; the other step models give experts the
-    attention's tp). `dp` None: no check against the layout (the count alone).
-    """
-    if isinstance(ep, bool) or not isinstance(ep, int) or ep <= 0:
-        raise TrainledgerError(f"--ep must be a positive integer, got {ep!r}")
-    if etp is not None and (isinstance(etp, bool) or not isinstance(etp, int) or etp <= 0):
-        raise TrainledgerError(f"--etp must be a positive integer, got {etp!r}")
-    moe = isinstance(spec, TransformerSpec) and spec.is_moe
-    if ep > 1 or (etp is not None and etp != tp):
-        if not moe:
-            what = f"'{spec.name}' has no experts" if spec is not None else "--params gives no experts"
-            flag = f"--ep {ep}" if ep > 1 else f"--etp {etp}"
-            raise TrainledgerError(f"{flag} needs a mixture-of-experts model; {what}")
-    if ep > 1 and spec.n_experts % ep:
-        raise TrainledgerError(f"--ep {ep} must divide the {spec.n_experts} experts of '{spec.name}' "
-                               f"(each GPU holds n_experts/ep whole experts)")
-    if etp is not None and etp != tp:
-        if framework is not None and framework != "megatron":
-            raise TrainledgerError(f"--etp {etp} differs from --tp {tp}: expert tensor parallelism of its own is "
-                                   f"modelled for --framework megatron only (Megatron-Core's expert grid)")
-        if spec.d_ff % etp:
-            raise TrainledgerError(f"--etp {etp} must divide the experts' d_ff={spec.d_ff} of '{spec.name}'")
-        if tp > 1 and sp is False:
-            raise TrainledgerError(f"--etp {etp} with --tp {tp} needs sequence parallelism (--sp): Megatron-LM "
-                                   f"requires it for MoE with tensor parallelism")
-    e = tp if etp is None else etp
-    if dp is not None and (tp * cp * dp) % (e * ep):
-        raise TrainledgerError(f"--ep {ep} × --etp {e} must divide tp·cp·dp = {tp}·{cp}·{dp} = {tp * cp * dp} "
-                               f"(Megatron-Core folds the expert grid ETP × EP × EDP over attention's TP × CP × DP)")
-    return ep

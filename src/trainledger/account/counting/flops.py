@@ -30,7 +30,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.specs.model import CruncherSpec, ModelSpec
 
 ATTENTION = ("full", "causal")
-RECOMPUTE = ("none", "selective", "full", "selective-op", "selective-layer")   # account.counting.recompute.POLICIES
+from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE  # noqa: E402 (the run's vocabulary)
 
 
 def matmul_flops(m: float, k: float, n: float) -> float:

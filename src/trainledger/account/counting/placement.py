@@ -15,34 +15,13 @@ what ZeRO divides each state by. Pure, no torch; the bottom of account/ that mem
 
 from __future__ import annotations
 
+from trainledger.specs.run_checks import check_positive_int, check_parallel  # noqa: F401 (moved to specs: the run's checks)
+
 from trainledger.account.counting.experts import routed_expert_params
 from trainledger.account.counting.params import norm_params, param_counts
-from trainledger.errors import TrainledgerError
-from trainledger.specs.model import CruncherSpec, TransformerSpec
+from trainledger.specs.model import CruncherSpec
 
 ZERO_STAGES = (0, 1, 2, 3)
-
-def check_positive_int(value, flag: str) -> int:
-    """`value` if it is a positive integer, else a TrainledgerError naming the flag."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise TrainledgerError(f"{flag} must be a positive integer, got {value!r}")
-    return value
-
-
-def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
-    """Validate --tp, --pp, --dp, --zero against the model; a TrainledgerError naming the flag otherwise."""
-    for value, flag in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp")):
-        check_positive_int(value, flag)
-    if zero not in ZERO_STAGES:
-        raise TrainledgerError(f"--zero must be one of 0, 1, 2, 3, got {zero!r}")
-    if isinstance(spec, TransformerSpec):
-        if spec.n_heads % tp or spec.kv_heads % tp:
-            raise TrainledgerError(f"--tp {tp} must divide n_heads={spec.n_heads} and n_kv_heads={spec.kv_heads} of '{spec.name}'")
-        if pp > spec.n_layers:
-            raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'")
-    elif spec is not None and (tp > 1 or pp > 1):
-        raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
-
 
 def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None) -> dict:
     """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp,

@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-POLICIES = ("none", "selective", "full", "selective-op", "selective-layer")
+from trainledger.specs.run import RECOMPUTE_POLICIES as POLICIES  # noqa: F401 (the run's vocabulary, specs/run.py)
+
 LAYER_EVERY = 2          # torchtitan's selective_ac_option = "2": every second block is checkpointed
 FP32 = 4
 

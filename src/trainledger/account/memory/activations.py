@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from trainledger.errors import TrainledgerError
 
-RECOMPUTE = ("none", "selective", "full", "selective-op", "selective-layer")   # account.counting.recompute.POLICIES
+from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE  # noqa: E402 (the run's vocabulary)
 
 # precision recipe -> (a: bytes of matmul inputs / activations, r: bytes of residual stream, norms and loss,
 #                      w: bytes of the per-forward weight copies autocast saves (0: none))

@@ -9,25 +9,9 @@ can make, computed by the model rather than a generic hint.
 
 from __future__ import annotations
 
+from trainledger.specs.run_checks import default_zero  # noqa: F401 (moved to specs: the run's checks)
+
 from trainledger.units import format_bytes, format_seconds
-
-
-def default_zero(*, dp: int, pp: int, framework: str) -> tuple[int, str]:
-    """(ZeRO stage, why) a user of this layout runs when --zero is not given.
-
-    dp = 1: nothing to shard (0). Megatron-LM: its distributed optimizer (ZeRO-1). Pipelining: ZeRO-1 — Megatron's
-    distributed optimizer; torchtitan's FSDP under torch.distributed.pipelining gathers once and reduces once
-    per step (no per-micro-batch re-gathering), ZeRO-1's traffic. Otherwise FSDP2 full shard (ZeRO-3),
-    torchtitan's default data parallelism.
-    """
-    if dp == 1:
-        return 0, "dp 1: nothing to shard"
-    if framework == "megatron":
-        return 1, "Megatron-LM's distributed optimizer shards the optimizer states (ZeRO-1)"
-    if pp > 1:
-        return 1, ("with pipelining the parameters are gathered once per step, not per micro-batch (Megatron-LM's "
-                   "distributed optimizer; FSDP under torch.distributed.pipelining): ZeRO-1's traffic")
-    return 3, "FSDP2 full shard, torchtitan's default data parallelism"
 
 
 def why_slow(result: dict) -> str:
@@ -43,32 +27,27 @@ def why_slow(result: dict) -> str:
     return "the gradient reduction outlasts the backward it hides behind"
 
 
-def lever(spec, gpu, settings: dict, result: dict, fsdp_for=None) -> dict | None:
+def lever(spec, hardware, run, result: dict) -> dict | None:
     """The change to `result`'s data parallelism that makes the step faster and still fits, or None:
     {"zero", "flags", "step_seconds", "memory_bytes", "text", "alternatives"}; the fastest other ZeRO stage is
     named first, then (for FSDP2) the fastest setting that keeps the stage.
 
-    `settings`: the keyword arguments `result` was computed with (account.time.step.step_time's); `fsdp_for(zero)`
-    returns the FSDP settings to use for a stage (None: step_time's defaults). Tried: every other ZeRO stage
-    (0 and 1 only with Megatron-LM's kernels), and for FSDP2 the same stage without re-gathering per micro-batch.
+    `run` (specs.run.Run) is what `result` was computed from on `hardware`. Tried: every other ZeRO stage (0 and 1
+    only with Megatron-LM's kernels; HSDP's replicas only under ZeRO 3), and for FSDP2 the same stage without
+    re-gathering per micro-batch.
     """
-    from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.account.time.step import step_time
-    from trainledger.specs.recipes import get_recipe
 
-    stages = (0, 1) if settings.get("framework") == "megatron" else (0, 1, 2, 3)
-    options = [(z, f"--zero {z}", fsdp_for(z) if fsdp_for else None) for z in stages if z != result["zero"]]
+    stages = (0, 1) if run.kernels.framework == "megatron" else (0, 1, 2, 3)
+    options = [(f"--zero {z}", run.with_(zero=z) if z == 3 else run.with_(zero=z, replicate=1))
+               for z in stages if z != result["zero"]]
     if result["zero"] == 3 and result["micro_batches"] > 1 and result.get("fsdp"):
-        current = result["fsdp"]["settings"]
-        if current["accumulate"] == "sharded":
-            keep = fsdp_settings(get_recipe(settings["precision"]),
-                                 param_dtype=current["param_dtype"] if current["mixed_precision"] else None,
-                                 reduce_dtype=current["reduce_dtype"], reshard_after_forward=False,
-                                 accumulate="unsharded", replicate=current["replicate"], pp=result["pp"], dp=result["dp"])
-            options.append((3, "--fsdp-accumulate unsharded --no-reshard-after-forward", keep))
+        if result["fsdp"]["settings"]["accumulate"] == "sharded":
+            options.append(("--fsdp-accumulate unsharded --no-reshard-after-forward",
+                            run.with_(zero=3, reshard_after_forward=False, accumulate="unsharded")))
     found = []
-    for zero, flags, fsdp in options:
-        r = step_time(spec, gpu, **dict(settings, zero=zero, fsdp=fsdp, with_memory=True))
+    for flags, other in options:
+        r = step_time(spec, hardware, other)
         if r["fits"] and r["step_seconds"] < result["step_seconds"]:
             found.append((flags, r))
     if not found:

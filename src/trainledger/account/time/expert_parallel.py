@@ -74,7 +74,7 @@ CALLS_FORWARD, CALLS_BACKWARD = 2, 2
 # device-to-host synchronizations of one MoE layer's forward (the dispatch's split sizes; module docstring)
 SYNCS_FORWARD = 1
 # "alltoall": Megatron's MoEAlltoAllTokenDispatcher (one copy per routed expert); the others token-based (docstring)
-DISPATCHERS = ("alltoall", "deepep", "hybridep")
+from trainledger.specs.run import DISPATCHERS  # noqa: E402 (the run's vocabulary)
 # SMs DeepEP's kernels hold while they run: "DeepEP uses 20 SMs per GPU" (arXiv:2603.07685 Sec. 4.2.3), as
 # DeepSeek-V3's own dispatch ("only 20 SMs are sufficient", arXiv:2412.19437 Sec. 3.2.2). HybridEP's is not published.
 DEEPEP_SMS = 20

@@ -20,27 +20,13 @@ the embedding's gradient between the first and the last stage that sharing it ne
 
 from __future__ import annotations
 
+from trainledger.specs.run_checks import mtp_modules  # noqa: F401 (moved to specs: the run's checks)
+
 from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.eager import ew, gemm
-from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import get_recipe
 
 FP32 = 4
-
-
-def mtp_modules(spec, mtp: bool | None, framework: str = "megatron") -> int:
-    """How many multi-token-prediction modules a step trains: None, as `framework` runs the model (Megatron-Core
-    trains the spec's modules, mtp_num_layers; our torch Transformer and torchtitan's do not build them); False
-    none; True the spec's. True where there are none, or with a framework that has none, is an error naming --mtp."""
-    if mtp and not spec.n_mtp_layers:
-        raise TrainledgerError(f"--mtp needs a model with multi-token-prediction modules; {spec.name} has none "
-                               "(n_mtp_layers 0)", "--mtp")
-    if mtp and framework != "megatron":
-        raise TrainledgerError(f"--mtp is modelled as Megatron-Core trains it (--framework megatron); the "
-                               f"{framework} model does not build the multi-token-prediction modules", "--mtp")
-    if mtp is None:
-        return spec.n_mtp_layers if framework == "megatron" else 0
-    return spec.n_mtp_layers if mtp else 0
 
 
 def last_stage_layers(n_layers: int, pp: int, n_mtp: int) -> int:

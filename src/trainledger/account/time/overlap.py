@@ -8,6 +8,8 @@ time of one collective on the links its group crosses (`collective_seconds`).
 
 from __future__ import annotations
 
+from trainledger.specs.run_checks import pp_overlap_default  # noqa: F401 (moved to specs: the run's checks)
+
 from dataclasses import replace
 
 from trainledger.account.time import comm as comm_mod
@@ -133,13 +135,6 @@ def collective_seconds(gpu, c) -> float:
 def sms_beside(gpu, link) -> int | None:
     """SMs left to compute while a collective on `link` runs (it holds `link.sm_channels`); None: not modelled."""
     return gpu.sm_count - link.sm_channels if (link.sm_channels and gpu.sm_count) else None
-
-
-def pp_overlap_default(framework: str, pp: int, interleave: int) -> bool:
-    """Whether a framework runs the pipeline's sends beside computation by default: Megatron-LM's interleaved
-    schedule does (`overlap_p2p_comm`, on unless --no-overlap-p2p-communication, since Megatron-LM's 2023 code;
-    Megatron Bridge's recipes keep it); its plain 1F1B and the other frameworks' schedules wait for each send."""
-    return framework == "megatron" and pp > 1 and interleave > 1
 
 
 def pp_exposed(gpu, c, seconds: float, gemm_seconds: float) -> float:

@@ -31,52 +31,10 @@ searches one. The rules, with where each is enforced in Megatron-LM (github.com/
 
 from __future__ import annotations
 
-from trainledger.errors import TrainledgerError
-from trainledger.account.counting.placement import check_positive_int
+# the rules are checked with the run (specs/run_checks.py), where these functions now live
+from trainledger.specs.run_checks import (_even_chunks, check_schedule, derive_layout, dualpipe_problem,  # noqa: F401
+                                          even_chunks, schedule_problem)
 
-
-def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int,
-                     uneven_chunks: bool = False) -> str | None:
-    """Why (pp, interleave, micro_batches) is not a valid pipeline schedule for `n_layers` layers, or None if it is.
-    `uneven_chunks`: the interleaved schedule's chunks may hold unequal numbers of layers (module docstring)."""
-    if pp > n_layers:
-        return f"--pp {pp} stages need at least one layer each, but the model has {n_layers} layers"
-    if interleave == 1:
-        return None
-    if pp < 2:
-        return f"--interleave {interleave} needs pipeline stages to interleave over (--pp 2 or more), got --pp {pp}"
-    if uneven_chunks and pp * interleave > n_layers:
-        return (f"--pp {pp} × --interleave {interleave} = {pp * interleave} model chunks need a layer each, but the "
-                f"model has {n_layers} layers; with --pp {pp} use --interleave {n_layers // pp} or less")
-    if not uneven_chunks and not _even_chunks(n_layers, pp * interleave):
-        valid = [1] + [v for v in range(2, n_layers // pp + 1) if _even_chunks(n_layers, pp * v)]
-        uneven = (" (or add --uneven-chunks: chunks of unequal size, as Megatron-Core's "
-                  "--pipeline-model-parallel-layout lays them)" if pp * interleave <= n_layers else "")
-        return (f"--pp {pp} × --interleave {interleave} = {pp * interleave} model chunks, but the model's {n_layers} layers "
-                f"{'are fewer' if pp * interleave > n_layers else 'do not divide into equal chunks'} (Megatron-LM's "
-                f"interleaved schedule); with --pp {pp} use --interleave {' or '.join(map(str, valid))}{uneven}")
-    if micro_batches % pp:
-        return (f"--interleave {interleave} needs a number of micro-batches that is a multiple of --pp {pp} "
-                f"(Megatron-LM's interleaved schedule), got {micro_batches} = global batch / (dp × --batch-size)")
-    return None
-
-
-def _even_chunks(n_layers: int, chunks: int) -> bool:
-    """Whether `n_layers` split into `chunks` equal model chunks, counting the embedding and the loss as a layer
-    each where that helps (Megatron-LM's --account-for-embedding/loss-in-pipeline-split), never more chunks than layers."""
-    return chunks <= n_layers and any((n_layers + extra) % chunks == 0 for extra in (0, 1, 2))
-
-
-def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int, uneven_chunks: bool = False) -> None:
-    """Raise a TrainledgerError naming the flag when the schedule is invalid (`schedule_problem`)."""
-    problem = schedule_problem(n_layers, pp, interleave, micro_batches, uneven_chunks)
-    if problem:
-        raise TrainledgerError(problem)
-
-
-def even_chunks(n_layers: int, pp: int, interleave: int) -> bool:
-    """Whether the interleaved schedule's pp · v chunks hold equal numbers of layers (always with one chunk per stage)."""
-    return interleave == 1 or _even_chunks(n_layers, pp * interleave)
 
 
 def chunk_share(n_layers: int, pp: int, interleave: int) -> float:
@@ -116,17 +74,7 @@ def valid_interleaves(n_layers: int, pp: int, micro_batches: int, largest: int) 
 # divisible by 2"; it keeps two copies of the parameters and PP + 1 micro-batches of activations. Its bubble (Table
 # 2): (PP/2 − 1)(F&B + B − 3W), against 1F1B's (PP − 1)(F + B); F, B, W: the forward, the full backward and the
 # weight-gradient part of one chunk, F&B the pair run together.
-SCHEDULES = ("1f1b", "dualpipe")
-
-
-def dualpipe_problem(pp: int, interleave: int, micro_batches: int) -> str | None:
-    """Why DualPipe cannot run (pp, interleave, micro_batches), or None."""
-    if interleave != 1:
-        return f"--schedule dualpipe places two stages per GPU itself: use --interleave 1, got {interleave}"
-    if pp < 2 or pp % 2 or micro_batches % 2:
-        return (f"--schedule dualpipe needs an even --pp (2 or more) and an even number of micro-batches "
-                f"(DeepSeek-V3 report, Sec. 3.2.1), got --pp {pp} and {micro_batches} micro-batches")
-    return None
+from trainledger.specs.run import SCHEDULES  # noqa: E402,F401 (the run's vocabulary)
 
 
 def dualpipe_bubble_seconds(pp: int, pair_seconds: float, backward_seconds: float, weight_grad_seconds: float) -> float:
@@ -135,27 +83,3 @@ def dualpipe_bubble_seconds(pp: int, pair_seconds: float, backward_seconds: floa
     return (pp / 2 - 1) * max(0.0, pair_seconds + backward_seconds - 3 * weight_grad_seconds)
 
 
-def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | None, batch_size: int,
-                  global_batch_size: int | None) -> tuple[int, int, int, int]:
-    """(num_gpus, dp, global_batch_size, micro_batches) with dp = num_gpus/(tp·pp·cp) when not given; errors name the flag."""
-    for value, flag in ((tp, "--tp"), (pp, "--pp"), (cp, "--cp"), (batch_size, "--batch-size")):
-        check_positive_int(value, flag)
-    model = tp * pp * cp
-    if dp is None:
-        num_gpus = num_gpus if num_gpus is not None else model
-        if num_gpus % model:
-            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
-        dp = num_gpus // model
-    else:
-        check_positive_int(dp, "--dp")
-        if num_gpus is not None and num_gpus != dp * model:
-            raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
-                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
-        num_gpus = dp * model
-    per_step = batch_size * dp
-    global_batch_size = global_batch_size if global_batch_size is not None else per_step
-    check_positive_int(global_batch_size, "--global-batch-size")
-    if global_batch_size % per_step:
-        raise TrainledgerError(f"--global-batch-size {global_batch_size} must be a multiple of --batch-size × dp = "
-                               f"{batch_size} × {dp} = {per_step}")
-    return num_gpus, dp, global_batch_size, global_batch_size // per_step
