@@ -1,6 +1,11 @@
-"""Fixtures shared across test folders."""
+"""Fixtures shared across test folders; tests/ itself on sys.path for the shared helpers (runs.py: a run from keywords)."""
+
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture

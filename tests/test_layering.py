@@ -172,3 +172,33 @@ def test_account_has_no_import_cycle():
     graph = {m: {d for d in deps if d.startswith("trainledger.account.")} for m, deps in import_graph().items()
              if m.startswith("trainledger.account.")}
     assert _cycles(graph) == []
+
+
+# ----- a run travels as one value (DESIGN.md): no function of account/ takes a spread of settings ---------------
+MAX_ACCOUNT_PARAMETERS = 8
+
+
+def parameter_counts(root: Path) -> list[tuple[int, str]]:
+    """(parameters, 'module:function:line') of every function under `root`: positional, keyword-only, *args and
+    **kwargs each count one; self and cls do not."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                count = len(names) + (a.vararg is not None) + (a.kwarg is not None) - (names[:1] in (["self"], ["cls"]))
+                found.append((count, f"{path.relative_to(root)}:{node.name}:{node.lineno}"))
+    return found
+
+
+def test_parameter_counter_counts_what_a_caller_passes(tmp_path):
+    (tmp_path / "m.py").write_text("def f(a, b=1, *c, d, **e): pass\nclass K:\n    def g(self, x, *, y): pass\n")
+    assert sorted(parameter_counts(tmp_path)) == [(2, "m.py:g:3"), (5, "m.py:f:1")]
+
+
+def test_no_account_function_takes_more_than_eight_parameters():
+    """The accounting takes the run (specs/run.py) or the group of it a helper needs, never a spread of keywords:
+    adding a setting is one field, not a dozen signatures."""
+    wide = [where for count, where in parameter_counts(PACKAGE / "account") if count > MAX_ACCOUNT_PARAMETERS]
+    assert wide == [], f"{len(wide)} functions of account/ take more than {MAX_ACCOUNT_PARAMETERS} parameters"

@@ -8,7 +8,8 @@ import pytest
 
 from trainledger.account.time.advice import bottleneck_advice, hints
 from trainledger.account.planning.suggest import faster_setting
-from trainledger.account.time.step import step_time
+from trainledger.specs.run import Hardware
+from runs import step as step_time
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -107,7 +108,7 @@ def test_step_points_to_the_faster_micro_batch():
     the weights each time). The model predicts micro-batch 8 faster; the suggestion is that step, recomputed."""
     spec, gpu = get_model("gpt2"), get_gpu("h100")
     base = step_time(spec, gpu, **GPT2)
-    found = faster_setting(spec, gpu, base)
+    found = faster_setting(spec, Hardware(gpu), base)
     assert found is not None and found["why"] == "faster"
     assert found["batch_size"] == 8 and "--batch-size 8" in found["changes"]
     again = step_time(spec, gpu, **dict(GPT2, batch_size=found["batch_size"], zero=found["zero"],
@@ -116,14 +117,14 @@ def test_step_points_to_the_faster_micro_batch():
     assert found["step_seconds"] < 0.95 * base["step_seconds"]
     assert found["mfu"] == pytest.approx(base["mfu"] * base["step_seconds"] / found["step_seconds"])
     # from the best setting there is nothing faster to point to
-    assert faster_setting(spec, gpu, again) is None
+    assert faster_setting(spec, Hardware(gpu), again) is None
 
 
 def test_a_step_that_does_not_fit_gets_one_that_does():
     spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
     base = step_time(spec, gpu, num_gpus=8, zero=1, framework="megatron")
     assert not base["fits"]
-    found = faster_setting(spec, gpu, base)
+    found = faster_setting(spec, Hardware(gpu), base)
     assert found["why"] == "fits" and found["memory_bytes"] <= gpu.memory_bytes
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from trainledger.account.time.interference import overlap_slowdown
 from trainledger.account.time.stragglers import slowest_rank_slowdown, wait_for_slowest
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.specs import get_model
 from trainledger.specs.at_scale import GPU_SPEED_SPREAD, OVERLAP_COMPUTE_SLOWDOWN
 from trainledger.specs.hardware import get_gpu

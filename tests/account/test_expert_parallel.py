@@ -5,10 +5,11 @@ import pytest
 
 from trainledger.account.counting.experts import check_ep, routed_expert_params
 from trainledger.account.counting.placement import params_per_gpu
-from trainledger.account.memory.per_gpu import memory_per_gpu
-from trainledger.account.planning.layout import expert_parallel_sizes, search
+from runs import memory as memory_per_gpu
+from runs import layouts
+from trainledger.account.planning.layout import expert_parallel_sizes
 from trainledger.account.time import expert_parallel as xp
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.account.validation import moe
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
@@ -96,7 +97,7 @@ def test_step_with_ep():
 
 def test_layout_searches_ep():
     assert expert_parallel_sizes(TINY_MOE, 4) == [1, 2, 4] and expert_parallel_sizes(get_model("gpt2"), 8) == [1]
-    found = search(TINY_MOE, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=50)
+    found = layouts(TINY_MOE, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=50)
     eps = {layout["ep"] for layout in found["layouts"]}
     # Megatron folds EP over TP × CP × DP (tests/account/test_moe_folding.py): etp·ep divides tp·cp·dp
     assert eps - {1} and all(TINY_MOE.n_experts % e == 0 and (r["tp"] * r["cp"] * r["dp"]) % (r["etp"] * e) == 0

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from trainledger.account.memory.fp8 import linear_params
-from trainledger.account.memory.per_gpu import memory_per_gpu
+from runs import memory as memory_per_gpu
 from trainledger.account.time.eager import gemm
 from trainledger.account.time.fp8 import gemm_in_fp8, layer_kernels, quantize_kernels
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.cli import main as cli_main
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model

@@ -4,8 +4,9 @@ import pytest
 
 from trainledger.account.memory import fsdp
 from trainledger.account.time import comm, fsdp_comm
-from trainledger.account.memory.per_gpu import memory_per_gpu, params_per_gpu
-from trainledger.account.time.step import step_time
+from runs import memory as memory_per_gpu
+from trainledger.account.memory.per_gpu import params_per_gpu
+from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu

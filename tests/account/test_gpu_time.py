@@ -11,7 +11,7 @@ import pytest
 from trainledger.account.time import timeline as TL
 from trainledger.account.time.kernels import edge_kernels, layer_kernels
 from trainledger.account.time.optimizer_kernels import multi_tensor_launches, optimizer_kernels, parameter_numels
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.specs import get_model
 from trainledger.specs import performance as perf
 from trainledger.specs.calibration import gpu_from_profile, read_profile

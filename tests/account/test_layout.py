@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trainledger.account.planning.layout import search
-from trainledger.account.time.step import step_time
+from runs import layouts
+from runs import step as step_time
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -16,7 +16,7 @@ GPT3 = dict(num_gpus=64, global_batch_size=64, seq_len=2048, precision="mixed-fp
 
 @pytest.fixture(scope="module")
 def gpt3_layouts():
-    return search(get_model("gpt3-175b"), get_gpu("a100-80gb"), top=5, **GPT3)
+    return layouts(get_model("gpt3-175b"), get_gpu("a100-80gb"), top=5, **GPT3)
 
 
 def test_175b_at_least_as_fast_as_the_papers_layout(gpt3_layouts):
@@ -47,12 +47,12 @@ def test_every_returned_layout_fits_by_the_memory_command(gpt3_layouts, capsys):
 
 
 def test_gpt2_on_8_h100_is_data_parallel():
-    found = search(get_model("gpt2"), get_gpu("h100"), num_gpus=8, global_batch_size=64, seq_len=1024, top=3)
+    found = layouts(get_model("gpt2"), get_gpu("h100"), num_gpus=8, global_batch_size=64, seq_len=1024, top=3)
     best = found["layouts"][0]
     assert (best["tp"], best["pp"], best["cp"], best["dp"]) == (1, 1, 1, 8)
 
 
 def test_search_respects_a_recompute_policy():
-    found = search(get_model("llama-2-7b"), get_gpu("h100"), num_gpus=8, global_batch_size=8, seq_len=4096,
+    found = layouts(get_model("llama-2-7b"), get_gpu("h100"), num_gpus=8, global_batch_size=8, seq_len=4096,
                    recomputes=("full",), top=3)
     assert {layout["recompute"] for layout in found["layouts"]} == {"full"}

@@ -9,10 +9,12 @@ import pytest
 
 from trainledger.account.memory import per_gpu as M
 from trainledger.account.memory.fsdp import fsdp_settings
-from trainledger.account.planning.layout import NEAR_LIMIT_FRACTION, search
+from runs import layouts
+from trainledger.account.planning.layout import NEAR_LIMIT_FRACTION
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.recipes import get_recipe
+from runs import memory as memory_per_gpu
 
 CASES = [  # (model, gpu, GPUs, global batch, seq len, reserve): None = the device's default
     ("gpt2", "h100", 8, 64, 1024, None),
@@ -28,13 +30,13 @@ CASES = [  # (model, gpu, GPUs, global batch, seq len, reserve): None = the devi
                          ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_no_pick_above_memory_minus_reserve(model, gpu_name, num_gpus, global_batch, seq_len, reserve):
     spec, gpu = get_model(model), get_gpu(gpu_name)
-    found = search(spec, gpu, num_gpus=num_gpus, global_batch_size=global_batch, seq_len=seq_len, top=50,
+    found = layouts(spec, gpu, num_gpus=num_gpus, global_batch_size=global_batch, seq_len=seq_len, top=50,
                    reserve_bytes=reserve)
     assert found["layouts"]
     for layout in found["layouts"]:
         fsdp = (fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", pp=layout["pp"], dp=layout["dp"])
                 if layout["zero"] == 3 else None)        # ZeRO-3 layouts are FSDP2 as it runs (account.memory.fsdp)
-        m = M.memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
+        m = memory_per_gpu(spec, batch_size=layout["batch_size"], seq_len=seq_len // layout["cp"], zero=layout["zero"],
                              dp=layout["dp"], tp=layout["tp"], pp=layout["pp"], sp=layout["sp"],
                              recompute=layout["recompute"], precision="amp-bf16", optimizer="adamw",
                              grad_accum=layout["micro_batches"], fsdp=fsdp, ep=layout["ep"], cp=layout["cp"],
@@ -54,8 +56,8 @@ def test_no_pick_above_memory_minus_reserve(model, gpu_name, num_gpus, global_ba
 def test_a_larger_reserve_drops_the_picks_it_no_longer_leaves_room_for():
     spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
     kwargs = dict(num_gpus=8, global_batch_size=32, seq_len=4096, top=1000)
-    loose = search(spec, gpu, reserve_bytes=0.0, **kwargs)
-    tight = search(spec, gpu, reserve_bytes=20e9, **kwargs)
+    loose = layouts(spec, gpu, reserve_bytes=0.0, **kwargs)
+    tight = layouts(spec, gpu, reserve_bytes=20e9, **kwargs)
     assert tight["fitting"] < loose["fitting"]
     assert all(layout["memory_bytes"] + 20e9 <= gpu.memory_bytes for layout in tight["layouts"])
     assert any(layout["memory_bytes"] + 20e9 > gpu.memory_bytes for layout in loose["layouts"])

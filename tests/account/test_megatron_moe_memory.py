@@ -5,8 +5,8 @@ published MoE run fitting where it ran."""
 import pytest
 
 from trainledger.account.memory import megatron_moe as mm
-from trainledger.account.memory.per_gpu import memory_per_gpu
-from trainledger.account.time.step import step_time
+from runs import memory as memory_per_gpu
+from runs import step as step_time
 from trainledger.account.validation import moe
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu

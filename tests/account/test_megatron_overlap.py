@@ -19,7 +19,7 @@ import pytest
 
 from trainledger.account.time import comm
 from trainledger.account.time.overlap import collective_seconds
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.account.validation.megatron_runs import mtnlg_cases, narayanan_cases
 from trainledger.account.validation.runs import megatron_gpt
 from trainledger.cli import main as cli_main

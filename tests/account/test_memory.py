@@ -8,6 +8,7 @@ from trainledger.account.counting.params import param_counts
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.model import CruncherSpec, TransformerSpec
+from runs import memory as memory_per_gpu
 
 PARTS = ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes", "activations_bytes")
 
@@ -15,7 +16,7 @@ PARTS = ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes"
 @pytest.mark.parametrize("zero, expected_gb", [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_figure_1(zero, expected_gb):
     # Rajbhandari et al. 2019 (arXiv:1910.02054), Fig. 1: Ψ = 7.5B, N_d = 64, mixed-precision Adam (K = 12)
-    m = M.memory_per_gpu(n_params=7.5e9, precision="mixed-fp16", optimizer="adam", zero=zero, dp=64)
+    m = memory_per_gpu(n_params=7.5e9, precision="mixed-fp16", optimizer="adam", zero=zero, dp=64)
     assert m["total_bytes"] / 1e9 == pytest.approx(expected_gb, abs=0.05)
     assert m["activations_bytes"] == 0 and m["activations_modeled"] is False
     assert m["total_bytes"] == pytest.approx(sum(m[k] for k in PARTS))
@@ -24,7 +25,7 @@ def test_zero_figure_1(zero, expected_gb):
 def test_zero_stage_formulas_exact():
     # ZeRO Sec. 3.1: stage 1: 4Ψ + KΨ/N_d; stage 2: 2Ψ + 14Ψ/N_d; stage 3: 16Ψ/N_d
     psi, nd = 1e9, 16
-    total = lambda z: M.memory_per_gpu(n_params=psi, precision="mixed-bf16", optimizer="adamw", zero=z, dp=nd)["total_bytes"]  # noqa: E731
+    total = lambda z: memory_per_gpu(n_params=psi, precision="mixed-bf16", optimizer="adamw", zero=z, dp=nd)["total_bytes"]  # noqa: E731
     assert total(0) == pytest.approx(16 * psi)
     assert total(1) == pytest.approx(4 * psi + 12 * psi / nd)
     assert total(2) == pytest.approx(2 * psi + 14 * psi / nd)
@@ -35,7 +36,7 @@ def test_lecture_toy_model_states():
     # CS336 Lecture 2 toy example: D=4, 2 layers, B=2, fp32, one optimizer state (AdaGrad): 36 params, grads,
     # states -> 3·36·4 = 432 bytes of model states (+ activations: the lecture's 16 floats; ours also saves the output)
     spec = CruncherSpec(dim=4, n_layers=2)
-    m = M.memory_per_gpu(spec, batch_size=2, precision="fp32", optimizer="adagrad")
+    m = memory_per_gpu(spec, batch_size=2, precision="fp32", optimizer="adagrad")
     assert (m["params_bytes"], m["grads_bytes"], m["optimizer_bytes"], m["master_params_bytes"]) == (144, 144, 144, 0)
     assert m["activations_bytes"] == activations_bytes(spec, 2, 1, precision="fp32")["total"]
     assert m["total_bytes"] == 432 + m["activations_bytes"]
@@ -46,7 +47,7 @@ def test_lecture_toy_model_states():
 
 def test_model_with_activations_sums_parts():
     spec = get_model("gpt2")
-    m = M.memory_per_gpu(spec, batch_size=8, seq_len=1024, precision="mixed-bf16", optimizer="adamw")
+    m = memory_per_gpu(spec, batch_size=8, seq_len=1024, precision="mixed-bf16", optimizer="adamw")
     n = 124_439_808
     assert m["params_bytes"] == 2 * n and m["grads_bytes"] == 2 * n
     assert m["master_params_bytes"] == 4 * n and m["optimizer_bytes"] == 8 * n
@@ -60,7 +61,7 @@ def test_tensor_parallel_shards_matrices_not_norms():
     spec = get_model("llama-2-7b")
     n = param_counts(spec)["n_params"]
     norms = 4096 * (2 * 32 + 1)
-    m = M.memory_per_gpu(spec, batch_size=1, seq_len=128, tp=8, precision="fp32", optimizer="sgd")
+    m = memory_per_gpu(spec, batch_size=1, seq_len=128, tp=8, precision="fp32", optimizer="sgd")
     assert m["n_params_per_gpu"] == pytest.approx((n - norms) / 8 + norms)
     assert m["params_bytes"] == pytest.approx(4 * ((n - norms) / 8 + norms))
 
@@ -90,38 +91,38 @@ def test_pipeline_first_stage_holds_embeddings():
 
 
 def test_params_only_divides_evenly_by_tp_and_pp():
-    m = M.memory_per_gpu(n_params=8e9, tp=2, pp=4, precision="bf16", optimizer="adamw")
+    m = memory_per_gpu(n_params=8e9, tp=2, pp=4, precision="bf16", optimizer="adamw")
     assert m["total_bytes"] == pytest.approx(8e9 / 8 * 8)
 
 
 def test_tp_must_divide_heads():
     spec = get_model("gpt2")                         # 12 heads
     with pytest.raises(TrainledgerError, match="--tp"):
-        M.memory_per_gpu(spec, tp=5)
+        memory_per_gpu(spec, tp=5)
     with pytest.raises(TrainledgerError, match="--pp"):
-        M.memory_per_gpu(spec, pp=13)
+        memory_per_gpu(spec, pp=13)
     with pytest.raises(TrainledgerError, match="--zero"):
-        M.memory_per_gpu(spec, zero=4)
+        memory_per_gpu(spec, zero=4)
     with pytest.raises(TrainledgerError, match="--dp"):
-        M.memory_per_gpu(spec, dp=0)
+        memory_per_gpu(spec, dp=0)
     gqa = TransformerSpec(name="g", vocab_size=10, d_model=64, n_layers=2, n_heads=8, n_kv_heads=2, d_ff=64)
     with pytest.raises(TrainledgerError, match="n_kv_heads=2"):
-        M.memory_per_gpu(gqa, tp=4)
+        memory_per_gpu(gqa, tp=4)
 
 
 def test_fits_uses_the_peak_and_the_reserve():
     """fp32 AdamW, 1e9 parameters: the parts sum to 16 B/param, but the optimizer step also holds a state-sized
     temporary (the foreach √v list): the peak is 20 B/param, and fits means peak + reserve <= memory."""
-    m = M.memory_per_gpu(n_params=1e9, precision="fp32", optimizer="adamw", reserve_bytes=2e9, memory_per_gpu_bytes=22e9)
+    m = memory_per_gpu(n_params=1e9, precision="fp32", optimizer="adamw", reserve_bytes=2e9, memory_per_gpu_bytes=22e9)
     assert m["total_bytes"] == 16e9 and m["peak_bytes"] == 20e9 and m["fits"] and m["headroom_bytes"] == 0
-    m = M.memory_per_gpu(n_params=1e9, reserve_bytes=2.5e9, memory_per_gpu_bytes=22e9)
+    m = memory_per_gpu(n_params=1e9, reserve_bytes=2.5e9, memory_per_gpu_bytes=22e9)
     assert not m["fits"]
-    sgd = M.memory_per_gpu(n_params=1e9, optimizer="sgd", memory_per_gpu_bytes=22e9)   # no states, no temporary
+    sgd = memory_per_gpu(n_params=1e9, optimizer="sgd", memory_per_gpu_bytes=22e9)   # no states, no temporary
     assert sgd["peak_bytes"] == sgd["total_bytes"] == 8e9
 
 
 def test_the_cuda_reserve_by_default_has_its_three_parts():
-    m = M.memory_per_gpu(n_params=1e9, precision="fp32", reserve_bytes=None, memory_per_gpu_bytes=80e9)
+    m = memory_per_gpu(n_params=1e9, precision="fp32", reserve_bytes=None, memory_per_gpu_bytes=80e9)
     parts = m["reserve_parts"]
     assert parts["context"] == M.CUDA_CONTEXT_BYTES                       # lazy loading, measured (below)
     assert parts["workspaces"] == 2 * 32 * 2**20                          # two cuBLAS handles, 32 MiB on Hopper
@@ -129,7 +130,7 @@ def test_the_cuda_reserve_by_default_has_its_three_parts():
     assert m["reserve_bytes"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
     assert m["headroom_bytes"] == pytest.approx(80e9 - m["peak_bytes"] - m["reserve_bytes"])
     with pytest.raises(TrainledgerError, match="--reserve"):
-        M.memory_per_gpu(n_params=1e9, reserve_bytes=-1.0)
+        memory_per_gpu(n_params=1e9, reserve_bytes=-1.0)
 
 
 def test_adafactor_elements_by_hand():
@@ -139,13 +140,13 @@ def test_adafactor_elements_by_hand():
     n = param_counts(spec)["n_params"]     # 4·64 + 2·128 + 50·8 + 3·8 norms = 936
     factored = 4 * (8 + 8) + 2 * (8 + 16) + (50 + 8) + 3 * 8
     assert M.adafactor_elements_per_param_of(spec) == pytest.approx(factored / n)
-    m = M.memory_per_gpu(spec, batch_size=1, seq_len=4, optimizer="adafactor", precision="fp32")
+    m = memory_per_gpu(spec, batch_size=1, seq_len=4, optimizer="adafactor", precision="fp32")
     assert m["optimizer_bytes"] == pytest.approx(4 * factored)
 
 
 def test_adam_8bit_bytes():
     # Dettmers et al. 2021: 2 states × 1 byte + one fp32 scale per 2048-element block
-    m = M.memory_per_gpu(n_params=2048e6, precision="mixed-bf16", optimizer="adam-8bit")
+    m = memory_per_gpu(n_params=2048e6, precision="mixed-bf16", optimizer="adam-8bit")
     assert m["optimizer_bytes"] == pytest.approx(2048e6 * 2 * (1 + 4 / 2048))
 
 
@@ -168,7 +169,7 @@ def test_optimizer_bytes_match_torch_optim(name, factory, kwargs):
     opt.step()
     measured = sum(t.numel() * t.element_size() for state in opt.state.values() for t in state.values()
                    if torch.is_tensor(t) and t.numel() > 1)
-    predicted = M.memory_per_gpu(n_params=n, precision="fp32", optimizer=name)["optimizer_bytes"]
+    predicted = memory_per_gpu(n_params=n, precision="fp32", optimizer=name)["optimizer_bytes"]
     assert predicted == measured
 
 
@@ -177,8 +178,8 @@ def test_zero3_parameters_stored_per_gpu_are_sharded():
     each GPU stores Ψ/N_d of them, which is what params_bytes counts; before ZeRO it would hold all Ψ."""
     from trainledger.specs import get_model
     spec = get_model("llama-2-7b")
-    sharded = M.memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=3, dp=8)
-    replicated = M.memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=2, dp=8)
+    sharded = memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=3, dp=8)
+    replicated = memory_per_gpu(spec, batch_size=1, seq_len=128, precision="mixed-bf16", zero=2, dp=8)
     n = param_counts(spec)["n_params"]
     assert sharded["n_params_per_gpu_before_zero"] == replicated["n_params_per_gpu"] == n
     assert sharded["n_params_per_gpu"] == pytest.approx(n / 8)

@@ -10,7 +10,7 @@ from trainledger.account.counting.flops import (flops_per_step, mtp_flops_per_to
 from trainledger.account.time.kernels import edge_kernels, layer_kernels
 from trainledger.account.time.mtp import last_stage_layers, mtp_kernels
 from trainledger.account.time.roofline import attention_efficiency
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu

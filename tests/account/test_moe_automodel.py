@@ -141,7 +141,7 @@ def test_loss_without_upcast_reads_and_writes_16_bit_logits():
 
 def test_megatron_has_no_16_bit_loss():
     """Megatron-Core's vocab-parallel cross entropy upcasts its logits: --no-loss-upcast with it is an error."""
-    from trainledger.account.memory.per_gpu import memory_per_gpu
+    from runs import memory as memory_per_gpu
     from trainledger.errors import TrainledgerError
     with pytest.raises(TrainledgerError, match="--no-loss-upcast"):
         memory_per_gpu(get_model("qwen3-30b-a3b"), precision="bf16", framework="megatron", loss_upcast=False)

@@ -9,9 +9,9 @@ import pytest
 
 from trainledger.account.counting.experts import check_ep, expert_data_parallel, routed_expert_params
 from trainledger.account.counting.placement import params_per_gpu
-from trainledger.account.memory.per_gpu import memory_per_gpu
+from runs import memory as memory_per_gpu
 from trainledger.account.time.kernels import layer_kernels
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -137,14 +137,15 @@ def test_cli_errors_name_the_flags():
 def test_layout_searches_folded_layouts():
     """With Megatron, layout asks EP over the divisors of gcd(n_experts, tp·cp·dp): ETP = TP where EP divides cp·dp,
     ETP 1 beside it for every EP > 1 under TP with sequence parallelism; other frameworks keep EP | DP."""
-    from trainledger.account.planning.layout import expert_layouts, search
+    from runs import layouts
+    from trainledger.account.planning.layout import expert_layouts
     pairs = expert_layouts(QWEN, 2, True, 1, 16, "megatron")
     assert (32, 1) in pairs and (16, None) in pairs and (16, 1) in pairs and (32, None) not in pairs
     assert (64, 1) not in pairs                                          # 64 does not divide tp·cp·dp = 32
     assert all(etp is None for _, etp in expert_layouts(QWEN, 2, False, 1, 16, "megatron"))   # no SP: no ETP 1
     assert expert_layouts(QWEN, 2, True, 1, 16, "torchtitan") == [(e, None) for e in (1, 2, 4, 8, 16)]
     tiny = get_model("mixtral-8x7b").with_(n_layers=2, d_model=256, n_heads=4, n_kv_heads=4, d_ff=512, vocab_size=1000)
-    found = search(tiny, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=1000)
+    found = layouts(tiny, H100, num_gpus=8, global_batch_size=8, seq_len=512, framework="megatron", top=1000)
     folded = [r for r in found["layouts"] if r["ep"] > r["dp"]]
     assert folded and all(r["etp"] == 1 and r["sp"] for r in folded if r["tp"] > 1)
     for r in found["layouts"]:                                           # every pick is one Megatron accepts

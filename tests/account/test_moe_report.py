@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainledger.account.time import expert_parallel as xp
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.account.validation import moe_report as R
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model

@@ -5,7 +5,9 @@ import math
 import pytest
 
 from trainledger.account.planning import plan as P
-from trainledger.account.memory.per_gpu import memory_per_gpu
+from runs import MEMORY_DEFAULTS, run_of
+from runs import memory as memory_per_gpu
+from trainledger.specs.run import Hardware
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 
@@ -91,12 +93,14 @@ def test_approach3_gopher_budget():
 
 def test_max_micro_batch_is_the_boundary():
     spec = get_model("gpt2")
-    found = P.max_micro_batch(spec, 40e9, 1024, reserve_bytes=1e9, precision="mixed-bf16", optimizer="adamw")
+    found = P.max_micro_batch(spec, Hardware(None, memory_per_gpu_bytes=40e9),
+                              run_of(MEMORY_DEFAULTS, seq_len=1024, reserve_bytes=1e9, precision="mixed-bf16", optimizer="adamw"))
     b = found["max_batch_size"]
     assert b > 1
     mem = lambda n: memory_per_gpu(spec, batch_size=n, seq_len=1024, precision="mixed-bf16", optimizer="adamw")["peak_bytes"]  # noqa: E731
     assert mem(b) + 1e9 <= 40e9 < mem(b + 1) + 1e9
-    assert P.max_micro_batch(spec, 1e9, 1024)["max_batch_size"] == 0
+    assert P.max_micro_batch(spec, Hardware(None, memory_per_gpu_bytes=1e9),
+                             run_of(MEMORY_DEFAULTS, seq_len=1024))["max_batch_size"] == 0
 
 
 def test_bad_inputs_name_flags():

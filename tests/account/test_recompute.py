@@ -6,7 +6,7 @@ from trainledger.account.counting import recompute
 from trainledger.account.memory.activations import activations_bytes
 from trainledger.account.counting.flops import recompute_flops_per_token
 from trainledger.account.time.kernels import layer_kernels
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 

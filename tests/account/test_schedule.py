@@ -10,10 +10,10 @@ import pytest
 
 import trainledger.account.planning.layout as layout_mod
 from trainledger.account.memory.fsdp import fsdp_settings
-from trainledger.account.planning.layout import search
-from trainledger.account.memory.per_gpu import memory_per_gpu
+from runs import layouts
+from runs import memory as memory_per_gpu
 from trainledger.account.time.schedule import check_schedule, schedule_problem, valid_interleaves
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.cli import main as cli_main
 from trainledger.errors import TrainledgerError
 from trainledger.specs import PRESETS, TransformerSpec, get_model
@@ -70,16 +70,17 @@ def test_layout_search_never_times_an_invalid_schedule(name, monkeypatch):
     spec = get_model(name)
     timed = []
 
-    def fake_step_time(spec, gpu, **kw):
-        timed.append(dict(pp=kw["pp"], interleave=kw["interleave"],
-                          micro_batches=kw["global_batch_size"] // (kw["dp"] * kw["batch_size"])))
-        return {"step_seconds": 1.0, "mfu": 0.1, "hfu": 0.1, "tokens_per_s": 1.0, "bottleneck": ""}
+    def fake_step_time(spec, hardware, run, **kw):
+        lay, batch = run.layout, run.batch
+        timed.append(dict(pp=lay.pp, interleave=lay.interleave,
+                          micro_batches=batch.global_batch_size // (lay.dp * batch.batch_size)))
+        return {"step_seconds": 1.0, "mfu": 0.1, "hfu": 0.1, "tokens_per_s": 1.0, "bottleneck": "", "run": run}
 
     monkeypatch.setattr(layout_mod, "step_time", fake_step_time)
     monkeypatch.setattr(layout_mod, "memory_per_gpu", lambda *a, **k: {"fits": True, "total_bytes": 1.0, "peak_bytes": 1.0,
                                                                         "reserve_bytes": 0.0, "headroom_bytes": 1e12})
     for num_gpus, global_batch in ((96, 384), (1024, 4096), (100000, 100000)):
-        search(spec, get_gpu("h100"), num_gpus=num_gpus, global_batch_size=global_batch, seq_len=spec.default_seq_len,
+        layouts(spec, get_gpu("h100"), num_gpus=num_gpus, global_batch_size=global_batch, seq_len=spec.default_seq_len,
                top=1)
     stages = {t["pp"] for t in timed}
     if any(spec.n_layers % (pp * v) == 0 for pp in stages - {1} for v in range(2, layout_mod.MAX_INTERLEAVE + 1)):
@@ -96,7 +97,7 @@ def test_layout_search_never_times_an_invalid_schedule(name, monkeypatch):
 ])
 def test_returned_layouts_are_valid_and_fit(name, gpu, num_gpus, global_batch, seq_len):
     spec, device = get_model(name), get_gpu(gpu)
-    found = search(spec, device, num_gpus=num_gpus, global_batch_size=global_batch, seq_len=seq_len, top=50)
+    found = layouts(spec, device, num_gpus=num_gpus, global_batch_size=global_batch, seq_len=seq_len, top=50)
     assert found["layouts"]
     for layout in found["layouts"]:
         assert_valid(spec.n_layers, layout)

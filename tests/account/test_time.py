@@ -12,6 +12,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import GPUSpec, get_gpu
 from trainledger.specs.performance import GemmEfficiency, Link
+from runs import step as step_time
 
 # A made-up device for hand arithmetic: 100 TFLOP/s bf16, 1 TB/s, no SM count, no efficiency table.
 TOY = GPUSpec(name="toy", peak_flops_per_s={"bf16": 100e12, "fp32": 10e12}, memory_bytes=80e9,
@@ -64,9 +65,9 @@ def test_dp_collective_hidden_behind_backward_slows_it(monkeypatch):
     unknown = dataclasses.replace(a100, inter_node_link=dataclasses.replace(a100.inter_node_link, sm_channels=0))
     kw = dict(batch_size=32, seq_len=1024, num_gpus=16, global_batch_size=512, zero=0, with_memory=False)
     spec = get_model("gpt2")                  # 0.5 GB of fp32 gradients: ~40 ms on HDR, within the backward
-    taken, measured = T.step_time(spec, a100, **kw), T.step_time(spec, unknown, **kw)
+    taken, measured = step_time(spec, a100, **kw), step_time(spec, unknown, **kw)
     monkeypatch.setattr(overlap, "overlap_slowdown", lambda gpu, link: 1.0)
-    free = T.step_time(spec, a100, **kw)
+    free = step_time(spec, a100, **kw)
     assert a100.inter_node_link.sm_channels == 16
     assert free["breakdown"]["dp_comm"] < taken["breakdown"]["dp_comm"] < measured["breakdown"]["dp_comm"]
 
@@ -232,30 +233,30 @@ def test_step_time_costs_one_layer_per_kind_of_layer(monkeypatch):
     real = kernels.layer_kernels
     monkeypatch.setattr(T, "layer_kernels", lambda *a, **k: calls.append(k["layer"]) or real(*a, **k))
     spec = get_model("gemma-2-2b").with_(n_layers=10**6)
-    T.step_time(spec, get_gpu("h100"), batch_size=1, seq_len=1024, num_gpus=8, with_memory=False)
+    step_time(spec, get_gpu("h100"), batch_size=1, seq_len=1024, num_gpus=8, with_memory=False)
     assert len(calls) == len(spec.layer_groups()) == 2
 
 
 def test_moe_layer_costs_more_than_one_expert():
     """A top-2 MoE layer's MLP GEMMs take about twice one dense MLP's (Mixtral: 8 experts, 2 per token)."""
     spec, gpu = get_model("mixtral-8x7b"), get_gpu("h100")
-    moe = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, zero=3, with_memory=False)
-    dense = T.step_time(spec.with_(n_experts=1, experts_per_token=1), gpu, batch_size=1, seq_len=4096, num_gpus=8,
+    moe = step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, zero=3, with_memory=False)
+    dense = step_time(spec.with_(n_experts=1, experts_per_token=1), gpu, batch_size=1, seq_len=4096, num_gpus=8,
                         zero=3, with_memory=False)
     assert 1.5 < moe["breakdown"]["compute"] / dense["breakdown"]["compute"] < 2.2
 
 
 def test_step_parts_sum_and_mfu_definition():
     spec, gpu = get_model("llama-2-7b"), get_gpu("h100")
-    r = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3)
+    r = step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3)
     assert sum(r["breakdown"].values()) == pytest.approx(r["step_seconds"])
     assert r["micro_batches"] == 2 and r["dp"] == 8
     assert r["mfu"] == pytest.approx(r["model_flops_per_step"] / (r["step_seconds"] * 8 * 989.5e12))
     assert r["tokens_per_s"] == pytest.approx(16 * 4096 / r["step_seconds"])
-    full = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3, recompute="full")
+    full = step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=8, global_batch_size=16, zero=3, recompute="full")
     assert full["hfu"] > full["mfu"] and full["step_seconds"] > r["step_seconds"]
-    slow_net = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0)
-    fast_net = T.step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0, pp=2)
+    slow_net = step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0)
+    fast_net = step_time(spec, gpu, batch_size=1, seq_len=4096, num_gpus=16, global_batch_size=16, zero=0, pp=2)
     assert slow_net["collectives"] and fast_net["breakdown"]["pipeline_bubble"] > 0
 
 
@@ -269,12 +270,12 @@ def test_step_parts_sum_and_mfu_definition():
 ])
 def test_inconsistent_layouts_name_the_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
-        T.step_time(get_model("gpt2"), get_gpu("a100"), **kwargs)
+        step_time(get_model("gpt2"), get_gpu("a100"), **kwargs)
 
 
 def test_missing_network_names_the_flag():
     with pytest.raises(TrainledgerError, match="--inter-node-bandwidth"):
-        T.step_time(get_model("gpt2"), get_gpu("l4"), num_gpus=16, zero=0)
+        step_time(get_model("gpt2"), get_gpu("l4"), num_gpus=16, zero=0)
 
 
 def test_korthikanti_table5():

@@ -8,7 +8,9 @@ from trainledger.account.time.kernels import edge_kernels, layer_kernels
 from trainledger.account.memory.per_gpu import CUDA_CONTEXT_BYTES, CUDA_CONTEXT_EAGER_BYTES, cuda_reserve_bytes
 from trainledger.account.time.roofline import gemm_efficiency
 from trainledger.account.memory.fsdp import fsdp_settings
-from trainledger.account.time.step import step_time
+from runs import STEP_DEFAULTS, run_of
+from runs import step as step_time
+from trainledger.specs.run import Hardware
 from trainledger.account.validation.runs import TORCHTITAN, summary, torchtitan_cases
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -171,7 +173,8 @@ def test_gpt3_175b_default_and_lever():
     regather = fsdp_settings(get_recipe("mixed-bf16"), reshard_after_forward=True, accumulate="sharded", pp=8, dp=16)
     slow = step_time(spec, gpu, **settings, zero=3, fsdp=regather)
     assert slow["breakdown"]["dp_comm"] > 0.5 * slow["step_seconds"]
-    found = zero_choice.lever(spec, gpu, settings, slow)
+    asked = {k: v for k, v in settings.items() if k != "num_gpus"}
+    found = zero_choice.lever(spec, Hardware(gpu, 1024), run_of(STEP_DEFAULTS, **asked, zero=3, fsdp=regather), slow)
     assert found["zero"] == 1 and "96 micro-batches" in found["text"] and "--zero 1" in found["text"]
     assert found["step_seconds"] == pytest.approx(default["step_seconds"])
     assert found["memory_bytes"] == pytest.approx(default["memory_bytes"])

@@ -9,7 +9,8 @@ import pytest
 
 from trainledger.account.counting.flops import train_flops_per_token
 from trainledger.account.time.schedule import (chunk_share, even_chunks, published_interleave, schedule_problem)
-from trainledger.account.time.step import pipeline_bubble_fraction, step_time
+from runs import step as step_time
+from trainledger.account.time.step import pipeline_bubble_fraction
 from trainledger.account.validation import moe
 from trainledger.cli import main as cli_main
 from trainledger.specs import get_model

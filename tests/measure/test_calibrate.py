@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainledger.account.time.roofline import Kernel, kernel_seconds, memory_seconds
-from trainledger.account.time.step import step_time
+from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.measure import calibrate as cal
 from trainledger.specs import PRESETS

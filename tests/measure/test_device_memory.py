@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainledger.account.memory.per_gpu import (CUDA_CONTEXT_BYTES, CUDA_CONTEXT_EAGER_BYTES, cuda_reserve_bytes,
-                                                memory_per_gpu)
+from runs import memory as memory_per_gpu
+from trainledger.account.memory.per_gpu import CUDA_CONTEXT_BYTES, CUDA_CONTEXT_EAGER_BYTES, cuda_reserve_bytes
 from trainledger.errors import TrainledgerError
 from trainledger.measure import device_memory as D
 from trainledger.specs import get_model

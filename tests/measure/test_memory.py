@@ -96,7 +96,7 @@ def test_gradient_accumulation_holds_the_grads_through_the_next_micro_batch():
     grad_accum=2 is the tracked peak of the first and of a later step, on fake tensors."""
     import torch
 
-    from trainledger.account.memory.per_gpu import memory_per_gpu
+    from runs import memory as memory_per_gpu
     from trainledger.measure.compare import _fake_mode
     from trainledger.measure.memory import LiveTracker, storage_bytes
     from trainledger.models import build_model

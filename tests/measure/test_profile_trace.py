@@ -324,7 +324,7 @@ def run_json(*argv):
 
 
 def test_json_contract_without_and_with_a_model():
-    from trainledger.account.time.step import step_time
+    from runs import step as step_time
     from trainledger.specs import get_model
     from trainledger.specs.hardware import get_gpu
 
@@ -346,7 +346,7 @@ def test_json_contract_without_and_with_a_model():
 
 
 def test_a_recorded_calibration_predicts_the_trace():
-    from trainledger.account.time.step import step_time
+    from runs import step as step_time
     from trainledger.cli.profile import load_calibration
     from trainledger.specs import get_model
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainledger.account.memory.per_gpu import memory_per_gpu
+from runs import memory as memory_per_gpu
 from trainledger.measure.compare import measure_model
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu

@@ -117,13 +117,14 @@ def predict(spec, batch_size: int, seq_len: int, precision: str, optimizer: str,
     from trainledger.account.counting.params import param_counts
 
     flops = flops_per_step(spec, batch_size, seq_len, recompute=recompute)
+    from trainledger.specs.run import Run
+    run = Run().with_(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                      recompute=recompute, flash=flash, zero=0, reserve=0.0)     # one device, its tensors only
     if hf_impl is not None:
         from trainledger.account.memory.hf_activations import hf_memory_per_gpu
-        memory = hf_memory_per_gpu(spec, hf_impl, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                                   optimizer=optimizer, recompute=recompute)
+        memory = hf_memory_per_gpu(spec, hf_impl, None, run.with_(flash=True))
     else:
-        memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                                optimizer=optimizer, recompute=recompute, flash=flash)
+        memory = memory_per_gpu(spec, None, run)
     predicted = {"n_params": param_counts(spec)["n_params"],
                  "forward_flops_per_step": flops["forward_flops_per_step"],
                  "train_flops_per_step": flops["train_flops_per_step"],

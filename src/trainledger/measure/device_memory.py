@@ -158,12 +158,18 @@ def _live_cuda() -> dict:
 def peak_of_batch_fn(spec, seq_len: int, *, precision: str, optimizer: str, recompute: str = "none", **settings):
     """b -> the predicted peak bytes of a later training step of `spec` at batch size b (account.memory.per_gpu, one GPU)."""
     from trainledger.account.memory.per_gpu import memory_per_gpu
+    from trainledger.specs.run import Run
 
     settings = {"zero": 0, **settings}
+    grad_accum = settings.pop("grad_accum", 1)
+    # ZeRO as the paper shards the states (no FSDP2 buffers), no reserve: the step's tensors (the reserve is checked
+    # against what CUDA reports free)
+    run = Run().with_(seq_len=seq_len, precision=precision, optimizer=optimizer, recompute=recompute, impl="paper",
+                      reserve=0.0, **settings)
 
     def peak(batch_size: int) -> float:
-        return memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-                              recompute=recompute, **settings)["peak_bytes"]
+        batch = run.with_(batch_size=batch_size, global_batch_size=grad_accum * (run.layout.dp or 1) * batch_size)
+        return memory_per_gpu(spec, None, batch)["peak_bytes"]
     return peak
 
 

@@ -216,9 +216,10 @@ def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash
     """step_time of profile's own loop (loop="profile": its synchronizations and per-step host work)."""
     from trainledger.account.time.step import step_time
 
-    prediction = step_time(spec, gpu, batch_size=batch_size, seq_len=seq_len, num_gpus=1, precision=precision,
-                           optimizer=optimizer, zero=0, flash=flash, with_memory=False, compiled=compiled,
-                           loop="profile")
+    from trainledger.specs.run import Hardware, Run
+    run = Run().with_(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer, zero=0,
+                      flash=flash, compile=compiled, loop="profile")
+    prediction = step_time(spec, Hardware(gpu, 1), run, with_memory=False)
     moved = optimizer_overhead_seconds(spec, gpu, precision, optimizer) if device == "cpu" else 0.0
     return {"predicted": {"step_seconds": prediction["step_seconds"],
                           "categories": predicted_categories(prediction["breakdown"], moved, device)},

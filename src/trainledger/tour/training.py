@@ -128,7 +128,9 @@ def optimizer(tour: Tour) -> None:
         c.check(all(torch.allclose(a, b, rtol=1e-6, atol=1e-8) for a, b in zip(ours.parameters(), theirs.parameters())))
 
     spec = CruncherSpec(dim=D, n_layers=num_layers)
-    predicted = memory_per_gpu(spec, batch_size=B, seq_len=1, precision="fp32", optimizer="adagrad")
+    from trainledger.specs.run import Run
+    predicted = memory_per_gpu(spec, None, Run().with_(batch_size=B, seq_len=1, precision="fp32", optimizer="adagrad",
+                                                       zero=0, reserve=0.0))
     fresh = Cruncher(dim=D, num_layers=num_layers).to(tour.device)
     fresh_opt = LectureAdaGrad(fresh.parameters(), lr=0.01)
     measured = track_step(fresh, (x, y), fresh_opt, loss_fn=lambda m, batch: F.mse_loss(m(batch[0]), batch[1]))

@@ -285,9 +285,13 @@ class Trainer(Checkpointing):
     def _memory(self) -> dict:
         """account.memory.per_gpu's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
         config = self.config
-        return memory_per_gpu(self.spec, batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
-                              optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
-                              dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp)
+        from trainledger.specs.run import Run
+        # the states as the ZeRO paper shards them, no reserve: what this process's tensors hold
+        run = Run().with_(batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
+                          optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
+                          dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp, impl="paper",
+                          reserve=0.0)
+        return memory_per_gpu(self.spec, None, run)
 
     def _check_fits(self) -> None:
         """Refuses, before anything is allocated, a run that cannot fit in this machine's RAM (measure/resources.py:

@@ -262,9 +262,10 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
             return None
         if gpu is None:
             return None
-        result = step_time(spec, gpu, batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch,
-                           num_gpus=world_size, precision=precision, optimizer=optimizer, zero=zero, with_memory=False,
-                           compiled=compiled)
+        from trainledger.specs.run import Hardware, Run
+        run = Run().with_(batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch, precision=precision,
+                          optimizer=optimizer, zero=zero, compile=compiled, param_dtype="stored")
+        result = step_time(spec, Hardware(gpu, world_size), run, with_memory=False)
     except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
         return None
     return {"step_seconds": result["step_seconds"], "breakdown": result["breakdown"],

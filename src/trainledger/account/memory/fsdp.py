@@ -104,6 +104,21 @@ def fsdp_settings(recipe, *, param_dtype: str | None = None, reduce_dtype: str |
     return FsdpSettings(param_dtype, reduce_dtype, bool(keep), accumulate, replicate, mixed)
 
 
+def fsdp_settings_of(recipe, choices, *, pp: int, dp: int) -> FsdpSettings:
+    """fsdp_settings for a run's FSDP2 choices (specs.run.Fsdp: --fsdp-param-dtype, where "stored" means no policy,
+    --fsdp-reduce-dtype, --reshard-after-forward, --fsdp-accumulate, --dp-replicate)."""
+    return fsdp_settings(recipe, param_dtype=None if choices.param_dtype == "stored" else choices.param_dtype,
+                         reduce_dtype=choices.reduce_dtype, reshard_after_forward=choices.reshard_after_forward,
+                         accumulate=choices.accumulate, replicate=choices.replicate, pp=pp, dp=dp)
+
+
+def models_fsdp2(spec, run) -> bool:
+    """Whether `run` (resolved) is ZeRO-3 as FSDP2 runs it in PyTorch: zero 3 over dp > 1 ranks of a Transformer,
+    in a PyTorch framework, its FSDP choices not the ZeRO paper's counting (specs.run.Fsdp.impl)."""
+    return (run.layout.zero == 3 and run.layout.dp > 1 and getattr(spec, "kind", None) == "transformer"
+            and run.kernels.framework != "megatron" and run.layout.fsdp.impl == "fsdp2")
+
+
 def compute_precision(precision: str, settings: FsdpSettings | None, zero: int) -> str:
     """The recipe the model computes in: under FSDP2 with a 16-bit MixedPrecisionPolicy an amp-* recipe runs as
     mixed-* (bf16 parameters gathered, no autocast casts, a 16-bit residual stream); otherwise `precision`."""

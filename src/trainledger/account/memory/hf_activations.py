@@ -216,16 +216,18 @@ def hf_impl_from_config(config: dict, attn_impl: str | None = None, flag: str = 
     return HfImpl(attn_impl=attn_impl or default_attn_impl(fields["model_type"]), **fields)
 
 
-def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, precision: str, **settings) -> dict:
-    """account.memory.per_gpu.memory_per_gpu with the activations of transformers' model (one GPU: no tp, pp, recompute)."""
+def hf_memory_per_gpu(spec, impl: HfImpl, hardware, run) -> dict:
+    """account.memory.per_gpu.memory_per_gpu of `run` on `hardware` with the activations of transformers' model (one
+    GPU: no tp, pp, recompute)."""
     from trainledger.account.memory.per_gpu import cuda_reserve_bytes, memory_per_gpu, training_peak_bytes
     from trainledger.specs.recipes import get_optimizer
-    for flag, value, plain in (("--tp", settings.get("tp", 1), 1), ("--pp", settings.get("pp", 1), 1),
-                               ("--recompute", settings.get("recompute", "none"), "none")):
+    for flag, value, plain in (("--tp", run.layout.tp, 1), ("--pp", run.layout.pp, 1),
+                               ("--recompute", run.levers.recompute, "none")):
         if value != plain:
             raise TrainledgerError(f"{flag} {value} applies to trainledger's Transformer; --impl hf predicts transformers' "
                                    f"model on one device without it (drop {flag} or --impl hf)")
-    result = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len, precision=precision, **settings)
+    result = memory_per_gpu(spec, hardware, run)
+    batch_size, seq_len, precision = result["batch_size"], result["seq_len"], result["precision"]
     parts = hf_activations_bytes(spec, impl, batch_size, seq_len, precision=precision)
     result["total_bytes"] += parts["total"] - result["activations_bytes"]
     result["activations_bytes"] = parts["total"]
@@ -235,9 +237,9 @@ def hf_memory_per_gpu(spec, impl: HfImpl, *, batch_size: int, seq_len: int, prec
                                           "activations_bytes")}
     peaks = training_peak_bytes(spec, state_parts, None, n_params=result["n_params"], batch_size=batch_size,
                                 seq_len=seq_len, precision=result["precision"],
-                                optimizer=get_optimizer(result["optimizer"]), grad_accum=settings.get("grad_accum", 1))
+                                optimizer=get_optimizer(result["optimizer"]), grad_accum=result["grad_accum"])
     result.update(peak_bytes=peaks["later_steps"], first_step_peak_bytes=peaks["first_step"], peak_moment=peaks["moment"])
-    if settings.get("reserve_bytes", 0.0) is None:
+    if result["reserve_parts"] is not None:     # the CUDA reserve of the new peak
         result["reserve_parts"] = cuda_reserve_bytes(peaks["later_steps"])
         result["reserve_bytes"] = result["reserve_parts"]["total"]
     if "headroom_bytes" in result and "memory_per_gpu_bytes" in result:

@@ -29,15 +29,16 @@ the optimizer step makes a state-sized temporary). A CUDA process also holds wha
 
 from __future__ import annotations
 
-import math
 
-from trainledger.account.memory.activations import activations_bytes as _activations_bytes, check_loss_upcast
-from trainledger.account.counting.experts import check_ep, zero_shard_params
-from trainledger.account.counting.params import norm_params, param_counts
+from trainledger.account.memory.activations import activations_bytes as _activations_bytes
+from trainledger.account.counting.experts import zero_shard_params
+from trainledger.account.counting.params import param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
                                                     params_per_gpu, zero_divisors)
-from trainledger.errors import TrainledgerError
+from trainledger.account.memory.fsdp import fsdp_settings_of, models_fsdp2
 from trainledger.specs.model import CruncherSpec, TransformerSpec
+from trainledger.specs.run import Hardware
+from trainledger.specs.run_checks import ParameterCount, resolve
 from trainledger.account.memory.fp8 import apply as apply_fp8, fp8_memory
 from trainledger.account.memory import megatron_moe as megatron
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
@@ -129,27 +130,42 @@ def adafactor_elements_per_param_of(spec) -> float:
     return (factored + (n - entries)) / n
 
 
-def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int = 1, seq_len: int | None = None,
-                   precision: str = "fp32", optimizer: str = "adamw", zero: int = 0, dp: int = 1, tp: int = 1,
-                   pp: int = 1, sp: bool | None = None, recompute: str = "none", flash: bool = True,
-                   reserve_bytes: float | None = 0.0, memory_per_gpu_bytes: float | None = None,
-                   grad_accum: int = 1, fsdp=None, ep: int = 1, framework: str = "trainledger", cp: int = 1,
-                   etp: int | None = None, loss_upcast: bool = True) -> dict:
+def reserve_bytes_of(reserve, gpu, framework: str = "trainledger") -> float | None:
+    """Bytes kept back per GPU for a run's levers.reserve (specs.run.Levers), None meaning cuda_reserve_bytes of each
+    peak: a size in bytes as given; "cuda": None; "expandable": the context and cuBLAS workspaces of
+    cuda_reserve_bytes, no allocator cache; "auto": default_reserve of `gpu`, and "expandable" with torchtitan on a
+    CUDA device, whose launcher (run_train.sh) sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+    if reserve == "cuda":
+        return None
+    if reserve == "expandable" or (reserve == "auto" and framework == "torchtitan" and default_reserve(gpu) is None
+                                   and gpu is not None):
+        return cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
+    if reserve == "auto":          # without a device: what a CUDA process holds (None), as for an NVIDIA GPU
+        return default_reserve(gpu) if gpu is not None else None
+    return float(reserve)
+
+
+def memory_per_gpu(spec, hardware, run) -> dict:
     """Bytes on one GPU by named part: params_bytes, grads_bytes, master_params_bytes, optimizer_bytes, activations_bytes, total_bytes.
 
-    Give a model `spec` (activations modelled) or only `n_params` (model states only; tp and pp then
-    divide all parameters evenly). total_bytes is the sum of the five parts; peak_bytes what one GPU holds
+    `spec`: a model (activations modelled), or a specs.run_checks.ParameterCount (model states only; tp and pp then
+    divide all parameters evenly). `hardware`: specs.run.Hardware (the GPU and its memory; without a GPU or a memory
+    size, or None, no `fits`);
+    `run`: specs.run.Run, resolved first (specs.run_checks.resolve). The settings that matter here: the micro-batch
+    and sequence (each of cp ranks holds seq_len / cp tokens), the global batch (its micro-batches per step), the
+    recipe and optimizer, the layout (dp, zero and FSDP2's options, tp, sp, pp, cp, ep, etp), recomputation,
+    the reserve (levers.reserve: "auto", "expandable" or bytes; reserve_bytes_of), flash and the loss upcast. total_bytes is the sum of the five parts; peak_bytes what one GPU holds
     at the busiest moment of a training step after the first (first_step_peak_bytes: the first step, whose
     optimizer states appear only in its optimizer step; peak_moment: which moment). `reserve_bytes` is kept
-    apart: None means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the peak, by part
-    in `reserve_parts`). `fits` (when `memory_per_gpu_bytes` is given) means peak_bytes + reserve <= memory.
-    `grad_accum`: micro-batches per optimizer step (the later ones run with the gradients held).
+    apart: "auto" on a CUDA device means what a CUDA process holds besides its tensors (cuda_reserve_bytes of the
+    peak, by part in `reserve_parts`). `fits` (with `hardware`) means peak_bytes + reserve <= memory. The
+    micro-batches per optimizer step after the first run with the gradients held.
     `ep`: expert parallelism (account.counting.experts): the routed experts split over ep of the dp ranks; a state
     ZeRO shards over dp is then the same as without ep (an expert's state is sharded over the dp/ep ranks holding
     it: (dense + experts/ep)/(dp/ep) per expert part = all/dp), an unsharded one holds only 1/ep of the experts. `etp` (default tp) and
     `cp`: MoE Parallel Folding (account.counting.experts): each GPU holds 1/(etp·ep) of the experts, ep may reach
     tp·cp·dp, and ZeRO shards an expert's states over the EDP = tp·cp·dp/(etp·ep) ranks holding it (dense: over dp).
-    `fsdp` (account.memory.fsdp.FsdpSettings, with zero 3 and a model): FSDP2 as it runs — states sharded inside each
+    A ZeRO-3 layout of a model in PyTorch (account.memory.fsdp.models_fsdp2): FSDP2 as it runs — states sharded inside each
     HSDP replica group, activations in the recipe the model computes in under its mixed-precision policy, and
     its unsharded parameter and gradient buffers added to params_bytes and grads_bytes (`fsdp_buffers`; in the
     peak, the gradient buffers count from the end of backward: at its start, in the loss, none exists yet).
@@ -161,22 +177,27 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     `loss_upcast` False: the cross-entropy runs on the 16-bit logits (account.memory.activations.loss_bytes, as NeMo
     Automodel's MaskedCrossEntropy(fp32_upcast=False)); Megatron-Core's vocab-parallel cross entropy always upcasts.
     """
-    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
-    check_parallel(spec, tp, pp, dp, zero)
-    check_loss_upcast(loss_upcast, framework)
-    if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
-        raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
-    if spec is None:
-        if n_params is None or not n_params > 0 or not math.isfinite(n_params):
-            raise TrainledgerError(f"--params must be positive, got {n_params!r}")
-        check_ep(None, ep)
+    resolved = resolve(spec, hardware if hardware is not None else Hardware(None), run)
+    run = resolved.run
+    b, lay, k = run.batch, run.layout, run.kernels
+    batch_size, seq_len, cp = b.batch_size, b.seq_len, lay.cp
+    zero, dp, tp, pp, sp, ep, etp = lay.zero, lay.dp, lay.tp, lay.pp, lay.sp, lay.ep, lay.etp
+    recompute, flash, framework, loss_upcast = run.levers.recompute, k.flash, k.framework, k.loss_upcast
+    grad_accum = resolved.micro_batches
+    seq_len = seq_len // cp if seq_len is not None else None        # each context-parallel rank's share
+    gpu = hardware.gpu if hardware is not None else None
+    memory_per_gpu_bytes = hardware.memory_bytes if hardware is not None and hardware.knows_memory else None
+    reserve_bytes = reserve_bytes_of(run.levers.reserve, gpu, framework)
+    recipe, opt = get_recipe(run.numerics.precision), get_optimizer(run.numerics.optimizer)
+    if isinstance(spec, ParameterCount):
+        n_params = spec.n_params
         total_params, per_gpu = float(n_params), float(n_params) / (tp * pp)
         sharded_per_gpu = per_gpu
         placement = {"n_params_per_gpu": per_gpu, "stage": "even split", "layers_per_stage": None}
         elements = adafactor_elements_per_param(d_model_estimate(n_params)) if opt.factored else None
+        spec = None
     else:
         total_params = param_counts(spec)["n_params"]
-        check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
         placement = params_per_gpu(spec, tp, pp, ep, etp)
         per_gpu = placement["n_params_per_gpu"]
         # what divided by dp gives this GPU's ZeRO shard, dense/dp + experts/EDP
@@ -187,8 +208,9 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     # "none" or "selective"; a full recomputation keeps each layer's input, as for any model
     megatron_moe = (framework == "megatron" and isinstance(spec, TransformerSpec) and spec.is_moe
                     and recompute in ("none", "selective"))
-    fsdp = fsdp if (fsdp is not None and zero == 3 and dp > 1 and spec is not None
-                    and getattr(spec, "kind", None) == "transformer") else None
+    fsdp = None
+    if spec is not None and models_fsdp2(spec, run):
+        fsdp = fsdp_settings_of(recipe, lay.fsdp, pp=pp, dp=dp)
     divisors = zero_divisors(zero, dp // fsdp.replicate if fsdp is not None else dp)
     parts = {f"{k}_bytes": (per_gpu if divisors[k] == 1 else sharded_per_gpu) * per_param[k] / divisors[k]
              for k in ("params", "grads", "master_params", "optimizer")}
@@ -201,9 +223,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
 
     activations = None
     if spec is not None:
-        seq_len = seq_len if seq_len is not None else getattr(spec, "default_seq_len", 1)  # pre-training context
-        check_positive_int(batch_size, "--batch-size")
-        check_positive_int(seq_len, "--seq-len")
+        seq_len = seq_len if seq_len is not None else 1                     # a Cruncher: one "token"
         computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
         activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
                                          flash=flash, tp=tp, sp=sp, pp=pp, loss_upcast=loss_upcast)
@@ -219,7 +239,7 @@ def memory_per_gpu(spec=None, *, n_params: float | None = None, batch_size: int 
     peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
                                 batch_size=batch_size, seq_len=seq_len,
                                 precision=computes_in if spec is not None else recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp, grad_accum=check_positive_int(grad_accum, "--grad-accum"),
+                                recompute=recompute, tp=tp, grad_accum=grad_accum,
                                 inplace_loss=megatron_moe, loss_upcast=loss_upcast)
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)

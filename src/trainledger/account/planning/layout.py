@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import math
 
-from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
+from dataclasses import replace
+
+from trainledger.account.memory.per_gpu import memory_per_gpu, reserve_bytes_of
 from trainledger.account.time.schedule import valid_interleaves
 from trainledger.account.time.step import step_time
 from trainledger.errors import TrainledgerError
+from trainledger.specs.run_checks import default_precision
 from trainledger.units import format_bytes
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -89,27 +92,29 @@ def expert_layouts(spec, tp: int, sp: bool, cp: int, dp: int, framework: str) ->
     return pairs
 
 
-def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, precision: str = "amp-bf16",
-           optimizer: str = "adamw", flash: bool = True, attention: str = "full", framework: str = "trainledger",
-           attention_kernel: str | None = None, top: int = 10, memory_per_gpu_bytes: float | None = None,
-           recomputes: tuple[str, ...] | None = None, fsdp_param_dtype: str | None = "auto",
-           compiled: bool = False, reserve_bytes: float | None = None, loss_upcast: bool = True) -> dict:
+def search(spec, hardware, run, *, top: int = 10, recomputes: tuple[str, ...] | None = None) -> dict:
     """The `top` fastest layouts that fit in memory, fastest first, with how many were considered.
+
+    `hardware`: specs.run.Hardware (the GPU, the GPU count to fill, and --memory-per-gpu if given); `run`: the
+    settings the search keeps (specs.run.Run: the global batch — one sequence per GPU when None — and sequence length,
+    the recipe and optimizer, the kernels and framework, the reserve, FSDP2's gathered dtype for ZeRO-3 layouts);
+    its layout and recomputation are what the search varies. `recomputes` restricts the recomputation policies tried
+    (default all, lightest first).
 
     Returns {"layouts": [...], "considered", "fitting", "timed"}; each layout has tp sp pp interleave cp dp zero
     batch_size recompute step_seconds mfu memory_bytes (the step's peak per GPU) reserve_bytes headroom_bytes
-    near_limit (+ tokens_per_s, hfu, micro_batches, bottleneck). `recomputes` restricts the recomputation
-    policies tried (default all, lightest first). `fsdp_param_dtype`: the dtype ZeRO-3 layouts gather in
-    (account.memory.fsdp.fsdp_settings; "auto": the recipe's compute dtype). `reserve_bytes`: kept back per GPU (None:
-    the device's default, account.memory.per_gpu.default_reserve). `loss_upcast` False: the cross-entropy on the 16-bit
-    logits (account.memory.activations.loss_bytes), in memory and time.
+    near_limit (+ tokens_per_s, hfu, micro_batches, bottleneck) and `run`: the candidate as a resolved specs.run.Run,
+    which step_time (and `step --config`, `train --config`) take as it is.
     """
-    from trainledger.account.memory.fsdp import fsdp_settings
-    from trainledger.specs.recipes import get_recipe
-    recipe = get_recipe(precision)
+    gpu, num_gpus = hardware.gpu, hardware.num_gpus
+    seq_len = run.batch.seq_len if run.batch.seq_len is not None else spec.default_seq_len
+    global_batch_size = run.batch.global_batch_size if run.batch.global_batch_size is not None else num_gpus
+    precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)
+    framework = run.kernels.framework
+    base = run.with_(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision)
     order = tuple(r for r in RECOMPUTE_ORDER if recomputes is None or r in recomputes)
-    capacity = memory_per_gpu_bytes if memory_per_gpu_bytes is not None else gpu.memory_bytes
-    reserve = default_reserve(gpu) if reserve_bytes is None else reserve_bytes
+    capacity = hardware.memory_bytes
+    reserve = reserve_bytes_of(run.levers.reserve, gpu, framework)
     results, considered, fitting, timed = [], 0, 0, 0
     cache: dict = {}
     for tp, sp, cp, pp, dp, b in candidates(spec, num_gpus, global_batch_size, seq_len, gpu.gpus_per_node):
@@ -119,37 +124,31 @@ def search(spec, gpu, *, num_gpus: int, global_batch_size: int, seq_len: int, pr
             considered += 1
             chosen = None
             micro_batches = global_batch_size // (dp * b)
-            fsdp = (fsdp_settings(recipe, param_dtype=fsdp_param_dtype, pp=pp, dp=dp)
-                    if zero == 3 and framework != "megatron" else None)
+            layout = replace(base.layout, tp=tp, sp=sp, pp=pp, cp=cp, dp=dp, zero=zero, ep=ep, etp=etp, interleave=1)
             for recompute in order:
-                memory = memory_per_gpu(spec, batch_size=b, seq_len=seq_len // cp, precision=precision,
-                                        optimizer=optimizer, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp,
-                                        recompute=recompute, flash=flash, memory_per_gpu_bytes=capacity, fsdp=fsdp,
-                                        reserve_bytes=reserve, grad_accum=micro_batches, ep=ep,
-                                        framework=framework, cp=cp, etp=etp, loss_upcast=loss_upcast)
+                candidate = replace(base, batch=replace(base.batch, batch_size=b), layout=layout,
+                                    levers=replace(base.levers, recompute=recompute))
+                memory = memory_per_gpu(spec, hardware, candidate)
                 if memory["fits"]:
-                    chosen = (recompute, memory)
+                    chosen = (candidate, memory)
                     break
             if chosen is None:
                 continue
             fitting += 1
-            recompute, memory = chosen
+            candidate, memory = chosen
             for v in valid_interleaves(spec.n_layers, pp, micro_batches, MAX_INTERLEAVE):
                 timed += 1
-                r = step_time(spec, gpu, batch_size=b, seq_len=seq_len, global_batch_size=global_batch_size,
-                              num_gpus=num_gpus, precision=precision, optimizer=optimizer, tp=tp, sp=sp, pp=pp,
-                              interleave=v, cp=cp, dp=dp, zero=zero, recompute=recompute, flash=flash,
-                              attention=attention, framework=framework, attention_kernel=attention_kernel,
-                              with_memory=False, cache=cache, fsdp=fsdp, compiled=compiled, ep=ep, etp=etp,
-                              loss_upcast=loss_upcast)
+                timed_run = replace(candidate, layout=replace(candidate.layout, interleave=v))
+                r = step_time(spec, hardware, timed_run, with_memory=False, cache=cache)
                 results.append({"tp": tp, "sp": sp, "pp": pp, "interleave": v, "cp": cp, "dp": dp, "zero": zero, "ep": ep,
                                 "etp": tp if etp is None else etp,
-                                "batch_size": b, "recompute": recompute, "step_seconds": r["step_seconds"],
+                                "batch_size": b, "recompute": candidate.levers.recompute,
+                                "step_seconds": r["step_seconds"],
                                 "mfu": r["mfu"], "hfu": r["hfu"], "tokens_per_s": r["tokens_per_s"],
                                 "micro_batches": micro_batches, "memory_bytes": memory["peak_bytes"],
                                 "reserve_bytes": memory["reserve_bytes"], "headroom_bytes": memory["headroom_bytes"],
                                 "near_limit": memory["headroom_bytes"] < NEAR_LIMIT_FRACTION * capacity,
-                                "bottleneck": r["bottleneck"]})
+                                "bottleneck": r["bottleneck"], "run": r["run"]})
     if not results:
         kept = f", {format_bytes(reserve)} of it reserved" if reserve else ", less the CUDA reserve" if reserve is None else ""
         raise TrainledgerError(f"no layout of {spec.name} fits {num_gpus} × {gpu.name} ({format_bytes(capacity)} each{kept}) at "

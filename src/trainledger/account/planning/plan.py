@@ -123,15 +123,15 @@ def max_params(memory_per_gpu_bytes: float, num_gpus: int, precision: str = "fp3
             "max_params": n, "precision": recipe.name, "optimizer": opt.name, "zero": zero}
 
 
-def max_micro_batch(spec, memory_per_gpu_bytes: float, seq_len: int, reserve_bytes: float = 0.0, **memory_kwargs) -> dict:
-    """Largest micro-batch size (a count, 0 if none) whose peak bytes per GPU + reserve fit in `memory_per_gpu_bytes`.
+def max_micro_batch(spec, hardware, run) -> dict:
+    """Largest micro-batch size (a count, 0 if none) of `run` whose peak bytes per GPU + reserve fit `hardware`.
 
     Memory grows monotonically with the batch (activations), so a doubling then bisection search over
-    account.memory.per_gpu.memory_per_gpu finds it exactly. Returns max_batch_size and the memory at that size.
+    account.memory.per_gpu.memory_per_gpu finds it exactly; the global batch is one micro-batch per data-parallel
+    rank. Returns max_batch_size and the memory at that size.
     """
     def fits(b):
-        m = memory_per_gpu(spec, batch_size=b, seq_len=seq_len, reserve_bytes=reserve_bytes,
-                           memory_per_gpu_bytes=memory_per_gpu_bytes, **memory_kwargs)
+        m = memory_per_gpu(spec, hardware, run.with_(batch_size=b, global_batch_size=None))
         return m["fits"], m
 
     ok, m = fits(1)

@@ -10,8 +10,6 @@ returns the fastest setting that fits in memory when it beats the step by more t
 
 from __future__ import annotations
 
-import inspect
-
 from trainledger.account.time.schedule import valid_interleaves
 from trainledger.account.time.step import step_time
 
@@ -28,28 +26,25 @@ def _micro_batches(per_rank: int) -> list[int]:
     return sorted({b for b in range(1, per_rank + 1) if per_rank % b == 0 and b & (b - 1) == 0} | {per_rank})
 
 
-def faster_setting(spec, gpu, result: dict, fsdp_for=None, **step_kwargs) -> dict | None:
+def faster_setting(spec, hardware, result: dict) -> dict | None:
     """The fastest setting near `result` (same tp, sp, pp, cp, dp) that fits and beats it by more than FASTER_BY.
 
-    `result`: an account.time.step.step_time answer for `spec` on `gpu`; its settings (every key that is a step_time
-    parameter, except `fsdp`, whose result key is a report) are reused, with `step_kwargs` for any that the result
-    does not carry; `fsdp_for(zero)` gives the FSDP settings of a stage (as account.planning.zero_choice.lever takes them;
-    None: step_time's defaults). Returns None or
+    `result`: an account.time.step.step_time answer for `spec` on `hardware`; its `run` is varied in the micro-batch,
+    the ZeRO stage (HSDP's replicas only under ZeRO 3), the recomputation and the interleave. Returns None or
     {"batch_size", "zero", "recompute", "interleave", "micro_batches", "step_seconds", "mfu", "memory_bytes",
     "changes": ["--batch-size 8", ...], "why"}; when the step itself does not fit, the fastest setting that does
     ("why": "fits"), faster or not.
     """
-    parameters = set(inspect.signature(step_time).parameters) - {"spec", "gpu", "with_memory", "cache", "dp", "fsdp"}
-    step_kwargs = {**{k: result[k] for k in parameters if k in result}, **step_kwargs}
+    run = result["run"]
     dp, per_rank = result["dp"], result["global_batch_size"] // result["dp"]
     # recomputation only adds time: no heavier policy than the step's, unless the step does not fit
     heavier = RECOMPUTE_ORDER.index(result["recompute"]) if result.get("fits", True) else len(RECOMPUTE_ORDER) - 1
     zeros = (0, 1, 2, 3) if dp > 1 else (0,)
-    if step_kwargs.get("framework") == "megatron":
+    if run.kernels.framework == "megatron":
         zeros = tuple(z for z in zeros if z <= 1)
     cache: dict = {}
     best = None
-    dualpipe = step_kwargs.get("schedule") == "dualpipe"      # its own two stages per GPU, even micro-batches
+    dualpipe = run.layout.schedule == "dualpipe"      # its own two stages per GPU, even micro-batches
     for b in _micro_batches(per_rank):
         m = per_rank // b
         if dualpipe and m % 2:
@@ -58,8 +53,9 @@ def faster_setting(spec, gpu, result: dict, fsdp_for=None, **step_kwargs) -> dic
             for recompute in RECOMPUTE_ORDER[:heavier + 1]:
                 interleaves = [1] if dualpipe else valid_interleaves(spec.n_layers, result["pp"], m, MAX_INTERLEAVE)
                 for v in interleaves if result["pp"] > 1 else (1,):
-                    r = step_time(spec, gpu, **dict(step_kwargs, batch_size=b, zero=zero, recompute=recompute,
-                                                    interleave=v), cache=cache, fsdp=fsdp_for(zero) if fsdp_for else None)
+                    other = run.with_(batch_size=b, zero=zero, recompute=recompute, interleave=v,
+                                      **({} if zero == 3 else {"replicate": 1}))
+                    r = step_time(spec, hardware, other, cache=cache)
                     if r["fits"] and (best is None or r["step_seconds"] < best["step_seconds"]):
                         best = r
     fits = result.get("fits", True)

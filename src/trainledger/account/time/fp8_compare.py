@@ -19,13 +19,12 @@ def base_precision(precision: str) -> str | None:
     return BASE.get(precision) if fp8_scheme(precision) is not None else None
 
 
-def compare_with_base(spec, gpu, result: dict, settings: dict, fsdp=None) -> dict:
+def compare_with_base(spec, hardware, result: dict) -> dict:
     """{"base_precision", "fp8_gemm_seconds", "base_gemm_seconds", "cast_seconds_added", "step_seconds",
-    "base_step_seconds", "speedup", "fp8_gemms"}: `result` (a step_time of an FP8 recipe) against the same layout
-    in its base recipe (`settings`: step_time's keyword arguments for `result`, precision replaced; `fsdp` the
-    base recipe's FSDP settings for ZeRO 3)."""
+    "base_step_seconds", "speedup", "fp8_gemms"}: `result` (a step_time of an FP8 recipe on `hardware`) against the
+    same run (its `run`) in the base recipe."""
     base = base_precision(result["precision"])
-    other = step_time(spec, gpu, **dict(settings, precision=base, fsdp=fsdp, with_memory=False))
+    other = step_time(spec, hardware, result["run"].with_(precision=base), with_memory=False)
     return {"base_precision": base,
             "fp8_gemm_seconds": result["breakdown"]["compute"], "base_gemm_seconds": other["breakdown"]["compute"],
             "cast_seconds_added": result["breakdown"]["memory_bound"] - other["breakdown"]["memory_bound"],

@@ -35,7 +35,6 @@ Not modelled: data loading, evaluation, step-to-step jitter, imbalanced stages b
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from trainledger.account.time import comm as comm_mod
 from trainledger.account.time import fp8 as fp8_mod
@@ -43,20 +42,20 @@ from trainledger.account.memory import fsdp as fsdp_mod
 from trainledger.account.counting import recompute as recompute_mod
 from trainledger.account.time import timeline
 from trainledger.account.time.advice import WORDS as ADVICE_WORDS, bottleneck_advice
-from trainledger.account.memory.activations import check_loss_upcast, recipe_bytes
+from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.eager import EAGER_FRAMEWORKS, unaligned
-from trainledger.account.time.eager_step import (LOOPS, compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
+from trainledger.account.time.eager_step import (compiled_launch_seconds, eager_cpu_op_seconds, exposed_cpu_seconds,
                                             host_op_seconds, optimizer_tensor_seconds, synchronized_step_seconds)
-from trainledger.account.counting.flops import check_choice, hardware_flops_per_token, train_flops_per_token
-from trainledger.account.time.kernels import FRAMEWORKS, edge_kernels, layer_kernels, optimizer_kernels
+from trainledger.account.counting.flops import hardware_flops_per_token, train_flops_per_token
+from trainledger.account.time.kernels import edge_kernels, layer_kernels, optimizer_kernels
 from trainledger.account.time.optimizer_kernels import accumulation_kernels, parameter_numels, parameter_tensors  # noqa: F401
 from trainledger.account.time.step_notes import assumptions
 from trainledger.account.time.stragglers import wait_for_slowest
 from trainledger.account.time.mtp import last_stage_layers, mtp_kernels, mtp_modules
-from trainledger.account.counting.experts import check_ep, expert_params_split
-from trainledger.account.counting.placement import check_parallel, check_positive_int, params_per_gpu
-from trainledger.account.time.expert_parallel import check_expert_options, expert_parallel_per_micro_batch
-from trainledger.account.memory.per_gpu import default_reserve, memory_per_gpu
+from trainledger.account.counting.experts import expert_params_split
+from trainledger.account.counting.placement import params_per_gpu
+from trainledger.account.time.expert_parallel import expert_parallel_per_micro_batch
+from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
 from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_share, derive_layout,  # noqa: F401
                                                dualpipe_bubble_seconds, dualpipe_problem, even_chunks)
@@ -65,7 +64,9 @@ from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_secon
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          pp_exposed, pp_overlap_default, sms_beside_tp_comm)
 from trainledger.errors import TrainledgerError
+from trainledger.specs.model import TransformerSpec
 from trainledger.specs.performance import HOST_SYNC_SECONDS
+from trainledger.specs.run_checks import resolve
 from trainledger.specs.recipes import get_optimizer, get_recipe
 
 PARTS = ("compute", "attention", "memory_bound", "overhead", "optimizer", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
@@ -141,75 +142,54 @@ def _add(total: dict, part: dict, times: float = 1.0) -> None:
             total[key] = total.get(key, 0.0) + value * times
 
 
-def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, global_batch_size: int | None = None,
-              num_gpus: int | None = None, precision: str = "amp-bf16", optimizer: str = "adamw", tp: int = 1,
-              sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int | None = None, zero: int = 0,
-              recompute: str = "none", flash: bool = True, attention: str = "full", causal: bool = True,
-              framework: str = "trainledger", dropout: bool | None = None, attention_kernel: str | None = None,
-              with_memory: bool = True, cache: dict | None = None, fsdp=None, compiled: bool = False,
-              loop: str = "train", reserve_bytes: float | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-              capacity_factor: float | None = None, ep_overlap: float = 0.0, ep_dispatcher: str = "alltoall",
-              tp_overlap: bool = True, dp_overlap: bool = True, schedule: str = "1f1b", etp: int | None = None,
-              mtp: bool | None = None, uneven_chunks: bool = False, loss_upcast: bool = True,
-              pp_overlap: bool | None = None) -> dict:
-    """Seconds of one training iteration of `spec` on `gpu` under a parallel layout, by part (module docstring).
+def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bool = True) -> dict:
+    """Seconds of one training iteration of `spec` on `hardware` (specs.run.Hardware: a GPUSpec, a datasheet entry
+    or a calibrated device, and the GPU count) under the settings of `run` (specs.run.Run), by part (module
+    docstring). The run is resolved first (specs.run_checks.resolve: every default decided, every check passed).
 
-    `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the kernel
-    times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
-    `reserve_bytes`: kept back from the GPU's memory in `fits` (None: account.memory.per_gpu.default_reserve of `gpu`).
-    `fsdp`: account.memory.fsdp.FsdpSettings of a ZeRO-3 layout in PyTorch (mixed-precision policy, resharding, gradient
-    accumulation, HSDP); None: FSDP2 without a mixed-precision policy (fsdp_settings' defaults).
-    `ep`, `expert_imbalance`, `capacity_factor`, `ep_overlap`, `ep_dispatcher`: expert parallelism (account/time/expert_parallel.py:
-    the experts split over ep GPUs, the token all-to-alls in "ep_comm", the busiest expert's extra work in "compute");
-    `etp` (default tp): expert tensor parallelism, with ep up to tp·cp·dp (MoE Parallel Folding, account/time/folding.py).
-    `tp_overlap` False: Megatron-style TP input gradients reduced after each Linear's backward, exposed (the 2021
-    Megatron-LM and Megatron-DeepSpeed code; account.time.comm._tp_collectives). `dp_overlap` False: Megatron-style
-    data-parallel gradients reduced after the last micro-batch (Megatron-LM without --overlap-grad-reduce, its
-    default and the 2021 code; account.time.comm._dp_collectives). `pp_overlap`: the pipeline's point-to-point
-    sends asynchronous, run beside the next chunk's computation (pp_overlap_default; None: as the framework does).
-    `uneven_chunks`: the interleaved schedule's model chunks may hold unequal numbers of layers (Megatron-Core's
-    --pipeline-model-parallel-layout, Automodel's layers_per_stage; account.time.schedule.chunk_share).
-    `mtp`: train the spec's multi-token-prediction modules on the last pipeline stage (account/time/mtp.py; None: as
-    the framework runs the model: Megatron-Core trains them, our torch Transformer does not build them).
-    `compiled`: the model under torch.compile (account/time/compiled.py). `loop`: whose synchronizations end the
-    timelines of eager PyTorch on a GPU, our training loop's ("train") or `profile`'s (account/time/eager_step.py).
-    `loss_upcast` False: the cross-entropy on the 16-bit logits (kernels.edge_kernels, memory_per_gpu).
+    `cache`: a dict the caller keeps across calls for one spec and gpu (account.planning.layout does), memoising the
+    kernel times of a layer, which depend only on the micro-batch, tp, sp, cp and the kernel settings.
+    `with_memory`: also the memory per GPU (account.memory.per_gpu.memory_per_gpu of the same run) and `fits`.
+    The settings, each documented with its flag in specs/run.py: the batch (micro-batch per GPU, global batch,
+    sequence length); the recipe and optimizer; the layout (dp, ZeRO and FSDP2's options: a ZeRO-3 layout in
+    PyTorch is FSDP2 as it runs, account.memory.fsdp; tp, sp; pp with interleave, schedule and uneven chunks,
+    account.time.schedule; cp; ep and etp with the routing options, account/time/expert_parallel.py and
+    folding.py); recomputation and the reserve kept back in `fits`; the kernels (flash and which attention
+    kernel, the FLOP convention, torch.compile, account/time/compiled.py; the framework; Megatron's TP, DP and
+    pipeline-send overlaps, account.time.comm; the loss upcast; the multi-token-prediction modules, mtp.py; and
+    whose synchronizations end the timelines of eager PyTorch on a GPU, account/time/eager_step.py).
     """
-    seq_len = seq_len if seq_len is not None else spec.default_seq_len
-    check_positive_int(seq_len, "--seq-len")
-    check_choice(recompute, recompute_mod.POLICIES, "--recompute")
-    check_choice(attention, ("full", "causal"), "--attention")
-    check_choice(framework, FRAMEWORKS, "--framework")
-    check_loss_upcast(loss_upcast, framework)
-    check_choice(loop, LOOPS, "loop")
-    if compiled and framework not in EAGER_FRAMEWORKS:
-        raise TrainledgerError("--compile models PyTorch code under torch.compile (--framework trainledger or "
-                               "torchtitan), not Megatron-LM's fused kernels")
-    num_gpus, dp, global_batch_size, m = derive_layout(num_gpus, tp, pp, cp, dp, batch_size, global_batch_size)
-    check_parallel(spec, tp, pp, dp, zero)
-    check_ep(spec, ep, dp, tp, cp, etp, sp, framework)
-    check_expert_options(expert_imbalance, capacity_factor, ep_overlap, ep_dispatcher)
-    check_positive_int(interleave, "--interleave")
-    check_schedule(spec.n_layers, pp, interleave, m, uneven_chunks)
+    resolved = resolve(spec, hardware, run)
+    hardware, run, m = resolved.hardware, resolved.run, resolved.micro_batches
+    gpu, num_gpus = hardware.gpu, hardware.num_gpus
+    b, lay, k = run.batch, run.layout, run.kernels
+    batch_size, seq_len, global_batch_size = b.batch_size, b.seq_len, b.global_batch_size
+    tp, sp, pp, interleave, cp, dp, zero = lay.tp, lay.sp, lay.pp, lay.interleave, lay.cp, lay.dp, lay.zero
+    ep, etp, schedule = lay.ep, lay.etp, lay.schedule
+    ex = lay.experts
+    recompute = run.levers.recompute
+    flash, attention, causal, framework, dropout = k.flash, k.attention, k.causal, k.framework, k.dropout
+    attention_kernel, compiled, loop, loss_upcast = k.attention_kernel, k.compile, k.loop, k.loss_upcast
+    tp_overlap, dp_overlap = k.tp_overlap, k.dp_overlap
+    if not isinstance(spec, TransformerSpec):
+        raise TrainledgerError(f"step times a Transformer; '{spec.name}' is a {getattr(spec, 'kind', 'model')}",
+                               "--model")
     share = chunk_share(spec.n_layers, pp, interleave)
-    check_choice(schedule, SCHEDULES, "--schedule")
-    if schedule == "dualpipe" and dualpipe_problem(pp, interleave, m):
-        raise TrainledgerError(dualpipe_problem(pp, interleave, m))
-    if seq_len % cp:
-        raise TrainledgerError(f"--cp {cp} must divide --seq-len {seq_len}")
-    n_mtp = mtp_modules(spec, mtp, framework)
-    pp_hidden = pp_overlap_default(framework, pp, interleave) if pp_overlap is None else bool(pp_overlap) and pp > 1
-    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    n_mtp = mtp_modules(spec, k.mtp, framework)
+    pp_hidden = bool(k.pp_overlap) and pp > 1
+    recipe, opt = get_recipe(run.numerics.precision), get_optimizer(run.numerics.optimizer)
     fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
     style = "megatron" if framework == "megatron" else "torch"
     settings = None
     if zero == 3 and style == "torch" and dp > 1:
-        settings = fsdp if fsdp is not None else fsdp_mod.fsdp_settings(recipe, pp=pp, dp=dp)
-        fsdp_mod.fsdp_settings(recipe, replicate=settings.replicate, dp=dp)     # HSDP must divide dp
-    elif fsdp is not None and fsdp.replicate > 1:
-        raise TrainledgerError(f"--dp-replicate {fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 sharding "
-                               "inside each replica group), with dp > 1")
+        if lay.fsdp.impl != "fsdp2":
+            raise TrainledgerError("step times ZeRO-3 in PyTorch as FSDP2 runs it (layout.fsdp.impl = \"fsdp2\"); "
+                                   "the ZeRO paper's counting has no schedule to time")
+        settings = fsdp_mod.fsdp_settings_of(recipe, lay.fsdp, pp=pp, dp=dp)
+    elif lay.fsdp.replicate > 1:
+        raise TrainledgerError(f"--dp-replicate {lay.fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 "
+                               "sharding inside each replica group), with dp > 1")
     compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
     shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
 
@@ -268,8 +248,8 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
     experts = expert_parallel_per_micro_batch(
         spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep, etp=etp,
         moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
-        recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=expert_imbalance,
-        capacity_factor=capacity_factor, overlap=ep_overlap, dispatcher=ep_dispatcher)
+        recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=ex.imbalance,
+        capacity_factor=ex.capacity_factor, overlap=ex.overlap, dispatcher=ex.dispatcher)
     per_mb["ep_comm"] = experts["ep_comm"]
     per_mb["compute"] = per_mb.get("compute", 0.0) + experts["expert_wait"]
     after = {"pp_comm": 0.0, "dp_comm": 0.0}
@@ -343,7 +323,7 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
         "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
-        "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp,
+        "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp, "run": run,
         "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
         "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
         "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
@@ -360,24 +340,20 @@ def step_time(spec, gpu, *, batch_size: int = 1, seq_len: int | None = None, glo
         "schedule": schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
         "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
-                                imbalance=expert_imbalance, capacity_factor=capacity_factor, overlap=ep_overlap,
-                                dispatcher=ep_dispatcher),
+                                imbalance=ex.imbalance, capacity_factor=ex.capacity_factor, overlap=ex.overlap,
+                                dispatcher=ex.dispatcher),
     }
     result["bottleneck"] = bottleneck(breakdown, pp, m, interleave,
                                       setup=dict(result, n_layers=spec.n_layers, gpus_per_node=gpu.gpus_per_node))
     if fsdp_detail is not None:
         result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
-        memory = memory_per_gpu(spec, batch_size=batch_size, seq_len=seq_len // cp, precision=recipe.name,
-                                optimizer=opt.name, zero=zero, dp=dp, tp=tp, pp=pp, sp=sp and tp > 1,
-                                recompute=recompute, flash=flash, memory_per_gpu_bytes=gpu.memory_bytes, fsdp=settings,
-                                reserve_bytes=default_reserve(gpu) if reserve_bytes is None else reserve_bytes,
-                                grad_accum=m, ep=ep, framework=framework, cp=cp, etp=etp, loss_upcast=loss_upcast)
+        memory = memory_per_gpu(spec, hardware, run)
         if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
             memory["peak_bytes"] += memory["params_bytes"]
             memory["headroom_bytes"] -= memory["params_bytes"]
             memory["fits"] = memory["headroom_bytes"] >= 0
-        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=gpu.memory_bytes, fits=memory["fits"],
+        result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=hardware.memory_bytes, fits=memory["fits"],
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})

@@ -22,7 +22,7 @@ rate and their kernels without overhead (nothing published found): optimistic th
 
 from __future__ import annotations
 
-from trainledger.account.time.step import step_time
+from trainledger.account.validation.asked import step_of
 from trainledger.specs.hardware import get_gpu
 
 _MB = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.11 NeMo Container, pre-training, "
@@ -95,10 +95,10 @@ def megatron_bridge_case(row) -> dict:
     label, model, gpu_name, system, precision, n, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ga, published = row
     gpu, spec = get_gpu(gpu_name), get_model(model)
     kernel = "cudnn" if "cudnn" in gpu.attention_efficiency else None
-    r = step_time(spec, gpu, batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n, precision=precision,
-                  optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=vp, cp=cp, zero=3 if fsdp else 1,
-                  recompute="none", flash=True, attention="causal", framework="megatron", dropout=False,
-                  attention_kernel=kernel, with_memory=False)
+    r = step_of(spec, gpu, n, batch_size=mbs, seq_len=seq, global_batch_size=gbs, precision=precision,
+                optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=vp, cp=cp, zero=3 if fsdp else 1,
+                recompute="none", flash=True, attention="causal", framework="megatron", dropout=False,
+                attention_kernel=kernel, with_memory=False)
     assert r["micro_batches"] == ga, (label, r["micro_batches"], ga)     # the published GA column, reproduced
     predicted = r["tokens_per_s"] / n
     return {"label": label, "source": _MB.format(system=system), "precision": precision, "gpu": gpu_name,
@@ -109,16 +109,12 @@ def megatron_bridge_case(row) -> dict:
 
 def torchtitan_case(row) -> dict:
     """One torchtitan Float8 row predicted on the Grand Teton H100 (specs/hardware.py h100-hbm2e)."""
-    from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.specs import get_model
-    from trainledger.specs.recipes import get_recipe
     label, model, n, tp, pp, cp, b, gbs, seq, recompute, table, published = row
-    dp = n // (tp * pp * cp)
     spec, gpu = get_model(model), get_gpu("h100-hbm2e")
-    fsdp = fsdp_settings(get_recipe("fp8-rowwise"), param_dtype="auto", pp=pp, dp=dp)
-    r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=gbs, num_gpus=n, tp=tp, sp=tp > 1, pp=pp,
-                  cp=cp, precision="fp8-rowwise", optimizer="adamw", zero=3, recompute=recompute, fsdp=fsdp,
-                  framework="torchtitan", compiled=True, attention="causal", with_memory=False)
+    r = step_of(spec, gpu, n, batch_size=b, seq_len=seq, global_batch_size=gbs, tp=tp, sp=tp > 1, pp=pp,
+                cp=cp, precision="fp8-rowwise", optimizer="adamw", zero=3, recompute=recompute, param_dtype="auto",
+                framework="torchtitan", compile=True, attention="causal", with_memory=False)
     predicted = r["tokens_per_s"] / n
     return {"label": label, "source": _TT.format(table=table), "precision": "fp8-rowwise", "gpu": "h100-hbm2e",
             "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": predicted,

@@ -43,7 +43,7 @@ reduced after the last micro-batch (`--no-dp-overlap`; with a pipeline they are 
 
 from __future__ import annotations
 
-from trainledger.account.time.step import step_time
+from trainledger.account.validation.asked import step_of
 from trainledger.account.validation.runs import megatron_gpt
 from trainledger.specs.hardware import get_gpu
 
@@ -123,10 +123,10 @@ def narayanan_cases() -> list[dict]:
             size, heads, hidden, layers, t, p, n, batch, tflops_per_gpu = row
             spec = megatron_gpt(f"{size:g}B", hidden, heads, layers)
             mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
-            r = step_time(spec, gpu, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch, num_gpus=n,
-                          precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
-                          recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
-                          pp_overlap=False, with_memory=False)
+            r = step_of(spec, gpu, n, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch,
+                        precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
+                        recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
+                        pp_overlap=False, with_memory=False)
             published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
             rows.append({"label": f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", "table": table, "num_gpus": n,
                          "tp": t, "pp": p, "interleave": v, "batch_size": mb, "global_batch_size": batch,
@@ -145,9 +145,10 @@ def mtnlg_cases() -> list[dict]:
     rows = []
     for servers, seconds, tflops_per_gpu in MTNLG:
         n = 8 * servers
-        r = step_time(spec, gpu, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH, num_gpus=n,
-                      precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
-                      recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False, with_memory=False)
+        r = step_of(spec, gpu, n, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH,
+                    precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
+                    recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
+                    with_memory=False)
         rows.append({"label": f"530B, t 8 p 35, {n} GPUs", "num_gpus": n, "published_seconds": seconds,
                      "published_tflops_per_gpu": tflops_per_gpu, "predicted_seconds": r["step_seconds"],
                      "error": r["step_seconds"] / seconds - 1, "breakdown": r["breakdown"],

@@ -24,7 +24,7 @@ is in the step (framework megatron trains it by default: account/time/mtp.py). T
 
 from __future__ import annotations
 
-from trainledger.account.time.step import step_time
+from trainledger.account.validation.asked import step_of
 from trainledger.errors import TrainledgerError
 from trainledger.specs.hardware import get_gpu
 
@@ -201,11 +201,11 @@ def predict(row, a2a_overlap: float | None = None) -> dict:
     overlap = RECIPE_A2A_OVERLAP.get((system, model), 0.0) if a2a_overlap is None else a2a_overlap
     spec = get_model(model)
     interleave, uneven = published_interleave(spec.n_layers, pp, vp, gbs // (n // (tp * pp) * mbs))
-    r = step_time(spec, get_gpu(gpu_name), batch_size=mbs, seq_len=seq, global_batch_size=gbs,
-                  num_gpus=n, precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=interleave,
-                  zero=1, ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
-                  etp=RECIPE_ETP.get(model), ep_overlap=overlap, uneven_chunks=uneven,
-                  mtp=False if (container, system, model) in WITHOUT_MTP else None)
+    r = step_of(spec, get_gpu(gpu_name), n, batch_size=mbs, seq_len=seq, global_batch_size=gbs,
+                precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=interleave,
+                zero=1, ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
+                etp=RECIPE_ETP.get(model), overlap=overlap, uneven_chunks=uneven,
+                mtp=False if (container, system, model) in WITHOUT_MTP else None)
     per_gpu = r["tokens_per_s"] / n
     return {"container": container, "system": system, "model": model, "gpu": gpu_name, "precision": precision,
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
@@ -224,20 +224,19 @@ def predict_automodel(row) -> dict:
     EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs causal. Its VP, with uneven chunks where
     the layers do not split evenly ("interleave_modelled", "uneven_chunks": Automodel places DeepSeek-V3's 61 layers
     over 32 stages of 1-2 with layers_per_stage; until 2026-12-01 such rows were timed with --interleave 1)."""
-    from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
-    from trainledger.specs.recipes import get_recipe
     model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
     spec, dp = get_model(model), n // (tp * pp * cp)
     micro_batches = gbs // (dp * mbs)
     modelled, uneven = published_interleave(spec.n_layers, pp, vp, micro_batches)
-    fsdp = fsdp_settings(get_recipe(AUTOMODEL_PRECISION), param_dtype="auto", reduce_dtype="fp32",
-                         reshard_after_forward=AUTOMODEL_RESHARD_AFTER_FORWARD[row[-1]], pp=pp, dp=dp)
-    r = step_time(spec, get_gpu("h100-sxm"), batch_size=mbs, seq_len=seq, global_batch_size=gbs, num_gpus=n,
-                  precision=AUTOMODEL_PRECISION, optimizer="adamw", pp=pp, interleave=modelled, zero=3, fsdp=fsdp,
-                  ep=ep, ep_dispatcher="deepep", recompute=recompute, flash=True, attention="causal",
-                  framework="torchtitan", loss_upcast=False, uneven_chunks=uneven)
+    r = step_of(spec, get_gpu("h100-sxm"), n, batch_size=mbs, seq_len=seq, global_batch_size=gbs,
+                precision=AUTOMODEL_PRECISION, optimizer="adamw", pp=pp, interleave=modelled, zero=3,
+                param_dtype="auto", reduce_dtype="fp32",
+                reshard_after_forward=AUTOMODEL_RESHARD_AFTER_FORWARD[row[-1]],
+                ep=ep, dispatcher="deepep", recompute=recompute, flash=True, attention="causal",
+                framework="torchtitan", loss_upcast=False, uneven_chunks=uneven,
+                reserve="cuda")    # the CUDA reserve with the caching allocator's cache (no expandable segments)
     per_gpu = r["tokens_per_s"] / n
     return {"model": model, "gpu": "h100-sxm", "precision": AUTOMODEL_PRECISION, "num_gpus": n, "global_batch_size": gbs,
             "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled,
@@ -298,11 +297,11 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
     from trainledger.specs.recipes import get_recipe
     get_recipe(precision)
     spec, device = get_model("deepseek-v3"), get_gpu(gpu)
-    layout = dict(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size, num_gpus=2048,
+    layout = dict(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size,
                   precision=precision, pp=16, ep=64, zero=1, framework="megatron", attention="causal", with_memory=False,
                   schedule="dualpipe")
-    r = step_time(spec, device, **layout, ep_overlap=1.0, ep_dispatcher="deepep")
-    exposed = step_time(spec, device, **layout, ep_overlap=0.0, ep_dispatcher="deepep")
+    r = step_of(spec, device, 2048, **layout, overlap=1.0, dispatcher="deepep")
+    exposed = step_of(spec, device, 2048, **layout, overlap=0.0, dispatcher="deepep")
     hours = DEEPSEEK_V3_TOKENS / r["tokens_per_s"] * 2048 / 3600
     if not hours > 0:
         raise TrainledgerError("no prediction")

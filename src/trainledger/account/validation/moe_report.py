@@ -39,7 +39,7 @@ ETP = TP (no source for theirs; every DeepSeek-V3 row's EP divides its DP).
 
 from __future__ import annotations
 
-from trainledger.account.time.step import step_time
+from trainledger.account.validation.asked import step_of
 from trainledger.errors import TrainledgerError
 from trainledger.specs.hardware import get_gpu
 
@@ -135,12 +135,12 @@ def predict(row) -> dict:
     from trainledger.account.time.schedule import published_interleave
     vp, uneven = published_interleave(spec.n_layers, f["pp"], f["vpp"], micro_batches)
     overlap = A2A_OVERLAP_RATIO if f["a2a_overlap"] else 0.0
-    r = step_time(spec, get_gpu(GPU[f["system"]]), batch_size=f["batch_size"], seq_len=f["seq_len"],
-                  global_batch_size=f["global_batch_size"], num_gpus=f["num_gpus"], precision=PRECISION[f["dtype"]],
-                  optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"], interleave=vp, cp=f["cp"], zero=1,
-                  ep=f["ep"], recompute="none", flash=True, attention="causal", framework="megatron",
-                  ep_overlap=overlap, ep_dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]),
-                  uneven_chunks=uneven)
+    r = step_of(spec, get_gpu(GPU[f["system"]]), f["num_gpus"], batch_size=f["batch_size"], seq_len=f["seq_len"],
+                global_batch_size=f["global_batch_size"], precision=PRECISION[f["dtype"]],
+                optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"], interleave=vp, cp=f["cp"], zero=1,
+                ep=f["ep"], recompute="none", flash=True, attention="causal", framework="megatron",
+                overlap=overlap, dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]),
+                uneven_chunks=uneven)
     per_gpu = r["tokens_per_s"] / f["num_gpus"]
     return f | {"interleave_modelled": vp, "uneven_chunks": uneven, "etp": r["etp"], "ep_overlap": overlap, "micro_batches": r["micro_batches"],
                 "predicted_tokens_per_s_per_gpu": per_gpu,

@@ -19,7 +19,7 @@ The model's inputs are the GPU's datasheet and published measurements (specs/); 
 
 from __future__ import annotations
 
-from trainledger.account.time.step import step_time
+from trainledger.account.validation.asked import step_of
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.model import TransformerSpec
 
@@ -65,10 +65,10 @@ def korthikanti_cases() -> list[dict]:
     for name, h, a, L, pp, v, n, mb, gb, full, seqsel in KORTHIKANTI_TABLE5:
         spec = megatron_gpt(name, h, a, L)
         for label, recompute, sp, published in (("full", "full", False, full), ("seq+sel", "selective", True, seqsel)):
-            r = step_time(spec, gpu, batch_size=mb, seq_len=2048, global_batch_size=gb, num_gpus=n,
-                          precision="mixed-fp16", optimizer="adam", tp=8, sp=sp, pp=pp, interleave=v,
-                          recompute=recompute, flash=False, framework="megatron", with_memory=False,
-                          pp_overlap=False)    # the 2022 code's interleaved schedule waited for each send
+            r = step_of(spec, gpu, n, batch_size=mb, seq_len=2048, global_batch_size=gb,
+                        precision="mixed-fp16", optimizer="adam", tp=8, sp=sp, pp=pp, interleave=v,
+                        recompute=recompute, flash=False, framework="megatron", with_memory=False,
+                        pp_overlap=False)    # the 2022 code's interleaved schedule waited for each send
             rows.append({"model": name, "setting": label, "published_seconds": published,
                          "predicted_seconds": r["step_seconds"], "error": r["step_seconds"] / published - 1,
                          "mfu": r["mfu"], "breakdown": r["breakdown"]})
@@ -98,11 +98,11 @@ def llama3_cases(interleave: int = LLAMA3_INTERLEAVE, attention_kernel: str | No
     spec, gpu = get_model("llama-3.1-405b"), get_gpu("h100-sxm")
     rows = []
     for n, tp, cp, pp, dp, seq, published in LLAMA3_TABLE4:
-        r = step_time(spec, gpu, batch_size=1, seq_len=seq, global_batch_size=2**24 // seq, num_gpus=n,
-                      precision="mixed-bf16", optimizer="adamw", tp=tp, sp=True, pp=pp, interleave=interleave,
-                      cp=cp, dp=dp, zero=1, recompute="none", flash=True, attention="causal", framework="megatron",
-                      dropout=False, attention_kernel=attention_kernel, with_memory=False,
-                      pp_overlap=True)   # "we adopt asynchronous point-to-point communication in PP" (Sec. 3.3.2)
+        r = step_of(spec, gpu, n, batch_size=1, seq_len=seq, global_batch_size=2**24 // seq,
+                    precision="mixed-bf16", optimizer="adamw", tp=tp, sp=True, pp=pp, interleave=interleave,
+                    cp=cp, dp=dp, zero=1, recompute="none", flash=True, attention="causal", framework="megatron",
+                    dropout=False, attention_kernel=attention_kernel, with_memory=False,
+                    pp_overlap=True)   # "we adopt asynchronous point-to-point communication in PP" (Sec. 3.3.2)
         rows.append({"gpus": n, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "seq_len": seq, "published_mfu": published,
                      "predicted_mfu": r["mfu"], "error": r["mfu"] / published - 1, "step_seconds": r["step_seconds"],
                      "breakdown": r["breakdown"]})
@@ -138,13 +138,6 @@ TORCHTITAN = [
 ]
 
 
-def _compile_keyword() -> str | None:
-    """The keyword with which account.time.step.step_time models torch.compile (`compile` or `compiled`), or None."""
-    import inspect
-    parameters = inspect.signature(step_time).parameters
-    return next((name for name in ("compile", "compiled") if name in parameters), None)
-
-
 def torchtitan_cli(row) -> str:
     """The `trainledger step` command a user would type for a TORCHTITAN row (defaults: amp-bf16, ZeRO 3 = FSDP2
     with a bf16 mixed-precision policy, fp32 reduce-scatters; `--framework torchtitan`: its Llama's kernels)."""
@@ -160,28 +153,23 @@ def torchtitan_cases() -> list[dict]:
     """Every TORCHTITAN row predicted as `torchtitan_cli` asks it: tokens/s per GPU, error (predicted/published − 1),
     memory per GPU and whether it fits. Rows with torch.compile are predicted only when step_time models it
     (`modelled` False otherwise)."""
-    from trainledger.account.memory.fsdp import fsdp_settings
     from trainledger.account.memory.per_gpu import cuda_reserve_bytes
     from trainledger.account.planning.zero_choice import default_zero
     from trainledger.specs import get_model
-    from trainledger.specs.recipes import get_recipe
-    keyword = _compile_keyword()
     rows = []
     for row in TORCHTITAN:
         label, model, gpu_name, n, tp, b, seq, recompute, compiled, published, source = row
         spec, gpu, dp = get_model(model), get_gpu(gpu_name), n // tp
         zero, _ = default_zero(dp=dp, pp=1, framework="torchtitan")
-        fsdp = fsdp_settings(get_recipe("amp-bf16"), param_dtype="auto", dp=dp)
         out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": dp, "batch_size": b,
                "seq_len": seq, "recompute": recompute, "compile": compiled, "published_tokens_per_s_per_gpu": published,
-               "source": source, "cli": torchtitan_cli(row), "modelled": keyword is not None or not compiled}
+               "source": source, "cli": torchtitan_cli(row), "modelled": True}
         if out["modelled"]:
-            extra = {keyword: True} if compiled else {}
             # torchtitan's run_train.sh sets expandable_segments:True: no caching-allocator cache in the reserve
             reserve = cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
-            r = step_time(spec, gpu, batch_size=b, seq_len=seq, global_batch_size=b * dp, num_gpus=n, tp=tp, sp=tp > 1,
-                          precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, fsdp=fsdp,
-                          framework="torchtitan", reserve_bytes=reserve, **extra)
+            r = step_of(spec, gpu, n, batch_size=b, seq_len=seq, global_batch_size=b * dp, tp=tp, sp=tp > 1,
+                        precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, param_dtype="auto",
+                        framework="torchtitan", reserve=reserve, compile=compiled)
             predicted = r["tokens_per_s"] / n
             out.update(predicted_tokens_per_s_per_gpu=predicted, error=predicted / published - 1, mfu=r["mfu"],
                        step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],
