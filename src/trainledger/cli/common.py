@@ -127,9 +127,13 @@ def print_json(data) -> None:
 
 
 def json_ready(value):
-    """`value` with NaN/inf replaced by None, keys as strings, tuples as lists: safe for json.dumps."""
+    """`value` with NaN/inf replaced by None, keys as strings, tuples as lists, a frozen value of specs/ (a run, a
+    group of it) as its fields: safe for json.dumps."""
+    import dataclasses
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_ready(dataclasses.asdict(value))
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -312,7 +316,7 @@ def approximation_notes(spec) -> list[str]:
     return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]
 
 
-RECOMPUTE_CHOICES = ("none", "selective", "full", "selective-op", "selective-layer")   # account.counting.recompute.POLICIES
+from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE_CHOICES  # noqa: E402 (the run's vocabulary)
 RECOMPUTE_HELP = ("activation recomputation: none, selective (the attention core, Korthikanti), full (each block), "
                   "selective-op (torchtitan's per-op policy: every second matmul and the elementwise ops re-run), "
                   "selective-layer (torchtitan's per-layer policy: every second block fully)")

@@ -28,18 +28,25 @@ examples:
 """
 
 
+RUN_FLAGS = True        # cli/main.py merges --config and the run's flags (cli/run_flags.py) before compute()
+HARDWARE_DEFAULTS = {"num_gpus": 8}     # after --config: the defaults of --gpu and --num-gpus
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.run_flags import add_config_flags, add_run_flags, bind
     parser.add_argument("--gpu", default=None, help="accelerator whose memory is used (default h100: 80 GB)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs the states are sharded over (default 8)")
+    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
-    common.add_optimizer_flag(parser)
-    common.add_precision_flag(parser, "fp32", "the lecture's naive AdamW; amp-bf16 and mixed-bf16 also keep 16 B/param")
-    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage over --num-gpus ranks (default 3: everything sharded)")
-    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0, help="bytes per GPU kept free, e.g. 4GiB (default 0)")
+    add_run_flags(parser, "fit", helps={
+        "--precision": "precision recipe (default fp32: the lecture's naive AdamW; amp-bf16 and mixed-bf16 also keep "
+                       "16 B/param)",
+        "--zero": "ZeRO stage over --num-gpus ranks (default 3: everything sharded)",
+        "--batch-size": "with --model: check this micro-batch (sequences per GPU) fits",
+        "--seq-len": "context length for --model (default: the context it was pre-trained at)"})
+    bind(parser.add_argument("--reserve", type=nonnegative_bytes, default=None,
+                             help="bytes per GPU kept free, e.g. 4GiB (default 0)"), "--reserve", "fit")
     parser.add_argument("--model", help="also report the largest micro-batch of this model on one GPU (states sharded as above)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context it was pre-trained at)")
-    parser.add_argument("--batch-size", type=common.positive_int, help="with --model: check this micro-batch (sequences per GPU) fits")
-    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
+    add_config_flags(parser)
     common.add_json_flag(parser)
 
 
@@ -48,15 +55,22 @@ def compute(args) -> dict:
     from trainledger.errors import TrainledgerError
     from trainledger.specs.hardware import get_gpu
 
+    from trainledger.cli.run_flags import asked, document_of, given
     from trainledger.cli.sanity import custom_memory_label
+    given_gpu = args.gpu is not None
+    run = asked(args)
     gpu = get_gpu(args.gpu if args.gpu is not None else "h100")
+    reserve = run.levers.reserve
+    if isinstance(reserve, str):         # a run file's 'auto' or 'expandable': fit keeps back a size it is given
+        raise TrainledgerError(f"fit keeps back a size per GPU (--reserve 4GiB, default 0), got {reserve!r} from "
+                               "--config", "--reserve")
     from trainledger.specs.fp8 import check_gpu_supports
     check_gpu_supports(args.precision, gpu)
     memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
-    label = custom_memory_label(gpu.name, args.memory_per_gpu, args.gpu is not None)
-    result = {"gpu": gpu.name if args.memory_per_gpu is None else ("custom" if args.gpu is None else gpu.name),
+    label = custom_memory_label(gpu.name, args.memory_per_gpu, given_gpu)
+    result = {"gpu": gpu.name if args.memory_per_gpu is None else ("custom" if not given_gpu else gpu.name),
               "gpu_label": label,
-              **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, args.reserve)}
+              **max_params(memory, args.num_gpus, args.precision, args.optimizer, args.zero, reserve)}
     result["assumptions"] = [
         f"model states only: precision {result['precision']} with {result['optimizer']} (--precision, --optimizer; "
         f"fp32 is the lecture's naive default), {result['bytes_per_param']:g} B/param unsharded",
@@ -65,23 +79,26 @@ def compute(args) -> dict:
     ]
     if args.model is not None:
         spec, seq_len = load_transformer(args.model, args.seq_len)
-        kwargs = dict(precision=args.precision, optimizer=args.optimizer, zero=args.zero, dp=args.num_gpus,
-                      recompute=args.recompute)
-        found = max_micro_batch(spec, memory, seq_len, args.reserve, **kwargs)
+        from trainledger.specs.run import Hardware
+        hardware = Hardware(gpu, memory_per_gpu_bytes=memory)
+        # the states sharded as the ZeRO paper counts them (the question above), over --num-gpus data-parallel ranks
+        run = run.with_(seq_len=seq_len, dp=args.num_gpus, impl="paper", batch_size=1)
+        found = max_micro_batch(spec, hardware, run)
         result.update({"model": spec.name, "seq_len": seq_len, "max_batch_size": found["max_batch_size"],
                        "total_bytes_at_max_batch": found["memory_at_max"]["total_bytes"] if found["max_batch_size"] else None})
-        if args.batch_size is not None:
+        if given(args, "batch.batch_size"):
             from trainledger.account.memory.per_gpu import memory_per_gpu
-            m = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, reserve_bytes=args.reserve,
-                               memory_per_gpu_bytes=memory, **kwargs)
+            m = memory_per_gpu(spec, hardware, run.with_(batch_size=args.batch_size))
             result.update({"batch_size": args.batch_size, "total_bytes": m["total_bytes"], "fits": m["fits"]})
+        run = run.with_(batch_size=args.batch_size)
         result["assumptions"].insert(0, seq_len_assumption(spec, seq_len, args.seq_len))
         result["assumptions"].append(f"micro-batch search: {spec.name} at seq_len {seq_len:,}, activations from "
                                      f"account.memory.activations, recompute {args.recompute}, data parallel over {args.num_gpus}")
         if seq_len_warnings(spec, seq_len):
             result["warnings"] = seq_len_warnings(spec, seq_len)
-    elif args.batch_size is not None or args.seq_len is not None:
+    elif given(args, "batch.batch_size") or args.seq_len is not None:
         raise TrainledgerError("--batch-size and --seq-len need --model")
+    result["run"] = document_of(args, run.with_(dp=args.num_gpus, impl="paper"))
     return result
 
 

@@ -10,7 +10,8 @@ from trainledger.cli import common
 from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
 from trainledger.cli.launch import KINDS, launch_texts
-from trainledger.cli.reserve import add_reserve_flag, near_limit_warning, reserve_of
+from trainledger.cli.reserve import near_limit_warning
+from trainledger.errors import TrainledgerError
 
 HELP = "fastest TP/SP/PP/interleave/CP/DP/ZeRO/micro-batch/recompute layouts of --model that fit on --num-gpus GPUs"
 DESCRIPTION = """Searches tensor (+ sequence) parallelism, pipeline stages and interleaving, context parallelism,
@@ -30,24 +31,19 @@ examples:
 ALL_LAYOUTS = 1 << 30     # search(top=...) that keeps every timed layout
 
 
+RUN_FLAGS = True        # cli/main.py merges --config and the run's flags (cli/run_flags.py) before compute()
+HARDWARE_DEFAULTS = {"gpu": "h100", "num_gpus": 8}     # after --config: the defaults of --gpu and --num-gpus
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainledger.cli.step import add_model_flags
-    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json path")
-    parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=8, help="GPUs of the job (default 8)")
-    parser.add_argument("--global-batch-size", type=common.positive_int, default=None,
-                        help="sequences per optimizer step (default: one per GPU)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
-    common.add_optimizer_flag(parser)
-    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
-                        help="flash attention (default on)")
-    common.add_loss_upcast_flag(parser)
+    from trainledger.cli.run_flags import add_config_flags, add_run_flags
+    parser.add_argument("--model", help="preset name or Hugging Face config.json path")
+    parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
+    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="GPUs of the job (default 8)")
+    add_run_flags(parser, "layout", helps={"--global-batch-size": "sequences per optimizer step (default: one per GPU)"})
     parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
-    add_reserve_flag(parser)
-    add_model_flags(parser)
-    common.add_compile_flag(parser)
+    add_config_flags(parser)
     common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     parser.add_argument("--launch", choices=KINDS, type=str.lower,
@@ -59,44 +55,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compute(args) -> dict:
     from trainledger.account.planning.layout import search
+    from trainledger.cli.run_flags import asked, document_of, hardware_of
+    from trainledger.specs.run_checks import default_precision
 
+    if args.model is None:
+        raise TrainledgerError("layout needs --model (a preset or a config.json), or --config FILE with a [model]",
+                               "--model")
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = load_transformer(args.model, args.seq_len)
-    global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
-    found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
-                   precision=args.precision, optimizer=args.optimizer, flash=args.flash, attention=args.attention,
-                   framework=args.framework, attention_kernel=args.attention_kernel,
-                   top=ALL_LAYOUTS if args.launch else args.top,      # --launch looks past the table for one train runs
-                   memory_per_gpu_bytes=args.memory_per_gpu, compiled=args.compile,
-                   reserve_bytes=reserve_of(args, gpu), loss_upcast=args.loss_upcast)
-    capacity = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
+    run = asked(args)
+    global_batch = run.batch.global_batch_size if run.batch.global_batch_size is not None else args.num_gpus
+    precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)
+    hardware = hardware_of(args, gpu, args.num_gpus)
+    found = search(spec, hardware, run.with_(seq_len=seq_len, global_batch_size=global_batch, precision=precision),
+                   top=ALL_LAYOUTS if args.launch else args.top)      # --launch looks past the table for one train runs
+    k = run.kernels
+    capacity = hardware.memory_bytes
     result = {"model": spec.name, "gpu": gpu.name, "num_gpus": args.num_gpus, "global_batch_size": global_batch,
-              "seq_len": seq_len, "precision": args.precision, "optimizer": args.optimizer, "flash": args.flash,
-              "framework": args.framework, "memory_per_gpu_bytes": capacity, **found}
+              "seq_len": seq_len, "precision": precision, "optimizer": run.numerics.optimizer, "flash": k.flash,
+              "framework": k.framework, "memory_per_gpu_bytes": capacity, **found}
     result["assumptions"] = [
-        seq_len_assumption(spec, seq_len, args.seq_len),
-        f"global batch {units.count_of(global_batch, 'sequence')}{' (default: one per GPU)' if args.global_batch_size is None else ''}; "
-        f"{args.precision} + {args.optimizer}; flash {'on' if args.flash else 'off'}; framework {args.framework}"
-        + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not args.loss_upcast else "")
-        + ("; torch.compile" if args.compile else "")
+        seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len),
+        f"global batch {units.count_of(global_batch, 'sequence')}{' (one per GPU)' if global_batch == args.num_gpus else ''}; "
+        f"{precision} + {run.numerics.optimizer}; flash {'on' if k.flash else 'off'}; framework {k.framework}"
+        + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not k.loss_upcast else "")
+        + ("; torch.compile" if k.compile else "")
         + (f"; device measured by {args.calibration}" if args.calibration else ""),
         f"searched {found['considered']} layouts, {found['fitting']} fit in {units.format_bytes(capacity)} "
         f"(account/memory/per_gpu.py), {found['timed']} timed with interleaving (account/time/step.py)",
         "memory/GPU = the peak of a training step; it fits when peak + reserve <= memory. Reserve: "
-        + ("--reserve" if args.reserve is not None else "by default what a CUDA process holds besides its tensors "
-           "(CUDA context, cuBLAS workspaces, 10% of the peak for the caching allocator)"),
+        + (f"--reserve {units.format_bytes(run.levers.reserve) if isinstance(run.levers.reserve, float) else run.levers.reserve}"
+           if run.levers.reserve != "auto" else "by default what a CUDA process "
+           "holds besides its tensors (CUDA context, cuBLAS workspaces, 10% of the peak for the caching allocator)"),
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
     for layout in found["layouts"]:           # the error bar of each time (account/validation/interval.py)
-        layout.update(interval_of(layout["step_seconds"], global_batch * seq_len, args.framework, gpu.name,
+        layout.update(interval_of(layout["step_seconds"], global_batch * seq_len, k.framework, gpu.name,
                                   args.num_gpus, moe=spec.is_moe))
+        layout["run"] = document_of(args, layout["run"], args.num_gpus, derived=[])   # `step --config` takes it as it is
     if found["layouts"]:
         result.update({k: v for k, v in found["layouts"][0].items() if k.startswith(("step_seconds_", "tokens_per_s_",
                                                                                     "interval_"))})
+        result["run"] = found["layouts"][0]["run"]
     if args.launch:     # search() raises when none fits
         result["launch"] = launch_texts(result, found["layouts"], model=args.model, gpus_per_node=gpu.gpus_per_node,
-                                        compile_model=args.compile)
+                                        compile_model=k.compile)
         result["layouts"] = found["layouts"][:args.top]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:

@@ -132,14 +132,26 @@ def compute(argv: list[str]):
     module = getattr(args, "_module", None)
     if module is None or not hasattr(module, "compute"):
         raise UsageError(f"'{argv[0] if argv else ''}' is not an answering subcommand")
+    _merge_run(args)
     return module.compute(args)
+
+
+def _merge_run(args) -> None:
+    """For a command with run flags (cli/run_flags.py): defaults < --config < the flags given, into `args`."""
+    if hasattr(args, "config") and getattr(args._module, "RUN_FLAGS", False):
+        from trainledger.cli.run_flags import apply_config
+        apply_config(args)
 
 
 def _run(args) -> int | None:
     module = args._module
+    _merge_run(args)
     if hasattr(module, "run"):
         return module.run(args)
     result = module.compute(args)
+    if getattr(args, "save_config", None):
+        from trainledger.cli.run_flags import save_config
+        save_config(args, result)
     if isinstance(result, dict):       # outlandish inputs: one line each on stderr (JSON keeps them under "warnings")
         for line in result.get("warnings", []):
             sys.stderr.write(f"warning: {line}\n")

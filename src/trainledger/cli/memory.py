@@ -6,9 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.experts import add_ep_flag
 from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
-from trainledger.cli.reserve import add_reserve_flag, reserve_of
 
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
@@ -43,76 +41,79 @@ examples:
 """
 
 
+RUN_FLAGS = True        # cli/main.py merges --config and the run's flags (cli/run_flags.py) before compute()
+HARDWARE_DEFAULTS = {"gpu": "h100"}     # after --config: the defaults of --gpu and --num-gpus
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    what = parser.add_mutually_exclusive_group(required=True)
+    from trainledger.cli.run_flags import add_config_flags, add_run_flags
+    what = parser.add_mutually_exclusive_group()
     what.add_argument("--model", help="preset name or Hugging Face config.json path (activations included)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
-    parser.add_argument("--batch-size", type=common.positive_int, default=1, help="micro-batch: sequences per GPU per forward/backward (default 1)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, "amp-bf16", "PyTorch autocast, fp32 weights and states")
-    common.add_optimizer_flag(parser)
-    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)")
-    parser.add_argument("--dp", type=common.positive_int, default=1, help="data-parallel ranks (default 1)")
-    parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel size; must divide the heads (default 1)")
-    parser.add_argument("--sp", action="store_true", help="sequence parallelism with --tp (Korthikanti et al. 2022)")
-    parser.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
-    add_ep_flag(parser)
-    parser.add_argument("--grad-accum", type=common.positive_int, default=1,
-                        help="micro-batches per optimizer step: after the first, each runs with the gradients held (default 1)")
-    parser.add_argument("--recompute", choices=common.RECOMPUTE_CHOICES, default="none", help=common.RECOMPUTE_HELP)
-    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="flash attention: no T×T scores saved (default on)")
-    common.add_loss_upcast_flag(parser)
-    parser.add_argument("--gpu", default="h100", help="accelerator to check against (default h100)")
+    add_run_flags(parser, "memory", helps={
+        "--zero": "ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)",
+        "--dp": "data-parallel ranks (default 1)",
+        "--precision": "precision recipe (default amp-bf16: PyTorch autocast, fp32 weights and states)"})
+    parser.add_argument("--grad-accum", type=common.positive_int, default=None,
+                        help="micro-batches per optimizer step: after the first, each runs with the gradients held "
+                             "(default 1; the run's global batch = grad-accum × dp × batch-size)")
+    parser.add_argument("--gpu", default=None, help="accelerator to check against (default h100)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
-    add_reserve_flag(parser)
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
-    common.add_fsdp_flags(parser)
+    add_config_flags(parser)
     common.add_json_flag(parser)
 
 
 def compute(args) -> dict:
     from trainledger.account.memory.per_gpu import memory_per_gpu
+    from trainledger.cli.run_flags import asked, document_of, given, hardware_of
     from trainledger.errors import TrainledgerError
     from trainledger.specs.hardware import get_gpu
+    from trainledger.specs.run_checks import ParameterCount
 
+    if args.model is None and args.params is None:
+        raise TrainledgerError("memory needs --model (a preset or a config.json) or --params N, or --config FILE with "
+                               "a [model]", "--model")
+    if args.model is not None and args.params is not None:     # one from the command line, one from --config
+        raise TrainledgerError("give --model or --params, not both", "--params")
     gpu = get_gpu(args.gpu)
+    run = asked(args)
+    precision = run.numerics.precision if run.numerics.precision is not None else "amp-bf16"
     from trainledger.specs.fp8 import check_gpu_supports
-    check_gpu_supports(args.precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
-    memory = args.memory_per_gpu if args.memory_per_gpu is not None else gpu.memory_bytes
-    zero = DEFAULT_ZERO if args.zero is None else args.zero
-    settings = dict(precision=args.precision, optimizer=args.optimizer, zero=zero, dp=args.dp, tp=args.tp,
-                    pp=args.pp, sp=args.sp, recompute=args.recompute, flash=args.flash,
-                    reserve_bytes=reserve_of(args, gpu), memory_per_gpu_bytes=memory, grad_accum=args.grad_accum,
-                    ep=args.ep, loss_upcast=args.loss_upcast)
-    fsdp = common.fsdp_from_args(args, args.precision, zero, args.dp, args.pp) if args.model is not None else None
-    if fsdp is not None:
-        settings["fsdp"] = fsdp
+    check_gpu_supports(precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
+    lay = run.layout
+    run = run.with_(precision=precision)
+    if args.grad_accum is not None:
+        run = run.with_(global_batch_size=args.grad_accum * (lay.dp or 1) * run.batch.batch_size)
+    zero, dp = lay.zero, lay.dp
+    hardware = hardware_of(args, gpu)
     warnings = []
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of
         impl = hf_impl_of(args)
         spec, seq_len = load_transformer(args.model, args.seq_len)
+        run = run.with_(seq_len=seq_len)
         if impl is not None:
             from trainledger.account.memory.hf_activations import hf_impl_note, hf_memory_per_gpu
-            if not args.flash:
+            if not run.kernels.flash:
                 raise TrainledgerError("--no-flash applies to trainledger's Transformer; with --impl hf give --attn-impl eager")
-            if not args.loss_upcast:
+            if not run.kernels.loss_upcast:
                 raise TrainledgerError("--no-loss-upcast applies to trainledger's Transformer; transformers' causal-LM "
                                        "loss upcasts the logits (--impl hf)")
-            settings.pop("flash")
-            settings.pop("loss_upcast")
-            result = hf_memory_per_gpu(spec, impl, batch_size=args.batch_size, seq_len=seq_len, **settings)
+            result = hf_memory_per_gpu(spec, impl, hardware, run)
         else:
-            result = memory_per_gpu(spec, batch_size=args.batch_size, seq_len=seq_len, **settings)
+            result = memory_per_gpu(spec, hardware, run)
         result["model"] = spec.name
-        first = [seq_len_assumption(spec, seq_len, args.seq_len),
-                 f"micro-batch {args.batch_size} sequence{'s' if args.batch_size > 1 else ''} per GPU (--batch-size)"]
-        activations = (f"activations of {spec.name} at batch {args.batch_size} × seq {seq_len:,}: what our torch model "
-                       f"saves for backward (account/memory/activations.py), recompute {args.recompute}, flash {'on' if args.flash else 'off'}"
-                       + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not args.loss_upcast else ""))
+        b = run.batch.batch_size
+        first = [seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len),
+                 f"micro-batch {b} sequence{'s' if b > 1 else ''} per GPU (--batch-size)"]
+        recompute, flash = run.levers.recompute, run.kernels.flash
+        activations = (f"activations of {spec.name} at batch {b} × seq {seq_len:,}: what our torch model "
+                       f"saves for backward (account/memory/activations.py), recompute {recompute}, flash {'on' if flash else 'off'}"
+                       + ("; the cross-entropy on the 16-bit logits (--no-loss-upcast)" if not run.kernels.loss_upcast else ""))
         if impl is not None:
-            activations = (f"activations of transformers' model of {spec.name} at batch {args.batch_size} × seq {seq_len:,} "
+            activations = (f"activations of transformers' model of {spec.name} at batch {b} × seq {seq_len:,} "
                            f"(account/memory/hf_activations.py); {hf_impl_note(impl)}")
         warnings += seq_len_warnings(spec, seq_len)
     else:
@@ -120,13 +121,16 @@ def compute(args) -> dict:
             raise TrainledgerError("--impl hf needs --model to be a Hugging Face config.json path, not --params")
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params only model states are counted)")
-        result = memory_per_gpu(n_params=args.params, **settings)
+        result = memory_per_gpu(ParameterCount(args.params), hardware, run)
         first = []
         activations = "activations not modelled: --params gives no architecture (activations_bytes = 0); use --model"
         warnings += common.outlandish(params=args.params)
+    from trainledger.specs.run_checks import resolve
+    model = spec if args.model is not None else ParameterCount(args.params)
+    result["run"] = document_of(args, resolve(model, hardware, run).run)
     from trainledger.cli.sanity import check_zero_ranks
-    check_zero_ranks(result["n_params"], args.dp, zero)
-    warnings += common.outlandish(num_gpus=args.dp * args.tp * args.pp)
+    check_zero_ranks(result["n_params"], dp, zero)
+    warnings += common.outlandish(num_gpus=dp * lay.tp * lay.pp)
     result["gpu"] = gpu.name
     if result.get("fp8"):          # what the FP8 recipe adds and saves (account/memory/fp8.py)
         f, fmt = result["fp8"], units.format_bytes
@@ -138,7 +142,7 @@ def compute(args) -> dict:
         f"precision {result['precision']} + {result['optimizer']} (--precision, --optimizer): {result['bytes_per_param']:.4g} "
         f"B/param unsharded (params {parts['params']:g}, grads {parts['grads']:g}, master {parts['master_params']:g}, "
         f"optimizer {parts['optimizer']:.4g})",
-        f"ZeRO {zero}{' (default)' if args.zero is None else ''} over dp={args.dp}, tp={args.tp}{' + sp' if args.sp else ''}, pp={args.pp} "
+        f"ZeRO {zero}{' (default)' if zero == DEFAULT_ZERO else ''} over dp={dp}, tp={lay.tp}{' + sp' if lay.sp else ''}, pp={lay.pp} "
         f"(stage reported: {result['pipeline_stage']})",
         activations,
         f"peak = the busiest moment of a training step after the first ({result['peak_moment'].replace('_', ' ')}; "
@@ -146,7 +150,10 @@ def compute(args) -> dict:
         "exist); total = the sum of the parts; fits = peak + reserve <= memory; communication buffers not modelled",
         _reserve_line(result),
     ]
-    if fsdp is not None:
+    if result["fsdp_buffers"] is not None:
+        from trainledger.account.memory.fsdp import fsdp_settings_of
+        from trainledger.specs.recipes import get_recipe
+        fsdp = fsdp_settings_of(get_recipe(result["precision"]), lay.fsdp, pp=lay.pp, dp=dp)
         b = result["fsdp_buffers"]
         result["assumptions"].insert(len(first) + 2, f"{fsdp.describe()}: its unsharded buffers are in params "
                                      f"({units.format_bytes(b['root_params'] + b['block_params'])}: the root unit and "
@@ -155,9 +162,9 @@ def compute(args) -> dict:
                                      f"activations in {result['activations_precision']}")
     if args.model is not None:
         result["assumptions"] += common.approximation_notes(spec)
-    if args.zero is not None and args.zero > 0 and args.dp == 1:
-        result["assumptions"].append(f"--zero {args.zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
-    if args.sp and args.tp == 1:
+    if zero > 0 and dp == 1 and given(args, "layout.zero"):
+        result["assumptions"].append(f"--zero {zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
+    if lay.sp and lay.tp == 1:
         result["assumptions"].append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     if warnings:
         result["warnings"] = warnings

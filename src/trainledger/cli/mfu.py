@@ -111,8 +111,9 @@ def predicted(args, spec, seq_len: int, gpu, peak: float) -> dict:
     from trainledger.errors import TrainledgerError
     precision = "amp-fp16" if args.dtype in ("fp16", "float16", "half") else "amp-bf16"
     try:
-        found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=args.num_gpus, seq_len=seq_len,
-                       precision=precision, attention=args.attention, top=1,
+        from trainledger.specs.run import Hardware, Run
+        run = Run().with_(global_batch_size=args.num_gpus, seq_len=seq_len, precision=precision, attention=args.attention)
+        found = search(spec, Hardware(gpu, args.num_gpus), run, top=1,
                        recomputes=None if args.recompute == "none" else (args.recompute,))
     except TrainledgerError as error:
         return {"predicted_mfu": None, "predicted_note": str(error)}

@@ -110,12 +110,14 @@ def auto_mfu(args, gpu, peak: float) -> tuple[float, list[str]]:
     """(MFU, [assumption, layout]) for `optimal --mfu auto`: lay out the optimal-size model, recompute the budget, repeat."""
     from trainledger.account.planning.layout import search
     from trainledger.account.planning.plan import budget_flops, compute_optimal
+    from trainledger.specs.run import Hardware, Run
     mfu, best, spec = 0.5, None, None
     for _ in range(6):
         n = compute_optimal(budget_flops(args.num_gpus, args.days, peak, mfu), args.law, args.tokens_per_param)["n_params"]
         spec = gpt_like(n, args.seq_len)
-        best = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=args.num_gpus, seq_len=args.seq_len,
-                      precision=args.precision, optimizer=args.optimizer, top=1)["layouts"][0]
+        run = Run().with_(global_batch_size=args.num_gpus, seq_len=args.seq_len, precision=args.precision,
+                          optimizer=args.optimizer)
+        best = search(spec, Hardware(gpu, args.num_gpus), run, top=1)["layouts"][0]
         done = abs(best["mfu"] - mfu) < 1e-3
         mfu = best["mfu"]
         if done:

@@ -108,29 +108,37 @@ def print_table(title: str, rows: list[tuple[str, str]], assumptions: list[str])
     out.print(common.table(None, ["quantity", "value"], rows))
 
 
+RUN_FLAGS = True        # cli/main.py merges --config and the run's flags (cli/run_flags.py) before compute()
+HARDWARE_DEFAULTS = {"gpu": "h100", "num_gpus": 1024}     # after --config: the defaults of --gpu and --num-gpus
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.run_flags import add_config_flags, add_run_flags
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--model", help="preset name or Hugging Face config.json path (train FLOPs per token at --seq-len)")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 70B (6·N FLOPs per token; default 70B)")
     parser.add_argument("--tokens", type=common.positive_count, default=15e12, help="training tokens, e.g. 15T (default 15T)")
-    parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=1024, help="number of GPUs (default 1024)")
+    parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
+    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="number of GPUs (default 1024)")
     parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
                         help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout that fits "
                              "(`trainledger layout`, needs --model) (default 0.5)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
-    parser.add_argument("--seq-len", type=common.positive_int, help="context length for --model (default: the context the model was pre-trained at)")
-    parser.add_argument("--attention", choices=("full", "causal"), default="full",
-                        help="attention-score FLOPs over the full T×T (PaLM) or half of it (Megatron) (default full)")
-    parser.add_argument("--global-batch-size", type=common.positive_int,
-                        help="sequences per step for --mfu auto (default: one per GPU)")
+    add_run_flags(parser, "plan", helps={
+        "--seq-len": "context length for --model (default: the context the model was pre-trained at)",
+        "--attention": "attention-score FLOPs over the full T×T (PaLM) or half of it (Megatron) (default full)",
+        "--global-batch-size": "sequences per step for --mfu auto (default: one per GPU)",
+        "--reserve": "with --mfu auto: bytes per GPU kept back from each layout besides its peak ('auto' (default): "
+                     "what a CUDA process holds besides its tensors; 'expandable'; or a size like 2GiB)",
+        "--precision": "precision recipe: its weights + optimizer states are the checkpoint, and --mfu auto lays it "
+                       "out (default amp-bf16)",
+        "--optimizer": "optimizer: its states are in the checkpoint (default adamw)"})
     parser.add_argument("--recompute", choices=("none", "selective", "full"), default=None,
                         help="activation recomputation: with --mfu auto the layouts use only this one (default: the "
                              "lightest that fits each layout); hardware FLOPs count it")
     parser.add_argument("--deadline", type=duration("d"), help="also report GPUs needed to finish within this time, e.g. 30d, 2w (bare number = days)")
-    from trainledger.cli.reserve import add_reserve_flag
-    add_reserve_flag(parser)              # for --mfu auto: memory kept back from each layout
     add_failure_arguments(parser)
+    add_config_flags(parser)
     common.add_calibration_flag(parser)
     common.add_json_flag(parser)
 
@@ -148,8 +156,6 @@ def add_failure_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--restart", type=nonnegative_duration, default=failures.DEFAULT_RESTART_SECONDS,
                    help="time to restart after an interruption, e.g. 10min, 90s (bare number = seconds; default 600 "
                         "s = 10 min, the restart time of Daly 2006's worked examples)")
-    common.add_precision_flag(g, "amp-bf16", "its weights + optimizer states are the checkpoint")
-    common.add_optimizer_flag(g)
     g.add_argument("--simulate", action="store_true", help="cross-check the closed form with a Monte Carlo of the same assumptions")
     g.add_argument("--trials", type=trials, default=100, help="runs simulated by --simulate, 1 to 10000 (default 100)")
     g.add_argument("--seed", type=common.seed, default=0, help="random seed of --simulate (default 0)")
@@ -165,11 +171,12 @@ def mfu_or_auto(text: str):
 def auto_mfu(args, spec, seq_len: int, gpu) -> tuple[float, dict, list[str]]:
     """(MFU, the fastest layout, assumption lines) for `--mfu auto`: account.planning.layout's best on these GPUs."""
     from trainledger.account.planning.layout import search
-    from trainledger.cli.reserve import reserve_of
+    from trainledger.cli.run_flags import asked
+    from trainledger.specs.run import Hardware
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
-    found = search(spec, gpu, num_gpus=args.num_gpus, global_batch_size=global_batch, seq_len=seq_len,
-                   precision=args.precision, optimizer=args.optimizer, attention=args.attention, top=1,
-                   recomputes=(args.recompute,) if args.recompute else None, reserve_bytes=reserve_of(args, gpu))
+    run = asked(args).with_(seq_len=seq_len, global_batch_size=global_batch, precision=args.precision)
+    found = search(spec, Hardware(gpu, args.num_gpus), run, top=1,
+                   recomputes=(args.recompute,) if args.recompute else None)
     best = found["layouts"][0]
     words = (f"MFU {best['mfu']:.3f} (--mfu auto): the fastest of {found['fitting']} layouts that fit "
              f"(`trainledger layout`): tp {best['tp']}{' + sp' if best['sp'] else ''}, pp {best['pp']} "
@@ -219,7 +226,10 @@ def _datasheet(name: str):
 def compute(args) -> dict:
     from trainledger.account.counting import flops as F
     from trainledger.account.planning.plan import gpus_needed, training_time
+    from trainledger.cli.run_flags import asked, document_of
+    from trainledger.specs.run_checks import default_precision
     gpu = common.resolve_gpu(args.gpu, calibration=args.calibration) if args.calibration else _datasheet(args.gpu)
+    args.precision = args.precision if args.precision is not None else default_precision(gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
     if args.model is not None:
@@ -227,7 +237,7 @@ def compute(args) -> dict:
         spec, seq_len = load_transformer(args.model, args.seq_len)
         n_params = param_counts(spec)["n_params"]
         flops_per_token = F.train_flops_per_token(spec, seq_len, args.attention)
-        settings = [seq_len_assumption(spec, seq_len, args.seq_len),
+        settings = [seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len),
                     f"attention {args.attention}: {ATTENTION_WORDS[args.attention]} (--attention)"]
         convention = (f"train FLOPs per token of '{spec.name}': 3 × forward, every matmul incl. the LM head, plus "
                       f"the attention scores at seq_len {seq_len:,} (`trainledger flops`)")
@@ -251,7 +261,7 @@ def compute(args) -> dict:
         settings += lines
     elif args.global_batch_size is not None:
         settings.append("--global-batch-size not used: it sizes the layouts of --mfu auto")
-    if layout is None and getattr(args, "reserve", None) is not None:
+    if layout is None and args.reserve != "auto":
         settings.append("--reserve not used: it keeps memory back from the layouts of --mfu auto")
     total = flops_per_token * args.tokens
     if not math.isfinite(total):
@@ -268,6 +278,9 @@ def compute(args) -> dict:
         result_note = f"--attention {args.attention} not used: with --params the FLOPs are 6·N per token (no attention term)"
     else:
         result_note = None
+    run = asked(args).with_(seq_len=seq_len, precision=args.precision)
+    result["run"] = (document_of(args, layout.pop("run"), args.num_gpus, derived=[]) if layout is not None
+                     else document_of(args, run, args.num_gpus))
     if layout is not None:
         result["layout"] = layout
         result.update(layout_interval(layout, args, seq_len, gpu.name, result["train_seconds"],
@@ -305,9 +318,10 @@ def failure_figures(args, spec, n_params: float, seq_len, train_seconds: float) 
     from trainledger.account.planning import failures
     from trainledger.account.memory.per_gpu import memory_per_gpu
 
-    states = dict(precision=args.precision, optimizer=args.optimizer)
-    memory = (memory_per_gpu(spec, batch_size=1, seq_len=seq_len, **states) if spec is not None
-              else memory_per_gpu(n_params=n_params, **states))
+    from trainledger.specs.run import Run
+    from trainledger.specs.run_checks import ParameterCount
+    states = Run().with_(precision=args.precision, optimizer=args.optimizer, seq_len=seq_len, zero=0, reserve=0.0)
+    memory = memory_per_gpu(spec if spec is not None else ParameterCount(n_params), None, states)
     checkpoint_bytes = memory["params_bytes"] + memory["master_params_bytes"] + memory["optimizer_bytes"]
     plan = failures.failure_plan(train_seconds, args.num_gpus, checkpoint_bytes, args.failures_per_gpu_day,
                                  args.checkpoint_bandwidth, args.restart)

@@ -46,14 +46,20 @@ LIVE_ONLY = {"steps": "--steps", "warmup": "--warmup", "device": "--device", "th
 TRACE_ONLY = {"gpu": "--gpu", "calibration": "--calibration", "max_trace_mib": "--max-trace-mib"}
 
 
+RUN_FLAGS = True        # cli/main.py merges --config and the run's flags (cli/run_flags.py) before compute()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainledger.cli.run_flags import add_config_flags, add_run_flags, bind
     parser.add_argument("--model", help="preset name or Hugging Face config.json path (needed unless --from-trace)")
-    parser.add_argument("--batch-size", type=common.positive_int, default=None,
-                        help="sequences per step (default 8; with --from-trace and --model: the trace's, required)")
-    parser.add_argument("--seq-len", type=common.positive_int,
-                        help="tokens per sequence (default: the context the model was pre-trained at)")
-    common.add_precision_flag(parser, None, "fp32 on CPU, amp-bf16 on CUDA", refused=common.FP8_NOT_MEASURED)
-    common.add_optimizer_flag(parser)
+    bind(parser.add_argument("--batch-size", type=common.positive_int, default=None,
+                             help="sequences per step (default 8; with --from-trace and --model: the trace's, required)"),
+         "--batch-size", "profile")
+    add_run_flags(parser, "profile", skip=("--batch-size",),
+                  types={"--precision": common._lower_refusing(common.FP8_NOT_MEASURED)},
+                  helps={"--precision": "precision recipe (default: fp32 on CPU, amp-bf16 on CUDA; bytes per state: "
+                                        "`trainledger memory --help`)"})
+    add_config_flags(parser)
     parser.add_argument("--steps", type=common.positive_int, default=None,
                         help="timed steps, and as many profiled steps (default 3)")
     parser.add_argument("--warmup", type=common.nonnegative_int, default=None, help="untimed steps first (default 2)")
@@ -61,7 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to run (default: cuda when available, else cpu)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
                         help="torch intra-op threads on CPU (default: torch's, one per core); the calibration is per thread count")
-    common.add_compile_flag(parser)
     parser.add_argument("--trace", metavar="FILE", default=None,
                         help="write the profiled steps as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev)")
     g = parser.add_argument_group("a recorded trace instead of running steps")
@@ -118,6 +123,10 @@ def compute(args) -> dict:
                      optimizer=args.optimizer, steps=args.steps, warmup=args.warmup, device=device,
                      trace_path=args.trace, compiled=args.compile, calibration_busy=busy[0] if busy else None)
     result["threads"] = torch.get_num_threads() if device == "cpu" else None
+    from trainledger.cli.run_flags import asked, document_of
+    run = asked(args).with_(batch_size=args.batch_size, seq_len=seq_len, precision=precision, zero=0)
+    args.gpu = device
+    result["run"] = document_of(args, run, 1)
     warnings = [line for line in (busy_line(result["measured"]),) if line]
     if warnings:     # cli/main.py prints them first (stderr): the numbers below are not the idle machine's
         result["warnings"] = warnings

@@ -364,7 +364,9 @@ def _parsed(command: str, argv: list[str]):
     """argv parsed by the command's parser (to see what it asks for), or None when it does not parse: compute()
     then refuses it with the CLI's own message."""
     try:
-        return command_parsers()[command].parse_args(argv[1:])
+        args = command_parsers()[command].parse_args(argv[1:])
+        cli._merge_run(args)          # the run's flags merged and the command's defaults filled in, as compute() sees them
+        return args
     except (TrainledgerError, SystemExit):
         return None
 

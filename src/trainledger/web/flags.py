@@ -58,6 +58,7 @@ REFUSED: dict[str, str] = {
     "calibration": "reads a calibration file of the server's file system: command line only",
     "config": "reads a file of the server's file system: command line only",
     "out": "writes a file on the server: command line only",
+    "save-config": "writes a file on the server: command line only (the answer's `run` is the run file's content)",
 }
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
