@@ -2,6 +2,7 @@
 
 import json
 import os
+import tomllib
 
 import pytest
 
@@ -52,8 +53,15 @@ def calibrated_cpu(tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "measure"))
     from profile_helpers import synthetic_profile
     from trainledger.measure import calibrate as cal
+    import torch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    cal.save_profile(synthetic_profile(), cal.profile_path("cpu"))
+    threads = torch.get_num_threads()
+    try:                   # the cache is per thread count: the one trainer and step pick here (--threads 1)
+        for count in sorted({1, threads}):
+            torch.set_num_threads(count)
+            cal.save_profile(synthetic_profile(threads=count), cal.profile_path("cpu"))
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("flags", RUNS, ids=range(len(RUNS)))
@@ -159,3 +167,49 @@ def test_a_run_file_that_is_a_fifo_is_refused_unread(tmp_path, capsys):
     os.mkfifo(fifo)
     status, _, err = run_cli(capsys, "step", "--config", str(fifo))
     assert status == 2 and "--config" in err
+
+
+def test_a_trained_run_writes_the_run_that_step_predicts(tmp_path, capsys, calibrated_cpu):
+    """`train` writes <out-dir>/run.toml; `step --config` of it predicts the run the trainer ran, the same step time
+    as the trainer's own prediction (both on this machine's calibration); `train --config` of it trains it again."""
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    out = tmp_path / "runs" / "t"
+    argv = ["train", "--text", str(text), "--steps", "3", "--batch-size", "2", "--grad-accum", "2", "--seq-len", "32",
+            "--out-dir", str(out), "--eval-every", "0", "--quiet", "--threads", "1", "--no-plot"]
+    status, _, err = run_cli(capsys, *argv)
+    assert status == 0, err
+    saved = out / "run.toml"
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                    # as the trainer ran (--threads 1): the same calibration
+    try:
+        status, answer, err = run_cli(capsys, "step", "--config", str(saved), "--json")
+    finally:
+        torch.set_num_threads(threads)
+    assert status == 0, err
+    step = json.loads(answer)
+    assert (step["batch_size"], step["global_batch_size"], step["micro_batches"], step["seq_len"]) == (2, 4, 2, 32)
+    assert step["gpu"] == "cpu" and step["precision"] == "fp32" and step["model"] == "tiny"
+    assert step["step_seconds"] == pytest.approx(records[-1]["predicted_step_time_s"], rel=1e-9)
+    again = tmp_path / "again"
+    status, _, err = run_cli(capsys, "train", "--config", str(saved), "--out-dir", str(again), "--steps", "2")
+    assert status == 0, err
+    first, second = (tomllib.loads(p.read_text()) for p in (saved, again / "run.toml"))
+    for doc in (first, second):
+        doc["train"].pop("out_dir"), doc["train"].pop("steps"), doc["train"].pop("warmup_steps")
+    assert first == second                      # the same run, trained again from its file
+
+
+@pytest.mark.parametrize("change, words", [
+    ("[layout]\ncp = 2\n", "layout.cp = 2 asks for context parallelism"),
+    ("[levers]\nrecompute = \"full\"\n", "levers.recompute = 'full' asks for activation recomputation"),
+    ("[layout]\nzero = 1\n", "layout.zero = 1"),
+    ("[hardware]\nnum_gpus = 8\n", "a run on 8 GPUs"),
+])
+def test_train_refuses_a_run_it_does_not_run(change, words, tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text(f'version = 1\n[model]\nname = "tiny"\n{change}')
+    status, _, err = run_cli(capsys, "train", "--config", str(path), "--steps", "1", "--out-dir", str(tmp_path / "o"))
+    assert status == 2 and words in err and err.count("\n") == 1

@@ -316,7 +316,7 @@ def approximation_notes(spec) -> list[str]:
     return [f"approximated: {note}" for note in getattr(spec, "approximations", ())]
 
 
-from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE_CHOICES  # noqa: E402 (the run's vocabulary)
+from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE_CHOICES  # noqa: E402,F401 (the run's vocabulary)
 RECOMPUTE_HELP = ("activation recomputation: none, selective (the attention core, Korthikanti), full (each block), "
                   "selective-op (torchtitan's per-op policy: every second matmul and the elementwise ops re-run), "
                   "selective-layer (torchtitan's per-layer policy: every second block fully)")

@@ -6,7 +6,8 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.run_flags import model_of
+from trainledger.cli.plan import nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
 
 HELP = "largest model that fits: memory per GPU / bytes per parameter under a precision recipe, optimizer and ZeRO stage"
 DESCRIPTION = """Largest model that fits: max_params = usable memory per GPU / bytes per parameter per GPU.
@@ -78,7 +79,7 @@ def compute(args) -> dict:
         "activations, CUDA context and fragmentation not included (use --reserve, or --model for a micro-batch)",
     ]
     if args.model is not None:
-        spec, seq_len = load_transformer(args.model, args.seq_len)
+        spec, seq_len = model_of(args)
         from trainledger.specs.run import Hardware
         hardware = Hardware(gpu, memory_per_gpu_bytes=memory)
         # the states sharded as the ZeRO paper counts them (the question above), over --num-gpus data-parallel ranks

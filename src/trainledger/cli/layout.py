@@ -7,8 +7,9 @@ import sys
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.run_flags import model_of
 from trainledger.cli.interval import interval_of, with_interval
-from trainledger.cli.plan import load_transformer, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import seq_len_assumption, seq_len_warnings
 from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError
@@ -62,7 +63,7 @@ def compute(args) -> dict:
         raise TrainledgerError("layout needs --model (a preset or a config.json), or --config FILE with a [model]",
                                "--model")
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
-    spec, seq_len = load_transformer(args.model, args.seq_len)
+    spec, seq_len = model_of(args)
     run = asked(args)
     global_batch = run.batch.global_batch_size if run.batch.global_batch_size is not None else args.num_gpus
     precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)

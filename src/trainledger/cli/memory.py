@@ -6,7 +6,8 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.run_flags import model_of
+from trainledger.cli.plan import print_table, seq_len_assumption, seq_len_warnings
 
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 
@@ -92,7 +93,7 @@ def compute(args) -> dict:
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of
         impl = hf_impl_of(args)
-        spec, seq_len = load_transformer(args.model, args.seq_len)
+        spec, seq_len = model_of(args)
         run = run.with_(seq_len=seq_len)
         if impl is not None:
             from trainledger.account.memory.hf_activations import hf_impl_note, hf_memory_per_gpu

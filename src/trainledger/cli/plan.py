@@ -11,6 +11,7 @@ import math
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.run_flags import model_of
 from trainledger.errors import TrainledgerError
 
 HELP = "time to train: FLOPs, days and GPU-hours for a model (or parameter count) on N GPUs"
@@ -234,7 +235,7 @@ def compute(args) -> dict:
     spec, warnings = None, []
     if args.model is not None:
         from trainledger.account.counting.params import param_counts
-        spec, seq_len = load_transformer(args.model, args.seq_len)
+        spec, seq_len = model_of(args)
         n_params = param_counts(spec)["n_params"]
         flops_per_token = F.train_flops_per_token(spec, seq_len, args.attention)
         settings = [seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len),

@@ -97,7 +97,6 @@ def compute(args) -> dict:
             setattr(args, key, value)
     import torch
 
-    from trainledger.cli.plan import load_transformer
     from trainledger.measure.calibrate import calibrated_device
     from trainledger.measure.diagnosis import busy_line
     from trainledger.measure.profile import compare
@@ -108,7 +107,8 @@ def compute(args) -> dict:
     if args.threads is not None and device == "cpu":
         torch.set_num_threads(args.threads)
     precision = args.precision or ("fp32" if device == "cpu" else "amp-bf16")
-    spec, seq_len = load_transformer(args.model, args.seq_len)
+    from trainledger.cli.run_flags import model_of
+    spec, seq_len = model_of(args)
     if getattr(spec, "kind", None) != "transformer":
         raise TrainledgerError(f"--model {args.model}: profile runs language models (a transformer preset or config.json)")
     if args.trace is not None and not args.trace.strip():
@@ -166,8 +166,8 @@ def compute_from_trace(args) -> dict:
     measured = measured_from_trace(args.from_trace, max_bytes)
     if args.model is None:
         return compare_trace(args.from_trace, measured=measured)
-    from trainledger.cli.plan import load_transformer
-    spec, seq_len = load_transformer(args.model, args.seq_len)
+    from trainledger.cli.run_flags import model_of
+    spec, seq_len = model_of(args)
     if getattr(spec, "kind", None) != "transformer":
         raise TrainledgerError(f"--model {args.model}: profile predicts language models (a transformer preset or "
                                "config.json)")

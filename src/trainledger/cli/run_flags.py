@@ -12,7 +12,6 @@ of an answer (`result["run"]`, a run file document) to --save-config FILE.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -211,6 +210,7 @@ def apply_config(args) -> None:
             args._file_derived = list(read.derived)           # asked again as it was: what it derived, still
         data = _merge(data, file_given)
     model_given = getattr(args, "model", None) is not None or getattr(args, "params", None) is not None
+    args._model_vocab = None if model_given else file_model.get("vocab_size")
     for (table, key), name in FILE_FLAGS.items():
         source = file_model if table == "model" else file_hardware
         if table == "model" and model_given:          # --model or --params on the command line replaces [model]
@@ -307,6 +307,18 @@ def asked(args) -> Run:
     return run
 
 
+def model_of(args):
+    """(spec, seq_len) of --model and --seq-len (cli/plan.load_transformer), with the vocabulary a run file's
+    [model] gives (a trained run's, which followed its tokenizer)."""
+    from trainledger.cli.plan import load_transformer
+    spec, seq_len = load_transformer(args.model, args.seq_len)
+    vocab = getattr(args, "_model_vocab", None)
+    if vocab is not None and vocab != spec.vocab_size:
+        from trainledger.specs.run_checks import check_positive_int
+        spec = spec.with_(vocab_size=check_positive_int(vocab, "model.vocab_size"))
+    return spec, seq_len
+
+
 def hardware_of(args, gpu, num_gpus=None):
     """specs.run.Hardware of the resolved `gpu` (common.resolve_gpu + apply_hardware_flags), the GPU count and
     --memory-per-gpu (where the command has it)."""
@@ -319,6 +331,8 @@ def document_of(args, run, num_gpus=None, model_name=None, derived=None) -> dict
     named (a datasheet entry by its table name), the GPU count, the interconnect and memory overrides given, and
     what was derived (derived_paths; `derived` [] for a run chosen whole, as a layout candidate is)."""
     model = {"name": model_name if model_name is not None else getattr(args, "model", None)}
+    if getattr(args, "_model_vocab", None) is not None:
+        model["vocab_size"] = args._model_vocab
     if getattr(args, "params", None) is not None and model["name"] is None:
         model = {"params": args.params}
     gpu = getattr(args, "gpu", None)
@@ -343,45 +357,6 @@ def save_config(args, result) -> None:
         if path:
             raise TrainledgerError("--save-config: this answer has no run to save", "--save-config")
         return
-    write_run_file(Path(path), run_file.dumps(result["run"], path))
+    run_file.save(Path(path), result["run"], "--save-config")
     sys.stderr.write(f"wrote the run to {path} (`trainledger {args._parser.prog.split()[-1]} --config {path}` "
                      "asks it again)\n")
-
-
-def _is_run_file(path: Path) -> bool:
-    """Whether the regular file at `path` is one of ours: a run file (its first line our header, or a JSON object
-    with a version and a model)."""
-    from trainledger.files import read_regular_file
-    try:
-        head = read_regular_file(path, "--save-config", run_file.MAX_RUN_FILE_BYTES)
-    except TrainledgerError:
-        return False
-    text = head.decode("utf-8", "replace")
-    return text.startswith("# A trainledger run") or ('"version"' in text[:200] and '"model"' in text)
-
-
-def write_run_file(path: Path, text: str) -> None:
-    """`text` into `path` by a temporary file in the same directory and os.replace (never half-written); refuses a
-    symlink, a non-regular file, and an existing file that is not a run file."""
-    if path.is_symlink():
-        raise TrainledgerError(f"--save-config {path} is a symbolic link; give the path of a file", "--save-config")
-    if path.exists():
-        if not path.is_file():
-            raise TrainledgerError(f"--save-config {path} is not a regular file", "--save-config")
-        if not _is_run_file(path):
-            raise TrainledgerError(f"--save-config {path} exists and is not a trainledger run file; it is left as it "
-                                   "is (give a new path, or remove it)", "--save-config")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise TrainledgerError(f"--save-config {path}: the directory {directory} does not exist", "--save-config")
-    temp = directory / f".{path.name}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise

@@ -6,9 +6,10 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.run_flags import model_of
 from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.experts import expert_assumption
-from trainledger.cli.plan import load_transformer, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError
 
@@ -66,7 +67,7 @@ def compute(args) -> dict:
         raise TrainledgerError("step needs --model (a preset or a config.json), or --config FILE with a [model]",
                                "--model")
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
-    spec, _ = load_transformer(args.model, args.seq_len)
+    spec, _ = model_of(args)
     hardware = hardware_of(args, gpu, args.num_gpus)
     resolved = resolve(spec, hardware, asked(args))
     run, hardware = resolved.run, resolved.hardware

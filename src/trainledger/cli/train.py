@@ -85,7 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model.safetensors; pickled .bin files are refused); the model is its config.json (leave "
                         "--model out) and the tokenizer its tokenizer.json when there is one")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file with any of these settings (keys like batch-size or "
-                                                        "batch_size, optionally under [train]); flags override it")
+                                                        "batch_size, optionally under [train]), or a run file (a "
+                                                        "run.toml, `step --save-config`, a `layout --json` "
+                                                        "candidate's run); flags override it")
+    g.add_argument("--save-config", metavar="FILE", help="also write the run as a run file to FILE (as "
+                                                         "<out-dir>/run.toml is written; `step --config FILE` predicts it)")
     g = parser.add_argument_group("optimization")
     g.add_argument("--steps", type=common.positive_int, help="optimizer steps (default: 600)")
     g.add_argument("--batch-size", type=common.positive_int,
@@ -181,13 +185,13 @@ def config_from_args(args):
 
 def _config_and_given(args):
     """(TrainConfig, names of the fields set by a flag or --config)."""
-    from trainledger.train.config import FIELDS, load_toml, resolve
+    from trainledger.train.config import FIELDS, resolve
     flags = {name: getattr(args, name, None) for name in FIELDS}
     flags["global_batch_size"] = getattr(args, "global_batch_size", None)
     no_clip = flags.get("grad_clip") == _NO_CLIP
     if no_clip:
         flags["grad_clip"] = None
-    values = load_toml(args.config) if args.config else {}      # the file's keys mean what the flags mean
+    values = _file_values(args) if args.config else {}      # the file's keys mean what the flags mean
     values.update({name: value for name, value in flags.items() if value is not None})
     given = set(values) | ({"grad_clip"} if no_clip else set())     # --no-grad-clip is a value given: None
     _model_from_init(values)
@@ -199,6 +203,17 @@ def _config_and_given(args):
         from dataclasses import replace
         config = replace(config, grad_clip=None)
     return config, given
+
+
+def _file_values(args) -> dict:
+    """The settings of --config: a run file (train/run_file.py: it has a version) or a TOML of the trainer's keys."""
+    from trainledger.train.config import load_toml
+    from trainledger.train.run_file import is_run_file, values_of
+    if not is_run_file(args.config):
+        return load_toml(args.config)
+    values = values_of(args.config)
+    args._expected_ranks = values.pop("_expected_ranks")
+    return values
 
 
 def _model_from_init(values: dict) -> None:
@@ -302,10 +317,13 @@ def run(args) -> int:
     from trainledger.train.signals import LAUNCHER_EXIT
     from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
+    from trainledger.train.run_file import check_world
+    check_world(getattr(args, "_expected_ranks", None), world.world_size, args.config)
     threads_line = _pick_threads(config, world, others)
     trainer = None
     try:
-        trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop)
+        trainer = Trainer(config, world, quiet=args.quiet or args.json, given=given, early_stop=_early_stop,
+                          save_config=args.save_config)
         if world.is_main and not (args.quiet or args.json):
             print(f"outputs: metrics {config.resolved_metrics()}, checkpoints {config.resolved_checkpoint_dir()}/, "
                   f"loss curve {config.out_dir}/loss.png")

@@ -34,7 +34,9 @@ MAX_RUN_FILE_BYTES = 1 << 20          # a run file is a few KB; a larger one is 
 SECTIONS = ("train",)                 # sections of one command, validated by that command
 # [model] and [hardware]: key -> (flag, types, help)
 MODEL_KEYS = {"name": ("--model", (str,), "a preset name (`trainledger models`) or a Hugging Face config.json path"),
-              "params": ("--params", (int, float), "a parameter count instead of a model (model states only)")}
+              "params": ("--params", (int, float), "a parameter count instead of a model (model states only)"),
+              "vocab_size": ("(file only)", (int,), "the model's vocabulary where it is not the named model's: a "
+                                                    "trained run's, which follows its tokenizer")}
 HARDWARE_KEYS = {
     "gpu": ("--gpu", (str,), "accelerator (`trainledger hardware`)"),
     "num_gpus": ("--num-gpus", (int,), "GPUs of the job"),
@@ -158,7 +160,7 @@ def to_toml(doc: dict) -> str:
     """The run file `doc` (document()) as TOML, each setting with its flag and help as a comment; unset optional
     settings (None) appear as comments, so the file lists every setting of the run."""
     known = fields_by_path()
-    lines = ["# A trainledger run (docs/conventions.md#the-run-file): `trainledger step --config FILE`,",
+    lines = [f"{HEADER} (docs/conventions.md#the-run-file): `trainledger step --config FILE`,",
              "# `train --config FILE`; flags on the command line override what is here.",
              f"version = {doc['version']}", ""] + _derived_line(doc)
 
@@ -204,3 +206,44 @@ def dumps(doc: dict, path) -> str:
     if Path(path).suffix.lower() == ".json":
         return json.dumps(doc, indent=2) + "\n"
     return to_toml(doc)
+
+
+# ----- saving: never over a file that is not a run file, never through a link --------------------------------------
+HEADER = "# A trainledger run"
+
+
+def is_run_file(path: Path) -> bool:
+    """Whether the regular file at `path` is a run file: TOML beginning with our header, or a JSON document with a
+    version and a model (a layout candidate's `run` saved as it is)."""
+    from trainledger.files import read_regular_file
+    try:
+        text = read_regular_file(path, "--save-config", MAX_RUN_FILE_BYTES).decode("utf-8", "replace")
+    except TrainledgerError:
+        return False
+    if text.startswith(HEADER):
+        return True
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "version" in data and "model" in data
+
+
+def save(path, doc: dict, flag: str) -> None:
+    """`doc` written to `path` as dumps() gives it, atomically (files.atomic_path: a reader sees the old file or the
+    whole new one); refuses a symbolic link, a non-regular file, an existing file that is not a run file, and a
+    folder that does not exist, each in one line naming `flag`."""
+    from trainledger.files import atomic_path
+    path = Path(path)
+    if path.is_symlink():
+        raise TrainledgerError(f"{flag} {path} is a symbolic link; give the path of a file", flag)
+    if path.exists():
+        if not path.is_file():
+            raise TrainledgerError(f"{flag} {path} is not a regular file", flag)
+        if not is_run_file(path):
+            raise TrainledgerError(f"{flag} {path} exists and is not a trainledger run file; it is left as it is "
+                                   "(give a new path, or remove it)", flag)
+    if not path.parent.is_dir():
+        raise TrainledgerError(f"{flag} {path}: the directory {path.parent} does not exist", flag)
+    with atomic_path(path) as temporary:
+        temporary.write_text(dumps(doc, path), encoding="utf-8")

@@ -79,10 +79,12 @@ class Trainer(Checkpointing):
     """
 
     def __init__(self, config: TrainConfig, world: dist_.World | None = None, log=print, quiet: bool = False,
-                 given: set[str] | None = None, early_stop=None):
+                 given: set[str] | None = None, early_stop=None, save_config: str | None = None):
         """`given`: the config fields set by flags or --config (on --resume the others keep the checkpoint's
-        value; None: all of them). `early_stop()`: the name of a signal caught before train() took over."""
+        value; None: all of them). `early_stop()`: the name of a signal caught before train() took over.
+        `save_config`: a path where the run file (run.toml's content) is also written."""
         self.config = config
+        self.save_config = save_config
         self.given, self.early_stop = given, early_stop
         self.world = world or dist_.World(device=dist_.pick_device(config.device))
         self.log = log if self.world.is_main and not quiet else (lambda *a, **k: None)
@@ -99,6 +101,7 @@ class Trainer(Checkpointing):
         self.locks = self._lock()                       # before anything under --out-dir is written
         try:
             self._setup()
+            self._write_run_file()
         except BaseException:
             self.release()
             raise
@@ -133,6 +136,25 @@ class Trainer(Checkpointing):
         self.fp8_linears = convert_to_fp8(self.model, config.precision) if config.precision in TORCHAO_RECIPES else []
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1 or config.ep > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
+
+    def _write_run_file(self) -> None:
+        """<out_dir>/run.toml (and --save-config): this run as a run file, which `step --config` predicts
+        (train/run_file.py); rank 0 writes it."""
+        if not self.world.is_main:
+            return
+        from trainledger.train import run_file
+        device = self.world.device
+        gpu = "cpu" if device.type == "cpu" else "cuda"
+        if device.type == "cuda":
+            from trainledger.specs.hardware import gpu_for_device_name
+            known = gpu_for_device_name(torch.cuda.get_device_name(device))
+            gpu = known.name if known is not None else "cuda"
+        vocab = self.spec.vocab_size if self.is_lm and self.spec.vocab_size != self.preset_vocab_size else None
+        doc = run_file.document(self.config, self.world, self.micro, gpu, vocab)
+        run_file.save(self.config.out_dir, doc)
+        if self.save_config:
+            from trainledger.specs.run_file import save
+            save(self.save_config, doc, "--save-config")
 
     # ----- setup -------------------------------------------------------------------------------------
     def _data(self, generator):
