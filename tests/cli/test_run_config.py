@@ -213,3 +213,22 @@ def test_train_refuses_a_run_it_does_not_run(change, words, tmp_path, capsys):
     path.write_text(f'version = 1\n[model]\nname = "tiny"\n{change}')
     status, _, err = run_cli(capsys, "train", "--config", str(path), "--steps", "1", "--out-dir", str(tmp_path / "o"))
     assert status == 2 and words in err and err.count("\n") == 1
+
+
+def test_train_takes_a_layout_candidate_as_it_is(tmp_path, capsys):
+    """`layout --json`'s first candidate, saved as JSON, is a run `train --config` takes unchanged (here on this
+    machine's CPU: --device overrides the file's GPU)."""
+    status, out, err = run_cli(capsys, "layout", "--model", "tiny", "--gpu", "h100", "--num-gpus", "1",
+                               "--seq-len", "64", "--json")
+    assert status == 0, err
+    candidate = json.loads(out)["layouts"][0]["run"]
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(candidate))
+    text = tmp_path / "text.txt"
+    text.write_text("a small corpus for a small model. " * 300)
+    status, _, err = run_cli(capsys, "train", "--config", str(path), "--device", "cpu", "--text", str(text),
+                             "--steps", "2", "--out-dir", str(tmp_path / "run"), "--quiet", "--no-plot",
+                             "--eval-every", "0")
+    assert status == 0, err
+    trained = tomllib.loads((tmp_path / "run" / "run.toml").read_text())
+    assert trained["batch"] == candidate["batch"] and trained["layout"]["zero"] == candidate["layout"]["zero"]
