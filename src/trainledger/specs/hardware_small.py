@@ -37,7 +37,7 @@ RTX_A6000 = GPUSpec(
 # 142 SMs at 2,505 MHz: fp32 91.1, fp16/bf16 (fp32 accumulate) 364.2, fp8 728.5, TF32 182.1 TFLOP/s dense (1,457
 # sparse fp8 on the datasheet); 48 GB GDDR6 with ECC, 960 GB/s; PCIe 4.0 x16, no NVLink
 RTX_6000_ADA = GPUSpec(
-    name="rtx-6000-ada", aliases=("rtx6000-ada", "rtx-6000-ada-generation", "6000-ada"), vendor="NVIDIA",
+    name="rtx-6000-ada", aliases=("rtx6000-ada", "6000-ada"), vendor="NVIDIA",
     peak_flops_per_s={"fp32": 91.1 * T, "tf32": 182.1 * T, "bf16": 364.2 * T, "fp16": 364.2 * T,
                       "fp8": 728.5 * T, "int8": 728.5 * T},
     memory_bytes=44.43 * GiB, memory_bandwidth_bytes_per_s=960e9, datasheet_memory_bytes=48e9,
