@@ -31,7 +31,7 @@ _COMMON = (("n_experts", 1, "mixture of experts"), ("parallel_residual", False, 
            ("scale_embeddings", False, "scaled embeddings"), ("attn_scale", None, "a custom attention scale"),
            ("attn_softcap", None, "attention soft-capping"), ("final_softcap", None, "logit soft-capping"),
            ("clip_qkv", None, "q/k/v clipping"), ("sliding_window", None, "sliding-window attention"),
-           ("rope_local_theta", None, "a second RoPE θ"))
+           ("rope_local_theta", None, "a second RoPE θ"), ("lm_head_bias", False, "a bias on the LM head"))
 
 
 def family_of(spec, flag: str = "RUN_OR_CHECKPOINT") -> str:

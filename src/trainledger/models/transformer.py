@@ -27,7 +27,8 @@ INIT_STD = 0.02  # GPT-2 / nanoGPT: every weight N(0, 0.02²)
 class Block(nn.Module):
     """One layer: x + attn(norm1(x)), then x + mlp(norm2(x)) (GPT-2 / Llama ordering).
 
-    `parallel_residual` (GPT-NeoX): x + attn(norm1(x)) + mlp(norm2(x)), both branches reading the block input.
+    `parallel_residual` (GPT-NeoX): x + attn(norm1(x)) + mlp(norm2(x)), both branches reading the block input;
+    with `parallel_shared_norm` (Phi, Falcon-7B) both read norm1(x) and there is no norm2.
     `sandwich_norm` (Gemma 2/3): x + attn_out_norm(attn(norm1(x))), then x + mlp_out_norm(mlp(norm2(x))).
     The MLP of layer `layer` is a mixture of experts when spec.is_moe_layer(layer), else dense (of
     `dense_d_ff` in an MoE model's dense layers).
@@ -40,7 +41,7 @@ class Block(nn.Module):
         self.norm1 = make_norm(spec, **factory)
         self.attn = LatentAttention(spec, **factory) if spec.is_mla else Attention(spec, **factory)
         self.attn_out_norm = make_norm(spec, **factory) if spec.sandwich_norm else None
-        self.norm2 = make_norm(spec, **factory)
+        self.norm2 = None if spec.parallel_shared_norm else make_norm(spec, **factory)   # Phi, Falcon-7B: one norm
         if spec.is_moe_layer(layer):
             self.mlp = MoE(spec, **factory)
         else:
@@ -50,10 +51,11 @@ class Block(nn.Module):
     def forward(self, x: Float[Tensor, "batch seq d_model"], cos: Tensor | None = None,
                 sin: Tensor | None = None, mask: Tensor | None = None, cache=None) -> Float[Tensor, "batch seq d_model"]:
         # the cache only when decoding: training keeps the 4 positional inputs that TP's PrepareModuleInput expects
-        inputs = (self.norm1(x), cos, sin, mask) + ((cache,) if cache is not None else ())
+        h = self.norm1(x)
+        inputs = (h, cos, sin, mask) + ((cache,) if cache is not None else ())
         a = self.attn(*inputs)
         if self.parallel:
-            return x + a + self.mlp(self.norm2(x))
+            return x + a + self.mlp(h if self.norm2 is None else self.norm2(x))
         if self.attn_out_norm is not None:
             a = self.attn_out_norm(a)
         x = x + a
@@ -76,7 +78,8 @@ class Transformer(nn.Module):
     (n_kv_heads); head size d_head; QK-norm; parallel residual; sandwich norms; embeddings × √d_model
     (scale_embeddings); attn_scale, attn_softcap, final_softcap, clip_qkv; sliding windows (sliding_window,
     sliding_layers); mixture of experts (n_experts, experts_per_token, renormalize_topk, shared expert,
-    dense_layers); the LM head is the token-embedding matrix when tied_embeddings, else a bias-free nn.Linear.
+    dense_layers); the LM head is the token-embedding matrix when tied_embeddings, else an nn.Linear (with a bias
+    when lm_head_bias: Phi); parallel_shared_norm (one norm for both branches of a parallel block).
     See docs/models.md for each against the transformers implementation it reproduces.
 
     `recompute`: "none", "selective" (checkpoint the SDPA call of each layer) or "full" (checkpoint each
@@ -99,10 +102,13 @@ class Transformer(nn.Module):
                                if spec.position == "learned" else None)
         self.blocks = nn.ModuleList([Block(spec, i, **factory) for i in range(spec.n_layers)])
         self.norm = make_norm(spec, **factory)
+        # a tied head with a bias (Phi's lm_head bias under tie_word_embeddings) keeps the bias as its own parameter
+        self.lm_head_bias = (nn.Parameter(torch.empty(spec.vocab_size, **factory))
+                             if spec.tied_embeddings and spec.lm_head_bias else None)
         if spec.tied_embeddings:
             self.lm_head = None
         else:
-            self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False, **factory)
+            self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.lm_head_bias, **factory)
         self.recompute = recompute
         self.reset_parameters()
 
@@ -122,6 +128,10 @@ class Transformer(nn.Module):
     def output_weight(self) -> Float[Tensor, "vocab d_model"]:
         """The LM-head matrix (vocab, d_model): the token embedding when tied."""
         return self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
+
+    def output_bias(self) -> Tensor | None:
+        """The LM head's bias (vocab,) when spec.lm_head_bias (Phi), else None."""
+        return self.lm_head_bias if self.lm_head is None else self.lm_head.bias
 
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of unique parameters (count); a tied head is counted once.
@@ -160,6 +170,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
             elif module is not self and hasattr(module, "reset_parameters") and not list(module.children()):
                 module.reset_parameters()   # norms: weight 1, bias 0
+        if self.lm_head_bias is not None:
+            nn.init.zeros_(self.lm_head_bias)
 
     # ----- forward -----------------------------------------------------------------------------------
     def forward(self, idx: Int[Tensor, "batch seq"], targets: Int[Tensor, "batch seq"] | None = None):
@@ -185,7 +197,7 @@ class Transformer(nn.Module):
                     x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
             else:
                 x = block(x, cos, sin, mask)
-        logits = F.linear(self.norm(x), self.output_weight())
+        logits = F.linear(self.norm(x), self.output_weight(), self.output_bias())
         if spec.final_softcap is not None:   # Gemma 2: logits -> c·tanh(logits / c)
             logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         if targets is None:
@@ -223,7 +235,7 @@ class Transformer(nn.Module):
         cache.advance(new)
         if last_only:
             x = x[:, -1:]
-        logits = F.linear(self.norm(x), self.output_weight())
+        logits = F.linear(self.norm(x), self.output_weight(), self.output_bias())
         if spec.final_softcap is not None:
             logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         return logits

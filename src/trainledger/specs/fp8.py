@@ -118,11 +118,38 @@ def fp8_scheme(precision: str) -> Fp8Scheme | None:
 
 
 def check_gpu_supports(precision: str, gpu, flag: str = "--precision") -> None:
-    """Refuse an FP8 recipe on a GPU without the tensor cores it needs (data-driven: the GPU's peak keys)."""
+    """Refuse an FP8 recipe on a GPU without the tensor cores it needs, and a bf16 recipe on a GPU without bf16
+    (check_bf16_supported); data-driven: the GPU's peak keys."""
     scheme = fp8_scheme(precision)
-    if scheme is None or "fp8" in gpu.peak_flops_per_s and (scheme.requires == "fp8"
-                                                             or scheme.requires in gpu.block_scaled):
+    if scheme is None:
+        check_bf16_supported(precision, gpu, flag)
         return
-    instead = "fp8-cs" if "fp8" in gpu.peak_flops_per_s else "mixed-bf16"   # MXFP8 refused where FP8 runs
+    if "fp8" in gpu.peak_flops_per_s and (scheme.requires == "fp8" or scheme.requires in gpu.block_scaled):
+        return
+    # MXFP8 refused where FP8 runs; a GPU without bf16 (Turing, Volta) gets the fp16 recipe
+    instead = "fp8-cs" if "fp8" in gpu.peak_flops_per_s else "mixed-bf16" if "bf16" in gpu.peak_flops_per_s \
+        else "mixed-fp16"
     raise TrainledgerError(f"{flag} {scheme.name} needs {REQUIREMENTS[scheme.requires]}; {gpu.name} has none: "
                            f"use --precision {instead} here, or a GPU with them (see `trainledger hardware`)")
+
+
+# bf16 recipes (specs/recipes.py: bf16 weights, activations or matmuls) -> the fp16 recipe with the same states
+BF16_RECIPES = {"amp-bf16": "amp-fp16", "mixed-bf16": "mixed-fp16", "bf16": "mixed-fp16"}
+
+
+def check_bf16_supported(precision: str, gpu, flag: str = "--precision") -> None:
+    """Refuse a bf16 recipe on a GPU whose tensor cores have fp16 but no bf16 (Turing T4, Volta V100: bf16 arrived
+    with Ampere, NVIDIA A100 whitepaper; the T4 and V100 datasheets list FP16 and no BF16), naming the fp16 recipe.
+
+    A device without a 16-bit peak at all (a calibrated CPU that measured only fp32) is left to the peak lookup's
+    own error. Pure bf16 has no fp16 twin without a master copy: mixed-fp16 (fp32 master weights) is named.
+    """
+    name = str(precision).strip().lower()
+    if name not in BF16_RECIPES:
+        return
+    peaks = gpu.peak_flops_per_s
+    if "bf16" in peaks or "fp16" not in peaks:
+        return
+    raise TrainledgerError(f"{flag} {name} needs bf16 tensor cores; {gpu.name} has fp16 but no bf16: use "
+                           f"{flag} {BF16_RECIPES[name]} here (fp16 with a loss scaler), or a GPU with bf16 "
+                           f"(Ampere or newer; see `trainledger hardware`)")

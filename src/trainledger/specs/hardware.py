@@ -9,6 +9,7 @@ from __future__ import annotations
 from trainledger.errors import TrainledgerError
 from trainledger.specs import performance as perf
 from trainledger.specs.gpu_spec import GPUSpec  # noqa: F401  (re-exported: specs.hardware.GPUSpec)
+from trainledger.specs.hardware_small import SMALL_DEVICE_NAME_PATTERNS, SMALL_GPUS
 
 
 T = 1e12
@@ -370,7 +371,8 @@ TPU_V5P = GPUSpec(
 )
 
 GPUS: list[GPUSpec] = [A100_40GB, A100_80GB, H100_SXM, H100_HBM2E, H100_PCIE, H200, B200, GB200, B300, GB300, H800, L4, L40S, RTX_3090, RTX_4090,
-                       MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P]
+                       MI250X, MI300X, TPU_V4, TPU_V5E, TPU_V5P,
+                       *SMALL_GPUS]   # workstation, GeForce and small data-center cards: specs/hardware_small.py
 
 
 # torch.cuda.get_device_name() -> GPU, most specific pattern first ("NVIDIA H100 PCIe" before "H100").
@@ -380,6 +382,7 @@ DEVICE_NAME_PATTERNS = [
     (r"h800", "h800"),
     (r"a100.*40\s*gb", "a100-40gb"), (r"a100", "a100-80gb"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
     (r"rtx 3090", "rtx-3090"), (r"rtx 4090", "rtx-4090"), (r"mi300x", "mi300x"), (r"mi250", "mi250x"),
+    *SMALL_DEVICE_NAME_PATTERNS,
 ]
 
 

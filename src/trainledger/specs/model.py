@@ -1,7 +1,8 @@
 """Model architecture as data: one `TransformerSpec` for every decoder family trainledger builds; `CruncherSpec` for the lecture's deep linear model.
 
 Families: GPT-2/GPT-3, Llama, Mistral, Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, GPT-NeoX (Pythia), Phi-3,
-Gemma 2/Gemma 3 and MPT (specs/hf_config.py reads their config.json files).
+Gemma 2/Gemma 3, MPT, Phi (phi-1/1.5/2) and Falcon (specs/hf_config.py and specs/hf_config_parallel.py read
+their config.json files).
 This module is the contract between `account/` (formulas), `models/` (torch modules) and `measure/`:
 every field below changes a parameter count, a FLOP count, a saved activation or the forward pass, and all
 three layers read the same fields. Pure data — no torch.
@@ -28,9 +29,10 @@ class TransformerSpec:
     """A decoder-only transformer, as the models the presets come from are built.
 
     Layer l (pre-norm): x + attn(norm1(x)), then x + mlp(norm2(x)); with `parallel_residual` (GPT-NeoX)
-    x + attn(norm1(x)) + mlp(norm2(x)); with `sandwich_norm` (Gemma 2/3) the attention and MLP outputs pass
+    x + attn(norm1(x)) + mlp(norm2(x)), and with `parallel_shared_norm` too (Phi, Falcon-7B) x + attn(h) + mlp(h),
+    h = norm1(x), one norm per layer; with `sandwich_norm` (Gemma 2/3) the attention and MLP outputs pass
     through one more norm each before they are added. A final norm; an LM head d_model -> vocab_size (tied to
-    the token embedding when `tied_embeddings`). Attention has n_heads query heads of size d_head and
+    the token embedding when `tied_embeddings`; with a bias when `lm_head_bias`). Attention has n_heads query heads of size d_head and
     n_kv_heads key/value heads (grouped-query attention when n_kv_heads < n_heads).
     MoE (n_experts > 1): each layer's MLP (except `dense_layers`) is n_experts copies of the MLP plus a
     bias-free router d_model -> n_experts; each token runs through `experts_per_token` of them (Mixtral),
@@ -64,6 +66,8 @@ class TransformerSpec:
     partial_rotary_factor: float = 1.0  # RoPE rotates the first int(d_head · factor) dims of each head (NeoX: 0.25)
     rope_local_theta: float | None = None  # RoPE θ of the sliding-window layers (Gemma 3: 10000; global 1e6)
     parallel_residual: bool = False     # x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX use_parallel_residual)
+    parallel_shared_norm: bool = False  # ... both branches read one norm: x + attn(h) + mlp(h), h = norm1(x) (Phi, Falcon-7B)
+    lm_head_bias: bool = False          # the LM head d_model -> vocab has a bias (Phi)
     sandwich_norm: bool = False         # norms on the attention and MLP outputs too: 4 per layer (Gemma 2/3)
     qk_norm: bool = False               # a `norm` over d_head on every query and key head, before RoPE (Qwen3, Gemma 3)
     scale_embeddings: bool = False      # token embeddings × √d_model, rounded to the activation dtype (Gemma)
@@ -94,6 +98,9 @@ class TransformerSpec:
     # experts in `expert_groups` equal groups, a token's top-k taken within `expert_groups_per_token` of them; 0: none
     expert_groups: int = 0
     expert_groups_per_token: int = 0
+    # the Hugging Face model_type whose module names (and fused projections) the spec's Linears carry, for LoRA
+    # targets (account/finetune/targets.py); "" = trainledger's own Transformer (q_proj ... o_proj, gate, up, down)
+    family: str = ""
     approximations: tuple[str, ...] = ()  # parts of the source config our Transformer does not reproduce
     source: str = ""                    # where the numbers come from (config.json, paper table)
     published_n_params: int | None = None  # the published / Hugging Face count, for tests
@@ -142,6 +149,9 @@ class TransformerSpec:
                                    f"{self.head_dim}, got {self.qk_rope_head_dim!r}")
         if not isinstance(self.n_mtp_layers, int) or self.n_mtp_layers < 0:
             raise TrainledgerError(f"model '{self.name}': n_mtp_layers must be a non-negative integer, got {self.n_mtp_layers!r}")
+        if self.parallel_shared_norm and not self.parallel_residual:
+            raise TrainledgerError(f"model '{self.name}': parallel_shared_norm needs parallel_residual (one norm feeds "
+                                   "both branches of a parallel block)")
         if self.shared_expert_gate and self.shared_expert_d_ff is None:
             raise TrainledgerError(f"model '{self.name}': shared_expert_gate needs shared_expert_d_ff")
 

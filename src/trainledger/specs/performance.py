@@ -172,6 +172,8 @@ NVLINK5 = Link("NVLink 5 (NVSwitch)", 900 * GB, 679.61 / 900, 3.4 * US, NCCL_CAL
 # Sec. 3.2.2) states the achieved rate: "NVLink offers a bandwidth of 160 GB/s".
 NVLINK_H800 = Link("NVLink (H800, 400 GB/s)", 200 * GB, 160 / 200, 3.4 * US, NCCL_CALL_LATENCY,
                    "H800 datasheet (400 GB/s bidirectional); 160 GB/s achieved (DeepSeek-V3, Sec. 3.2.2); " + _NCCL)
+# PCIe 3.0 x16: 8 GT/s x 16 lanes with 128b/130b coding = 15.75 GB/s per direction (PCI-SIG; T4, V100 PCIe).
+PCIE3 = Link("PCIe 3.0 x16", 15.75 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 3.0 x16 per direction; " + _NCCL)
 # PCIe 4.0 / 5.0 x16: 31.5 / 63 GB/s per direction (PCI-SIG; stas00/ml-engineering network/README.md table).
 PCIE4 = Link("PCIe 4.0 x16", 31.5 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 4.0 x16 per direction; " + _NCCL)
 PCIE5 = Link("PCIe 5.0 x16", 63 * GB, 1.0, 5.7 * US, NCCL_CALL_LATENCY, "PCI-SIG PCIe 5.0 x16 per direction; " + _NCCL)

@@ -94,7 +94,7 @@ class Stage(nn.Module):
             h = m.blocks[i](h, cos, sin, masks.get(spec.is_sliding(i) and seq_len > spec.sliding_window))
         if not self.is_last:
             return h
-        logits = F.linear(m.norm(h), m.output_weight())
+        logits = F.linear(m.norm(h), m.output_weight(), m.output_bias())
         if spec.final_softcap is not None:
             logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         return logits

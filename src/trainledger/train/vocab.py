@@ -54,7 +54,14 @@ def model_sha256(model: str) -> str | None:
     if str(model).strip().lower() in PRESETS or str(model).strip().lower() in PRESET_ALIASES:
         return None
     spec = get_model(model)
-    return hashlib.sha256(json.dumps(asdict(spec), sort_keys=True, default=str).encode()).hexdigest()
+    # fields added after runs were recorded enter the hash only when set, so an earlier run's sha256 stays valid;
+    # `family` names the modules (LoRA targets), no weight or shape
+    fields = {k: v for k, v in asdict(spec).items()
+              if k != "family" and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_LATER_FIELDS = {"parallel_shared_norm": False, "lm_head_bias": False}   # issue 38 (specs/model.py), with defaults
 
 
 def run_spec(config):

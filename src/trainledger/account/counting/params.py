@@ -99,11 +99,14 @@ def norm_params(spec: TransformerSpec, dim: int | None = None) -> int:
 
 
 def norm_params_per_layer(spec: TransformerSpec) -> int:
-    """Norm parameters of one layer: 2 norms (4 with Gemma's sandwich norms) of d_model, plus QK-norm's two of d_head,
+    """Norm parameters of one layer: 2 norms (4 with Gemma's sandwich norms, 1 for a parallel block whose branches
+    share it: transformers' PhiDecoderLayer.input_layernorm, FalconDecoderLayer without num_ln_in_parallel_attn = 2) of
+    d_model, plus QK-norm's two of d_head,
     plus multi-head latent attention's norms of its latents (q_a_layernorm, kv_a_layernorm: DeepSeek-V3)."""
     latent = (norm_params(spec, spec.kv_lora_rank) + (norm_params(spec, spec.q_lora_rank) if spec.q_lora_rank else 0)
               if spec.is_mla else 0)
-    return ((4 if spec.sandwich_norm else 2) * norm_params(spec) + (2 * norm_params(spec, spec.head_dim) if spec.qk_norm else 0)
+    per_layer = 4 if spec.sandwich_norm else 1 if spec.parallel_shared_norm else 2   # Phi/Falcon-7B: one shared norm
+    return (per_layer * norm_params(spec) + (2 * norm_params(spec, spec.head_dim) if spec.qk_norm else 0)
             + latent)
 
 
@@ -124,8 +127,8 @@ def param_counts(spec: ModelSpec) -> dict:
     "components": {token_embedding, position_embedding, attention, mlp, router, norms, lm_head}}.
     Components sum to n_params. `attention`, `mlp` (all experts, shared experts, dense layers), `router`
     (router + shared-expert gate) and `norms` (incl. QK-norms and the final norm) are totals over all layers;
-    `lm_head` is 0 when tied to the token embedding. `n_params_per_layer` is the largest layer (an MoE layer
-    when some layers are dense). n_params_active counts a token's `experts_per_token` routed experts and
+    `lm_head` is 0 when tied to the token embedding (plus Phi's bias when `lm_head_bias`). `n_params_per_layer` is
+    the largest layer (an MoE layer when some layers are dense). n_params_active counts a token's `experts_per_token` routed experts and
     everything else (the shared expert included).
     CruncherSpec (CS336 Lecture 2): n_layers × Linear(dim, dim) + Linear(dim, 1), no biases,
     dim²·n_layers + dim parameters, reported under component `linear`.
@@ -141,7 +144,10 @@ def param_counts(spec: ModelSpec) -> dict:
     position = spec.max_seq_len * spec.d_model if spec.position == "learned" else 0
     attention = attention_params_per_layer(spec)
     norms_per_layer = norm_params_per_layer(spec)
+    # the head's bias (Phi: PhiForCausalLM.lm_head = nn.Linear(d, V, bias=True)) counts with the head, but stays in
+    # n_params_non_embedding (only the untied head's matrix leaves it, as Transformer.n_params(non_embedding) does)
     head = 0 if spec.tied_embeddings else spec.vocab_size * spec.d_model
+    head_bias = spec.vocab_size if spec.lm_head_bias else 0
     mlp_groups = [(mlp_params_per_layer(spec, layer), count) for layer, count in spec.layer_groups()]
     components = {
         "token_embedding": token,
@@ -150,7 +156,7 @@ def param_counts(spec: ModelSpec) -> dict:
         "mlp": sum(n * count for n, count in mlp_groups),
         "router": moe_layers * router_params_per_layer(spec),
         "norms": L * norms_per_layer + norm_params(spec),
-        "lm_head": head,
+        "lm_head": head + head_bias,
     }
     n_params = sum(components.values())
     inactive = moe_layers * (spec.n_experts - spec.experts_per_token) * mlp_params(spec)

@@ -199,6 +199,10 @@ class _Layer:
         extra = n * (h + 2 * hkv) * dh * a if spec.clip_qkv is not None else 0     # clamp keeps its input
         if spec.qk_norm:   # over (token, head) rows of the 16-bit projection outputs
             extra += self.norm(a, n * h, dh) + self.norm(a, n * hkv, dh)
+            if self.amp and spec.norm == "layernorm" and a != _FP32:
+                # Phi's qk_layernorm under autocast: a 16-bit input with the fp32 weight runs F.layer_norm's mixed-type
+                # kernel, whose mean and rstd are fp32 (measured: tests/account/test_activations.py, family phi)
+                extra += 2 * n * (h + hkv) * (_FP32 - a)
         out = n * h * dh * a   # the core's output = o_proj's input (SDPA lays it out (B, T, H, dh): a view)
         rotated_fp32 = self.amp and spec.position == "rope"   # under autocast RoPE's fp32 tables make q, k fp32
         if self.recompute == "selective":
@@ -247,14 +251,17 @@ class _Layer:
         if self.recompute == "full":
             return shard(n * d * self.r, replicated_without_sp=True)   # the block's input only
         moe = spec.is_moe_layer(layer)
-        attn_norm = self.norm_with_consumers(3)                           # q_proj, k_proj, v_proj
         # router (+ the shared expert's gate, up and gate) in an MoE layer; gate and up of a gated MLP; up of GELU
         consumers = 1 + (3 if moe and spec.shared_expert_gate else 2 if moe and spec.shared_expert_d_ff else 0) \
             if moe else (2 if spec.gated_mlp else 1)
-        # GPT-NeoX's two norms read the same residual: LayerNorm keeps that one tensor (an RMSNorm's fp32 copy is
-        # shared only when the residual already is fp32)
-        shares = spec.parallel_residual and (spec.norm == "layernorm" or self.r == _FP32)
-        mlp_norm = self.norm_with_consumers(consumers, shares_input=shares)
+        if spec.parallel_shared_norm:   # Phi, Falcon-7B: one norm's output feeds q, k, v and the MLP's first matrices
+            attn_norm, mlp_norm = self.norm_with_consumers(3 + consumers), 0
+        else:
+            attn_norm = self.norm_with_consumers(3)                       # q_proj, k_proj, v_proj
+            # GPT-NeoX's two norms read the same residual: LayerNorm keeps that one tensor (an RMSNorm's fp32 copy is
+            # shared only when the residual already is fp32)
+            shares = spec.parallel_residual and (spec.norm == "layernorm" or self.r == _FP32)
+            mlp_norm = self.norm_with_consumers(consumers, shares_input=shares)
         post = 0
         if spec.sandwich_norm:   # Gemma: norms of the o_proj and MLP outputs (16-bit under autocast)
             post = 2 * self.norm(self.a if self.amp else self.r, n, d)
