@@ -6,8 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.run_flags import model_of
-from trainledger.cli.plan import nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import model_of, nonnegative_bytes, print_table, seq_len_assumption, seq_len_warnings
 
 HELP = "largest model that fits: memory per GPU / bytes per parameter under a precision recipe, optimizer and ZeRO stage"
 DESCRIPTION = """Largest model that fits: max_params = usable memory per GPU / bytes per parameter per GPU.

@@ -7,9 +7,8 @@ import sys
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.run_flags import model_of
 from trainledger.cli.interval import interval_of, with_interval
-from trainledger.cli.plan import seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import model_of, seq_len_assumption, seq_len_warnings
 from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError

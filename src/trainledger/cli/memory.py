@@ -6,8 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.run_flags import model_of
-from trainledger.cli.plan import print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import model_of, print_table, seq_len_assumption, seq_len_warnings
 
 DEFAULT_ZERO = 3   # as in `fit`: FSDP's full shard over --dp ranks (nothing sharded at the default --dp 1)
 

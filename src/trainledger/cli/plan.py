@@ -11,7 +11,6 @@ import math
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.run_flags import model_of
 from trainledger.errors import TrainledgerError
 
 HELP = "time to train: FLOPs, days and GPU-hours for a model (or parameter count) on N GPUs"
@@ -76,6 +75,17 @@ def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
         seq_len = getattr(spec, "default_seq_len", 1)
     if max_len and getattr(spec, "position", None) == "learned" and seq_len > max_len:
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {max_len} learned positions of '{spec.name}'")
+    return spec, seq_len
+
+
+def model_of(args):
+    """(spec, seq_len) of --model and --seq-len (cli/plan.load_transformer), with the vocabulary a run file's
+    [model] gives (a trained run's, which followed its tokenizer)."""
+    spec, seq_len = load_transformer(args.model, args.seq_len)
+    vocab = getattr(args, "_model_vocab", None)
+    if vocab is not None and vocab != spec.vocab_size:
+        from trainledger.specs.run_checks import check_positive_int
+        spec = spec.with_(vocab_size=check_positive_int(vocab, "model.vocab_size"))
     return spec, seq_len
 
 

@@ -107,7 +107,7 @@ def compute(args) -> dict:
     if args.threads is not None and device == "cpu":
         torch.set_num_threads(args.threads)
     precision = args.precision or ("fp32" if device == "cpu" else "amp-bf16")
-    from trainledger.cli.run_flags import model_of
+    from trainledger.cli.plan import model_of
     spec, seq_len = model_of(args)
     if getattr(spec, "kind", None) != "transformer":
         raise TrainledgerError(f"--model {args.model}: profile runs language models (a transformer preset or config.json)")
@@ -166,7 +166,7 @@ def compute_from_trace(args) -> dict:
     measured = measured_from_trace(args.from_trace, max_bytes)
     if args.model is None:
         return compare_trace(args.from_trace, measured=measured)
-    from trainledger.cli.run_flags import model_of
+    from trainledger.cli.plan import model_of
     spec, seq_len = model_of(args)
     if getattr(spec, "kind", None) != "transformer":
         raise TrainledgerError(f"--model {args.model}: profile predicts language models (a transformer preset or "

@@ -307,18 +307,6 @@ def asked(args) -> Run:
     return run
 
 
-def model_of(args):
-    """(spec, seq_len) of --model and --seq-len (cli/plan.load_transformer), with the vocabulary a run file's
-    [model] gives (a trained run's, which followed its tokenizer)."""
-    from trainledger.cli.plan import load_transformer
-    spec, seq_len = load_transformer(args.model, args.seq_len)
-    vocab = getattr(args, "_model_vocab", None)
-    if vocab is not None and vocab != spec.vocab_size:
-        from trainledger.specs.run_checks import check_positive_int
-        spec = spec.with_(vocab_size=check_positive_int(vocab, "model.vocab_size"))
-    return spec, seq_len
-
-
 def hardware_of(args, gpu, num_gpus=None):
     """specs.run.Hardware of the resolved `gpu` (common.resolve_gpu + apply_hardware_flags), the GPU count and
     --memory-per-gpu (where the command has it)."""

@@ -6,10 +6,9 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.run_flags import model_of
 from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.experts import expert_assumption
-from trainledger.cli.plan import print_table, seq_len_assumption, seq_len_warnings
+from trainledger.cli.plan import model_of, print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError
 

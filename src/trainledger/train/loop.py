@@ -51,6 +51,7 @@ from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
 from trainledger.train.vocab import follow_tokenizer, model_sha256, padding_cost
+from trainledger.train.run_file import write_for as write_run_file
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.runlock import unlock_all
 from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
@@ -101,7 +102,7 @@ class Trainer(Checkpointing):
         self.locks = self._lock()                       # before anything under --out-dir is written
         try:
             self._setup()
-            self._write_run_file()
+            write_run_file(self)                        # <out_dir>/run.toml: this run, as `step --config` reads it
         except BaseException:
             self.release()
             raise
@@ -136,25 +137,6 @@ class Trainer(Checkpointing):
         self.fp8_linears = convert_to_fp8(self.model, config.precision) if config.precision in TORCHAO_RECIPES else []
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1 or config.ep > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
-
-    def _write_run_file(self) -> None:
-        """<out_dir>/run.toml (and --save-config): this run as a run file, which `step --config` predicts
-        (train/run_file.py); rank 0 writes it."""
-        if not self.world.is_main:
-            return
-        from trainledger.train import run_file
-        device = self.world.device
-        gpu = "cpu" if device.type == "cpu" else "cuda"
-        if device.type == "cuda":
-            from trainledger.specs.hardware import gpu_for_device_name
-            known = gpu_for_device_name(torch.cuda.get_device_name(device))
-            gpu = known.name if known is not None else "cuda"
-        vocab = self.spec.vocab_size if self.is_lm and self.spec.vocab_size != self.preset_vocab_size else None
-        doc = run_file.document(self.config, self.world, self.micro, gpu, vocab)
-        run_file.save(self.config.out_dir, doc)
-        if self.save_config:
-            from trainledger.specs.run_file import save
-            save(self.save_config, doc, "--save-config")
 
     # ----- setup -------------------------------------------------------------------------------------
     def _data(self, generator):

@@ -136,3 +136,23 @@ def save(out_dir, doc: dict) -> Path:
     path = Path(out_dir) / RUN_TOML
     run_file.save(path, doc, "--out-dir")
     return path
+
+
+def write_for(trainer) -> None:
+    """<out_dir>/run.toml (and --save-config) of a Trainer (train/loop.py) once it is set up: the run as it trains,
+    on its device (a CUDA GPU by its datasheet entry when the table has it); rank 0 writes it."""
+    if not trainer.world.is_main:
+        return
+    import torch
+    device = trainer.world.device
+    gpu = "cpu" if device.type == "cpu" else "cuda"
+    if device.type == "cuda":
+        from trainledger.specs.hardware import gpu_for_device_name
+        known = gpu_for_device_name(torch.cuda.get_device_name(device))
+        gpu = known.name if known is not None else "cuda"
+    spec = trainer.spec
+    vocab = spec.vocab_size if trainer.is_lm and spec.vocab_size != trainer.preset_vocab_size else None
+    doc = document(trainer.config, trainer.world, trainer.micro, gpu, vocab)
+    save(trainer.config.out_dir, doc)
+    if trainer.save_config:
+        run_file.save(trainer.save_config, doc, "--save-config")
