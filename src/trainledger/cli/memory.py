@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_flags(parser, "memory", helps={
         "--zero": "ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)",
         "--dp": "data-parallel ranks (default 1)",
-        "--precision": "precision recipe (default amp-bf16: PyTorch autocast, fp32 weights and states)"})
+        "--precision": "precision recipe (default amp-bf16: PyTorch autocast, fp32 weights and states; amp-fp16 on a "
+                       "GPU without bf16, e.g. T4, V100)"})
     parser.add_argument("--grad-accum", type=common.positive_int, default=None,
                         help="micro-batches per optimizer step: after the first, each runs with the gradients held "
                              "(default 1; the run's global batch = grad-accum × dp × batch-size)")
@@ -79,7 +80,8 @@ def compute(args) -> dict:
         raise TrainledgerError("give --model or --params, not both", "--params")
     gpu = get_gpu(args.gpu)
     run = asked(args)
-    precision = run.numerics.precision if run.numerics.precision is not None else "amp-bf16"
+    from trainledger.specs.run_checks import default_precision
+    precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)
     from trainledger.specs.fp8 import check_gpu_supports
     check_gpu_supports(precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
     lay = run.layout

@@ -154,8 +154,8 @@ class Numerics:
     """The precision recipe (bytes of weights, gradients, master weights and states; the compute dtype) and the
     optimizer (its states), as specs/recipes.py names them."""
 
-    precision: str | None = _field(None, "--precision", "choice?", "precision recipe (default amp-bf16; fp32 on a "
-                                   "device without a bf16 matmul peak, e.g. --gpu cpu)", choices=tuple(RECIPES),
+    precision: str | None = _field(None, "--precision", "choice?", "precision recipe (default amp-bf16; amp-fp16 on "
+                                   "a GPU without bf16, e.g. T4, V100; fp32 on a CPU, e.g. --gpu cpu)", choices=tuple(RECIPES),
                                    label="Precision recipe",
                                    commands={'step', 'memory', 'layout', 'plan', 'fit', 'profile'})
     optimizer: str = _field("adamw", "--optimizer", "choice", "optimizer", choices=tuple(OPTIMIZERS),

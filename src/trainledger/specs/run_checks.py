@@ -230,8 +230,15 @@ class Resolved:
 
 
 def default_precision(gpu) -> str:
-    """The recipe a run gets when --precision is not given: amp-bf16, fp32 on a device without a bf16 matmul peak."""
-    return "amp-bf16" if "bf16" in getattr(gpu, "peak_flops_per_s", {}) else "fp32"
+    """The recipe a run gets when --precision is not given: amp-bf16; amp-fp16 on a GPU without bf16 but with fp16
+    tensor cores (Turing, Volta: PyTorch AMP's fp16 with a grad scaler, what runs there); fp32 on a device without
+    either (a CPU)."""
+    peaks = getattr(gpu, "peak_flops_per_s", {})
+    if "bf16" in peaks:
+        return "amp-bf16"
+    if "fp16" in peaks and getattr(gpu, "vendor", "") in ("NVIDIA", "AMD"):
+        return "amp-fp16"
+    return "fp32"
 
 
 def resolve(model, hardware, run) -> Resolved:
