@@ -36,7 +36,7 @@ if ! .venv/bin/python -c "import trainledger, numpy, rich, einops, jaxtyping, ma
 fi
 
 if [ "$TEST" = 1 ]; then
-  if ! .venv/bin/python -c "import pytest, pytest_timeout, hypothesis, transformers, fastapi, uvicorn, httpx, playwright, tiktoken, torchao" 2>/dev/null; then
+  if ! .venv/bin/python -c "import pytest, pytest_timeout, hypothesis, transformers, fastapi, uvicorn, httpx, playwright, tiktoken, torchao, peft" 2>/dev/null; then
     echo "setup: installing the test and web tooling (trainledger[test,web])"
     pip install --quiet -e ".[test,web]"
   fi

@@ -341,13 +341,16 @@ def run(args) -> int:
         from trainledger.train.config import inherit
         saved = newest_config(config.resolved_checkpoint_dir())
         config = inherit(config, saved, given) if saved else config
+    adapters = sorted(given & {"lora_rank", "lora_alpha", "lora_targets", "lora_dropout"})
+    if adapters and config.finetune == "full":
+        raise TrainledgerError(f"--{adapters[0].replace('_', '-')} sets the adapters of --finetune lora or qlora; this "
+                               "run trains every weight (--finetune full)")
     import torch  # (after argument checks: the help and bad flags stay fast)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.train.signals import LAUNCHER_EXIT
-    from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
     threads_line = _pick_threads(config, world, others)
     trainer = None

@@ -67,10 +67,11 @@ def check_quantize(kind: str, flag: str = "--quantize") -> None:
     if kind == "nf4":
         raise TrainledgerError(f"{flag} nf4 (one fp32 absmax per 64 weights) is bitsandbytes' storage, which `train` "
                                "does not run; torchao's NF4 always double-quantizes its constants: use --quantize nf4-dq")
+    needed_by = f"{flag} {kind}" if flag == "--quantize" else flag
     if kind == "nf4-dq":
-        nf4_module(f"{flag} nf4-dq")
+        nf4_module(needed_by)
     elif kind == "int8":
-        torchao_module("torchao.quantization", f"{flag} int8")
+        torchao_module("torchao.quantization", needed_by)
 
 
 class DequantizedLinear(torch.autograd.Function):

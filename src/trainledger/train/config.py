@@ -303,8 +303,9 @@ def validate_levers(config: TrainConfig) -> None:
         raise TrainledgerError(f"--lora-alpha must be positive, got {config.lora_alpha}")
     if not 0 <= config.lora_dropout < 1:
         raise TrainledgerError(f"--lora-dropout must be in [0, 1), got {config.lora_dropout}")
-    from trainledger.models.lora import parse_targets    # (models/lora.py imports torch only when used)
-    parse_targets(config.lora_targets)
+    if tuned:             # (models/ imports torch: only a fine-tuning run's targets are read here)
+        from trainledger.models.lora import parse_targets
+        parse_targets(config.lora_targets)
     one_process = config.parallel == "none" and config.tp == config.pp == config.ep == 1
     cruncher = config.model.lower() == "cruncher"
     if tuned and (cruncher or config.parallel == "fsdp" or config.tp > 1 or config.pp > 1 or config.ep > 1

@@ -55,8 +55,8 @@ from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
 from trainledger.train.vocab import data_summary, follow_tokenizer, model_sha256, vocabulary_line
-from trainledger.train.metrics import (MetricsWriter, Progress, plot_loss, predicted_line, predicted_step, read_metrics,
-                                      step_time_gap)
+from trainledger.train.metrics import (MetricsWriter, Progress, accounted_optimizer, plot_loss, predicted_line,
+                                      predicted_step, read_metrics, step_time_gap)
 from trainledger.train.runlock import unlock_all
 from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
                                       restore_signal_handlers)
@@ -478,13 +478,6 @@ class Trainer(Checkpointing):
                   f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
             return None
         return str(path)
-
-
-def accounted_optimizer(name: str) -> str:
-    """The optimizer account/ prices for a run of `name`: itself when specs/recipes.py knows it, else the 8-bit Adam
-    it has for the 8-bit AdamWs (the same 2 bytes of state per value)."""
-    from trainledger.specs.recipes import OPTIMIZERS
-    return name if name in OPTIMIZERS else "adam-8bit" if name.endswith("8bit") else "adamw"
 
 
 def _check_output_paths(config: TrainConfig) -> None:

@@ -306,3 +306,10 @@ def predicted_line(plan: dict, memory: dict, finetune: bool = False) -> str:
             + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
             + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
             f"activations {units.format_bytes(memory['activations_bytes'])}); {peak}")
+
+
+def accounted_optimizer(name: str) -> str:
+    """The optimizer account/ prices for a run of `name`: itself when specs/recipes.py knows it, else the 8-bit Adam
+    it has for the 8-bit AdamWs (the same 2 bytes of state per value)."""
+    from trainledger.specs.recipes import OPTIMIZERS
+    return name if name in OPTIMIZERS else "adam-8bit" if name.endswith("8bit") else "adamw"
