@@ -161,7 +161,7 @@ def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
                    help="full: train every weight (default); lora: low-rank adapters beside the frozen base "
                         "(--init-from HF_DIR, or a random base); qlora: LoRA on an NF4 base (--quantize nf4-dq)")
     g.add_argument("--lora-rank", type=common.positive_int, help="adapter rank r (default: 8)")
-    g.add_argument("--lora-alpha", type=common.positive_float, help="adapter scale alpha / r (default alpha: 16)")
+    g.add_argument("--lora-alpha", type=common.positive_float, help="alpha: the adapters are scaled by alpha / r (default: 16)")
     g.add_argument("--lora-targets", metavar="ROLES", help="comma-separated q,k,v,o,gate,up,down,head, or all-linear "
                                                             "(every Linear but the head, as PEFT) (default: q,v)")
     g.add_argument("--lora-dropout", type=_nonnegative_float, help="dropout on the adapters' input (default: 0)")
