@@ -10,7 +10,6 @@ import torch
 from trainledger.measure.finetune import Levers, finetune_step_memory
 from trainledger.measure.memory import track_steps
 from trainledger.models import Transformer
-from trainledger.models.lora import LoRASettings
 from trainledger.optim import AdamW
 from trainledger.specs import get_model
 
@@ -55,7 +54,7 @@ def test_lora_and_qlora_categories_against_independent_counts():
     assert lora["frozen_params_bytes"] == 4 * 858_880 and lora["quantized_weights_bytes"] == 0
     assert qlora["quantized_weights_bytes"] == linears // 2         # two NF4 codes a byte
     # torchao's own tensors, read here directly: what the measurement calls constants
-    from trainledger.models.quantize import QuantizedLinear, nf4_module
+    from trainledger.models.quantize import nf4_module
     torch.manual_seed(0)
     constants = 0
     for shape in [(128, 128)] * 16 + [(512, 128), (128, 512)] * 4:

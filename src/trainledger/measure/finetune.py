@@ -22,9 +22,10 @@ Trainable and frozen counts (`trainable_params`, `frozen_params`) come with it, 
 
 On a CPU run the host is the device; the copies activation offloading makes are classified as host bytes because
 that is where they would be on a GPU (models/offload.py): made while the offload hook packs, they never join the
-device's live total. On CUDA a storage off the model's device is host memory by its device. What is not counted:
-the allocator's rounding and caching (measure/allocator.py models it), the CUDA context, and for 8-bit AdamW the
-compiled kernel's workspaces.
+device's live total (on CUDA too: that is where the pinned copies are made). What is not counted: the allocator's
+rounding and caching (measure/allocator.py models it), the CUDA context, host-resident optimizer states
+(`--cpu-offload`, CUDA only: not measured here), and torchao's 8-bit step, which torch.compile cannot trace under
+the tracker's dispatch mode: it runs untracked (its states are counted after it, its temporaries are not).
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ class Levers:
 
 
 class _SplitTracker(LiveTracker):
-    """LiveTracker whose storages made while `is_host()` holds (or off `device`) count as host bytes, not device."""
+    """LiveTracker whose storages made while `is_host()` holds count as host bytes, not device."""
 
-    def __init__(self, is_host, device: torch.device):
+    def __init__(self, is_host):
         super().__init__()
-        self.is_host, self.device = is_host, device
+        self.is_host = is_host
         self.host_live_bytes = self.host_peak_bytes = 0
         self._host: dict[int, int] = {}
 
@@ -130,7 +131,7 @@ def _steps(model, batch, optimizer, offload, precision, steps, device, grads) ->
         grads["peak"] = 0
         present = storage_bytes([t for state in optimizer.state.values() for v in state.values()
                                  if isinstance(v, torch.Tensor) for t in inner_tensors(v).values()])
-        tracker = _SplitTracker(lambda: offload is not None and offload.packing, device)
+        tracker = _SplitTracker(lambda: offload is not None and offload.packing)
         with tracker:
             tracker.set_phase("forward")
             with (offload or contextlib.nullcontext()), autocast(precision, device):
