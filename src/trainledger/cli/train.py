@@ -44,7 +44,12 @@ was the global batch: on one process without --grad-accum both meanings coincide
 torchrun or with --grad-accum keep their batch with --global-batch-size instead. Precisions and optimizers are
 those of `memory`: all six precision recipes (mixed-bf16/mixed-fp16: 16-bit weights and grads, an fp32 master
 copy stepped by the optimizer, on one process or with ddp) and every optimizer but the accounting-only
-adafactor and adam-8bit.
+adafactor and adam-8bit, plus adamw-8bit (torchao) and paged-adamw-8bit (bitsandbytes, CUDA).
+
+Fine-tuning: --finetune lora|qlora trains LoRA adapters beside the frozen base of --init-from (NF4 for qlora),
+checkpoints the adapters only (the base's sha256s are checked on resume), and `export --adapter` / `--merge` hand
+them to PEFT / transformers. Memory levers (full training too): --optimizer adamw-8bit, --optimizer-in-backward,
+--activation-offload, --cpu-offload, --chunked-loss (docs/train.md, "Fine-tuning").
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -52,6 +57,9 @@ examples:
   trainledger train --dataset docs.parquet --tokenizer tokenizer.json --vocab-multiple 64
   trainledger train --model cruncher --steps 100
   trainledger train --init-from hf/tiny-stdlib --text more.txt     # continue from exported / HF weights
+  trainledger train --finetune qlora --init-from hf/tiny-stdlib --text more.txt   # LoRA on an NF4 base
+  trainledger train --finetune lora --lora-targets all-linear --lora-rank 16 --init-from HF_DIR --text more.txt
+  trainledger train --optimizer adamw-8bit --optimizer-in-backward --activation-offload --chunked-loss 4
   trainledger train --resume                                 # continue the default run
   trainledger train --batch-size 8 --global-batch-size 32      # 4 micro-batches of 8 per step
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --global-batch-size 16
