@@ -44,7 +44,12 @@ was the global batch: on one process without --grad-accum both meanings coincide
 torchrun or with --grad-accum keep their batch with --global-batch-size instead. Precisions and optimizers are
 those of `memory`: all six precision recipes (mixed-bf16/mixed-fp16: 16-bit weights and grads, an fp32 master
 copy stepped by the optimizer, on one process or with ddp) and every optimizer but the accounting-only
-adafactor and adam-8bit.
+adafactor and adam-8bit, plus adamw-8bit (torchao) and paged-adamw-8bit (bitsandbytes, CUDA).
+
+Fine-tuning: --finetune lora|qlora trains LoRA adapters beside the frozen base of --init-from (NF4 for qlora),
+checkpoints the adapters only (the base's sha256s are checked on resume), and `export --adapter` / `--merge` hand
+them to PEFT / transformers. Memory levers (full training too): --optimizer adamw-8bit, --optimizer-in-backward,
+--activation-offload, --cpu-offload, --chunked-loss (docs/train.md, "Fine-tuning").
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -52,6 +57,9 @@ examples:
   trainledger train --dataset docs.parquet --tokenizer tokenizer.json --vocab-multiple 64
   trainledger train --model cruncher --steps 100
   trainledger train --init-from hf/tiny-stdlib --text more.txt     # continue from exported / HF weights
+  trainledger train --finetune qlora --init-from hf/tiny-stdlib --text more.txt   # LoRA on an NF4 base
+  trainledger train --finetune lora --lora-targets all-linear --lora-rank 16 --init-from HF_DIR --text more.txt
+  trainledger train --optimizer adamw-8bit --optimizer-in-backward --activation-offload --chunked-loss 4
   trainledger train --resume                                 # continue the default run
   trainledger train --batch-size 8 --global-batch-size 32      # 4 micro-batches of 8 per step
   torchrun --nproc_per_node 2 -m trainledger.cli.main train --parallel ddp --global-batch-size 16
@@ -154,7 +162,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "router's weights kept), as published MoE benchmarks force it; the all-to-all bytes are then "
                         "exactly the balanced prediction")
     g.add_argument("--quiet", action="store_true", help="no progress output (errors and the summary still print)")
+    _add_finetune_arguments(parser)
     common.add_json_flag(parser)
+
+
+def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fine-tuning (LoRA / QLoRA on an --init-from base) and the memory levers (docs/train.md, "Fine-tuning")."""
+    g = parser.add_argument_group("fine-tuning (docs/train.md)")
+    g.add_argument("--finetune", choices=["full", "lora", "qlora"],
+                   help="full: train every weight (default); lora: low-rank adapters beside the frozen base "
+                        "(--init-from HF_DIR, or a random base); qlora: LoRA on an NF4 base (--quantize nf4-dq)")
+    g.add_argument("--lora-rank", type=common.positive_int, help="adapter rank r (default: 8)")
+    g.add_argument("--lora-alpha", type=common.positive_float, help="alpha: the adapters are scaled by alpha / r (default: 16)")
+    g.add_argument("--lora-targets", metavar="ROLES", help="comma-separated q,k,v,o,gate,up,down,head, or all-linear "
+                                                            "(every Linear but the head, as PEFT) (default: q,v)")
+    g.add_argument("--lora-dropout", type=_nonnegative_float, help="dropout on the adapters' input (default: 0)")
+    g.add_argument("--quantize", choices=["none", "nf4", "nf4-dq", "int8"],
+                   help="frozen base weights: nf4-dq (torchao NF4, double-quantized constants) or int8 (torchao, per "
+                        "row); default none, nf4-dq with --finetune qlora; needs trainledger[finetune]")
+    g = parser.add_argument_group("memory levers (full training and fine-tuning)")
+    g.add_argument("--optimizer-in-backward", action="store_true", default=None,
+                   help="step each parameter and free its gradient inside backward (no --grad-accum, no clipping)")
+    g.add_argument("--activation-offload", action="store_true", default=None,
+                   help="keep what autograd saves for backward in host memory (pinned on CUDA)")
+    g.add_argument("--cpu-offload", choices=["optimizer", "params"],
+                   help="optimizer: states and step on the host (torchao CPUOffloadOptimizer, CUDA); params: FSDP2's "
+                        "CPUOffloadPolicy (--parallel fsdp on CUDA)")
+    g.add_argument("--chunked-loss", metavar="N", type=common.positive_int,
+                   help="cross-entropy over N chunks of the sequence, so the logits never exist whole (default: 1)")
 
 
 _NO_CLIP = "none"
@@ -164,7 +199,7 @@ _NO_CLIP = "none"
 
 ACCOUNTING_ONLY_OPTIMIZERS = {
     "adafactor": "train has no Adafactor; use adamw (or `trainledger memory --optimizer adafactor` for its bytes)",
-    "adam-8bit": "train has no 8-bit Adam; use adam or adamw (or `trainledger memory --optimizer adam-8bit` for its bytes)",
+    "adam-8bit": "train has no 8-bit Adam with L2 decay; use adamw-8bit (torchao's AdamW8bit) or adamw",
 }
 
 
@@ -230,11 +265,31 @@ def _model_from_init(values: dict) -> None:
     weight_files(directory, "--init-from")            # safetensors there, or the refusal of a pickle, before any work
     resolved = str(directory.resolve())
     if values.get("model") not in (None, resolved, str(init)):
-        raise TrainledgerError(f"--init-from takes the model from {directory}/config.json; leave --model "
-                               f"{values['model']!r} out")
+        _check_model_matches(values["model"], directory)
     values["model"], values["init_from"] = resolved, resolved
     if not values.get("tokenizer") and (directory / "tokenizer.json").is_file():
         values["tokenizer"] = str((directory / "tokenizer.json").resolve())     # the checkpoint's own vocabulary
+
+
+def _check_model_matches(model, directory) -> None:
+    """--model beside --init-from: accepted when it describes the directory's config.json, else one line saying what
+    differs (the model always comes from DIR/config.json)."""
+    from dataclasses import fields
+
+    from trainledger.specs import get_model
+    from trainledger.specs.hf_config import spec_from_config_file
+    theirs = spec_from_config_file(directory, "--init-from")
+    try:
+        ours = get_model(str(model), "--model")
+    except TrainledgerError:
+        ours = None
+    if ours is not None and ours.kind == theirs.kind and ours.with_(name=theirs.name, source=theirs.source) == theirs:
+        return
+    differs = [f"{f.name} {getattr(ours, f.name)!r} vs {getattr(theirs, f.name)!r}" for f in fields(theirs)
+               if ours is not None and f.name not in ("name", "source") and getattr(ours, f.name, None) != getattr(theirs, f.name)]
+    detail = f" ({', '.join(differs[:3])}{', ...' if len(differs) > 3 else ''})" if differs else ""
+    raise TrainledgerError(f"--init-from {directory}: its config.json describes another model than --model "
+                           f"{str(model)!r}{detail}; leave --model out (the model comes from {directory}/config.json)")
 
 
 def _map_batch_flags(values: dict) -> None:
@@ -309,13 +364,16 @@ def run(args) -> int:
         from trainledger.train.config import inherit
         saved = newest_config(config.resolved_checkpoint_dir())
         config = inherit(config, saved, given) if saved else config
+    adapters = sorted(given & {"lora_rank", "lora_alpha", "lora_targets", "lora_dropout"})
+    if adapters and config.finetune == "full":
+        raise TrainledgerError(f"--{adapters[0].replace('_', '-')} sets the adapters of --finetune lora or qlora; this "
+                               "run trains every weight (--finetune full)")
     import torch  # (after argument checks: the help and bad flags stay fast)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     from trainledger.train import distributed
     from trainledger.train.loop import Trainer
     from trainledger.train.signals import LAUNCHER_EXIT
-    from trainledger.errors import TrainledgerError
     world = distributed.setup(config.parallel, config.device, config.tp, config.pp)
     from trainledger.train.run_file import check_world
     check_world(getattr(args, "_expected_ranks", None), world.world_size, args.config)

@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainledger.errors import TrainledgerError
 from trainledger.models.attention import Attention
+from trainledger.models.losses import chunked_cross_entropy
 from trainledger.models.mla import LatentAttention
 from trainledger.models.masks import alibi_slopes, attention_mask
 from trainledger.models.mlp import MoE, make_expert
@@ -110,6 +111,7 @@ class Transformer(nn.Module):
         else:
             self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.lm_head_bias, **factory)
         self.recompute = recompute
+        self.loss_chunks = 1        # > 1: forward(idx, targets) returns (None, the chunked cross-entropy)
         self.reset_parameters()
 
     # ----- configuration -------------------------------------------------------------------------------
@@ -197,12 +199,24 @@ class Transformer(nn.Module):
                     x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
             else:
                 x = block(x, cos, sin, mask)
-        logits = F.linear(self.norm(x), self.output_weight(), self.output_bias())
-        if spec.final_softcap is not None:   # Gemma 2: logits -> c·tanh(logits / c)
-            logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
+        h = self.norm(x)
+        if targets is not None and self.loss_chunks > 1:     # models/losses.py: the logits never exist whole
+            return None, chunked_cross_entropy(h, targets, self.head, self.loss_chunks)
+        logits = self.head(h)
         if targets is None:
             return logits
         return logits, self.loss(logits, targets)
+
+    def head(self, h: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq vocab"]:
+        """The output projection (tied or not, with Phi's bias; an adapted head through its LoRA module) and Gemma 2's
+        soft-capping."""
+        if self.lm_head is None or type(self.lm_head) is nn.Linear:
+            logits = F.linear(h, self.output_weight(), self.output_bias())
+        else:
+            logits = self.lm_head(h)
+        if self.spec.final_softcap is not None:   # Gemma 2: logits -> c·tanh(logits / c)
+            logits = torch.tanh(logits / self.spec.final_softcap) * self.spec.final_softcap
+        return logits
 
     @torch.no_grad()
     def forward_cached(self, idx: Int[Tensor, "batch new"], cache, last_only: bool = True
@@ -235,10 +249,7 @@ class Transformer(nn.Module):
         cache.advance(new)
         if last_only:
             x = x[:, -1:]
-        logits = F.linear(self.norm(x), self.output_weight(), self.output_bias())
-        if spec.final_softcap is not None:
-            logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
-        return logits
+        return self.head(self.norm(x))
 
     def _rope(self, seq_len: int, device, dtype) -> dict:
         """{θ: (cos, sin)} for positions 0..seq_len-1, one table per distinct θ of the layers."""

@@ -15,6 +15,7 @@ from trainledger import units
 from trainledger.errors import TrainledgerError
 from trainledger.train import checkpoint as ckpt
 from trainledger.train import distributed as dist_
+from trainledger.train import finetune
 from trainledger.train.config import FIELDS, TrainConfig, _coerce, check_resume, replace, validate
 from trainledger.train.metrics import recorded_steps
 from trainledger.train.rng import load_rng_state_dict, rng_state_dict
@@ -35,8 +36,11 @@ class Checkpointing:
             "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None,
             "rng": rng_state_dict(), "recent_losses": list(self.recent_losses),
         }
-        if self.fmt == "full":
-            state["model"] = dist_.unwrap(self.model).state_dict()
+        if self.fmt == "full":     # a fine-tuning run: its adapters and the identity of its base (train/finetune.py)
+            model = dist_.unwrap(self.model)
+            state["model"] = finetune.model_state(model) if self.tuned else model.state_dict()
+            if self.tuned:
+                state["base"] = self.base_identity
             state["optimizer"] = self.optimizer.state_dict()
             if self.master is not None:
                 state["master_params"] = self.master.state_dict()
@@ -184,8 +188,12 @@ class Checkpointing:
         if state["format"] != self.fmt:
             raise TrainledgerError(f"--resume: checkpoint {path} was written with format "
                                    f"{state['format']!r} but this run needs {self.fmt!r} (--parallel)")
+        if self.tuned:           # the adapters were trained on this base, or the resume is refused
+            finetune.check_base(state.get("base"), self.base_identity)
         try:
-            if self.fmt == "full":
+            if self.fmt == "full" and self.tuned:
+                finetune.load_model_state(dist_.unwrap(self.model), state["model"])
+            elif self.fmt == "full":
                 dist_.unwrap(self.model).load_state_dict(state["model"])
             self.load_state_dict(state, path)
         except (Exception, CheckpointException) as error:       # DCP raises CheckpointException on every rank

@@ -125,7 +125,9 @@ class StepComm:
     def __init__(self, trainer):
         self.enabled = trainer.world.distributed
         self.counter = CommCounter()
-        self.predicted = predicted_comm_bytes(trainer) if self.enabled else None
+        # (a fine-tuning run all-reduces its adapters' gradients only: no accounting of that yet, so no prediction)
+        tuned = getattr(trainer, "tuned", False)
+        self.predicted = predicted_comm_bytes(trainer) if self.enabled and not tuned else None
 
     @contextlib.contextmanager
     def counting(self):

@@ -20,7 +20,11 @@ from trainledger.files import read_regular_file
 
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf16", "fp8-cs", "fp8-rowwise")
 PARALLEL = ("none", "ddp", "fsdp")
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw")  # optim.build_optimizer
+OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam", "adamw",  # optim.build_optimizer
+              "adamw-8bit", "paged-adamw-8bit")                                                # optim/low_bit.py
+FINETUNE = ("full", "lora", "qlora")    # train/finetune.py
+QUANTIZE = ("none", "nf4", "nf4-dq", "int8")     # models/quantize.py (the frozen base weights)
+CPU_OFFLOAD = ("optimizer", "params")            # optim/levers.py
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,18 @@ class TrainConfig:
     device: str | None = None           # cpu, cuda, cuda:1; default: cuda when available
     threads: int | None = None          # torch intra-op threads (torch.set_num_threads); None: torch's default
     plot: bool = True                   # write <out_dir>/loss.png at the end
+    # fine-tuning (train/finetune.py): adapters on a frozen base, maybe quantized
+    finetune: str = "full"              # full | lora | qlora (LoRA on an NF4 base)
+    lora_rank: int = 8                  # r
+    lora_alpha: float = 16.0            # the adapters' scale is alpha / r
+    lora_targets: str = "q,v"           # roles (q,k,v,o,gate,up,down,head) or all-linear (models/lora.py)
+    lora_dropout: float = 0.0           # on the adapters' input (PEFT's lora_dropout)
+    quantize: str = "none"              # frozen base weights: none | nf4-dq | int8 (qlora: nf4-dq unless given)
+    # memory levers (full training too)
+    optimizer_in_backward: bool = False  # each parameter steps and frees its gradient inside backward
+    activation_offload: bool = False    # saved activations to host memory (models/offload.py)
+    cpu_offload: str | None = None      # optimizer (torchao CPUOffloadOptimizer) | params (FSDP2 CPUOffloadPolicy)
+    chunked_loss: int = 1               # cross-entropy over this many chunks of the sequence (models/losses.py)
 
     def resolved_checkpoint_dir(self) -> Path:
         return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.out_dir) / "checkpoints"
@@ -88,10 +104,12 @@ class TrainConfig:
 FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
 IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple", "batch_size", "seq_len",
-            "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from")
+            "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from", "finetune", "lora_rank",
+            "lora_alpha", "lora_targets", "lora_dropout", "quantize", "optimizer_in_backward", "cpu_offload")
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
-# may move; its identity (tokenizer_sha256) is what must not change (check_resume).
-INHERITED = ("tokenizer", "special_tokens")
+# may move; its identity (tokenizer_sha256) is what must not change (check_resume). The activation levers change
+# no state: a resumed run may switch them.
+INHERITED = ("tokenizer", "special_tokens", "activation_offload", "chunked_loss")
 # Fields the trainer records; never read from flags or --config.
 RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256")
 DATA_SOURCES = ("text", "data", "dataset")
@@ -165,6 +183,10 @@ def resolve(flags: dict, config_file: str | None = None) -> TrainConfig:
         model = Path(str(values.get("model", "tiny")))     # a config.json path or an --init-from directory: its name
         label = model.parent.name if model.suffix == ".json" else model.name
         values.setdefault("out_dir", f"runs/{label or 'model'}-{name}")
+    if values.get("finetune") == "qlora" and "quantize" not in values:
+        values["quantize"] = "nf4-dq"      # QLoRA: LoRA on a double-quantized NF4 base (arXiv:2305.14314)
+    if values.get("optimizer_in_backward") and "grad_clip" not in values:
+        values["grad_clip"] = None         # no moment holds every gradient to clip by their norm (optim/in_backward.py)
     if "warmup_steps" not in values:   # the default warmup never exceeds a tenth of a short run
         steps = values.get("steps", FIELDS["steps"].default)
         values["warmup_steps"] = min(FIELDS["warmup_steps"].default, steps // 10 if isinstance(steps, int) else 0)
@@ -216,7 +238,7 @@ def validate(config: TrainConfig) -> None:
         raise TrainledgerError(f"--seed must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
                                f"generators take), got {config.seed}")
     for name in ("steps", "batch_size", "grad_accum", "seq_len", "keep_checkpoints", "eval_batches",
-                 "checkpoint_every", "tp", "pp", "ep", "vocab_multiple"):
+                 "checkpoint_every", "tp", "pp", "ep", "vocab_multiple", "lora_rank", "chunked_loss"):
         if getattr(config, name) <= 0:
             raise TrainledgerError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     for name in ("warmup_steps", "eval_every"):
@@ -257,6 +279,57 @@ def validate(config: TrainConfig) -> None:
                                "--vocab-multiple apply to language models")
     if config.batch_size % config.grad_accum:
         raise TrainledgerError(f"--global-batch-size {config.batch_size} is not divisible by --grad-accum {config.grad_accum}")
+    validate_levers(config)
+
+
+def validate_levers(config: TrainConfig) -> None:
+    """The fine-tuning and memory-lever settings: one line naming the flag for the first that is not allowed."""
+    for name, allowed in (("finetune", FINETUNE), ("quantize", QUANTIZE)):
+        if getattr(config, name) not in allowed:
+            raise TrainledgerError(f"unknown {_flag(name)} {getattr(config, name)!r}. Known: {', '.join(allowed)}")
+    if config.cpu_offload is not None and config.cpu_offload not in CPU_OFFLOAD:
+        raise TrainledgerError(f"unknown --cpu-offload {config.cpu_offload!r}. Known: {', '.join(CPU_OFFLOAD)}")
+    tuned = config.finetune != "full"
+    if config.quantize != "none" and not tuned:
+        raise TrainledgerError(f"--quantize {config.quantize}: quantized weights cannot be trained; quantize the frozen "
+                               "base of --finetune lora or qlora")
+    if config.quantize == "nf4":
+        raise TrainledgerError("--quantize nf4 (one fp32 absmax per 64 weights) is bitsandbytes' storage, which `train` "
+                               "does not run; torchao's NF4 always double-quantizes its constants: use --quantize nf4-dq")
+    if config.finetune == "qlora" and config.quantize == "none":
+        raise TrainledgerError("--finetune qlora is LoRA on a quantized base: give --quantize nf4-dq or int8, or use "
+                               "--finetune lora")
+    if not config.lora_alpha > 0:
+        raise TrainledgerError(f"--lora-alpha must be positive, got {config.lora_alpha}")
+    if not 0 <= config.lora_dropout < 1:
+        raise TrainledgerError(f"--lora-dropout must be in [0, 1), got {config.lora_dropout}")
+    if tuned:             # (models/ imports torch: only a fine-tuning run's targets are read here)
+        from trainledger.models.lora import parse_targets
+        parse_targets(config.lora_targets)
+    one_process = config.parallel == "none" and config.tp == config.pp == config.ep == 1
+    cruncher = config.model.lower() == "cruncher"
+    if tuned and (cruncher or config.parallel == "fsdp" or config.tp > 1 or config.pp > 1 or config.ep > 1
+                  or config.precision.startswith("fp8")):
+        raise TrainledgerError(f"--finetune {config.finetune} trains a language model on one process or with --parallel "
+                               "ddp, in fp32, amp-*, mixed-* or bf16 (not the cruncher, fsdp, --tp, --pp, --ep or fp8)")
+    if config.optimizer_in_backward:
+        if config.grad_accum > 1:
+            raise TrainledgerError(f"--optimizer-in-backward steps each parameter as soon as its gradient is ready: not "
+                                   f"with --grad-accum {config.grad_accum} (the step would see one micro-batch's part)")
+        if config.grad_clip is not None:
+            raise TrainledgerError("--optimizer-in-backward cannot clip by the global gradient norm (no moment holds "
+                                   "every gradient): leave --grad-clip out (it then defaults to none)")
+        if config.precision.endswith("fp16") or config.precision in ("mixed-bf16",) or not one_process:
+            raise TrainledgerError("--optimizer-in-backward runs on one process, in fp32, amp-bf16 or bf16 (loss scaling "
+                                   "and master copies need every gradient first)")
+    if config.chunked_loss > 1 and (cruncher or config.tp > 1 or config.pp > 1):
+        raise TrainledgerError(f"--chunked-loss {config.chunked_loss} splits a language model's cross-entropy on one "
+                               "process or under --parallel ddp/fsdp (not the cruncher, --tp or --pp)")
+    if config.chunked_loss > config.seq_len:
+        raise TrainledgerError(f"--chunked-loss {config.chunked_loss} exceeds --seq-len {config.seq_len}: allowed "
+                               f"1..{config.seq_len} chunks of the sequence")
+    if config.activation_offload and (cruncher or config.parallel == "fsdp" or not config.tp == config.pp == 1):
+        raise TrainledgerError("--activation-offload runs on one process or with --parallel ddp (not fsdp, --tp or --pp)")
 
 
 def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None,

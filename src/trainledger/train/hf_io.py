@@ -132,8 +132,10 @@ def check_out_dir(out_dir: Path, force: bool, sources: list[Path]) -> None:
 
 
 def write_hf_dir(out_dir, tensors: dict, config: dict, tokenizer_file: Path | None = None,
-                 metadata: dict | None = None) -> list[Path]:
-    """Writes model.safetensors, config.json (and tokenizer.json) atomically into `out_dir` (module doc)."""
+                 metadata: dict | None = None, weights_name: str = WEIGHTS_FILE,
+                 config_name: str = CONFIG_FILE) -> list[Path]:
+    """Writes model.safetensors, config.json (and tokenizer.json) atomically into `out_dir` (module doc); a PEFT
+    adapter is the same with `weights_name` adapter_model.safetensors and `config_name` adapter_config.json."""
     from safetensors.torch import save_file
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +144,8 @@ def write_hf_dir(out_dir, tensors: dict, config: dict, tokenizer_file: Path | No
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)                 # mkdtemp's 0700 would hide the export from other users
-        save_file(tensors, tmp / WEIGHTS_FILE, metadata={"format": "pt", **(metadata or {})})
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        save_file(tensors, tmp / weights_name, metadata={"format": "pt", **(metadata or {})})
+        (tmp / config_name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if tokenizer_file is not None:
             shutil.copyfile(tokenizer_file, tmp / TOKENIZER_FILE)
         for path in tmp.iterdir():

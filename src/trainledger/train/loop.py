@@ -17,6 +17,7 @@ FLOPs per step and the memory prediction come from trainledger.account; this mod
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -36,23 +37,27 @@ from trainledger.errors import TrainledgerError
 from trainledger.files import atomic_path
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
+from trainledger.models.offload import ActivationOffload
 from trainledger.train.fp8 import TORCHAO_RECIPES, check_fp8_training, convert_to_fp8
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
-from trainledger.optim import CosineWithWarmup, build_optimizer, clip_grad_norm_
+from trainledger.optim import CosineWithWarmup, clip_grad_norm_
+from trainledger.optim.levers import build_training_optimizer
 from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s, peak_memory_bytes
 from trainledger.specs import get_model
 from trainledger.specs.recipes import get_recipe
 from trainledger.tensors import local
 from trainledger.train import checkpoint as ckpt
 from trainledger.train import distributed as dist_
+from trainledger.train import finetune
 from trainledger.train.batches import RegressionBatches, TokenBatches
 from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
-from trainledger.train.vocab import follow_tokenizer, model_sha256, padding_cost
+from trainledger.train.vocab import data_summary, follow_tokenizer, model_sha256, vocabulary_line
 from trainledger.train.run_file import write_for as write_run_file
-from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
+from trainledger.train.metrics import (MetricsWriter, Progress, accounted_optimizer, plot_loss, predicted_line,
+                                      predicted_step, read_metrics, step_time_gap)
 from trainledger.train.runlock import unlock_all
 from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
                                       restore_signal_handlers)
@@ -120,25 +125,43 @@ class Trainer(Checkpointing):
 
         check_fp8_training(config.precision, self.world.device, parallel=config.parallel, tp=self.world.tp,
                            pp=self.world.pp)              # FP8 needs FP8 tensor cores and torchao (train/fp8.py)
+        finetune.check_libraries(config, self.world.device)   # torchao for NF4/8-bit states, CUDA for paging/offload
         generator = seed_everything(config.seed)          # python, numpy, torch; the sampler's generator
         self.train_batches, self.eval_source = self._data(generator)
         if self.is_lm and self.spec.vocab_size != self.preset_vocab_size:
             self._check_fits()                          # again with the tokenizer's vocabulary (logits grow with it)
-        check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,  # fits the GPU?
-                         precision=config.precision, optimizer=config.optimizer, flag="micro-batch",
-                         hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
-                         dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
-        model = build_model(self.spec)                    # fp32 init on CPU: identical on every device
-        if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
-            from trainledger.train.hf_io import init_from
-            init_from(model, config.init_from)            # a Hugging Face checkpoint's weights (safetensors only)
-        self._fp32_init = [p.detach().clone() for p in model.parameters()] if config.precision in MASTER_COPY else None
+        self.tuned = finetune.is_finetune(config)
+        if not self.tuned:      # fits the GPU? (no fine-tuning accounting yet: a full-training refusal would be wrong)
+            check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,
+                             precision=config.precision, optimizer=accounted_optimizer(config.optimizer),
+                             flag="micro-batch", hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
+                             dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
+        model = self._make_model()                        # fp32 init on CPU: identical on every device
+        self._fp32_init = ([p.detach().clone() for p in model.parameters() if p.requires_grad]
+                           if config.precision in MASTER_COPY else None)
         self.model = model.to(device=self.world.device, dtype=param_dtype(config.precision))
+        self.quantized = finetune.quantize_base(self.model, config) if self.tuned else []   # the frozen base (torchao)
         self.fp8_linears = convert_to_fp8(self.model, config.precision) if config.precision in TORCHAO_RECIPES else []
         sharded = config.parallel == "fsdp" or self.world.tp > 1 or self.world.pp > 1 or config.ep > 1
         self.fmt = "dcp" if sharded and self.world.distributed else "full"
 
     # ----- setup -------------------------------------------------------------------------------------
+    def _make_model(self):
+        """The model on the CPU in fp32: built (and --init-from's weights) or, fine-tuning, base + adapters
+        (train/finetune.py; a checkpoint then holds the adapters only, so the base is always loaded)."""
+        config = self.config
+        if self.tuned:
+            model = finetune.base_model(self.spec, config)
+            self.adapted, self.base_identity = finetune.adapt(model, config), finetune.base_identity(config)
+        else:
+            model = build_model(self.spec)
+            if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
+                from trainledger.train.hf_io import init_from
+                init_from(model, config.init_from)        # a Hugging Face checkpoint's weights (safetensors only)
+        if self.is_lm:
+            model.loss_chunks = config.chunked_loss       # models/losses.py
+        return model
+
     def _data(self, generator):
         """(training sampler, factory of held-out samplers)."""
         if not self.is_lm:
@@ -177,15 +200,18 @@ class Trainer(Checkpointing):
         if config.compile:
             self.model = torch.compile(self.model)
         # decay the matrices (and embeddings) only, not biases and norm gains (GPT-2/nanoGPT practice)
-        params = list(self.model.parameters())
+        params = [p for p in self.model.parameters() if p.requires_grad]    # fine-tuning: the adapters only
         self.master = None
         if self._fp32_init is not None:                   # mixed-*: the optimizer steps the fp32 master copy
-            self.master = MasterParams(list(dist_.unwrap(self.model).parameters()), self._fp32_init)
+            self.master = MasterParams([p for p in dist_.unwrap(self.model).parameters() if p.requires_grad],
+                                       self._fp32_init)
             params = self.master.params
         groups = [{"params": [p for p in params if p.ndim >= 2]},
                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-        self.optimizer = build_optimizer(config.optimizer, [g for g in groups if g["params"]], lr=config.lr,
-                                         weight_decay=config.weight_decay)
+        self.optimizer = build_training_optimizer(config.optimizer, [g for g in groups if g["params"]], lr=config.lr,
+                                                  weight_decay=config.weight_decay, device=self.world.device,
+                                                  in_backward=config.optimizer_in_backward, cpu_offload=config.cpu_offload)
+        self.offload = ActivationOffload(dist_.unwrap(self.model)) if config.activation_offload else None
         self.schedule = CosineWithWarmup(self.optimizer, config.warmup_steps, config.steps,
                                          min_lr_ratio=config.min_lr / config.lr)
         self.scaler = grad_scaler(config.precision, self.world.device)
@@ -212,9 +238,12 @@ class Trainer(Checkpointing):
             x, y = self.train_batches.rows(drawn, first + a * self.micro, first + (a + 1) * self.micro, world.device)
             dist_.set_grad_sync(self.model, a == accum - 1)
             with dist_.loss_context(world):               # loss_parallel under --tp
-                loss = self._loss(x, y)
+                with self.offload or contextlib.nullcontext():   # --activation-offload: saved tensors to the host
+                    loss = self._loss(x, y)
                 if os.environ.get(FAULT_NAN_STEP_ENV) == str(self.step + 1):
                     loss = loss * float("nan")
+                if config.optimizer_in_backward and not math.isfinite(float(loss.detach())):
+                    self._diverged(float(loss.detach()))  # before backward, which would step the weights with it
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_sum += local(loss.detach().float())
@@ -222,10 +251,7 @@ class Trainer(Checkpointing):
             loss_sum = loss_sum * float("nan")
         loss_value = float(dist_.mean_across(loss_sum / accum, world))
         if not math.isfinite(loss_value):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.model.zero_grad(set_to_none=True)        # the 16-bit grads of a master-copy recipe
-            raise TrainingDiverged(f"loss is {loss_value} at step {self.step + 1}; stopped before updating the weights. "
-                                   + self._last_good_advice())
+            self._diverged(loss_value)
         self.last_loss_spike = (len(self.recent_losses) > 0
                                 and loss_value > SPIKE_FACTOR * statistics.median(self.recent_losses))
         self.last_loss = loss_value
@@ -234,7 +260,7 @@ class Trainer(Checkpointing):
             self.master.to_master_grads()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip()
+        grad_norm = None if config.optimizer_in_backward else self._clip()   # (in backward: no gradient left)
         lr = self.optimizer.param_groups[0]["lr"]
         skipped = False
         if self.scaler:
@@ -251,6 +277,12 @@ class Trainer(Checkpointing):
         self.step += 1
         self.tokens += config.batch_size * self.seq_len
         return {"loss": loss_value, "grad_norm": grad_norm, "lr": lr, "skipped": skipped}
+
+    def _diverged(self, loss_value: float) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)            # the 16-bit grads of a master-copy recipe
+        raise TrainingDiverged(f"loss is {loss_value} at step {self.step + 1}; stopped before updating the weights. "
+                               + self._last_good_advice())
 
     def _clip(self) -> float:
         """The global L2 norm of the gradient before clipping; clips to --grad-clip when set.
@@ -288,13 +320,8 @@ class Trainer(Checkpointing):
     # ----- the run -----------------------------------------------------------------------------------
     def _memory(self) -> dict:
         """account.memory.per_gpu's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
-        config = self.config
-        from trainledger.specs.run import Run
-        # the states as the ZeRO paper shards them, no reserve: what this process's tensors hold
-        run = Run().with_(batch_size=self.micro, seq_len=self.seq_len, precision=config.precision,
-                          optimizer=config.optimizer, zero=3 if config.parallel == "fsdp" and self.world.distributed else 0,
-                          dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, sp=config.sp, impl="paper",
-                          reserve=0.0)
+        from trainledger.train.run_file import trained_run     # the ZeRO paper's sharding, no reserve: the tensors
+        run = trained_run(self.config, self.world, self.micro, self.seq_len).with_(impl="paper", reserve=0.0)
         return memory_per_gpu(self.spec, None, run)
 
     def _check_fits(self) -> None:
@@ -308,7 +335,7 @@ class Trainer(Checkpointing):
             return
         from trainledger.measure.resources import available_cpu_bytes
         need = config.batch_size * (8 if self.is_lm else 4 * self.spec.dim)
-        if device.type == "cpu":
+        if device.type == "cpu" and not finetune.is_finetune(config):    # (no fine-tuning accounting yet)
             need += self._memory()["total_bytes"]
         have, source = available_cpu_bytes()
         if need > have:
@@ -366,15 +393,12 @@ class Trainer(Checkpointing):
                  f"{config.grad_accum} micro-batch{'es' if config.grad_accum > 1 else ''}) on {world.world_size} × {world.device.type}, "
                  f"precision {config.precision}, optimizer {config.optimizer}")
         if self.is_lm:
-            self.log(self._vocabulary_line())
+            self.log(vocabulary_line(self.data, self.spec, self.preset_vocab_size, config))
             self.log(self.data.describe_split())
-        self.log(f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
-                 f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
-                 f"grads {units.format_bytes(memory['grads_bytes'])}, "
-                 + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
-                 + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
-                 f"activations {units.format_bytes(memory['activations_bytes'])}); peak "
-                 f"{units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} ({plan['peak_source']})")
+        if self.tuned:       # what a checkpoint holds: the adapters and their states, not the base
+            self.log(finetune.describe(dist_.unwrap(self.model), self.adapted, self.quantized, config))
+            self.expected_checkpoint_bytes = finetune.expected_checkpoint_bytes(self.model)
+        self.log(predicted_line(plan, memory, self.tuned))
         metrics_path = config.resolved_metrics()
         writer = MetricsWriter(metrics_path, fresh=resume_from is None) if world.is_main else None
         self.locks.claim_metrics(metrics_path, checkpointed=resume_from is not None)
@@ -384,10 +408,11 @@ class Trainer(Checkpointing):
         if self.stop_signal is None and self.early_stop is not None:
             self.stop_signal = self.early_stop()     # caught before the handlers above were installed
         peak_all = plan["peak_flops_per_s"] * world.world_size if plan["peak_flops_per_s"] else None
-        predicted = predicted_step(self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
-                                   precision=config.precision, optimizer=config.optimizer, device=world.device,
-                                   world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
-                                   tp=config.tp, pp=config.pp, compiled=config.compile)
+        predicted = None if self.tuned else predicted_step(   # (fine-tuning: no accounting of its step yet)
+            self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
+            precision=config.precision, optimizer=accounted_optimizer(config.optimizer), device=world.device,
+            world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
+            tp=config.tp, pp=config.pp, compiled=config.compile)
         if predicted and predicted.get("warning") and world.is_main:
             print(f"warning: {predicted['warning']}", file=sys.stderr)
         saved_at, started = None, time.perf_counter()
@@ -429,11 +454,11 @@ class Trainer(Checkpointing):
                 writer.close()
         summary = {"steps": self.step, "tokens": self.tokens, "seconds": time.perf_counter() - started,
                    "train_flops_per_step": plan["train_flops_per_step"], "peak_flops_per_s": plan["peak_flops_per_s"],
-                   "predicted_memory_bytes": memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
+                   "predicted_memory_bytes": None if self.tuned else memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
                    "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None,
                    "resumed_from": str(resume_from) if resume_from else None}
         if self.is_lm:
-            summary.update(self._data_summary())
+            summary.update(data_summary(self.data, self.spec, config))
         if world.is_main:
             records = read_metrics(metrics_path)
             summary["final_loss"] = records[-1]["loss"] if records else None
@@ -456,34 +481,6 @@ class Trainer(Checkpointing):
                   f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
             return None
         return str(path)
-
-
-    def _vocabulary_line(self) -> str:
-        """The model's vocabulary, where it comes from, and what --vocab-multiple's padding costs."""
-        data, model_vocab = self.data, self.spec.vocab_size
-        if data.vocab_size is None:
-            line = f"vocabulary {model_vocab:,} of model {self.spec.name} ({data.flag} {data.path} records no tokenizer)"
-            return line + (f", padded from {self.preset_vocab_size:,} by --vocab-multiple {self.config.vocab_multiple}"
-                           if model_vocab != self.preset_vocab_size else "")
-        line = (f"vocabulary {data.vocab_size:,} from tokenizer {data.tokenizer_name} (sha256 {data.tokenizer_sha256[:12]}…)"
-                + (f"; model preset {self.preset_vocab_size:,}" if self.preset_vocab_size != data.vocab_size else ""))
-        if model_vocab == data.vocab_size:
-            return line
-        cost = padding_cost(self.spec, data.vocab_size, self.config.batch_size, self.seq_len)
-        return (f"{line}; padded to {model_vocab:,} by --vocab-multiple {self.config.vocab_multiple}: +{cost['rows']} rows "
-                f"= +{units.format_count(cost['params'])} parameters ({cost['params_fraction']:+.2%}), "
-                f"+{units.format_flops(cost['train_flops_per_step'])} FLOPs per step ({cost['flops_fraction']:+.2%})")
-
-    def _data_summary(self) -> dict:
-        data = self.data
-        summary = {"tokenizer": data.tokenizer_name, "tokenizer_sha256": data.tokenizer_sha256,
-                   "tokenizer_vocab_size": data.vocab_size, "model_vocab_size": self.spec.vocab_size,
-                   "data_path": str(data.path), "n_tokens": len(data.tokens), "held_out_tokens": data.n_held_out,
-                   "held_out_start": len(data.tokens) - data.n_held_out, "held_out": data.describe_split()}
-        if data.vocab_size is not None and self.spec.vocab_size != data.vocab_size:
-            cost = padding_cost(self.spec, data.vocab_size, self.config.batch_size, self.seq_len)
-            summary.update(vocab_padding_params=cost["params"], vocab_padding_train_flops_per_step=cost["train_flops_per_step"])
-        return summary
 
 
 def _check_output_paths(config: TrainConfig) -> None:

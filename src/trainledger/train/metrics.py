@@ -290,3 +290,27 @@ def step_time_gap(records: list[dict], predicted: dict | None) -> dict | None:
             f"({units.format_seconds(predicted['breakdown'][largest])}): `trainledger profile` measures each part")
     return {"measured_step_time_s": measured, "predicted_step_time_s": predicted["step_seconds"],
             "relative_error": error, "text": text}
+
+
+def predicted_line(plan: dict, memory: dict, finetune: bool = False) -> str:
+    """The trainer's line of predictions: FLOPs per step, memory per device by part, the peak FLOP/s used for MFU.
+    A fine-tuning run's memory is not predicted yet (the accounting of adapters and frozen bases is account/'s to add):
+    the line says so instead of showing full training's bytes."""
+    peak = f"peak {units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} " \
+           f"({plan['peak_source']})"
+    if finetune:
+        return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step as full training counts "
+                f"them; memory of fine-tuning not predicted yet; {peak}")
+    return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
+            f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
+            f"grads {units.format_bytes(memory['grads_bytes'])}, "
+            + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
+            + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
+            f"activations {units.format_bytes(memory['activations_bytes'])}); {peak}")
+
+
+def accounted_optimizer(name: str) -> str:
+    """The optimizer account/ prices for a run of `name`: itself when specs/recipes.py knows it, else the 8-bit Adam
+    it has for the 8-bit AdamWs (the same 2 bytes of state per value)."""
+    from trainledger.specs.recipes import OPTIMIZERS
+    return name if name in OPTIMIZERS else "adam-8bit" if name.endswith("8bit") else "adamw"

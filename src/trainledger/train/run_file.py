@@ -110,6 +110,19 @@ def check_world(expected: int | None, world_size: int, path) -> None:
                                "--nnodes)", "--config")
 
 
+def trained_run(config, world, micro_batch: int, seq_len: int) -> Run:
+    """The run (specs.run.Run) a trainer with `config` on `world` runs: its micro-batch per rank, global batch and
+    sequence, recipe and optimizer, layout (dp, ZeRO 3 under --parallel fsdp, tp, sp, pp, ep) and compile."""
+    from trainledger.train.metrics import accounted_optimizer     # the 8-bit AdamWs as the 8-bit Adam specs/ prices
+    fsdp = config.parallel == "fsdp" and world.distributed
+    return Run().with_(batch_size=micro_batch, global_batch_size=config.batch_size, seq_len=seq_len,
+                       precision=config.precision, optimizer=accounted_optimizer(config.optimizer), dp=world.dp_size,
+                       zero=3 if fsdp else 0,
+                       tp=world.tp, sp=config.sp, pp=world.pp, ep=config.ep, compile=config.compile,
+                       param_dtype="stored",        # --parallel fsdp: no mixed-precision policy (autocast over the shards)
+                       reserve="auto", mtp=False)
+
+
 def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | None = None) -> dict:
     """The run file of a training job: its model (`vocab_size`: the vocabulary it trains with, where the tokenizer
     changed the named model's) and device, the run the trainer runs (the layout of `world`, the micro-batch per
@@ -119,12 +132,7 @@ def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | N
     from trainledger.train.config import RECORDED
     mapped = {"model", "batch_size", "grad_accum", "seq_len", "precision", "optimizer", "tp", "sp", "pp", "ep",
               "compile", "parallel", "device"}
-    fsdp = config.parallel == "fsdp" and world.distributed
-    run = Run().with_(batch_size=micro_batch, global_batch_size=config.batch_size, seq_len=config.seq_len,
-                      precision=config.precision, optimizer=config.optimizer, dp=world.dp_size, zero=3 if fsdp else 0,
-                      tp=world.tp, sp=config.sp, pp=world.pp, ep=config.ep, compile=config.compile,
-                      param_dtype="stored",        # --parallel fsdp: no mixed-precision policy (autocast over the shards)
-                      reserve="auto", mtp=False)
+    run = trained_run(config, world, micro_batch, config.seq_len)
     train = {k: v for k, v in asdict(config).items() if k not in mapped and k not in RECORDED and v is not None}
     train = {k: list(v) if isinstance(v, tuple) else v for k, v in train.items()}
     model = {"name": config.model, **({"vocab_size": vocab_size} if vocab_size is not None else {})}

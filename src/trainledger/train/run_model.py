@@ -5,6 +5,8 @@ RUN_OR_CHECKPOINT may be:
   files pass their sha256 check and load; a damaged one is reported on stderr and the previous one is used;
 - one checkpoint directory (step_NNNNNNNN/): exactly that one, or an error saying why it cannot be used;
 - a Hugging Face directory (config.json + model.safetensors of a GPT-2 or Llama model: train/hf_io.py).
+A fine-tuning run's checkpoint holds its adapters only: its model is the base rebuilt from --init-from (or its seed),
+checked against the identity the checkpoint records, with the adapters on it (train/finetune.py).
 Checkpoints load as `--resume` loads them (train/checkpoint.py): torch.load(weights_only=True), never a pickle
 that could run code. A sharded (FSDP/DCP) checkpoint is gathered into one full state dict on this process, its
 `.metadata` through the restricted unpickler and its items with weights_only=True (train/safe_dcp.py).
@@ -86,6 +88,12 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
         return LoadedModel(model.eval(), spec, path, hf_dir=path)
     checkpoint, state = find_checkpoint(path, warn)
     config = state["config"]
+    if state["format"] == "full" and config.get("finetune", "full") != "full":       # adapters on a base rebuilt from its source
+        from trainledger.train.finetune import build_tuned_model
+        from trainledger.train.vocab import run_spec as recorded_spec
+        spec = recorded_spec(config)
+        model = build_tuned_model(spec, config, state, device, FLAG)
+        return LoadedModel(model, spec, checkpoint, int(state["step"]), config)
     weights = state.get("model") if state["format"] == "full" else _gather_sharded(checkpoint, config)
     spec = run_spec(config, weights, checkpoint)
     import torch

@@ -76,3 +76,33 @@ def run_spec(config):
                                f"{recorded[:12]}…); restore the config.json the run was trained with")
     model_vocab = values.get("model_vocab_size")
     return replace(spec, vocab_size=model_vocab) if model_vocab and model_vocab != spec.vocab_size else spec
+
+
+def vocabulary_line(data, spec, preset_vocab_size: int, config) -> str:
+    """The model's vocabulary, where it comes from, and what --vocab-multiple's padding costs (the trainer's log)."""
+    from trainledger import units
+    model_vocab = spec.vocab_size
+    if data.vocab_size is None:
+        line = f"vocabulary {model_vocab:,} of model {spec.name} ({data.flag} {data.path} records no tokenizer)"
+        return line + (f", padded from {preset_vocab_size:,} by --vocab-multiple {config.vocab_multiple}"
+                       if model_vocab != preset_vocab_size else "")
+    line = (f"vocabulary {data.vocab_size:,} from tokenizer {data.tokenizer_name} (sha256 {data.tokenizer_sha256[:12]}…)"
+            + (f"; model preset {preset_vocab_size:,}" if preset_vocab_size != data.vocab_size else ""))
+    if model_vocab == data.vocab_size:
+        return line
+    cost = padding_cost(spec, data.vocab_size, config.batch_size, config.seq_len)
+    return (f"{line}; padded to {model_vocab:,} by --vocab-multiple {config.vocab_multiple}: +{cost['rows']} rows "
+            f"= +{units.format_count(cost['params'])} parameters ({cost['params_fraction']:+.2%}), "
+            f"+{units.format_flops(cost['train_flops_per_step'])} FLOPs per step ({cost['flops_fraction']:+.2%})")
+
+
+def data_summary(data, spec, config) -> dict:
+    """The data and vocabulary entries of a language-model run's summary."""
+    summary = {"tokenizer": data.tokenizer_name, "tokenizer_sha256": data.tokenizer_sha256,
+               "tokenizer_vocab_size": data.vocab_size, "model_vocab_size": spec.vocab_size,
+               "data_path": str(data.path), "n_tokens": len(data.tokens), "held_out_tokens": data.n_held_out,
+               "held_out_start": len(data.tokens) - data.n_held_out, "held_out": data.describe_split()}
+    if data.vocab_size is not None and spec.vocab_size != data.vocab_size:
+        cost = padding_cost(spec, data.vocab_size, config.batch_size, config.seq_len)
+        summary.update(vocab_padding_params=cost["params"], vocab_padding_train_flops_per_step=cost["train_flops_per_step"])
+    return summary
