@@ -278,12 +278,13 @@ def test_a_full_disk_while_drawing_loss_png_keeps_the_run(token_file, tmp_path, 
 
 
 def test_a_full_disk_while_appending_metrics_is_one_line(token_file, tmp_path):
-    """A 1,000-byte file-size limit: the fourth metrics line cannot be written (EFBIG, as ENOSPC would)."""
+    """A 12,000-byte file-size limit (the run's run.toml, about 6 KB, fits): a later metrics line cannot be written
+    (EFBIG, as ENOSPC would)."""
     import resource
 
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (12000, 12000))
     result = subprocess.run(train_cmd("--data", token_file, "--steps", 50, "--out-dir", tmp_path,
                                       "--checkpoint-every", 1000, *SMALL), capture_output=True, text=True,
                             timeout=120, env=env(), preexec_fn=limit)

@@ -245,5 +245,8 @@ def save(path, doc: dict, flag: str) -> None:
                                    "(give a new path, or remove it)", flag)
     if not path.parent.is_dir():
         raise TrainledgerError(f"{flag} {path}: the directory {path.parent} does not exist", flag)
-    with atomic_path(path) as temporary:
-        temporary.write_text(dumps(doc, path), encoding="utf-8")
+    try:
+        with atomic_path(path) as temporary:
+            temporary.write_text(dumps(doc, path), encoding="utf-8")
+    except OSError as error:          # a full disk, a file-size limit, a read-only folder: one line, nothing half-written
+        raise TrainledgerError(f"{flag}: cannot write the run file {path}: {error.strerror or error}", flag) from None
