@@ -90,17 +90,28 @@ def test_every_flag_of_every_answering_command_is_allowed_or_refused_for_a_reaso
     for command, parser in api.command_parsers().items():
         names = {option[2:] for action in parser._actions for option in action.option_strings
                  if option.startswith("--") and not option.startswith("--no-")} - {"json"}
-        allowed = flags.WEB_FLAGS[command]
+        allowed = flags.allowed(command)       # the run settings from the table, the rest as listed
         assert allowed <= names, (command, sorted(allowed - names))          # no stale entries
         assert names - allowed <= set(flags.REFUSED), (command, sorted(names - allowed - set(flags.REFUSED)))
     assert set(flags.WEB_FLAGS) == set(api.command_parsers())
+
+
+def test_the_run_settings_a_command_takes_come_from_the_table():
+    """web/flags.py lists a command's other flags only: each setting of the run that `for_command` gives is allowed
+    without being listed, and none is listed by hand as well."""
+    from trainledger.specs import run_table
+    for command in api.command_parsers():
+        table = {s.flag[2:] for s in run_table.for_command(command)}
+        assert table <= flags.allowed(command), (command, sorted(table - flags.allowed(command)))
+        assert not flags.WEB_FLAGS[command] & table, (command, sorted(flags.WEB_FLAGS[command] & table))
+    assert {"tp", "etp", "ep-dispatcher", "mtp", "dp-replicate"} <= flags.allowed("step") - flags.WEB_FLAGS["step"]
 
 
 def test_the_schema_lists_only_what_the_web_server_passes(client):
     schema = client.get("/api/schema").json()
     for command, info in schema.items():
         named = {f["flag"][2:] for f in info["flags"] if f["flag"]}
-        assert named == set(flags.WEB_FLAGS[command]) | ({"no-flash"} & named), command
+        assert named == set(flags.allowed(command)) | ({"no-flash"} & named), command
 
 
 @pytest.fixture

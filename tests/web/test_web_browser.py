@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import threading
 from pathlib import Path
 
@@ -34,6 +35,9 @@ from trainledger.cli.common import json_ready  # noqa: E402
 from trainledger.errors import TrainledgerError  # noqa: E402
 from trainledger.specs.dtypes import DTYPES, round_to_dtype  # noqa: E402
 from trainledger.web import api  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from web_answers import my_knob  # noqa: E402,F401 (a fixture: one setting added to specs/run.py)
 
 
 @pytest.fixture(scope="module")
@@ -641,4 +645,82 @@ def test_step_with_expert_tensor_parallel_and_a_dispatcher(browser, base_url):
                      "32", "--ep", "8", "--ep-dispatcher", "nccl"])
     assert shared.inner_text("#step-ep-dispatcher-error") == str(info.value)
     assert str(info.value).startswith("--ep-dispatcher must be one of alltoall, deepep, hybridep")
+    context.close()
+
+
+# Calculator 8's fields when calculators.js listed them by hand (model, GPU, GPUs and 26 run settings)
+STEP_FORM_FIELDS_BEFORE_THE_TABLE = 29
+# Its fieldsets by the run group of their fields (calculators.js FIELDSETS); None: the top of the form
+STEP_FIELDSETS = {"batch": None, "numerics": None, "layout": "layout of the step (the table's Use button fills it)",
+                  "levers": "layout of the step (the table's Use button fills it)",
+                  "layout.experts": "mixture of experts: routing and dispatch (MoE models)",
+                  "kernels": "framework, kernels and overlaps"}
+FORM_FIELDS = """f => [...f.querySelectorAll('.field')].map(d => {
+  const input = d.querySelector('input:not([type=range]), select'), slider = d.querySelector('input[type=range]');
+  const box = d.closest('fieldset');
+  return {param: d.dataset.param, label: d.querySelector('label').textContent, tag: input.tagName.toLowerCase(),
+          type: input.type, placeholder: input.placeholder || null, value: input.value,
+          slider: slider ? [Number(slider.min), Number(slider.max)] : null,
+          legend: box ? box.querySelector('legend').textContent : null,
+          options: input.tagName === 'SELECT' ? [...input.options].map(o => o.value) : null};
+})"""
+
+
+def fresh_page(browser, base_url):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
+    return context, page, errors
+
+
+def test_the_step_form_is_made_from_the_schema(browser, base_url):
+    """Calculator 8's run settings are one field per flag of `step` in /api/schema with a label (specs/run.py's
+    table), in the table's order: a count a slider (over powers of two where the table's `web` hint says so, with
+    its range), a choice or ZeRO stage a select of its choices, an on/off switch a checkbox, or a select of default /
+    on / off where its default is decided from the rest of the run, a fraction or factor a float slider; each in the
+    fieldset of its group, with the table's placeholder. The form has no more fields than the hand-written one."""
+    context, page, errors = fresh_page(browser, base_url)
+    flags = [f for f in api.schema()["step"]["flags"] if f.get("label")]
+    form = page.eval_on_selector("#calc-step form", FORM_FIELDS)
+    assert sorted(f["param"] for f in form) == sorted(["model", "gpu", "num-gpus", *(f["param"] for f in flags)])
+    for legend in set(STEP_FIELDSETS.values()):           # in each fieldset, the table's order
+        assert [f["param"] for f in form[3:] if f["legend"] == legend] == \
+            [f["param"] for f in flags if STEP_FIELDSETS[f["group"]] == legend], legend
+    assert len(form) <= STEP_FORM_FIELDS_BEFORE_THE_TABLE and len(flags) == 26
+    fields = {f["param"]: f for f in form}
+    for flag in flags:
+        field, kind, web = fields[flag["param"]], flag["kind"].rstrip("?"), flag["web"]
+        assert field["label"] == flag["label"] and field["legend"] == STEP_FIELDSETS[flag["group"]], flag["param"]
+        if kind == "switch" and flag["default"] is None:
+            assert field["tag"] == "select" and field["options"] == ["", "true", "false"], flag["param"]
+        elif kind in ("flag", "switch"):
+            assert field["type"] == "checkbox", flag["param"]
+        elif kind in ("choice", "zero"):
+            assert field["tag"] == "select" and set(flag["choices"]) <= set(field["options"]), flag["param"]
+        else:
+            assert field["type"] == "text" and field["slider"], flag["param"]
+            if "min" in web:
+                assert field["slider"] == [web["min"], web["max"]], flag["param"]
+        if "placeholder" in web and field["tag"] == "input":
+            assert field["placeholder"] == web["placeholder"], flag["param"]
+    assert fields["etp"]["placeholder"] == "= tp" and fields["capacity-factor"]["placeholder"] == "dropless"
+    assert fields["tp"]["slider"] == [0, 3] and fields["global-batch-size"]["value"] == "32"
+    assert page.eval_on_selector("#step-mtp", "s => s.options[0].textContent") == "default: with Megatron only"
+    assert page.eval_on_selector("#step-pp-overlap", "s => s.options[2].textContent") == "off (--no-pp-overlap)"
+    assert page.get_attribute("#calc-step", "data-state") == "ok" and not errors
+    context.close()
+
+
+def test_a_setting_added_to_the_table_is_a_field_of_the_step_form(my_knob, browser, base_url):
+    """The fixture adds one field to specs/run.py's Kernels and nothing else: the step form has a field for it, with
+    its label, a count's slider, in the kernels' fieldset, at its default (so not sent: the answer is the same)."""
+    context, page, errors = fresh_page(browser, base_url)
+    knob = {f["param"]: f for f in page.eval_on_selector("#calc-step form", FORM_FIELDS)}["my-knob"]
+    assert (knob["label"], knob["legend"], knob["type"], knob["slider"], knob["value"]) == \
+        ("My knob", STEP_FIELDSETS["kernels"], "text", [1, 8], "1")
+    page.wait_for_function("document.querySelector('#calc-step').dataset.state === 'ok'", timeout=15000)
+    assert "--my-knob" not in page.text_content("#calc-step .command-line") and not errors
     context.close()

@@ -51,7 +51,9 @@ RUN_COMMANDS = frozenset({"step", "memory", "layout", "plan", "fit", "profile", 
 @dataclass(frozen=True)
 class Setting:
     """How one field of the run meets the user: its flag, kind (how a value is parsed and checked), help, unit and
-    the commands that take it. `path` (e.g. "layout.tp") is filled in by specs/run_table.py."""
+    the commands that take it. `path` (e.g. "layout.tp") is filled in by specs/run_table.py. `label` puts it on the
+    web's step form (static/calculators.js: its widget from the kind); `web`: that field's hints in the page's terms
+    (`type` "pow2" with exponents `min`/`max`, `step`, a starting `value`, a blank's `placeholder`)."""
 
     flag: str
     kind: str
@@ -61,12 +63,13 @@ class Setting:
     commands: frozenset = RUN_COMMANDS
     label: str = ""             # a short label for the web form ("" = not on the form)
     path: str = ""
+    web: dict = field(default_factory=dict, compare=False)     # the web form's hints (above)
 
 
 def setting(flag: str, kind: str, help: str, *, unit: str = "", choices: tuple = (), commands=RUN_COMMANDS,
-            label: str = "") -> dict:
+            label: str = "", web: dict | None = None) -> dict:
     """The metadata of a run field: {"setting": Setting(...)} (dataclasses.field(metadata=...))."""
-    return {"setting": Setting(flag, kind, help, unit, tuple(choices), frozenset(commands), label)}
+    return {"setting": Setting(flag, kind, help, unit, tuple(choices), frozenset(commands), label, web=dict(web or {}))}
 
 
 def _field(default, *args, **kwargs):
@@ -134,15 +137,16 @@ class Batch:
     micro-batches of one optimizer step, and the tokens per sequence."""
 
     batch_size: int = _field(1, "--batch-size", "count", "micro-batch: sequences per GPU per forward/backward",
-                             unit="sequences", label="Micro-batch per GPU",
+                             unit="sequences", label="Micro-batch per GPU", web={"type": "pow2", "min": 0, "max": 8},
                              commands={'step', 'memory', 'fit', 'profile'})
     global_batch_size: int | None = _field(
         None, "--global-batch-size", "count?", "sequences per optimizer step over all GPUs (default: one micro-batch "
         "per data-parallel rank)", unit="sequences", label="Global batch (sequences per step)",
-        commands={'step', 'layout', 'plan'})
+        web={"type": "pow2", "min": 0, "max": 14, "value": 32}, commands={'step', 'layout', 'plan'})
     seq_len: int | None = _field(None, "--seq-len", "count?",
                                  "tokens per sequence (default: the context the model was pre-trained at)",
                                  unit="tokens", label="Sequence length",
+                                 web={"type": "pow2", "min": 6, "max": 17},
                                  commands={'step', 'memory', 'layout', 'plan', 'fit', 'profile'})
 
     def __post_init__(self):
@@ -213,7 +217,7 @@ class Experts:
                                            "cap each expert at this × the mean load and drop the excess (default: "
                                            "dropless)",
                                            label="Capacity factor: an expert's cap, × the mean load (> 0; blank = dropless)",
-                                           commands={'step'})
+                                           web={"placeholder": "dropless"}, commands={'step'})
     overlap: float = _field(0.0, "--ep-overlap", "fraction",
                             "fraction of the all-to-all hidden behind other micro-batches' compute (default 0: exposed)",
                             label="Share of the all-to-all hidden (0 … 1)", commands={'step'})
@@ -237,11 +241,11 @@ class Layout:
                               "data parallelism alone, 1 with --pp or --framework megatron, 0 with dp 1; 0 = DDP)",
                               label="ZeRO stage over dp", commands={'step', 'memory', 'fit'})
     tp: int = _field(1, "--tp", "count", "tensor-parallel size; must divide the heads", unit="GPUs",
-                     label="Tensor-parallel ranks", commands={'step', 'memory'})
+                     label="Tensor-parallel ranks", web={"type": "pow2", "min": 0, "max": 3}, commands={'step', 'memory'})
     sp: bool = _field(False, "--sp", "flag", "sequence parallelism with --tp (Korthikanti et al. 2022)",
                       label="Sequence parallelism (with tp)", commands={'step', 'memory'})
     pp: int = _field(1, "--pp", "count", "pipeline stages, 1F1B schedule", unit="stages", label="Pipeline stages",
-                     commands={'step', 'memory'})
+                     web={"type": "pow2", "min": 0, "max": 6}, commands={'step', 'memory'})
     interleave: int = _field(1, "--interleave", "count", "virtual pipeline chunks per GPU, Megatron-LM's interleaved "
                              "schedule (1 = 1F1B)", unit="chunks",
                              label="Interleaved chunks per stage", commands={'step'})
@@ -259,16 +263,17 @@ class Layout:
                                  label="Chunks of unequal size (Megatron's pipeline layout, e.g. DeepSeek-V3's 61 layers)",
                                  commands={'step'})
     cp: int = _field(1, "--cp", "count", "context-parallel ranks splitting the sequence", unit="GPUs",
-                     label="Context-parallel ranks", commands={'step'})
+                     label="Context-parallel ranks", web={"type": "pow2", "min": 0, "max": 5}, commands={'step'})
     ep: int = _field(1, "--ep", "count", "expert-parallel size: each GPU holds n_experts/ep routed experts; must divide "
                      "the experts, and ep × etp must divide tp·cp·dp", unit="GPUs",
-                     label="Expert-parallel ranks (mixture of experts)", commands={'step', 'memory'})
+                     label="Expert-parallel ranks (mixture of experts)", web={"type": "pow2", "min": 0, "max": 8},
+                     commands={'step', 'memory'})
     etp: int | None = _field(None, "--etp", "count?",
                              "expert tensor-parallel size (Megatron's expert_tensor_parallel_size; default: --tp): each "
                              "expert's d_ff split over etp GPUs; with --framework megatron it may differ from --tp and "
                              "ep may reach tp·cp·dp (MoE Parallel Folding)", unit="GPUs",
                              label="Expert tensor-parallel ranks (blank = tp; another value with the Megatron framework)",
-                             commands={'step'})
+                             web={"type": "pow2", "min": 0, "max": 3, "placeholder": "= tp"}, commands={'step'})
     fsdp: Fsdp = field(default_factory=Fsdp)
     experts: Experts = field(default_factory=Experts)
 
@@ -350,7 +355,8 @@ class Kernels:
         "(default: with --framework megatron and --interleave > 1, as Megatron Bridge sets overlap_p2p_comm and "
         "Megatron-LM defaults to it since 2023; otherwise each send is waited for); --no-pp-overlap: exposed, as "
         "Megatron-LM's 2021-22 interleaved schedule ran",
-        label="Pipeline sends beside the next chunk's computation", commands={'step'})
+        label="Pipeline sends beside the next chunk's computation", commands={'step'},
+        web={"placeholder": "default: Megatron with --interleave > 1"})
     loss_upcast: bool = _field(True, "--loss-upcast", "switch",
                                "cast the logits to fp32 before the cross-entropy, which then saves an fp32 log-softmax "
                                "of 4 bytes per token and vocabulary entry (default on, as trainledger's Transformer "
@@ -362,7 +368,7 @@ class Kernels:
                               "stage, counted in the model FLOPs (default: with --framework megatron, as DeepSeek-V3 "
                               "was pre-trained; our torch Transformer does not build them); --no-mtp leaves them out",
                               label="Multi-token-prediction modules (models with them, e.g. deepseek-v3)",
-                              commands={'step'})
+                              web={"placeholder": "default: with Megatron only"}, commands={'step'})
     loop: str = _field("train", "--loop", "choice",
                        "whose synchronizations end the step's timelines: trainledger's training loop, which reads the "
                        "loss and the gradient norm back after the backward (default), or `profile`'s steps, which "
@@ -390,15 +396,19 @@ class Kernels:
 GROUPS = {"batch": Batch, "numerics": Numerics, "layout": Layout, "levers": Levers, "kernels": Kernels}
 
 
+def _group(name: str):    # GROUPS[name] as it is when a Run is made: a group put there (a test's) is the one it holds
+    return field(default_factory=lambda: GROUPS[name]())
+
+
 @dataclass(frozen=True)
 class Run:
     """The settings of one training run (module docstring). Build it from groups, or `Run().with_(tp=8, ...)`."""
 
-    batch: Batch = field(default_factory=Batch)
-    numerics: Numerics = field(default_factory=Numerics)
-    layout: Layout = field(default_factory=Layout)
-    levers: Levers = field(default_factory=Levers)
-    kernels: Kernels = field(default_factory=Kernels)
+    batch: Batch = _group("batch")
+    numerics: Numerics = _group("numerics")
+    layout: Layout = _group("layout")
+    levers: Levers = _group("levers")
+    kernels: Kernels = _group("kernels")
 
     def __post_init__(self):
         for name, group in GROUPS.items():

@@ -68,8 +68,8 @@ class ApiError(TrainledgerError):
 
 
 def _not_allowed(command: str, name: str, value: str, parser, web_flags, action) -> TrainledgerError:
-    """The 422 for a flag name outside WEB_FLAGS[command]: a refused flag says why; an unknown one gets the
-    command line's own "unrecognized arguments" line (with its "did you mean")."""
+    """The 422 for a flag name outside web/flags.py's allowed(command): a refused flag says why; an unknown one gets
+    the command line's own "unrecognized arguments" line (with its "did you mean")."""
     flag = "--" + name
     if action is not None and action.dest in guard.CLI_ONLY_FLAGS:     # a flag naming a file of the server
         return ApiError(guard.CLI_ONLY_FLAGS[action.dest], flag)
@@ -380,7 +380,10 @@ def health() -> dict:
 @router.get("/schema")
 def schema() -> dict:
     """The flags of each answering command that the web server passes (web/flags.py: help, default, choices,
-    boolean or not), so the page can fill its selects and defaults from the command line itself."""
+    boolean or not), so the page can fill its selects and defaults from the command line itself. A flag that is a
+    setting of the run (cli/run_flags.py made it from specs/run_table.py) also carries the table's entry: its
+    `path` in the run, `group`, `kind`, `unit`, `label` (on the step form when not empty), the form's `web` hints,
+    and as `default` the command's default from the table."""
     result = {}
     for name, parser in command_parsers().items():
         flags = []
@@ -397,10 +400,20 @@ def schema() -> dict:
                 "default": json_ready(default) if isinstance(default, (int, float, str, bool, list, tuple, type(None))) else str(default),
                 "choices": [str(c) for c in action.choices] if action.choices else None,
                 "boolean": _is_boolean(action), "many": _takes_many(action), "positional": not action.option_strings,
+                **_run_setting(action),
             })
         result[name] = {"help": parser.description, "flags": flags}
     _add_named_choices(result)
     return result
+
+
+def _run_setting(action: argparse.Action) -> dict:
+    """The table's entry of a run flag (specs.run.Setting, on the action as `run_setting`), or {} for another flag."""
+    s = getattr(action, "run_setting", None)
+    if s is None:
+        return {}
+    return {"path": s.path, "group": s.path.rsplit(".", 1)[0], "kind": s.kind, "unit": s.unit, "label": s.label,
+            "web": dict(s.web), "default": json_ready(action.run_default)}
 
 
 def _add_named_choices(result: dict) -> None:

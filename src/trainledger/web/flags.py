@@ -1,46 +1,40 @@
 """The query parameters the web API passes on, per command: an allow-list, not whatever argparse accepts.
 
-`GET /api/<command>?seq-len=2048` becomes `--seq-len=2048` only because `seq-len` is in WEB_FLAGS[command].
-A name that is not a plain flag name (`model=/etc/passwd` as a key: `--model=/etc/passwd=` would reach argparse
-without the model guard), a flag of the command that the web server does not pass (REFUSED), or any other name
-is answered 422 naming the parameter before argparse sees anything. A flag added to a command later is therefore
-off on the web until someone adds it here (tests/web/test_web_flags.py fails until each flag is in one of the two
-tables). Boolean pairs are listed by their positive name (`flash` covers `--no-flash` through flash=false).
+`GET /api/<command>?seq-len=2048` becomes `--seq-len=2048` only because `seq-len` is allowed for the command
+(`allowed`): a setting of the run that the command takes (specs.run_table.for_command: the table the CLI makes the
+flags from, so a setting added to specs/run.py is on the web as on the command line), or one of the command's
+other flags listed in WEB_FLAGS, and not REFUSED. A name that is not a plain flag name (`model=/etc/passwd` as a
+key: `--model=/etc/passwd=` would reach argparse without the model guard), a flag of the command that the web
+server does not pass (REFUSED), or any other name is answered 422 naming the parameter before argparse sees
+anything. Any other flag added to a command later is therefore off on the web until someone adds it here
+(tests/web/test_web_attacks.py fails until each flag is allowed or refused). Boolean pairs are listed by their
+positive name (`flash` covers `--no-flash` through flash=false).
 
 What each listed flag may carry is checked elsewhere: `model` and `gpu` by guard.resolve_model/check_gpu, sizes
-by guard.HEAVY_CAPS, the rest by the command's own argparse types.
+by guard.HEAVY_CAPS, the rest by the command's own argparse types and the run's checks (specs/run.py).
 """
 
 from __future__ import annotations
 
 import re
 
-# FSDP2's policy flags of `memory` and `step` (dtypes, resharding, accumulation, HSDP replicas): numbers and names.
-FSDP_FLAGS = ("fsdp-param-dtype", "fsdp-reduce-dtype", "reshard-after-forward", "fsdp-accumulate", "dp-replicate")
-# Expert parallelism of `step` (account/time/expert_parallel.py); `memory` takes --ep alone.
-EXPERT_FLAGS = ("ep", "expert-imbalance", "capacity-factor", "ep-overlap", "ep-dispatcher", "etp")
-# One literal per command (its flags as `trainledger <command> --help` lists them, without --json: implied).
+from trainledger.specs import run_table
+
+# The flags of each answering command that are not settings of the run (those come from the table: run_flags), one
+# literal per command, as `trainledger <command> --help` lists them, without --json (implied). A command that
+# declares a run setting's flag itself (plan's --recompute, fit's --reserve) lists it here.
 WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
-    "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "seq-len", "attention",
-             "global-batch-size", "recompute", "deadline", "failures-per-gpu-day", "checkpoint-bandwidth", "restart",
-             "precision", "optimizer", "simulate", "trials", "seed", "reserve"),
-    "fit": ("gpu", "num-gpus", "memory-per-gpu", "optimizer", "precision", "zero", "reserve", "model", "seq-len",
-            "batch-size", "recompute"),
+    "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "recompute", "deadline",
+             "failures-per-gpu-day", "checkpoint-bandwidth", "restart", "simulate", "trials", "seed"),
+    "fit": ("gpu", "num-gpus", "memory-per-gpu", "reserve", "model"),
     "optimal": ("budget-flops", "gpu", "num-gpus", "days", "mfu", "seq-len", "precision", "optimizer", "dtype", "law",
                 "tokens-per-param"),
     "params": ("model",),
     "flops": ("model", "batch-size", "global-batch-size", "seq-len", "attention", "recompute", "impl", "attn-impl"),
-    "memory": ("model", "params", "batch-size", "seq-len", "precision", "optimizer", "zero", "dp", "tp", "sp", "pp",
-               "recompute", "flash", "gpu", "memory-per-gpu", "reserve", "impl", "attn-impl", "grad-accum", "ep",
-               "loss-upcast", *FSDP_FLAGS),
-    "step": ("model", "batch-size", "seq-len", "precision", "optimizer", "zero", "tp", "sp", "pp", "recompute", "flash",
-             "gpu", "num-gpus", "dp", "global-batch-size", "interleave", "cp", "attention", "framework",
-             "attention-kernel", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth", "compile", "loop",
-             "reserve", "tp-overlap", "dp-overlap", "pp-overlap", "schedule", "mtp", "uneven-chunks", "loss-upcast", *FSDP_FLAGS,
-             *EXPERT_FLAGS),
-    "layout": ("model", "gpu", "num-gpus", "global-batch-size", "seq-len", "precision", "optimizer", "flash", "top",
-               "memory-per-gpu", "attention", "framework", "attention-kernel", "gpus-per-node", "intra-node-bandwidth",
-               "inter-node-bandwidth", "compile", "reserve", "launch", "loss-upcast"),
+    "memory": ("model", "params", "gpu", "memory-per-gpu", "impl", "attn-impl", "grad-accum"),
+    "step": ("model", "gpu", "num-gpus", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth"),
+    "layout": ("model", "gpu", "num-gpus", "top", "memory-per-gpu", "gpus-per-node", "intra-node-bandwidth",
+               "inter-node-bandwidth", "launch"),
     "dtypes": (),
     "hardware": (),
     "models": (),
@@ -70,6 +64,14 @@ def flag_name(key: str) -> str | None:
     return key.replace("_", "-") if NAME.fullmatch(key) else None
 
 
+def run_flags(command: str) -> frozenset[str]:
+    """The names (without dashes) of the run's settings `command` takes, from the table (specs/run_table.py)."""
+    return frozenset(s.flag[2:] for s in run_table.for_command(command))
+
+
 def allowed(command: str) -> frozenset[str]:
-    """The flag names (without dashes) the web server passes to `command` (empty for an unknown command)."""
-    return WEB_FLAGS.get(command, frozenset())
+    """The flag names (without dashes) the web server passes to `command`: its run settings and its other listed
+    flags, less REFUSED (empty for a command the web server does not answer)."""
+    if command not in WEB_FLAGS:
+        return frozenset()
+    return (WEB_FLAGS[command] | run_flags(command)) - set(REFUSED)

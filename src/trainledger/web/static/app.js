@@ -186,7 +186,7 @@ class Calculator {
     if (info && info.default !== null && info.default !== undefined && (field.value === undefined || String(field.value) === String(info.default))) {
       entry.cliDefault = info.boolean ? String(!!info.default) : String(info.default);
     }
-    if (entry.defaultValue === "" && input.type === "text") input.placeholder = "default";
+    if (entry.defaultValue === "" && input.type === "text") input.placeholder = field.placeholder || "default";
     const fromUrl = field.noState ? null : UrlState.get(`${this.spec.id}.${field.key || field.param}`);
     this.setValue(field.key || field.param, fromUrl !== null ? fromUrl : entry.defaultValue, false);
 

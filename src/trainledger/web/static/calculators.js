@@ -500,68 +500,43 @@
 
   // ---------------- 8. step time & layout (step + layout) ----------------
   const LAYOUT_KEYS = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "zero", "batch_size", "recompute"];  // what "Use" copies
-  // fields `layout` does not take (it searches them or has no such flag); the rest (framework, ...) reach it too
-  const STEP_ONLY = ["tp", "sp", "pp", "interleave", "cp", "ep", "etp", "expert-imbalance", "capacity-factor", "ep-overlap",
-                     "ep-dispatcher", "zero", "batch-size", "recompute", "dp", "schedule", "mtp", "tp-overlap", "dp-overlap",
-                     "uneven-chunks"];
   const LAYOUT_TOP = 5;
+  // The run's settings on the form: one field per flag of the command in /api/schema that has a label (specs/run.py,
+  // the table the CLI's flags come from), its widget from its kind, shaped by the table's `web` hints (a pow2
+  // slider's range, a placeholder), in the fieldset of its group (none: the top of the form).
+  const LAYOUT_BOX = "layout of the step (the table's Use button fills it)";
+  const FIELDSETS = { layout: LAYOUT_BOX, levers: LAYOUT_BOX, "layout.fsdp": "FSDP2 with ZeRO 3",
+                      "layout.experts": "mixture of experts: routing and dispatch (MoE models)", kernels: "framework, kernels and overlaps" };
+  const WIDGETS = { count: { type: "int", min: 1, max: 8, inputmode: "numeric" }, zero: { type: "select", value: "", options: ZERO_OPTIONS },
+                    choice: { type: "select" }, flag: { type: "bool" }, switch: { type: "bool" },
+                    fraction: { type: "float", min: 0, max: 1, step: 0.05 }, positive: { type: "float", min: 0.5, max: 4, step: 0.05 },
+                    at_least_one: { type: "float", min: 1, max: 4, step: 0.05 } };
+  function runField(flag) {
+    const kind = flag.kind.replace("?", ""), web = flag.web || {};
+    const widget = kind === "switch" && flag.default === null  // on, off, or decided from the rest of the run: three choices
+      ? { type: "select", value: "", options: [["", web.placeholder || "default"], ["true", `on (${flag.flag})`], ["false", `off (--no-${flag.param})`]] }
+      : WIDGETS[kind] || { type: "text", inputmode: "text" };
+    return { ...widget, ...web, param: flag.param, label: flag.label };
+  }
+  function addRunFields(calc) {
+    const boxes = {};
+    for (const flag of window.TL.schema()[calc.spec.command].flags.filter((f) => f.label)) {
+      const legend = FIELDSETS[flag.group];
+      calc.addField({ ...runField(flag), parent: legend && (boxes[legend] = boxes[legend] || fieldset(calc, legend)) });
+    }
+  }
   const step = {
     id: "step", command: "step",
     fields: [
       { param: "model", label: "Model", type: "select", value: "llama-2-7b", options: [] },
       { param: "gpu", label: "GPU", type: "select", value: "h100-sxm", options: [] },
       { param: "num-gpus", label: "Number of GPUs", type: "pow2", min: 0, max: 12, value: "8", inputmode: "numeric" },
-      { param: "global-batch-size", label: "Global batch (sequences per step)", type: "pow2", min: 0, max: 14, value: "32", inputmode: "numeric" },
-      { param: "seq-len", label: "Sequence length", type: "pow2", min: 6, max: 17, inputmode: "numeric" },
-      { param: "precision", label: "Precision recipe", type: "select" },
-      { param: "optimizer", label: "Optimizer", type: "select" },
-      { param: "flash", label: "Flash attention", type: "bool" },
     ],
     prepare(calc) {
       fill(calc.fields.model.input, [...modelOptions((m) => m.kind === "transformer"), FROM_PARAMS]);
       fill(calc.fields.gpu.input, gpuOptions());
-      const box = fieldset(calc, "layout of the step (the table's Use button fills it)");
-      const layoutFields = [
-        { param: "tp", label: "Tensor-parallel ranks", type: "pow2", min: 0, max: 3, inputmode: "numeric" },
-        { param: "sp", label: "Sequence parallelism (with tp)", type: "bool" },
-        { param: "pp", label: "Pipeline stages", type: "pow2", min: 0, max: 6, inputmode: "numeric" },
-        { param: "interleave", label: "Interleaved chunks per stage", type: "int", min: 1, max: 8, inputmode: "numeric" },
-        { param: "uneven-chunks", label: "Chunks of unequal size (Megatron's pipeline layout, e.g. DeepSeek-V3's 61 layers)", type: "bool" },
-        { param: "cp", label: "Context-parallel ranks", type: "pow2", min: 0, max: 5, inputmode: "numeric" },
-        { param: "ep", label: "Expert-parallel ranks (mixture of experts)", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
-        { param: "etp", label: "Expert tensor-parallel ranks (blank = tp; another value with the Megatron framework)", type: "pow2",
-          min: 0, max: 3, inputmode: "numeric" },
-        { param: "zero", label: "ZeRO stage over dp", type: "select", value: "", options: ZERO_OPTIONS },
-        { param: "batch-size", label: "Micro-batch per GPU", type: "pow2", min: 0, max: 8, inputmode: "numeric" },
-        { param: "recompute", label: "Activation recomputation", type: "select" },
-      ];
-      for (const spec of layoutFields) calc.addField(Object.assign({ parent: box }, spec));
-      // `step`'s mixture-of-experts flags besides the layout's ep and etp (cli/experts.py); blank = the CLI's default
-      const experts = fieldset(calc, "mixture of experts: routing and dispatch (MoE models)");
-      const expertFields = [
-        { param: "expert-imbalance", label: "Busiest expert's load / mean (≥ 1; 1 = balanced)", type: "float", min: 1, max: 4, step: 0.05, value: "1" },
-        { param: "capacity-factor", label: "Capacity factor: an expert's cap, × the mean load (> 0; blank = dropless)", type: "float",
-          min: 0.5, max: 4, step: 0.05 },
-        { param: "ep-overlap", label: "Share of the all-to-all hidden (0 … 1)", type: "float", min: 0, max: 1, step: 0.05, value: "0" },
-        { param: "ep-dispatcher", label: "Token dispatcher (alltoall, deepep or hybridep)", type: "select" },
-      ];
-      for (const spec of expertFields) calc.addField(Object.assign({ parent: experts }, spec));
-      // whose kernels and schedule; the two overlaps are Megatron-LM's (--framework megatron) and change nothing else
-      const framework = fieldset(calc, "framework and pipeline schedule");
-      const frameworkFields = [
-        { param: "framework", label: "Framework (whose kernels run; the layout search takes it too)", type: "select" },
-        { param: "schedule", label: "Pipeline schedule (dualpipe: an even pp ≥ 2 and an even number of micro-batches)", type: "select" },
-        { param: "mtp", label: "Multi-token-prediction modules (models with them, e.g. deepseek-v3)", type: "select", value: "",
-          options: [["", "default: with Megatron only"], ["true", "on (--mtp)"], ["false", "off (--no-mtp)"]] },
-        { param: "tp-overlap", label: "Megatron: TP reduce beside the weight-gradient GEMM (off: --no-tp-overlap)", type: "bool" },
-        { param: "dp-overlap", label: "Megatron: DP gradient reduce beside the last backward (off: --no-dp-overlap)", type: "bool" },
-        { param: "pp-overlap", label: "Pipeline sends beside the next chunk's computation", type: "select", value: "",
-          options: [["", "default: Megatron with --interleave > 1"], ["true", "on (--pp-overlap)"], ["false", "off (--no-pp-overlap)"]] },
-      ];
-      for (const spec of frameworkFields) calc.addField(Object.assign({ parent: framework }, spec));
-      calc.fields.etp.input.placeholder = "= tp";
+      addRunFields(calc);
       const capacity = calc.fields["capacity-factor"];  // blank = dropless, no cap: the thumb rests at the right end
-      capacity.input.placeholder = "dropless";
       if (capacity.input.value === "") capacity.slider.value = capacity.slider.max;
       const seq = calc.fields["seq-len"];
       const placeSeq = () => {  // an empty length means the model's own pre-training context, as in the CLI
@@ -600,7 +575,8 @@
           ...Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), path: `breakdown.${k}`, value: v, format: Fmt.seconds })),
         ]), assumptions(body));
       // launch=torchrun: the reply carries both launch texts (torchrun line and sbatch script) of cli/launch.py
-      const query = [...sent.filter(([param]) => !STEP_ONLY.includes(param)), ["top", String(LAYOUT_TOP)],
+      const layoutTakes = new Set(window.TL.schema().layout.flags.map((f) => f.param));  // it searches the rest
+      const query = [...sent.filter(([param]) => !calc.flagInfo(param) || layoutTakes.has(param)), ["top", String(LAYOUT_TOP)],
                      ["launch", "torchrun"]];
       const key = JSON.stringify(query);
       if (!calc.layoutReply || calc.layoutKey !== key) {  // the search runs again only when its inputs change
