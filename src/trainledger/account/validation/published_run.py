@@ -164,12 +164,3 @@ def model_config(case: PublishedRun) -> dict | None:
             "n_head": spec.n_heads, "n_inner": spec.d_ff, "n_positions": spec.max_seq_len,
             "activation_function": "gelu", "layer_norm_epsilon": spec.norm_eps,
             "tie_word_embeddings": spec.tied_embeddings}
-
-
-def described(case: PublishedRun) -> dict:
-    """The case as plain data (a JSON record): label, source, model, gpu, num_gpus, metric, published, figures,
-    assumptions, command and run (its run file document)."""
-    return {"label": case.label, "source": case.source, "model": case.model_name, "gpu": case.gpu,
-            "num_gpus": case.num_gpus, "metric": case.metric, "published": case.published,
-            "figures": dict(case.figures), "assumptions": list(case.assumptions), "command": command(case),
-            "run": document(case)}
