@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "measure"))
 from test_hf_activations import B, CASES, CONFIGS, T  # noqa: E402
 
-from trainledger.account.memory.activations import activations_bytes  # noqa: E402
+from trainledger.account.memory.activations import ActivationShard, activations_bytes  # noqa: E402
 from trainledger.measure.compare import measure_hf  # noqa: E402
 from trainledger.specs.hf_config import spec_from_config_dict  # noqa: E402
 
@@ -36,7 +36,7 @@ def main() -> None:
             spec = spec_from_config_dict(CONFIGS[name])
             result = measure_hf(str(path), spec, B, T, precision=precision, device="cpu", attn_impl=attn)
             measured = result["measured"]["activations_bytes"]
-            ours = activations_bytes(spec, B, T, precision=precision)["total"]
+            ours = activations_bytes(spec, ActivationShard(B, T, precision=precision))["total"]
             error = result["relative_error"]
             print(f"| {name} | {result['settings']['attn_impl']} | {precision} | {measured:,} B | "
                   f"{100 * error['activations_bytes']:+.2f}% | {100 * (ours - measured) / measured:+.1f}% | "

@@ -90,22 +90,22 @@ def test_failure_plan_keys_and_figures():
 ])
 def test_monte_carlo_agrees_with_the_closed_form(work_days, num_gpus, checkpoint_bytes, restart):
     plan = F.failure_plan(work_days * 86400.0, num_gpus, checkpoint_bytes, restart_s=restart)
-    sim = F.simulate(work_days * 86400.0, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"],
-                     plan["mtbf_seconds"], plan["restart_seconds"], trials=40, seed=1)
+    sim = F.simulate(F.FailureModel.of_plan(work_days * 86400.0, plan), trials=40, seed=1)
     assert sim["goodput"] == pytest.approx(plan["goodput"], abs=max(0.01, 5 * sim["goodput_stderr"]))
     assert sim["expected_interruptions"] == pytest.approx(plan["expected_interruptions"], rel=0.1, abs=3)
 
 
 def test_simulation_is_seeded_and_reports_progress():
     calls = []
-    a = F.simulate(1e6, 1000.0, 10.0, 2e4, 60.0, trials=5, seed=3, progress=lambda done, total: calls.append((done, total)))
-    b = F.simulate(1e6, 1000.0, 10.0, 2e4, 60.0, trials=5, seed=3)
+    job = F.FailureModel(1e6, 1000.0, 10.0, 2e4, 60.0)
+    a = F.simulate(job, trials=5, seed=3, progress=lambda done, total: calls.append((done, total)))
+    b = F.simulate(job, trials=5, seed=3)
     assert a == b and calls[-1] == (5, 5) and len(calls) == 5
-    assert F.simulate(1e6, 1000.0, 10.0, 2e4, 60.0, trials=5, seed=4) != a
+    assert F.simulate(job, trials=5, seed=4) != a
 
 
 def test_hopeless_runs_do_not_loop_forever():
-    sim = F.simulate(1e6, 1e5, 1e5, 100.0, 0.0, trials=3)
+    sim = F.simulate(F.FailureModel(1e6, 1e5, 1e5, 100.0, 0.0), trials=3)
     assert sim["goodput"] == 0 and sim["train_seconds_with_failures"] == math.inf
     plan = F.failure_plan(1e6, 16384, 1e20)          # a 14e6 s checkpoint against a 3 h MTBF
     assert plan["goodput"] == 0 and plan["train_seconds_with_failures"] == math.inf
@@ -113,11 +113,11 @@ def test_hopeless_runs_do_not_loop_forever():
 
 def test_simulation_cost_is_bounded():
     """Many trials of a long run: segments per trial shrink so trials × segments stays within the draw budget."""
-    sim = F.simulate(1e9, 100.0, 1.0, 1e4, 60.0, trials=10_000)
+    sim = F.simulate(F.FailureModel(1e9, 100.0, 1.0, 1e4, 60.0), trials=10_000)
     assert sim["scaled"] and sim["trials"] * sim["segments_per_trial"] <= F.SIMULATION_DRAWS
     plan = F.failure_plan(1e9, 8192, 1e12)
-    assert F.simulate(1e9, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"], plan["mtbf_seconds"],
-                      plan["restart_seconds"], trials=10_000)["goodput"] == pytest.approx(plan["goodput"], abs=0.01)
+    assert F.simulate(F.FailureModel.of_plan(1e9, plan), trials=10_000)["goodput"] == pytest.approx(plan["goodput"],
+                                                                                                  abs=0.01)
 
 
 @pytest.mark.parametrize("kwargs, flag", [
@@ -129,3 +129,11 @@ def test_simulation_cost_is_bounded():
 def test_bad_rates_name_their_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
         F.failure_plan(1e6, 8, 1e9, **kwargs)
+
+
+def test_the_simulated_job_is_the_plan_s():
+    """FailureModel.of_plan reads the job failure_plan describes: Daly's interval, the checkpoint, MTBF and restart."""
+    plan = F.failure_plan(30 * 86400.0, 2048, 1e13, restart_s=900.0)
+    job = F.FailureModel.of_plan(30 * 86400.0, plan)
+    assert job == F.FailureModel(30 * 86400.0, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"],
+                                 plan["mtbf_seconds"], 900.0)

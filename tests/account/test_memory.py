@@ -3,7 +3,7 @@
 import pytest
 
 from trainledger.account.memory import per_gpu as M
-from trainledger.account.memory.activations import activations_bytes
+from trainledger.account.memory.activations import ActivationShard, activations_bytes
 from trainledger.account.counting.params import param_counts
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
@@ -38,7 +38,7 @@ def test_lecture_toy_model_states():
     spec = CruncherSpec(dim=4, n_layers=2)
     m = memory_per_gpu(spec, batch_size=2, precision="fp32", optimizer="adagrad")
     assert (m["params_bytes"], m["grads_bytes"], m["optimizer_bytes"], m["master_params_bytes"]) == (144, 144, 144, 0)
-    assert m["activations_bytes"] == activations_bytes(spec, 2, 1, precision="fp32")["total"]
+    assert m["activations_bytes"] == activations_bytes(spec, ActivationShard(2, 1, precision="fp32"))["total"]
     assert m["total_bytes"] == 432 + m["activations_bytes"]
     # the lecture's 16 activations (B·D·num_layers) in fp32 complete its 496 bytes; we also keep the B outputs
     assert m["activations"]["hidden"] == 16 * 4
@@ -51,7 +51,7 @@ def test_model_with_activations_sums_parts():
     n = 124_439_808
     assert m["params_bytes"] == 2 * n and m["grads_bytes"] == 2 * n
     assert m["master_params_bytes"] == 4 * n and m["optimizer_bytes"] == 8 * n
-    act = activations_bytes(spec, 8, 1024, precision="mixed-bf16")
+    act = activations_bytes(spec, ActivationShard(8, 1024, precision="mixed-bf16"))
     assert m["activations_bytes"] == act["total"] > 0
     assert m["total_bytes"] == pytest.approx(sum(m[k] for k in PARTS))
 
@@ -196,3 +196,26 @@ def test_expandable_segments_keep_no_allocator_cache(capsys):
     assert parts["allocator"] == 0 and parts["total"] == M.CUDA_CONTEXT_BYTES + 2 * M.CUBLAS_WORKSPACE_BYTES
     assert cli_main.main(["memory", "--params", "1e9", "--reserve", "expandable", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reserve_bytes"] == parts["total"]
+
+
+def test_the_activation_shard_is_read_from_the_resolved_run():
+    """memory_per_gpu's activations are those of ActivationShard.of(the resolved run, its compute precision): each
+    context-parallel rank holds seq_len / cp tokens, and the run's recompute, flash, tp, sp, pp and loss upcast."""
+    from trainledger.specs.run import Hardware, Run
+    from trainledger.specs.run_checks import resolve
+    spec = get_model("llama-2-7b")
+    run = Run().with_(batch_size=2, seq_len=4096, cp=2, tp=4, sp=True, pp=2, dp=1, recompute="selective",
+                      precision="mixed-bf16", flash=False, loss_upcast=False, zero=0)
+    shard = ActivationShard.of(resolve(spec, Hardware(None), run).run, "mixed-bf16")
+    assert (shard.batch_size, shard.seq_len, shard.n_tokens) == (2, 2048, 4096)
+    assert (shard.tp, shard.sp, shard.pp, shard.recompute, shard.flash, shard.loss_upcast) == (
+        4, True, 2, "selective", False, False)
+    m = M.memory_per_gpu(spec, Hardware(None), run)
+    assert m["activations"] == activations_bytes(spec, shard) and m["seq_len"] == 2048
+
+
+@pytest.mark.parametrize("fields, flag", [({"batch_size": 0}, "--batch-size"), ({"seq_len": 1.5}, "--seq-len"),
+                                          ({"pp": -1}, "--pp"), ({"precision": "fp4"}, "--precision")])
+def test_an_activation_shard_out_of_range_names_the_flag(fields, flag):
+    with pytest.raises(TrainledgerError, match=flag):
+        ActivationShard(**{"batch_size": 1, "seq_len": 8, **fields})

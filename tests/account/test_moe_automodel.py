@@ -89,13 +89,13 @@ def test_loss_without_upcast_saves_a_16_bit_log_softmax():
     nemo_automodel/components/loss/masked_ce.py at 38fe8ba7: `if self.fp32_upcast: logits = logits.float()`, then
     F.cross_entropy): log_softmax saves its output in the logits' bf16, N·V·2 bytes + the fp32 total weight,
     instead of N·V·4 + 4. Qwen3-30B-A3B at 4 × 4096 tokens, V = 151,936: 4.64 GiB instead of 9.27."""
-    from trainledger.account.memory.activations import activations_bytes, loss_bytes
+    from trainledger.account.memory.activations import ActivationShard, activations_bytes, loss_bytes
     spec = get_model("qwen3-30b-a3b")
     n, v = 4 * 4096, spec.vocab_size
     assert loss_bytes(n, v, 2, loss_upcast=False) == n * v * 2 + 4
     assert loss_bytes(n, v, 2) == n * v * 4 + 4
-    up = activations_bytes(spec, 4, 4096, precision="bf16", recompute="full")
-    down = activations_bytes(spec, 4, 4096, precision="bf16", recompute="full", loss_upcast=False)
+    up = activations_bytes(spec, ActivationShard(4, 4096, precision="bf16", recompute="full"))
+    down = activations_bytes(spec, ActivationShard(4, 4096, precision="bf16", recompute="full", loss_upcast=False))
     assert down["loss"] == n * v * 2 + 4 and down["loss"] / GIB == pytest.approx(4.64, abs=0.01)
     assert up["total"] - down["total"] == n * v * 2 and up["per_layer"] == down["per_layer"]
 
@@ -106,16 +106,17 @@ def test_loss_without_upcast_peaks_with_16_bit_logits_and_gradients():
     gradients of the log-softmax and of the logits, bf16, while the recipe still holds the logits
     (nemo_automodel/recipes/llm/train_ft.py: `out = model(**batch)`, `calculate_loss(..., logits=out.logits)` and
     `.backward()` in one scope): 3·N·V·2 where the upcast loss has two fp32 gradients, 2·N·V·4."""
-    from trainledger.account.memory.activations import activations_bytes, step_peak_bytes
+    from trainledger.account.memory.activations import ActivationShard, activations_bytes, step_peak_bytes
     spec = get_model("qwen3-30b-a3b")
     n, v = 4 * 4096, spec.vocab_size
     peaks = {}
     for upcast in (True, False):
-        acts = activations_bytes(spec, 4, 4096, precision="bf16", recompute="full", loss_upcast=upcast)
+        acts = activations_bytes(spec, ActivationShard(4, 4096, precision="bf16", recompute="full",
+                                                       loss_upcast=upcast))
         memory = {"params_bytes": 0.0, "grads_bytes": 0.0, "optimizer_bytes": 0.0,
                   "activations_bytes": acts["total"], "activations": acts}
-        peaks[upcast] = step_peak_bytes(spec, 4, 4096, memory, precision="bf16", recompute="full",
-                                        loss_upcast=upcast)
+        shard = ActivationShard(4, 4096, precision="bf16", recompute="full", loss_upcast=upcast)
+        peaks[upcast] = step_peak_bytes(spec, shard, memory)
     saved = n * v * 4 - n * v * 2                  # the log-softmax, fp32 vs bf16
     assert peaks[True]["forward"] - peaks[False]["forward"] == saved + n * v * (2 + 4) - n * v * 2
     assert peaks[True]["backward_start"] - peaks[False]["backward_start"] == saved + 2 * n * v * 4 - 3 * n * v * 2

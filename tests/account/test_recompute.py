@@ -3,7 +3,7 @@
 import pytest
 
 from trainledger.account.counting import recompute
-from trainledger.account.memory.activations import activations_bytes
+from trainledger.account.memory.activations import ActivationShard, activations_bytes
 from trainledger.account.counting.flops import recompute_flops_per_token
 from trainledger.account.time.kernels import layer_kernels
 from runs import step as step_time
@@ -47,11 +47,13 @@ def test_per_op_policy_keeps_by_hand():
     """A block keeps its input and the outputs of q (4096), v (1024), gate (14336) and down (4096) in bf16, the
     attention output (4096) and its fp32 logsumexp (32 heads): 31,744 × 2 + 128 bytes per token."""
     n = 8192
-    kept = activations_bytes(LLAMA, 1, n, precision="mixed-bf16", recompute="selective-op")["per_layer"]
+
+    def per_layer(recompute="none"):
+        return activations_bytes(LLAMA, ActivationShard(1, n, precision="mixed-bf16", recompute=recompute))["per_layer"]
+
+    kept = per_layer("selective-op")
     assert kept == pytest.approx(n * ((4096 + 4096 + 1024 + 14336 + 4096 + 4096) * 2 + 32 * 4))
-    none = activations_bytes(LLAMA, 1, n, precision="mixed-bf16")["per_layer"]
-    full = activations_bytes(LLAMA, 1, n, precision="mixed-bf16", recompute="full")["per_layer"]
-    layer = activations_bytes(LLAMA, 1, n, precision="mixed-bf16", recompute="selective-layer")["per_layer"]
+    none, full, layer = per_layer(), per_layer("full"), per_layer("selective-layer")
     assert full < kept < none and layer == pytest.approx((none + full) / 2)
 
 

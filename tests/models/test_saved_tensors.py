@@ -85,10 +85,11 @@ def test_saved_bytes_match_the_documented_list(name, dtype, recompute):
 def test_every_family_saves_what_account_predicts(family_spec, dtype, one_torch_thread):
     """Issue 13's families, measured a second way (saved_tensors_hooks instead of the live-storage tracker):
     what autograd packs equals account/memory/activations.py's prediction plus the token ids and targets."""
-    from trainledger.account.memory.activations import activations_bytes
+    from trainledger.account.memory.activations import ActivationShard, activations_bytes
 
     torch.manual_seed(0)
     model = Transformer(family_spec, dtype=dtype)
     idx, targets = torch.randint(0, family_spec.vocab_size, (2, B, T))
-    predicted = activations_bytes(family_spec, B, T, precision="fp32" if dtype == torch.float32 else "bf16")["total"]
+    shard = ActivationShard(B, T, precision="fp32" if dtype == torch.float32 else "bf16")
+    predicted = activations_bytes(family_spec, shard)["total"]
     assert measured_saved_bytes(model, idx, targets) == predicted + 2 * B * T * 8

@@ -351,8 +351,7 @@ def failure_figures(args, spec, n_params: float, seq_len, train_seconds: float) 
     out = {**plan, "failure_assumptions": notes, "checkpoint_precision": args.precision,
            "checkpoint_optimizer": args.optimizer}
     if args.simulate:
-        out["simulation"] = failures.simulate(train_seconds, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"],
-                                              plan["mtbf_seconds"], plan["restart_seconds"], trials=args.trials,
+        out["simulation"] = failures.simulate(failures.FailureModel.of_plan(train_seconds, plan), trials=args.trials,
                                               seed=args.seed, progress=_progress_bar())
     return out
 

@@ -20,6 +20,8 @@ Notation: N = batch_size·seq_len tokens, d = d_model, f = d_ff, V = vocab, H/Hk
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trainledger.errors import TrainledgerError
 
 from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE  # noqa: E402 (the run's vocabulary)
@@ -53,18 +55,52 @@ def recipe_bytes(precision: str) -> tuple[int, int, int]:
     return _RECIPES[precision]
 
 
-def _check(batch_size, seq_len, recompute, tp, pp):
-    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--tp", tp), ("--pp", pp)):
-        if not isinstance(value, int) or value <= 0:
-            raise TrainledgerError(f"{name} must be a positive integer, got {value!r}")
-    if recompute not in RECOMPUTE:
-        raise TrainledgerError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+@dataclass(frozen=True)
+class ActivationShard:
+    """One GPU's share of one micro-batch, and how it is computed: what the activations it saves depend on.
+
+    `seq_len`: the tokens of a sequence on this GPU (a context-parallel rank holds seq_len / cp); `precision`: the
+    recipe the model computes in (under FSDP2's mixed-precision policy not always the run's own,
+    account/memory/fsdp.py compute_precision); `sp` None means off. Checked when built: every error names the flag.
+    `of(run, precision)` reads it from a resolved specs.run.Run."""
+
+    batch_size: int
+    seq_len: int
+    precision: str = "fp32"
+    recompute: str = "none"
+    flash: bool = True
+    tp: int = 1
+    sp: bool = False
+    pp: int = 1
+    loss_upcast: bool = True
+
+    def __post_init__(self):
+        for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--tp", self.tp),
+                            ("--pp", self.pp)):
+            if not isinstance(value, int) or value <= 0:
+                raise TrainledgerError(f"{name} must be a positive integer, got {value!r}")
+        if self.recompute not in RECOMPUTE:
+            raise TrainledgerError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        recipe_bytes(self.precision)
+        object.__setattr__(self, "sp", bool(self.sp))
+
+    @classmethod
+    def of(cls, run, precision: str) -> "ActivationShard":
+        """The shard of a resolved run (specs.run_checks.resolve): its micro-batch, seq_len / cp tokens (1 without a
+        sequence: a Cruncher's one "token"), recompute, flash, tp, sp, pp and loss upcast, computed in `precision`."""
+        seq_len = run.batch.seq_len // run.layout.cp if run.batch.seq_len is not None else 1
+        return cls(run.batch.batch_size, seq_len, precision, run.levers.recompute, run.kernels.flash, run.layout.tp,
+                   run.layout.sp, run.layout.pp, run.kernels.loss_upcast)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the micro-batch on this GPU: batch_size · seq_len."""
+        return self.batch_size * self.seq_len
 
 
-def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "fp32", recompute: str = "none",
-                      flash: bool = True, tp: int = 1, sp: bool | None = None, pp: int = 1,
-                      loss_upcast: bool = True) -> dict:
-    """Bytes saved for backward by one forward pass of one micro-batch, per GPU, as named parts + "total".
+def activations_bytes(spec, shard: ActivationShard) -> dict:
+    """Bytes saved for backward by one forward pass of one micro-batch (`shard`: its share on one GPU and how it is
+    computed), per GPU, as named parts + "total".
 
     TransformerSpec parts: per_layer (the largest layer, as stored), layers (all layers on the busiest pipeline
     stage), embeddings, rope, masks, final_norm, head_input, head_logits, loss, weight_copies (AMP), total, and
@@ -81,10 +117,10 @@ def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str = "
     (NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False): F.cross_entropy without logits.float()), so the
     log-softmax it saves is N·V·a bytes instead of N·V·4 (`loss_bytes`).
     """
-    _check(batch_size, seq_len, recompute, tp, pp)
+    batch_size, seq_len, precision, recompute = shard.batch_size, shard.seq_len, shard.precision, shard.recompute
+    tp, sp, pp, flash, loss_upcast = shard.tp, shard.sp, shard.pp, shard.flash, shard.loss_upcast
     if getattr(spec, "kind", None) == "cruncher":
         return _cruncher(spec, batch_size, precision)
-    sp = bool(sp) if sp is not None else False
     a, r, w = recipe_bytes(precision)
     n, T, d, v = batch_size * seq_len, seq_len, spec.d_model, spec.vocab_size
 
@@ -331,11 +367,11 @@ def _cruncher(spec, batch_size: int, precision: str) -> dict:
             "total": hidden + output + weight_copies}
 
 
-def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precision: str = "fp32",
-                    recompute: str = "none", optimizer_states: int = 2,
-                    optimizer_temporaries: int | None = None, later_steps: bool = False, tp: int = 1,
-                    grad_accum: int = 1, inplace_loss: bool = False, loss_upcast: bool = True) -> dict:
-    """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment.
+def step_peak_bytes(spec, shard: ActivationShard, memory: dict, *, optimizer_states: int = 2,
+                    optimizer_temporaries: int | None = None, later_steps: bool = False, grad_accum: int = 1,
+                    inplace_loss: bool = False) -> dict:
+    """Peak bytes of a training step (forward, backward, optimizer step) on one GPU, by candidate moment, for the
+    micro-batch `shard` (its tokens, recipe, recomputation, tp and loss upcast).
 
     `memory` holds the model-state parts of account.memory.per_gpu.memory_per_gpu (params_bytes, grads_bytes,
     master_params_bytes, optimizer_bytes, activations_bytes, and optionally its "activations" parts, whose
@@ -367,6 +403,8 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
     measure.memory sees in our Transformer (first and second steps); the caching allocator's reserve and
     the CUDA context are not included (account.memory.per_gpu.cuda_reserve_bytes).
     """
+    batch_size, seq_len, precision, tp, loss_upcast = (shard.batch_size, shard.seq_len, shard.precision, shard.tp,
+                                                       shard.loss_upcast)
     a, r, w = recipe_bytes(precision)
     temporaries = (1 if optimizer_states else 0) if optimizer_temporaries is None else optimizer_temporaries
     if getattr(spec, "kind", None) == "cruncher":
@@ -387,13 +425,13 @@ def step_peak_bytes(spec, batch_size: int, seq_len: int, memory: dict, *, precis
         "optimizer": grads + states + (states / optimizer_states * temporaries if optimizer_states else 0)
                      + memory.get("master_params_bytes", 0),
     }
-    if recompute == "full" and getattr(spec, "kind", None) != "cruncher":
+    if shard.recompute == "full" and getattr(spec, "kind", None) != "cruncher":
         vocab = spec.vocab_size          # parameter counts below (the recompute moments assume tp = 1)
         # the last layer's activations are rebuilt while all checkpointed ones are still held
         # (the loss, head and final-norm tensors are already freed; the head's weight gradient exists)
-        parts = activations_bytes(spec, batch_size, seq_len, precision=precision, recompute="full",
-                                  loss_upcast=loss_upcast)
-        one_layer = activations_bytes(spec, batch_size, seq_len, precision=precision)["per_layer"]
+        parts = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision, "full",
+                                                        loss_upcast=loss_upcast))
+        one_layer = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision))["per_layer"]
         if w:   # under autocast a rebuilt layer casts its weights to 16 bit again
             one_layer += w * (_matmul_params(spec) - spec.d_model * spec.vocab_size) / spec.n_layers
         held_acts = acts - parts["loss"] - parts["head_input"] - parts["final_norm"]

@@ -44,9 +44,12 @@ def saved_input_elements_per_token(spec, tp: int) -> float:
     return 2 * spec.d_model + (spec.n_heads * spec.head_dim + spec.d_ff * k) / tp
 
 
-def fp8_memory(spec, precision: str, *, n_params_per_gpu: float, params_divisor: float, batch_size: int,
-               seq_len: int, tp: int, activations: dict | None, recompute: str, a: int = 2) -> dict | None:
-    """{"weight_copies_bytes", "saved_inputs_bytes_saved", "amax_history_bytes"} on one GPU, or None without FP8."""
+def fp8_memory(spec, precision: str, shard, *, n_params_per_gpu: float, params_divisor: float,
+               activations: dict | None, a: int = 2) -> dict | None:
+    """{"weight_copies_bytes", "saved_inputs_bytes_saved", "amax_history_bytes"} on one GPU, or None without FP8.
+
+    `precision`: the run's recipe; `shard` (account.memory.activations.ActivationShard): the micro-batch's tokens on
+    this GPU, its tp and recomputation; `activations`: its saved parts (None: no FP8-saved inputs counted)."""
     scheme = fp8_scheme(precision)
     if scheme is None or spec is None or getattr(spec, "kind", None) != "transformer":
         return None
@@ -55,9 +58,10 @@ def fp8_memory(spec, precision: str, *, n_params_per_gpu: float, params_divisor:
     share = linear / total if total else 0.0
     copies = n_params_per_gpu * share / params_divisor * scheme.weight_copies * scheme.fp8_bytes_per_element()
     saved = 0.0
-    if scheme.saved_fp8 and activations and recompute != "full" and activations.get("per_layer"):
+    tp = shard.tp
+    if scheme.saved_fp8 and activations and shard.recompute != "full" and activations.get("per_layer"):
         layers_held = activations.get("layers", 0.0) / activations["per_layer"]
-        per_layer = batch_size * seq_len * saved_input_elements_per_token(spec, tp)
+        per_layer = shard.batch_size * shard.seq_len * saved_input_elements_per_token(spec, tp)
         saved = layers_held * per_layer * (a - scheme.fp8_bytes_per_element() * scheme.saved_copies)
     layers_here = n_params_per_gpu * share / max(linear / spec.n_layers, 1.0) * tp     # layers on this GPU
     amax = layers_here * linears_per_layer(spec) * SCALED_TENSORS_PER_LINEAR * scheme.amax_history * FP32

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainledger.account.memory.activations import _FP32, _INDEX, activations_bytes, recipe_bytes
+from trainledger.account.memory.activations import _FP32, _INDEX, ActivationShard, activations_bytes, recipe_bytes
 from trainledger.errors import TrainledgerError
 
 ATTN_IMPLS = ("eager", "sdpa")
@@ -106,7 +106,7 @@ def hf_activations_bytes(spec, impl: HfImpl, batch_size: int, seq_len: int, *, p
     Parts: "trainledger" (account/memory/activations.py's total for our Transformer, flash attention), then the
     differences named in the module docstring: labels, per_layer_attention, per_layer_mlp, dropout, moe, total.
     """
-    ours = activations_bytes(spec, batch_size, seq_len, precision=precision, flash=True)
+    ours = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision, flash=True))
     a, r, w = recipe_bytes(precision)
     amp = w > 0
     B, T, n = batch_size, seq_len, batch_size * seq_len
@@ -235,8 +235,8 @@ def hf_memory_per_gpu(spec, impl: HfImpl, hardware, run) -> dict:
     # the step's peaks over transformers' activations (the loss's logits-sized buffers as in ours)
     state_parts = {k: result[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes", "optimizer_bytes",
                                           "activations_bytes")}
-    peaks = training_peak_bytes(spec, state_parts, None, n_params=result["n_params"], batch_size=batch_size,
-                                seq_len=seq_len, precision=result["precision"],
+    peaks = training_peak_bytes(spec, state_parts, None, n_params=result["n_params"],
+                                shard=ActivationShard(batch_size, seq_len, result["precision"]),
                                 optimizer=get_optimizer(result["optimizer"]), grad_accum=result["grad_accum"])
     result.update(peak_bytes=peaks["later_steps"], first_step_peak_bytes=peaks["first_step"], peak_moment=peaks["moment"])
     if result["reserve_parts"] is not None:     # the CUDA reserve of the new peak

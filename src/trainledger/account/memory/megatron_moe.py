@@ -101,14 +101,15 @@ def layer_bytes_per_token(spec, layer: int, precision: str, tp: int = 1, sp: boo
     return attention + (2 * spec.d_model * a + FP32) / seq + (3 if spec.gated_mlp else 2) * f * a + f * q
 
 
-def activations_bytes(spec, batch_size: int, seq_len: int, *, precision: str, tp: int = 1, sp: bool = False,
-                      pp: int = 1, base: dict, etp: int | None = None) -> dict:
-    """account.memory.activations.activations_bytes' parts with the layers replaced by Megatron-Core's (above).
+def activations_bytes(spec, shard, *, base: dict, etp: int | None = None) -> dict:
+    """account.memory.activations.activations_bytes' parts with the layers replaced by Megatron-Core's (above), for
+    the micro-batch `shard` (account.memory.activations.ActivationShard: its tokens, recipe, tp, sp and pp).
 
     `base`: the parts account.memory.activations gives the same run (embeddings, rope, masks, the head and loss
     are kept); per_layer, layers, total, first_stage and last_stage are recomputed the same way (1F1B: the first
     stage holds pp micro-batches of ceil(L/pp) layers)."""
-    n = batch_size * seq_len
+    precision, tp, sp, pp = shard.precision, shard.tp, shard.sp, shard.pp
+    n = shard.batch_size * shard.seq_len
     per_group = [(n * layer_bytes_per_token(spec, i, precision, tp, sp, etp=etp), count)
                  for i, count in spec.layer_groups()]
     per_layer = max(b for b, _ in per_group)

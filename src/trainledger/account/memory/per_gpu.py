@@ -30,7 +30,7 @@ the optimizer step makes a state-sized temporary). A CUDA process also holds wha
 from __future__ import annotations
 
 
-from trainledger.account.memory.activations import activations_bytes as _activations_bytes
+from trainledger.account.memory.activations import ActivationShard, activations_bytes as _activations_bytes
 from trainledger.account.counting.experts import zero_shard_params
 from trainledger.account.counting.params import param_counts
 from trainledger.account.counting.placement import (ZERO_STAGES, check_parallel, check_positive_int,  # noqa: F401
@@ -221,26 +221,21 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         parts["params_bytes"] += buffers["params_bytes"]
         parts["grads_bytes"] += buffers["grads_bytes"]
 
-    activations = None
+    activations = shard = None
     if spec is not None:
-        seq_len = seq_len if seq_len is not None else 1                     # a Cruncher: one "token"
         computes_in = compute_precision(recipe.name, fsdp, zero) if fsdp is not None else recipe.name
-        activations = _activations_bytes(spec, batch_size, seq_len, precision=computes_in, recompute=recompute,
-                                         flash=flash, tp=tp, sp=sp, pp=pp, loss_upcast=loss_upcast)
+        shard = ActivationShard.of(run, computes_in)              # seq_len / cp tokens (a Cruncher: one "token")
+        seq_len = shard.seq_len
+        activations = _activations_bytes(spec, shard)
         if megatron_moe:
-            activations = megatron.activations_bytes(spec, batch_size, seq_len, precision=computes_in, tp=tp,
-                                                     sp=bool(sp), pp=pp, base=activations, etp=etp)
+            activations = megatron.activations_bytes(spec, shard, base=activations, etp=etp)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
-    fp8 = fp8_memory(spec, recipe.name, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
-                     batch_size=batch_size, seq_len=seq_len, tp=tp, recompute=recompute,
+    fp8 = fp8_memory(spec, recipe.name, shard, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
                      activations=None if megatron_moe else activations)   # megatron_moe counts FP8-saved inputs
     parts = apply_fp8(parts, fp8)           # FP8 weight copies, amax histories, FP8-saved inputs (account/memory/fp8.py)
     total = sum(parts.values())
-    peaks = training_peak_bytes(spec, parts, activations, n_params=total_params,
-                                batch_size=batch_size, seq_len=seq_len,
-                                precision=computes_in if spec is not None else recipe.name, optimizer=opt,
-                                recompute=recompute, tp=tp, grad_accum=grad_accum,
-                                inplace_loss=megatron_moe, loss_upcast=loss_upcast)
+    peaks = training_peak_bytes(spec, parts, activations, n_params=total_params, shard=shard, optimizer=opt,
+                                grad_accum=grad_accum, inplace_loss=megatron_moe)
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -276,14 +271,15 @@ def memory_per_gpu(spec, hardware, run) -> dict:
     return result
 
 
-def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float, batch_size: int,
-                        seq_len: int | None, precision: str, optimizer, recompute: str = "none", tp: int = 1,
-                        grad_accum: int = 1, inplace_loss: bool = False, loss_upcast: bool = True) -> dict:
+def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float,
+                        shard: ActivationShard | None, optimizer, grad_accum: int = 1,
+                        inplace_loss: bool = False) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
-    moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu).
+    moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu,
+    for the micro-batch `shard`).
 
-    Without a model (`spec` None, parameters only) there are no activations: the peak is the optimizer step
-    (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
+    Without a model (`spec` None, parameters only; `shard` None) there are no activations: the peak is the optimizer
+    step (params, grads, states and the foreach temporary) or the end of backward, whichever is larger.
     """
     from trainledger.account.memory.activations import step_peak_bytes
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
@@ -301,10 +297,9 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
             peak = {k: base + v for k, v in moments.items()}
             peak["total"] = max(peak.values())
         else:
-            peak = step_peak_bytes(spec, batch_size, seq_len, memory, precision=precision, recompute=recompute,
-                                   optimizer_states=optimizer.n_states, optimizer_temporaries=temporaries,
-                                   later_steps=later, tp=tp, grad_accum=grad_accum, inplace_loss=inplace_loss,
-                                   loss_upcast=loss_upcast)
+            peak = step_peak_bytes(spec, shard, memory, optimizer_states=optimizer.n_states,
+                                   optimizer_temporaries=temporaries, later_steps=later, grad_accum=grad_accum,
+                                   inplace_loss=inplace_loss)
         peaks[key] = peak["total"]
         if later:
             peaks["moment"] = max((k for k in peak if k != "total"), key=peak.get)

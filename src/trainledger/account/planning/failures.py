@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 from trainledger.errors import TrainledgerError
 
@@ -125,9 +126,27 @@ def failure_plan(work_s: float, num_gpus: int, checkpoint_bytes: float,
     }
 
 
-def simulate(work_s: float, interval_s: float, checkpoint_s: float, mtbf_s: float, restart_s: float,
-             trials: int = 100, seed: int = 0, max_segments: int = 10_000, progress=None) -> dict:
-    """Monte Carlo of the same model: `trials` runs, each a sequence of τ-compute + δ-checkpoint segments.
+@dataclass(frozen=True)
+class FailureModel:
+    """The job the failure model describes (module docstring), in seconds: `work_s` of failure-free compute, a
+    checkpoint of `checkpoint_s` (δ) after every `interval_s` (τ) of compute, interruptions every `mtbf_s` (M) on
+    average, each followed by a restart of `restart_s` (R)."""
+
+    work_s: float
+    interval_s: float
+    checkpoint_s: float
+    mtbf_s: float
+    restart_s: float
+
+    @classmethod
+    def of_plan(cls, work_s: float, plan: dict) -> "FailureModel":
+        """The job of `failure_plan(work_s, ...)`'s answer `plan`: its Daly interval, checkpoint, MTBF and restart."""
+        return cls(work_s, plan["checkpoint_interval_seconds"], plan["checkpoint_seconds"], plan["mtbf_seconds"],
+                   plan["restart_seconds"])
+
+
+def simulate(job: FailureModel, trials: int = 100, seed: int = 0, max_segments: int = 10_000, progress=None) -> dict:
+    """Monte Carlo of the same model: `trials` runs of `job`, each a sequence of τ-compute + δ-checkpoint segments.
 
     Interruptions are exponential with mean `mtbf_s` (random.Random(seed)); one lands → the segment's
     elapsed time is lost, a restart of `restart_s` follows (itself interruptible), the segment starts
@@ -138,6 +157,8 @@ def simulate(work_s: float, interval_s: float, checkpoint_s: float, mtbf_s: floa
     standard error over trials, mean interruptions and wall seconds per run (scaled to the whole run).
     `progress(done, total)` is called after each trial.
     """
+    work_s, interval_s, checkpoint_s, mtbf_s, restart_s = (job.work_s, job.interval_s, job.checkpoint_s, job.mtbf_s,
+                                                           job.restart_s)
     exponent = (interval_s + checkpoint_s + restart_s) / mtbf_s
     draws_per_segment = math.exp(min(exponent, 700.0)) + 1.0
     affordable = SIMULATION_DRAWS / (trials * draws_per_segment)

@@ -22,7 +22,7 @@ rate and their kernels without overhead (nothing published found): optimistic th
 
 from __future__ import annotations
 
-from trainledger.account.validation.asked import step_of
+from trainledger.account.validation.published_run import PublishedRun, evaluate, run_of
 from trainledger.specs.hardware import get_gpu
 
 _MB = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.11 NeMo Container, pre-training, "
@@ -89,37 +89,59 @@ TORCHTITAN_FLOAT8_ASIDE = [
 ]
 
 
+MEGATRON_BRIDGE_ASSUMED = ("Megatron-LM's fused kernels without dropout", "causal flash attention (cuDNN's rates "
+                           "where the GPU has them)", "FLOPs counted causal", "FSDP 1 -> ZeRO 3, FSDP 0 -> the "
+                           "distributed optimizer (ZeRO 1)", "sequence parallelism with TP > 1", "VP as the interleave",
+                           "no activation recomputation")
+TORCHTITAN_ASSUMED = ("torchtitan's Llama under torch.compile", "FSDP2 (ZeRO 3) gathering bf16 parameters",
+                      "torchao's Float8 as fp8-rowwise (casts on every pass)", "FLOPs counted causal")
+
+
+def megatron_bridge_run(row) -> PublishedRun:
+    """A MEGATRON_BRIDGE(_MX) or BLACKWELL_ULTRA row as a published run (MEGATRON_BRIDGE_ASSUMED); its GA column
+    is a printed figure, which the layout must reproduce (`megatron_bridge_case` checks it)."""
+    label, model, gpu_name, system, precision, n, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ga, published = row
+    kernel = "cudnn" if "cudnn" in get_gpu(gpu_name).attention_efficiency else None
+    run = run_of(batch_size=mbs, seq_len=seq, global_batch_size=gbs, precision=precision, optimizer="adamw", tp=tp,
+                 sp=tp > 1, pp=pp, interleave=vp, cp=cp, zero=3 if fsdp else 1, recompute="none", flash=True,
+                 attention="causal", framework="megatron", dropout=False, attention_kernel=kernel)
+    return PublishedRun(label, _MB.format(system=system), model, gpu_name, n, run, "tokens_per_s_per_gpu", published,
+                        figures=(("ga", ga),), assumptions=MEGATRON_BRIDGE_ASSUMED)
+
+
+def torchtitan_run(row) -> PublishedRun:
+    """A TORCHTITAN_FLOAT8(_ASIDE) row as a published run on the Grand Teton H100 (specs/hardware.py h100-hbm2e)."""
+    label, model, n, tp, pp, cp, b, gbs, seq, recompute, table, published = row
+    run = run_of(batch_size=b, seq_len=seq, global_batch_size=gbs, tp=tp, sp=tp > 1, pp=pp, cp=cp,
+                 precision="fp8-rowwise", optimizer="adamw", zero=3, recompute=recompute, param_dtype="auto",
+                 framework="torchtitan", compile=True, attention="causal")
+    return PublishedRun(label, _TT.format(table=table), model, "h100-hbm2e", n, run, "tokens_per_s_per_gpu",
+                        published, assumptions=TORCHTITAN_ASSUMED)
+
+
+def _case(case: PublishedRun) -> tuple[dict, dict]:
+    """(the table's row of `case` predicted, step_time's answer)."""
+    e = evaluate(case, with_memory=False)
+    r = e["step"]
+    return {"label": case.label, "source": case.source, "precision": case.run.numerics.precision, "gpu": case.gpu,
+            "published_tokens_per_s_per_gpu": case.published,
+            "predicted_tokens_per_s_per_gpu": e["predicted_tokens_per_s_per_gpu"], "error": e["error"],
+            "mfu": r["mfu"], "model_flops_per_s_per_gpu": r["model_flops_per_s_per_gpu"],
+            "breakdown": r["breakdown"]}, r
+
+
 def megatron_bridge_case(row) -> dict:
     """One Megatron Bridge row predicted: tokens/s per GPU, the error (predicted / published − 1), MFU, breakdown."""
-    from trainledger.specs import get_model
-    label, model, gpu_name, system, precision, n, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ga, published = row
-    gpu, spec = get_gpu(gpu_name), get_model(model)
-    kernel = "cudnn" if "cudnn" in gpu.attention_efficiency else None
-    r = step_of(spec, gpu, n, batch_size=mbs, seq_len=seq, global_batch_size=gbs, precision=precision,
-                optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=vp, cp=cp, zero=3 if fsdp else 1,
-                recompute="none", flash=True, attention="causal", framework="megatron", dropout=False,
-                attention_kernel=kernel, with_memory=False)
-    assert r["micro_batches"] == ga, (label, r["micro_batches"], ga)     # the published GA column, reproduced
-    predicted = r["tokens_per_s"] / n
-    return {"label": label, "source": _MB.format(system=system), "precision": precision, "gpu": gpu_name,
-            "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": predicted,
-            "error": predicted / published - 1, "mfu": r["mfu"],
-            "model_flops_per_s_per_gpu": r["model_flops_per_s_per_gpu"], "breakdown": r["breakdown"]}
+    case = megatron_bridge_run(row)
+    out, r = _case(case)
+    ga = case.figure("ga")
+    assert r["micro_batches"] == ga, (case.label, r["micro_batches"], ga)     # the published GA column, reproduced
+    return out
 
 
 def torchtitan_case(row) -> dict:
     """One torchtitan Float8 row predicted on the Grand Teton H100 (specs/hardware.py h100-hbm2e)."""
-    from trainledger.specs import get_model
-    label, model, n, tp, pp, cp, b, gbs, seq, recompute, table, published = row
-    spec, gpu = get_model(model), get_gpu("h100-hbm2e")
-    r = step_of(spec, gpu, n, batch_size=b, seq_len=seq, global_batch_size=gbs, tp=tp, sp=tp > 1, pp=pp,
-                cp=cp, precision="fp8-rowwise", optimizer="adamw", zero=3, recompute=recompute, param_dtype="auto",
-                framework="torchtitan", compile=True, attention="causal", with_memory=False)
-    predicted = r["tokens_per_s"] / n
-    return {"label": label, "source": _TT.format(table=table), "precision": "fp8-rowwise", "gpu": "h100-hbm2e",
-            "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": predicted,
-            "error": predicted / published - 1, "mfu": r["mfu"],
-            "model_flops_per_s_per_gpu": r["model_flops_per_s_per_gpu"], "breakdown": r["breakdown"]}
+    return _case(torchtitan_run(row))[0]
 
 
 def main_cases() -> list[dict]:
@@ -132,12 +154,19 @@ def aside_cases() -> list[dict]:
     return [megatron_bridge_case(r) for r in MEGATRON_BRIDGE_MX] + [torchtitan_case(r) for r in TORCHTITAN_FLOAT8_ASIDE]
 
 
+def blackwell_ultra_run(container: str, row) -> PublishedRun:
+    """A BLACKWELL_ULTRA row as a published run, sourced to its container."""
+    from dataclasses import replace
+    case = megatron_bridge_run(row)
+    return replace(case, label=f"{case.label} ({container})", source=case.source.replace("25.11", container))
+
+
 def blackwell_ultra_cases() -> list[dict]:
     """The DGX-GB300 FP8 rows (BLACKWELL_ULTRA) predicted, each sourced to its container: kept aside."""
     cases = []
     for container, row in BLACKWELL_ULTRA:
         case = megatron_bridge_case(row)
-        cases.append(case | {"container": container, "source": case["source"].replace("25.11", container)})
+        cases.append(case | {"container": container, "source": blackwell_ultra_run(container, row).source})
     return cases
 
 

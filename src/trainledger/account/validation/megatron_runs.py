@@ -43,11 +43,22 @@ reduced after the last micro-batch (`--no-dp-overlap`; with a pipeline they are 
 
 from __future__ import annotations
 
-from trainledger.account.validation.asked import step_of
+from dataclasses import replace
+
+from trainledger.account.validation.published_run import PublishedRun, command, evaluate, run_of
 from trainledger.account.validation.runs import megatron_gpt
-from trainledger.specs.hardware import get_gpu
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473)"
+MTNLG_SOURCE = "Smith et al. 2022 (arXiv:2201.11990), Sec. 2.4: MT-NLG 530B on Selene's A100-80GB"
+NARAYANAN_ASSUMED = ("micro-batch 4 where p = 1, 1 where p > 1 (Korthikanti et al. 2022, Table 3)",
+                     "full recomputation (Sec. 5.1; Eq. 3 assumes it)",
+                     "the interleaved schedule: Korthikanti's virtual stages for its layouts, else 2 (3 where a stage's "
+                     "layers do not split in 2)", "no sequence parallelism (it came in 2022)",
+                     "no distributed optimizer (ZeRO 0)", "the 2021 code: the TP input-gradient reduce, the DP "
+                     "gradient reduce and the pipeline sends exposed (aed2f75)")
+MTNLG_ASSUMED = ("micro-batch 1", "DeepSpeed's 1F1B pipeline (no interleaving)", "the optimizer states sharded over "
+                 "data parallelism (ZeRO-1)", "fp16 mixed precision", "full recomputation (the TFLOP/s count it)",
+                 "Megatron-DeepSpeed's TP and DP reduces exposed, as the 2021 Megatron-LM")
 SEQ_LEN, VOCAB = 2048, 51200
 # Table 1: (parameters in billions, heads, hidden, layers, t, p, GPUs, global batch, achieved TFLOP/s per GPU)
 NARAYANAN_TABLE1 = [
@@ -102,58 +113,79 @@ def assumed_interleave(hidden: int, layers: int, pp: int) -> int:
     return 2 if per_stage % 2 == 0 else 3
 
 
-def narayanan_cli(row) -> str:
-    """The `trainledger step` command for a row; the model is a config.json of the paper's Megatron GPT shape
-    (runs.megatron_gpt: LayerNorm, GeLU MLP of 4h, biases, tied embeddings, vocab 51200), named by its shape."""
-    size, heads, hidden, layers, t, p, n, batch, _ = row
+def narayanan_run(row, table: str = "Table 1") -> PublishedRun:
+    """A row of NARAYANAN_TABLE1 or _TABLE2 as a published run: the model is the paper's Megatron GPT shape
+    (runs.megatron_gpt: LayerNorm, GeLU MLP of 4h, biases, tied embeddings, vocab 51200); the published step is
+    the row's Eq. 3 FLOPs / (its TFLOP/s per GPU · GPUs) (NARAYANAN_ASSUMED)."""
+    size, heads, hidden, layers, t, p, n, batch, tflops_per_gpu = row
     mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
-    return (f"trainledger step --model CONFIG.json (Megatron GPT {size:g}B: hidden {hidden}, {heads} heads, "
-            f"{layers} layers) "
-            f"--gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --no-dp-overlap --precision mixed-fp16 "
-            f"--optimizer adam --tp {t} --pp {p}" + (f" --interleave {v} --no-pp-overlap" if v > 1 else "")
-            + f" --batch-size {mb} --global-batch-size {batch} --seq-len {SEQ_LEN} --recompute full --no-flash")
+    run = run_of(batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch, precision="mixed-fp16", optimizer="adam",
+                 tp=t, pp=p, interleave=v, zero=0, recompute="full", flash=False, framework="megatron",
+                 tp_overlap=False, dp_overlap=False, pp_overlap=False)
+    published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
+    return PublishedRun(f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", f"{NARAYANAN}, {table}",
+                        megatron_gpt(f"{size:g}B", hidden, heads, layers), "a100-80gb", n, run, "seconds", published,
+                        figures=(("tflops_per_gpu", tflops_per_gpu),), assumptions=NARAYANAN_ASSUMED)
+
+
+def narayanan_runs() -> list[PublishedRun]:
+    """Every row of Tables 1 and 2 as a published run."""
+    return [narayanan_run(row, table) for table, entries in (("Table 1", NARAYANAN_TABLE1),
+                                                              ("Table 2", NARAYANAN_TABLE2)) for row in entries]
+
+
+def narayanan_cli(row, table: str = "Table 1") -> str:
+    """The `trainledger step` command for a row (published_run.command: the model is the config.json of the paper's
+    Megatron GPT shape, published_run.model_config)."""
+    return command(narayanan_run(row, table))
 
 
 def narayanan_cases() -> list[dict]:
     """Every row of Tables 1 and 2: published and predicted seconds per iteration, error (predicted/published − 1)."""
-    gpu = get_gpu("a100-80gb")
     rows = []
     for table, entries in (("Table 1", NARAYANAN_TABLE1), ("Table 2", NARAYANAN_TABLE2)):
         for row in entries:
             size, heads, hidden, layers, t, p, n, batch, tflops_per_gpu = row
-            spec = megatron_gpt(f"{size:g}B", hidden, heads, layers)
-            mb, v = assumed_micro_batch(p), assumed_interleave(hidden, layers, p)
-            r = step_of(spec, gpu, n, batch_size=mb, seq_len=SEQ_LEN, global_batch_size=batch,
-                        precision="mixed-fp16", optimizer="adam", tp=t, sp=False, pp=p, interleave=v,
-                        recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
-                        pp_overlap=False, with_memory=False)
-            published = eq3_flops_per_step(batch, layers, hidden) / (tflops_per_gpu * 1e12 * n)
-            rows.append({"label": f"{table}: {size:g}B, t {t} p {p}, {n} GPUs", "table": table, "num_gpus": n,
-                         "tp": t, "pp": p, "interleave": v, "batch_size": mb, "global_batch_size": batch,
-                         "published_tflops_per_gpu": tflops_per_gpu, "published_seconds": published,
-                         "predicted_seconds": r["step_seconds"], "error": r["step_seconds"] / published - 1,
-                         "cli": narayanan_cli(row), "breakdown": r["breakdown"]})
+            case = narayanan_run(row, table)
+            e = evaluate(case, with_memory=False)
+            rows.append({"label": case.label, "table": table, "num_gpus": n,
+                         "tp": t, "pp": p, "interleave": case.run.layout.interleave,
+                         "batch_size": case.run.batch.batch_size, "global_batch_size": batch,
+                         "published_tflops_per_gpu": tflops_per_gpu, "published_seconds": e["published_seconds"],
+                         "predicted_seconds": e["predicted_seconds"], "error": e["error"],
+                         "cli": command(case), "breakdown": e["step"]["breakdown"]})
     return rows
+
+
+def mtnlg_spec():
+    """MT-NLG 530B: the Megatron GPT shape of 105 layers, hidden 20480, 128 heads, with GPT-2's vocabulary padded."""
+    return replace(megatron_gpt("mt-nlg-530B", 20480, 128, 105), vocab_size=MTNLG_VOCAB,
+                   source="Smith et al. 2022 (arXiv:2201.11990): MT-NLG 530B")
+
+
+def mtnlg_run(row) -> PublishedRun:
+    """An MTNLG row (DGX A100 servers, iteration seconds, TFLOP/s per GPU) as a published run (MTNLG_ASSUMED)."""
+    servers, seconds, tflops_per_gpu = row
+    run = run_of(batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH, precision="mixed-fp16",
+                 optimizer="adam", tp=8, pp=35, zero=1, recompute="full", flash=False, framework="megatron",
+                 tp_overlap=False, dp_overlap=False)
+    n = 8 * servers
+    return PublishedRun(f"530B, t 8 p 35, {n} GPUs", MTNLG_SOURCE, mtnlg_spec(), "a100-80gb", n, run, "seconds",
+                        seconds, figures=(("tflops_per_gpu", tflops_per_gpu),), assumptions=MTNLG_ASSUMED)
+
+
+def mtnlg_runs() -> list[PublishedRun]:
+    """MT-NLG 530B on 2240, 2800 and 3360 A100 as published runs."""
+    return [mtnlg_run(row) for row in MTNLG]
 
 
 def mtnlg_cases() -> list[dict]:
     """MT-NLG 530B on 2240, 2800 and 3360 A100: published and predicted seconds per iteration, error."""
-    from dataclasses import replace
-    gpu = get_gpu("a100-80gb")
-    spec = replace(megatron_gpt("mt-nlg-530B", 20480, 128, 105), vocab_size=MTNLG_VOCAB,
-                   source="Smith et al. 2022 (arXiv:2201.11990): MT-NLG 530B")
     rows = []
-    for servers, seconds, tflops_per_gpu in MTNLG:
-        n = 8 * servers
-        r = step_of(spec, gpu, n, batch_size=1, seq_len=SEQ_LEN, global_batch_size=MTNLG_BATCH,
-                    precision="mixed-fp16", optimizer="adam", tp=8, sp=False, pp=35, interleave=1, zero=1,
-                    recompute="full", flash=False, framework="megatron", tp_overlap=False, dp_overlap=False,
-                    with_memory=False)
-        rows.append({"label": f"530B, t 8 p 35, {n} GPUs", "num_gpus": n, "published_seconds": seconds,
-                     "published_tflops_per_gpu": tflops_per_gpu, "predicted_seconds": r["step_seconds"],
-                     "error": r["step_seconds"] / seconds - 1, "breakdown": r["breakdown"],
-                     "cli": ("trainledger step --model CONFIG.json (MT-NLG 530B: hidden 20480, 128 heads, 105 layers, "
-                             f"vocab 50272) --gpu a100-80gb --num-gpus {n} --framework megatron --no-tp-overlap --no-dp-overlap --precision mixed-fp16 "
-                             f"--optimizer adam --tp 8 --pp 35 --zero 1 --batch-size 1 --global-batch-size "
-                             f"{MTNLG_BATCH} --seq-len {SEQ_LEN} --recompute full --no-flash")})
+    for row in MTNLG:
+        case = mtnlg_run(row)
+        e = evaluate(case, with_memory=False)
+        rows.append({"label": case.label, "num_gpus": case.num_gpus, "published_seconds": e["published_seconds"],
+                     "published_tflops_per_gpu": row[2], "predicted_seconds": e["predicted_seconds"],
+                     "error": e["error"], "breakdown": e["step"]["breakdown"], "cli": command(case)})
     return rows

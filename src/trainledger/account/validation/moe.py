@@ -24,7 +24,7 @@ is in the step (framework megatron trains it by default: account/time/mtp.py). T
 
 from __future__ import annotations
 
-from trainledger.account.validation.asked import step_of
+from trainledger.account.validation.published_run import PublishedRun, evaluate, run_of
 from trainledger.errors import TrainledgerError
 from trainledger.specs.hardware import get_gpu
 
@@ -190,35 +190,56 @@ DEEPSEEK_V3_GPU_HOURS = 2.664e6
 DEEPSEEK_V3_TOKENS = 14.8e12
 
 
-def predict(row, a2a_overlap: float | None = None) -> dict:
-    """The prediction for one row: tokens/s per GPU, the relative error, the step's breakdown and whether it fits.
-    The recipe's expert TP (RECIPE_ETP) and all-to-all overlap (RECIPE_A2A_OVERLAP; `a2a_overlap` overrides it); the
-    row's VP, with uneven chunks where its layers do not split evenly (account.time.schedule.published_interleave:
-    the recipe's layout); the MTP module trained unless the row says "w/o MTP" (WITHOUT_MTP)."""
+MEGATRON_ASSUMED = ("Megatron-LM's kernels", "balanced, dropless routing (the summary forces it)",
+                    "the distributed optimizer (ZeRO-1)", "the recipe's expert TP and all-to-all overlap",
+                    "VP as the interleave, uneven chunks where the layers do not split evenly",
+                    "recompute_modules [layernorm, moe_act] timed as no recomputation", "FLOPs counted causal")
+AUTOMODEL_ASSUMED = ("our eager-PyTorch FSDP2 model (--framework torchtitan)", "bf16 weights, gradients and Adam "
+                     "states", "FSDP2 (ZeRO-3) with fp32 reduce-scatters and the config's resharding after forward",
+                     "the DeepEP dispatcher", "the cross-entropy on the bf16 logits", "the CUDA reserve with the "
+                     "caching allocator's cache", "FLOPs counted causal")
+
+
+def moe_run(row, a2a_overlap: float | None = None) -> PublishedRun:
+    """A Megatron Bridge MoE row (TAKEN, ASIDE, FP8_*, DEEPSEEK_MTP, BLACKWELL_ULTRA, ..., SKILL_RUN) as a published
+    run: the recipe's expert TP (RECIPE_ETP) and all-to-all overlap (RECIPE_A2A_OVERLAP; `a2a_overlap` overrides it);
+    the row's VP, with uneven chunks where its layers do not split evenly (account.time.schedule.published_interleave:
+    the recipe's layout); the MTP module trained unless the row says "w/o MTP" (WITHOUT_MTP); the printed GA."""
     from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
     container, system, model, gpu_name, precision, n, gbs, mbs, seq, tp, pp, vp, ep, ga, published = row
     overlap = RECIPE_A2A_OVERLAP.get((system, model), 0.0) if a2a_overlap is None else a2a_overlap
-    spec = get_model(model)
-    interleave, uneven = published_interleave(spec.n_layers, pp, vp, gbs // (n // (tp * pp) * mbs))
-    r = step_of(spec, get_gpu(gpu_name), n, batch_size=mbs, seq_len=seq, global_batch_size=gbs,
-                precision=precision, optimizer="adamw", tp=tp, sp=tp > 1, pp=pp, interleave=interleave,
-                zero=1, ep=ep, recompute="none", flash=True, attention="causal", framework="megatron",
-                etp=RECIPE_ETP.get(model), overlap=overlap, uneven_chunks=uneven,
-                mtp=False if (container, system, model) in WITHOUT_MTP else None)
-    per_gpu = r["tokens_per_s"] / n
+    interleave, uneven = published_interleave(get_model(model).n_layers, pp, vp, gbs // (n // (tp * pp) * mbs))
+    run = run_of(batch_size=mbs, seq_len=seq, global_batch_size=gbs, precision=precision, optimizer="adamw", tp=tp,
+                 sp=tp > 1, pp=pp, interleave=interleave, zero=1, ep=ep, recompute="none", flash=True,
+                 attention="causal", framework="megatron", etp=RECIPE_ETP.get(model), overlap=overlap,
+                 uneven_chunks=uneven, mtp=False if (container, system, model) in WITHOUT_MTP else None)
+    source = SKILL_SOURCE if row == SKILL_RUN else f"{SOURCE}, {container} NeMo Container, System: {system}"
+    return PublishedRun(f"{system} {container}: {model} on {n} GPUs, {precision}", source, model, gpu_name, n, run,
+                        "tokens_per_s_per_gpu", published, figures=(("ga", ga), ("vp", vp)),
+                        assumptions=MEGATRON_ASSUMED)
+
+
+def predict(row, a2a_overlap: float | None = None) -> dict:
+    """The prediction for one row (`moe_run`): tokens/s per GPU, the relative error, the step's breakdown and whether
+    it fits."""
+    container, system, model, gpu_name, precision, n, gbs, mbs, seq, tp, pp, vp, ep, ga, published = row
+    case = moe_run(row, a2a_overlap)
+    e = evaluate(case)
+    r, lay = e["step"], case.run.layout
     return {"container": container, "system": system, "model": model, "gpu": gpu_name, "precision": precision,
             "num_gpus": n, "global_batch_size": gbs, "batch_size": mbs, "seq_len": seq, "tp": tp, "pp": pp, "vp": vp,
-            "ep": ep, "etp": r["etp"], "ep_overlap": overlap, "interleave_modelled": interleave,
-            "uneven_chunks": uneven, "mtp_modules": r["mtp_modules"], "published_ga": ga, "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
-            "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
+            "ep": ep, "etp": r["etp"], "ep_overlap": lay.experts.overlap, "interleave_modelled": lay.interleave,
+            "uneven_chunks": lay.uneven_chunks, "mtp_modules": r["mtp_modules"], "published_ga": ga,
+            "micro_batches": r["micro_batches"], "published_tokens_per_s_per_gpu": published,
+            "predicted_tokens_per_s_per_gpu": e["predicted_tokens_per_s_per_gpu"], "error": e["error"],
+            "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
             "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
-            "breakdown": r["breakdown"],
-            "source": SKILL_SOURCE if row == SKILL_RUN else f"{SOURCE}, {container} NeMo Container, System: {system}"}
+            "breakdown": r["breakdown"], "source": case.source}
 
 
-def predict_automodel(row) -> dict:
-    """The prediction for one AUTOMODEL row, asked as our eager-PyTorch FSDP2 model runs it: framework torchtitan,
+def automodel_run(row) -> PublishedRun:
+    """An AUTOMODEL row as a published run, asked as our eager-PyTorch FSDP2 model runs it: framework torchtitan,
     with what Automodel keeps (AUTOMODEL_PRECISION: bf16 weights, gradients and Adam states; FSDP2 (ZeRO-3) with fp32
     reduce-scatters; the config's resharding after forward; the cross-entropy on the bf16 logits), the row's PP and
     EP, the DeepEP dispatcher, the recipe's activation checkpointing, FLOPs causal. Its VP, with uneven chunks where
@@ -227,27 +248,38 @@ def predict_automodel(row) -> dict:
     from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
     model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
-    spec, dp = get_model(model), n // (tp * pp * cp)
-    micro_batches = gbs // (dp * mbs)
-    modelled, uneven = published_interleave(spec.n_layers, pp, vp, micro_batches)
-    r = step_of(spec, get_gpu("h100-sxm"), n, batch_size=mbs, seq_len=seq, global_batch_size=gbs,
-                precision=AUTOMODEL_PRECISION, optimizer="adamw", pp=pp, interleave=modelled, zero=3,
-                param_dtype="auto", reduce_dtype="fp32",
-                reshard_after_forward=AUTOMODEL_RESHARD_AFTER_FORWARD[row[-1]],
-                ep=ep, dispatcher="deepep", recompute=recompute, flash=True, attention="causal",
-                framework="torchtitan", loss_upcast=False, uneven_chunks=uneven,
-                reserve="cuda")    # the CUDA reserve with the caching allocator's cache (no expandable segments)
-    per_gpu = r["tokens_per_s"] / n
+    micro_batches = gbs // (n // (tp * pp * cp) * mbs)
+    modelled, uneven = published_interleave(get_model(model).n_layers, pp, vp, micro_batches)
+    run = run_of(batch_size=mbs, seq_len=seq, global_batch_size=gbs, precision=AUTOMODEL_PRECISION, optimizer="adamw",
+                 pp=pp, interleave=modelled, zero=3, param_dtype="auto", reduce_dtype="fp32",
+                 reshard_after_forward=AUTOMODEL_RESHARD_AFTER_FORWARD[row[-1]], ep=ep, dispatcher="deepep",
+                 recompute=recompute, flash=True, attention="causal", framework="torchtitan", loss_upcast=False,
+                 uneven_chunks=uneven,
+                 reserve="cuda")    # the CUDA reserve with the caching allocator's cache (no expandable segments)
+    return PublishedRun(f"NeMo Automodel, DGX-H100: {model} on {n} GPUs, {AUTOMODEL_PRECISION}",
+                        f"{AUTOMODEL_SOURCE}; layout: examples/benchmark/configs/{row[-1]}", model, "h100-sxm", n, run,
+                        "tokens_per_s_per_gpu", published,
+                        figures=(("step_seconds", step_s), ("tflops_per_gpu", tflops), ("ga", ga), ("vp", vp)),
+                        assumptions=AUTOMODEL_ASSUMED)
+
+
+def predict_automodel(row) -> dict:
+    """The prediction for one AUTOMODEL row (`automodel_run`)."""
+    model, n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep, vp, fsdp_size, step_s, tflops, published, recompute, _ = row
+    case = automodel_run(row)
+    e = evaluate(case)
+    r, lay = e["step"], case.run.layout
     return {"model": model, "gpu": "h100-sxm", "precision": AUTOMODEL_PRECISION, "num_gpus": n, "global_batch_size": gbs,
-            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": modelled,
-            "uneven_chunks": uneven, "ep": ep,
-            "dp": dp, "recompute": recompute, "micro_batches": r["micro_batches"],
+            "batch_size": mbs, "seq_len": seq, "pp": pp, "vp": vp, "interleave_modelled": lay.interleave,
+            "uneven_chunks": lay.uneven_chunks, "ep": ep,
+            "dp": n // (tp * pp * cp), "recompute": recompute, "micro_batches": r["micro_batches"],
             "published_step_seconds": step_s, "published_tflops_per_gpu": tflops,
-            "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": per_gpu,
-            "error": per_gpu / published - 1, "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
+            "published_tokens_per_s_per_gpu": published,
+            "predicted_tokens_per_s_per_gpu": e["predicted_tokens_per_s_per_gpu"], "error": e["error"],
+            "mfu": r["mfu"], "fits": r["fits"], "memory_bytes": r["memory_bytes"],
             "step_seconds": r["step_seconds"], "breakdown": r["breakdown"], "memory": r["memory"],
             "reserve_bytes": r["reserve_bytes"], "memory_per_gpu_bytes": r["memory_per_gpu_bytes"],
-            "source": f"{AUTOMODEL_SOURCE}; layout: examples/benchmark/configs/{row[-1]}"}
+            "source": case.source}
 
 
 def automodel_cases() -> list[dict]:
@@ -277,6 +309,20 @@ def report(rows: list[dict], within: float = 0.20) -> dict:
             "mean_abs_error": sum(errors) / len(errors), "worst_abs_error": max(errors)}
 
 
+def deepseek_v3_run(precision: str = "fp8-cs", gpu: str = "h800", global_batch_size: int = 15360,
+                    batch_size: int = 1) -> PublishedRun:
+    """DeepSeek-V3's pre-training as a published run (`deepseek_v3_gpu_hours`): 2,048 `gpu`, PP16 · EP64 · DP128,
+    ZeRO-1, seq 4096, `precision`, DualPipe, the all-to-alls hidden (--ep-overlap 1) with the token-based dispatcher;
+    the figure: 2.664M GPU-hours for 14.8T tokens."""
+    run = run_of(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size, precision=precision, pp=16,
+                 ep=64, zero=1, framework="megatron", attention="causal", schedule="dualpipe", overlap=1.0,
+                 dispatcher="deepep")
+    return PublishedRun("DeepSeek-V3 pre-training", "DeepSeek-V3 (arXiv:2412.19437), Sec. 3.1 and 4.2", "deepseek-v3",
+                        gpu, 2048, run, "gpu_hours", DEEPSEEK_V3_GPU_HOURS, tokens=DEEPSEEK_V3_TOKENS,
+                        assumptions=("block-wise FP8 asked as fp8-cs", "DualPipe hides the all-to-alls (Sec. 3.2.1)",
+                                     "the token-based dispatcher (Sec. 3.2.2)", "FLOPs counted causal"))
+
+
 def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_batch_size: int = 15360,
                           batch_size: int = 1) -> dict:
     """DeepSeek-V3's pre-training GPU-hours as predicted: 14.8T tokens / (tokens/s per GPU) / 3600, on 2,048 `gpu`
@@ -293,20 +339,19 @@ def deepseek_v3_gpu_hours(precision: str = "fp8-cs", gpu: str = "h800", global_b
     gives the all-to-all seconds DualPipe must hide ("all_to_all_seconds"); the overlap is only possible while they
     do not exceed the computation they hide behind ("compute_seconds": GEMMs, attention, memory-bound kernels).
     A TrainledgerError names what is missing (an unknown GPU or recipe)."""
-    from trainledger.specs import get_model
+    from trainledger.account.time.step import step_time
     from trainledger.specs.recipes import get_recipe
+    from trainledger.specs.run import Hardware
     get_recipe(precision)
-    spec, device = get_model("deepseek-v3"), get_gpu(gpu)
-    layout = dict(batch_size=batch_size, seq_len=4096, global_batch_size=global_batch_size,
-                  precision=precision, pp=16, ep=64, zero=1, framework="megatron", attention="causal", with_memory=False,
-                  schedule="dualpipe")
-    r = step_of(spec, device, 2048, **layout, overlap=1.0, dispatcher="deepep")
-    exposed = step_of(spec, device, 2048, **layout, overlap=0.0, dispatcher="deepep")
-    hours = DEEPSEEK_V3_TOKENS / r["tokens_per_s"] * 2048 / 3600
+    case = deepseek_v3_run(precision, gpu, global_batch_size, batch_size)
+    e = evaluate(case, with_memory=False)
+    r, hours = e["step"], e["predicted_gpu_hours"]
+    exposed_run = case.run.with_(overlap=0.0)        # what DualPipe must hide: the same step, all-to-alls exposed
+    exposed = step_time(case.spec, Hardware(get_gpu(gpu), 2048), exposed_run, with_memory=False)
     if not hours > 0:
         raise TrainledgerError("no prediction")
     compute = sum(r["breakdown"][part] for part in ("compute", "attention", "memory_bound"))
-    return {"gpu_hours": hours, "published_gpu_hours": DEEPSEEK_V3_GPU_HOURS, "error": hours / DEEPSEEK_V3_GPU_HOURS - 1,
+    return {"gpu_hours": hours, "published_gpu_hours": DEEPSEEK_V3_GPU_HOURS, "error": e["error"],
             "tokens_per_s_per_gpu": r["tokens_per_s"] / 2048, "mfu": r["mfu"], "breakdown": r["breakdown"],
             "layout": {key: r[key] for key in ("gpu", "num_gpus", "precision", "pp", "ep", "dp", "tp", "zero")},
             "all_to_all_seconds": exposed["breakdown"]["ep_comm"], "compute_seconds": compute,

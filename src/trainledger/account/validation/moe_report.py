@@ -39,7 +39,7 @@ ETP = TP (no source for theirs; every DeepSeek-V3 row's EP divides its DP).
 
 from __future__ import annotations
 
-from trainledger.account.validation.asked import step_of
+from trainledger.account.validation.published_run import PublishedRun, evaluate, run_of
 from trainledger.errors import TrainledgerError
 from trainledger.specs.hardware import get_gpu
 
@@ -121,31 +121,48 @@ def report_flops_per_token(model: str, seq_len: int) -> float:
     return train_flops_per_token(get_model(model), seq_len, "causal", mtp=True)
 
 
-def predict(row) -> dict:
-    """The prediction for one REPORT_ROWS row: tokens/s per GPU and its error against Table 11, the breakdown,
-    whether it fits. A TrainledgerError says why a row is not modelled."""
+REPORT_ASSUMED = ("Megatron-LM's kernels", "the distributed optimizer (ZeRO-1)", "FP8-BLK asked as fp8-cs",
+                  "the 1F1B all-to-all overlap as --ep-overlap 0.93 (Sec. 4.2.3) where B.2 says ON",
+                  "the row's VPP, uneven chunks where the layers do not split evenly", "expert TP 1 for Qwen3 (Sec. "
+                  "3.3.2), TP otherwise", "CUDA graphs and single-module recomputation not modelled",
+                  "FLOPs counted causal")
+
+
+def report_run(row) -> PublishedRun:
+    """A REPORT_ROWS row as a published run (REPORT_ASSUMED); a TrainledgerError says why a row is not modelled."""
+    from trainledger.account.time.schedule import published_interleave
     from trainledger.specs import get_model
     reason = not_modelled_reason(row)
     if reason:
         raise TrainledgerError(f"not modelled: {reason}")
     f = row_fields(row)
-    spec = get_model(f["model"])
     dp = f["num_gpus"] // (f["tp"] * f["pp"] * f["cp"])
     micro_batches = f["global_batch_size"] // (dp * f["batch_size"])
-    from trainledger.account.time.schedule import published_interleave
-    vp, uneven = published_interleave(spec.n_layers, f["pp"], f["vpp"], micro_batches)
-    overlap = A2A_OVERLAP_RATIO if f["a2a_overlap"] else 0.0
-    r = step_of(spec, get_gpu(GPU[f["system"]]), f["num_gpus"], batch_size=f["batch_size"], seq_len=f["seq_len"],
-                global_batch_size=f["global_batch_size"], precision=PRECISION[f["dtype"]],
-                optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"], interleave=vp, cp=f["cp"], zero=1,
-                ep=f["ep"], recompute="none", flash=True, attention="causal", framework="megatron",
-                overlap=overlap, dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]),
-                uneven_chunks=uneven)
-    per_gpu = r["tokens_per_s"] / f["num_gpus"]
-    return f | {"interleave_modelled": vp, "uneven_chunks": uneven, "etp": r["etp"], "ep_overlap": overlap, "micro_batches": r["micro_batches"],
-                "predicted_tokens_per_s_per_gpu": per_gpu,
-                "error": per_gpu / f["published_tokens_per_s_per_gpu"] - 1, "mfu": r["mfu"], "fits": r["fits"],
-                "memory_bytes": r["memory_bytes"], "breakdown": r["breakdown"], "source": SOURCE}
+    vp, uneven = published_interleave(get_model(f["model"]).n_layers, f["pp"], f["vpp"], micro_batches)
+    run = run_of(batch_size=f["batch_size"], seq_len=f["seq_len"], global_batch_size=f["global_batch_size"],
+                 precision=PRECISION[f["dtype"]], optimizer="adamw", tp=f["tp"], sp=f["tp"] > 1, pp=f["pp"],
+                 interleave=vp, cp=f["cp"], zero=1, ep=f["ep"], recompute="none", flash=True, attention="causal",
+                 framework="megatron", overlap=A2A_OVERLAP_RATIO if f["a2a_overlap"] else 0.0,
+                 dispatcher=f["dispatcher"].lower(), etp=REPORT_ETP.get(f["model"]), uneven_chunks=uneven)
+    return PublishedRun(f"MoE report, {f['system']}: {f['model']} on {f['num_gpus']} GPUs, seq {f['seq_len']}, "
+                        f"{f['dtype']}", SOURCE, f["model"],
+                        GPU[f["system"]], f["num_gpus"], run, "tokens_per_s_per_gpu",
+                        f["published_tokens_per_s_per_gpu"],
+                        figures=(("tflops_per_gpu", f["published_tflops_per_gpu"]), ("vpp", f["vpp"])),
+                        assumptions=REPORT_ASSUMED)
+
+
+def predict(row) -> dict:
+    """The prediction for one REPORT_ROWS row (`report_run`): tokens/s per GPU and its error against Table 11, the
+    breakdown, whether it fits. A TrainledgerError says why a row is not modelled."""
+    case = report_run(row)
+    e = evaluate(case)
+    r, lay = e["step"], case.run.layout
+    return row_fields(row) | {"interleave_modelled": lay.interleave, "uneven_chunks": lay.uneven_chunks,
+                              "etp": r["etp"], "ep_overlap": lay.experts.overlap, "micro_batches": r["micro_batches"],
+                              "predicted_tokens_per_s_per_gpu": e["predicted_tokens_per_s_per_gpu"],
+                              "error": e["error"], "mfu": r["mfu"], "fits": r["fits"],
+                              "memory_bytes": r["memory_bytes"], "breakdown": r["breakdown"], "source": SOURCE}
 
 
 def cases(rows=None) -> list[dict]:

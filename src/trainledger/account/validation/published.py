@@ -48,7 +48,7 @@ def published_rows() -> tuple[dict, ...]:
     rows = []
     for r in runs.korthikanti_cases():
         rows.append(_row("korthikanti", f"{r['model']} {r['setting']}", "megatron", "a100-80gb",
-                         _korthikanti_gpus(r["model"]), r["predicted_seconds"], r["published_seconds"]))
+                         r["num_gpus"], r["predicted_seconds"], r["published_seconds"], cli=r["cli"]))
     for r in megatron_runs.narayanan_cases():
         rows.append(_row("narayanan", r["label"], "megatron", "a100-80gb", r["num_gpus"], r["predicted_seconds"],
                          r["published_seconds"], cli=r["cli"]))
@@ -58,7 +58,7 @@ def published_rows() -> tuple[dict, ...]:
     for r in runs.llama3_cases():
         step = r["step_seconds"]
         rows.append(_row("llama3", f"{r['gpus']} GPUs, seq {r['seq_len']}, cp {r['cp']}", "megatron", "h100-sxm",
-                         r["gpus"], step, step * r["predicted_mfu"] / r["published_mfu"]))
+                         r["gpus"], step, step * r["predicted_mfu"] / r["published_mfu"], cli=r["cli"]))
     for r in runs.torchtitan_cases():
         if "error" not in r:
             continue
@@ -83,9 +83,34 @@ def moe_rows() -> tuple[dict, ...]:
                       1 / r["published_tokens_per_s_per_gpu"]) for r in moe.all_cases())
 
 
-def _korthikanti_gpus(model: str) -> int:
-    from trainledger.account.validation.runs import KORTHIKANTI_TABLE5
-    return next(row[6] for row in KORTHIKANTI_TABLE5 if row[0] == model)
+def published_runs() -> list:
+    """Every dense published run behind published_rows, as account.validation.published_run.PublishedRun values, in
+    the same order (Korthikanti, Narayanan, MT-NLG, Llama 3, torchtitan)."""
+    from trainledger.account.validation import megatron_runs, runs
+    return (runs.korthikanti_runs() + megatron_runs.narayanan_runs() + megatron_runs.mtnlg_runs()
+            + runs.llama3_runs() + runs.torchtitan_runs())
+
+
+def moe_runs() -> list:
+    """Every mixture-of-experts published run behind moe_rows (moe.all_cases' order), as PublishedRun values."""
+    from trainledger.account.validation import moe, moe_report
+    groups = (moe.TAKEN, moe.ASIDE, moe.FP8_TAKEN, moe.FP8_ASIDE, moe.DEEPSEEK_MTP, [moe.SKILL_RUN])
+    return ([moe.moe_run(row) for group in groups for row in group] + [moe.automodel_run(row) for row in moe.AUTOMODEL]
+            + [moe_report.report_run(row) for row in moe_report.REPORT_TAKEN])
+
+
+def every_run() -> list:
+    """Every published run of every validation table (dense, FP8, MoE, DeepSeek-V3's pre-training), each once."""
+    from dataclasses import replace
+
+    from trainledger.account.validation import fp8, moe
+    fp8_runs = ([fp8.megatron_bridge_run(r) for r in fp8.MEGATRON_BRIDGE + fp8.MEGATRON_BRIDGE_MX]
+                + [fp8.blackwell_ultra_run(container, row) for container, row in fp8.BLACKWELL_ULTRA]
+                + [fp8.torchtitan_run(r) for r in fp8.TORCHTITAN_FLOAT8 + fp8.TORCHTITAN_FLOAT8_ASIDE])
+    moe_more = [moe.moe_run(row) for row in moe.TOKENDROP_2509 + moe.BLACKWELL_ULTRA]
+    readings = [replace(case, label=f"{case.label}, as its recipe ran it") for case in map(moe.moe_run,
+                                                                                           moe.RECIPE_READING)]
+    return published_runs() + fp8_runs + moe_runs() + moe_more + readings + [moe.deepseek_v3_run()]
 
 
 def _row(source, label, framework, gpu, num_gpus, predicted, published, cli=None) -> dict:

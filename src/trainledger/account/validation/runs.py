@@ -19,9 +19,19 @@ The model's inputs are the GPU's datasheet and published measurements (specs/); 
 
 from __future__ import annotations
 
-from trainledger.account.validation.asked import step_of
+from trainledger.account.validation.published_run import PublishedRun, command, evaluate, run_of
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.model import TransformerSpec
+
+KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), Table 5 (shapes and layouts: Table 3)"
+KORTHIKANTI_ASSUMED = ("no distributed optimizer (ZeRO 0): the paper names none",
+                       "no flash attention (the 2022 code's fused softmax)",
+                       "the interleaved schedule waits for each point-to-point send (the 2022 code)")
+LLAMA3 = "Llama 3 (arXiv:2407.21783), Table 4: BF16 MFU, 16M tokens per batch"
+LLAMA3_ASSUMED = ("micro-batch 1", "the interleaved schedule with 2 virtual stages (Fig. 6 draws v = 2)",
+                  "sequence parallelism", "mixed-bf16 with the optimizer sharded over DP (ZeRO-1-like, Sec. 3.3.2)",
+                  "fused kernels without dropout (--framework megatron)", "causal flash attention at cuDNN's rates",
+                  "asynchronous pipeline sends (Sec. 3.3.2)", "FLOPs counted causal (MFU)")
 
 # (name, hidden, heads, layers, pp, interleave, GPUs, micro-batch, global batch, full (s), seq+sel (s))
 KORTHIKANTI_TABLE5 = [
@@ -58,20 +68,35 @@ def megatron_gpt(name: str, hidden: int, heads: int, layers: int) -> Transformer
                            source="Korthikanti et al. 2022 (arXiv:2205.05198), Table 3")
 
 
+def korthikanti_run(row, setting: str) -> PublishedRun:
+    """One cell of KORTHIKANTI_TABLE5 as a published run: `setting` "full" (full recomputation) or "seq+sel"
+    (sequence parallelism + selective recomputation), fp16 mixed precision, Adam, seq 2048, TP 8, Megatron-LM's
+    kernels without flash attention (KORTHIKANTI_ASSUMED)."""
+    name, h, a, L, pp, v, n, mb, gb, full, seqsel = row
+    recompute, sp, published = {"full": ("full", False, full), "seq+sel": ("selective", True, seqsel)}[setting]
+    run = run_of(batch_size=mb, seq_len=2048, global_batch_size=gb, precision="mixed-fp16", optimizer="adam", tp=8,
+                 sp=sp, pp=pp, interleave=v, zero=0, recompute=recompute, flash=False, framework="megatron",
+                 pp_overlap=False)    # the 2022 code's interleaved schedule waited for each send
+    return PublishedRun(f"{name} {setting}", KORTHIKANTI, megatron_gpt(name, h, a, L), "a100-80gb", n, run,
+                        "seconds", published, assumptions=KORTHIKANTI_ASSUMED)
+
+
+def korthikanti_runs() -> list[PublishedRun]:
+    """Every cell of Korthikanti Table 5, full and seq+sel, as published runs."""
+    return [korthikanti_run(row, setting) for row in KORTHIKANTI_TABLE5 for setting in ("full", "seq+sel")]
+
+
 def korthikanti_cases() -> list[dict]:
     """Every cell of Korthikanti Table 5 with the predicted seconds and the relative error (predicted/published − 1)."""
-    gpu = get_gpu("a100-80gb")
     rows = []
-    for name, h, a, L, pp, v, n, mb, gb, full, seqsel in KORTHIKANTI_TABLE5:
-        spec = megatron_gpt(name, h, a, L)
-        for label, recompute, sp, published in (("full", "full", False, full), ("seq+sel", "selective", True, seqsel)):
-            r = step_of(spec, gpu, n, batch_size=mb, seq_len=2048, global_batch_size=gb,
-                        precision="mixed-fp16", optimizer="adam", tp=8, sp=sp, pp=pp, interleave=v,
-                        recompute=recompute, flash=False, framework="megatron", with_memory=False,
-                        pp_overlap=False)    # the 2022 code's interleaved schedule waited for each send
-            rows.append({"model": name, "setting": label, "published_seconds": published,
-                         "predicted_seconds": r["step_seconds"], "error": r["step_seconds"] / published - 1,
-                         "mfu": r["mfu"], "breakdown": r["breakdown"]})
+    for row in KORTHIKANTI_TABLE5:
+        for setting in ("full", "seq+sel"):
+            case = korthikanti_run(row, setting)
+            e = evaluate(case, with_memory=False)
+            r = e["step"]
+            rows.append({"model": row[0], "setting": setting, "published_seconds": e["published_seconds"],
+                         "predicted_seconds": e["predicted_seconds"], "error": e["error"], "mfu": r["mfu"],
+                         "breakdown": r["breakdown"], "num_gpus": case.num_gpus, "cli": command(case)})
     return rows
 
 
@@ -92,20 +117,35 @@ def korthikanti_layer_cases() -> list[dict]:
     return rows
 
 
+def llama3_run(row, interleave: int = LLAMA3_INTERLEAVE,
+               attention_kernel: str | None = LLAMA3_ATTENTION_KERNEL) -> PublishedRun:
+    """One row of LLAMA3_TABLE4 as a published run of Llama 3.1 405B on H100 (LLAMA3_ASSUMED)."""
+    n, tp, cp, pp, dp, seq, published = row
+    run = run_of(batch_size=1, seq_len=seq, global_batch_size=2**24 // seq, precision="mixed-bf16", optimizer="adamw",
+                 tp=tp, sp=True, pp=pp, interleave=interleave, cp=cp, dp=dp, zero=1, recompute="none", flash=True,
+                 attention="causal", framework="megatron", dropout=False, attention_kernel=attention_kernel,
+                 pp_overlap=True)   # "we adopt asynchronous point-to-point communication in PP" (Sec. 3.3.2)
+    return PublishedRun(f"{n} GPUs, seq {seq}, cp {cp}", LLAMA3, "llama-3.1-405b", "h100-sxm", n, run, "mfu",
+                        published, figures=(("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp), ("seq_len", seq)),
+                        assumptions=LLAMA3_ASSUMED)
+
+
+def llama3_runs(interleave: int = LLAMA3_INTERLEAVE,
+                attention_kernel: str | None = LLAMA3_ATTENTION_KERNEL) -> list[PublishedRun]:
+    """Every row of Llama 3 Table 4 as a published run."""
+    return [llama3_run(row, interleave, attention_kernel) for row in LLAMA3_TABLE4]
+
+
 def llama3_cases(interleave: int = LLAMA3_INTERLEAVE, attention_kernel: str | None = LLAMA3_ATTENTION_KERNEL) -> list[dict]:
     """Every row of Llama 3 Table 4 with the predicted MFU and the relative error."""
-    from trainledger.specs import get_model
-    spec, gpu = get_model("llama-3.1-405b"), get_gpu("h100-sxm")
     rows = []
-    for n, tp, cp, pp, dp, seq, published in LLAMA3_TABLE4:
-        r = step_of(spec, gpu, n, batch_size=1, seq_len=seq, global_batch_size=2**24 // seq,
-                    precision="mixed-bf16", optimizer="adamw", tp=tp, sp=True, pp=pp, interleave=interleave,
-                    cp=cp, dp=dp, zero=1, recompute="none", flash=True, attention="causal", framework="megatron",
-                    dropout=False, attention_kernel=attention_kernel, with_memory=False,
-                    pp_overlap=True)   # "we adopt asynchronous point-to-point communication in PP" (Sec. 3.3.2)
-        rows.append({"gpus": n, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "seq_len": seq, "published_mfu": published,
-                     "predicted_mfu": r["mfu"], "error": r["mfu"] / published - 1, "step_seconds": r["step_seconds"],
-                     "breakdown": r["breakdown"]})
+    for row, case in zip(LLAMA3_TABLE4, llama3_runs(interleave, attention_kernel)):
+        n, tp, cp, pp, dp, seq, _ = row
+        e = evaluate(case, with_memory=False)
+        r = e["step"]
+        rows.append({"gpus": n, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "seq_len": seq,
+                     "published_mfu": e["published_mfu"], "predicted_mfu": e["predicted_mfu"], "error": e["error"],
+                     "step_seconds": r["step_seconds"], "breakdown": r["breakdown"], "cli": command(case)})
     return rows
 
 
@@ -138,41 +178,48 @@ TORCHTITAN = [
 ]
 
 
+TORCHTITAN_ASSUMED = ("amp-bf16 (bf16 mixed precision)", "FSDP2 (ZeRO 3: the default for data parallelism alone) with "
+                      "a bf16 policy and fp32 reduce-scatters", "global batch = local batch × data-parallel ranks",
+                      "expandable segments (torchtitan's run_train.sh): no caching-allocator cache in the reserve")
+
+
+def torchtitan_run(row) -> PublishedRun:
+    """A TORCHTITAN row as a published run, as a user asks it: `--framework torchtitan` (its Llama's kernels), the
+    defaults for the rest (amp-bf16, ZeRO 3 = FSDP2 with a bf16 mixed-precision policy, fp32 reduce-scatters, and
+    the reserve of torchtitan's launcher: expandable segments), sequence parallelism with TP."""
+    label, model, gpu, n, tp, b, seq, recompute, compiled, published, source = row
+    run = run_of(batch_size=b, seq_len=seq, global_batch_size=b * (n // tp), tp=tp, sp=tp > 1, recompute=recompute,
+                 framework="torchtitan", compile=compiled)
+    return PublishedRun(label, source, model, gpu, n, run, "tokens_per_s_per_gpu", published,
+                        assumptions=TORCHTITAN_ASSUMED)
+
+
+def torchtitan_runs() -> list[PublishedRun]:
+    """Every TORCHTITAN row as a published run."""
+    return [torchtitan_run(row) for row in TORCHTITAN]
+
+
 def torchtitan_cli(row) -> str:
-    """The `trainledger step` command a user would type for a TORCHTITAN row (defaults: amp-bf16, ZeRO 3 = FSDP2
-    with a bf16 mixed-precision policy, fp32 reduce-scatters; `--framework torchtitan`: its Llama's kernels)."""
-    label, model, gpu, n, tp, b, seq, recompute, compiled, _, _ = row
-    dp = n // tp
-    return (f"trainledger step --model {model} --gpu {gpu} --num-gpus {n} --framework torchtitan"
-            + (f" --tp {tp} --sp" if tp > 1 else "")
-            + f" --batch-size {b} --global-batch-size {b * dp} --seq-len {seq} --recompute {recompute}"
-            + (" --compile" if compiled else ""))
+    """The `trainledger step` command a user would type for a TORCHTITAN row (published_run.command of its run)."""
+    return command(torchtitan_run(row))
 
 
 def torchtitan_cases() -> list[dict]:
     """Every TORCHTITAN row predicted as `torchtitan_cli` asks it: tokens/s per GPU, error (predicted/published − 1),
     memory per GPU and whether it fits. Rows with torch.compile are predicted only when step_time models it
     (`modelled` False otherwise)."""
-    from trainledger.account.memory.per_gpu import cuda_reserve_bytes
-    from trainledger.account.planning.zero_choice import default_zero
-    from trainledger.specs import get_model
     rows = []
     for row in TORCHTITAN:
         label, model, gpu_name, n, tp, b, seq, recompute, compiled, published, source = row
-        spec, gpu, dp = get_model(model), get_gpu(gpu_name), n // tp
-        zero, _ = default_zero(dp=dp, pp=1, framework="torchtitan")
-        out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": dp, "batch_size": b,
-               "seq_len": seq, "recompute": recompute, "compile": compiled, "published_tokens_per_s_per_gpu": published,
-               "source": source, "cli": torchtitan_cli(row), "modelled": True}
+        case = torchtitan_run(row)
+        out = {"label": label, "model": model, "gpu": gpu_name, "num_gpus": n, "tp": tp, "dp": n // tp,
+               "batch_size": b, "seq_len": seq, "recompute": recompute, "compile": compiled,
+               "published_tokens_per_s_per_gpu": published, "source": source, "cli": command(case), "modelled": True}
         if out["modelled"]:
-            # torchtitan's run_train.sh sets expandable_segments:True: no caching-allocator cache in the reserve
-            reserve = cuda_reserve_bytes(0.0, expandable_segments=True)["total"]
-            r = step_of(spec, gpu, n, batch_size=b, seq_len=seq, global_batch_size=b * dp, tp=tp, sp=tp > 1,
-                        precision="amp-bf16", optimizer="adamw", zero=zero, recompute=recompute, param_dtype="auto",
-                        framework="torchtitan", reserve=reserve, compile=compiled)
-            predicted = r["tokens_per_s"] / n
-            out.update(predicted_tokens_per_s_per_gpu=predicted, error=predicted / published - 1, mfu=r["mfu"],
-                       step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],
+            e = evaluate(case)
+            r = e["step"]
+            out.update(predicted_tokens_per_s_per_gpu=e["predicted_tokens_per_s_per_gpu"], error=e["error"],
+                       mfu=r["mfu"], step_seconds=r["step_seconds"], memory_bytes=r["memory_bytes"], fits=r["fits"],
                        memory_per_gpu_bytes=r["memory_per_gpu_bytes"], breakdown=r["breakdown"])
         rows.append(out)
     return rows

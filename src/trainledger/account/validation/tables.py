@@ -3,7 +3,10 @@
 Each table sits in a page between `<!-- table: NAME -->` and `<!-- /table -->`;
 `python -m trainledger.account.validation.tables --write docs/validation.md docs/time.md` rewrites those blocks
 and `--check` (tests/account/test_validation_tables.py) fails when a page's block is not what the model gives
-now, so no page can fall behind the model. Errors are predicted / published − 1: of the step for the dense
+now, so no page can fall behind the model. Every row is a published run (account/validation/published_run.py):
+`--runs` lists them with the `trainledger step` command that asks each, `--run-file LABEL` prints one's run file
+(TOML, for `trainledger step --config FILE`) and `--model-config LABEL` the config.json of a model built from a
+paper's shapes (the run file's `--model`). Errors are predicted / published − 1: of the step for the dense
 table (negative: the prediction is faster than the run), of tokens/s or MFU where the source prints those
 (positive: faster).
 """
@@ -159,10 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite the pages' blocks in place")
     mode.add_argument("--check", action="store_true", help="exit 1 when a page's blocks are not current")
     parser.add_argument("--print", dest="table", choices=sorted(TABLES), help="print one table")
+    asks = parser.add_mutually_exclusive_group()
+    asks.add_argument("--runs", action="store_true", help="list every published run and the command that asks it")
+    asks.add_argument("--run-file", metavar="LABEL", help="print the run file (TOML) of the published run LABEL")
+    asks.add_argument("--model-config", metavar="LABEL", help="print the config.json of LABEL's model (one built "
+                                                              "from a paper's shapes)")
     args = parser.parse_args(argv)
     if args.table:
         print(TABLES[args.table]())
         return 0
+    if args.runs or args.run_file or args.model_config:
+        return _ask(args, parser)
     cache, stale = {}, []
     for page in args.pages:
         text = page.read_text()
@@ -175,6 +185,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stale validation tables in {', '.join(stale)}: run python -m trainledger.account.validation.tables "
               f"--write {' '.join(stale)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _ask(args, parser) -> int:
+    """--runs, --run-file LABEL, --model-config LABEL (main)."""
+    import json
+
+    from trainledger.account.validation import published_run as pr
+    from trainledger.account.validation.published import every_run
+    from trainledger.specs import run_file
+    cases = every_run()
+    if args.runs:
+        for case in cases:
+            ask = pr.command(case) or f"(run file only: {', '.join(pr.unflagged(case.run))} has no flag)"
+            print(f"{case.label} [{case.source}]\n  {ask}")
+        return 0
+    label = args.run_file or args.model_config
+    case = next((c for c in cases if c.label == label), None)
+    if case is None:
+        parser.error(f"no published run labelled {label!r} (--runs lists them)")
+    if args.run_file:
+        print(run_file.to_toml(pr.document(case)), end="")
+        return 0
+    config = pr.model_config(case)
+    if config is None:
+        parser.error(f"{label!r} runs the preset {case.model!r}: it has no config.json of its own")
+    print(json.dumps(config, indent=2))
     return 0
 
 
