@@ -40,6 +40,7 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 from trainledger.files import read_regular_file
+from trainledger.specs.bounds import check_bounds
 from trainledger.specs.hf_config_moe import MOE_MODEL_TYPES, read_moe_config
 from trainledger.specs.model import TransformerSpec
 
@@ -101,7 +102,9 @@ def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--mod
     reader = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt, "deepseek_v3": _moe,
               "gpt_oss": _moe}.get(model_type, _llama_like)
     try:
-        return reader(config, get, model_type, flag).with_(name=name, source=source)
+        spec = reader(config, get, model_type, flag).with_(name=name, source=source)
+        hf_run_fields(config, flag)           # its dropout probabilities in [0, 1), as training would read them
+        return check_bounds(spec, flag)
     except TypeError as error:  # a value of the wrong JSON type (a string where a number belongs)
         raise TrainledgerError(f"config has a value of the wrong type ({flag}): {error}") from None
     except TrainledgerError as error:  # TransformerSpec's own checks (heads must divide d_model, ...)
@@ -301,6 +304,10 @@ def _qwen_moe(config: dict, get, model_type: str, n_layers: int, dense_d_ff: int
         raise TrainledgerError(f"config key 'decoder_sparse_step' must be a positive integer, got {step!r} (--model)")
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise TrainledgerError(f"config key 'mlp_only_layers' must be a list of layer indices, got {str(only)[:60]} (--model)")
+    outside = next((i for i in only if not 0 <= i < n_layers), None)
+    if outside is not None:
+        raise TrainledgerError(f"config key 'mlp_only_layers' names layer {outside}, outside the model's layers "
+                               f"0..{n_layers - 1} (--model)")
     only = set(only)
     dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step)
     fields = {"n_experts": _n_experts(get, "num_experts", "num_local_experts"), "experts_per_token": get("num_experts_per_tok"),

@@ -51,9 +51,9 @@ def read_moe_config(config: dict, get, model_type: str, flag: str, *, rope: tupl
             sliding_layers=sliding_layers(lambda i: (i + 1) % 2),
             approximations=GPT_OSS_NOTES + notes)
     first_dense, every = get("first_k_dense_replace", 3), get("moe_layer_freq", 1)
-    if first_dense < 0 or every < 1:
-        raise TrainledgerError(f"config keys 'first_k_dense_replace' (>= 0) and 'moe_layer_freq' (>= 1) are out of "
-                               f"range: {first_dense!r}, {every!r} ({flag})")
+    if not 0 <= first_dense <= n_layers or every < 1:
+        raise TrainledgerError(f"config keys 'first_k_dense_replace' (0..{n_layers}, the layers) and 'moe_layer_freq' "
+                               f"(>= 1) are out of range: {first_dense!r}, {every!r} ({flag})")
     dense = tuple(i for i in range(n_layers) if i < first_dense or i % every)
     expert_d_ff, shared = get("moe_intermediate_size"), get("n_shared_experts", 1)
     rope, nope = get("qk_rope_head_dim", 64), get("qk_nope_head_dim", 128)
