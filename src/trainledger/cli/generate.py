@@ -34,7 +34,8 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run's --out-dir, a checkpoint directory, or a "
                                                                  "Hugging Face directory (config.json + model.safetensors)")
-    parser.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the run's tokenizer")
+    prompt = parser.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the run's tokenizer")
+    prompt.own_empty_check = True        # generate says "the prompt is empty" itself (cli/main.py OneLineParser)
     parser.add_argument("--prompt-ids", metavar="IDS", help="the prompt as token ids: 1,2,3")
     parser.add_argument("--max-new-tokens", type=common.positive_int, default=64,
                         help="tokens to generate (default 64); prompt + new tokens must fit the model's context")
