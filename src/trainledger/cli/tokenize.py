@@ -87,7 +87,7 @@ def run(args) -> int:
         from trainledger.data.tokens import check_input
         check_input(args.input, "INPUT", "input file")      # before a tokenizer.json is written beside OUTPUT
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
-        saved = save_beside(tokenizer, args.output)
+        saved = save_beside(tokenizer, args.output, "--special-token")
     if args.train_bpe:
         from trainledger.data.bpe import train_bpe_file
         from trainledger.data.tokens import check_input

@@ -96,10 +96,11 @@ class HFTokenizer:
         return self.backend.decode(array.tolist(), skip_special_tokens=False)
 
     def save(self, path) -> Path:
-        """Writes the tokenizer.json (atomically); its path."""
-        from trainledger.files import atomic_path
+        """Writes the tokenizer.json (atomically; never through a link nor onto a device or a second hard link:
+        files.replace_output); its path. Whether a file already there may go is the caller's to decide."""
+        from trainledger.files import replace_output
         path = Path(path)
-        with atomic_path(path) as tmp:
+        with replace_output(path, "tokenizer", "a tokenizer") as tmp:
             tmp.write_text(self._json, encoding="utf-8")
             readable_by_all(tmp)
         return path

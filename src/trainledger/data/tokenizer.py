@@ -192,12 +192,14 @@ def check_output(out_path: Path, input_path: Path | None = None, stem: str = "in
     """Refuses an output token path that is a directory, a device or pipe, in a missing folder, the input, or an
     existing file that is no token file (someone's text, a config: replacing it would lose it)."""
     import stat as stat_
-    if out_path.is_dir():
+    from trainledger.files import check_output as check_written
+    if out_path.is_dir() and not out_path.is_symlink():
         raise TrainledgerError(f"output {out_path} is a directory ({flag}); give a file name, e.g. "
                                f"{out_path / (stem + '.tokens')}")
     if out_path.exists() and not stat_.S_ISREG(out_path.stat().st_mode):
         raise TrainledgerError(f"output {out_path} is not a regular file ({flag}): a token file is written beside "
                                "it and renamed onto it, which a device or pipe cannot take; give a file name")
+    check_written(out_path, flag, "a token file", hint="give another name, or move it away first")   # no link
     if not out_path.parent.is_dir():
         raise TrainledgerError(f"output directory {out_path.parent} does not exist ({flag})")
     if input_path is not None and out_path.resolve() == input_path.resolve():
@@ -214,23 +216,27 @@ def _starts_like_tokens(path: Path) -> bool:
         return handle.read(len(MAGIC)) == MAGIC
 
 
-def save_beside(tokenizer, out_path) -> Path:
+def save_beside(tokenizer, out_path, flag: str = "--train-bpe") -> Path:
     """Saves `tokenizer` as tokenizer.json in the folder of the token file `out_path`; its path.
 
     A tokenizer.json already there that is another tokenizer is not overwritten (token files beside it may
-    have been made with it): a one-line error says so.
+    have been made with it): a one-line error says so, naming `flag`, the option that asked for the save
+    (--train-bpe, or --special-token added to a --tokenizer FILE), and how to go on.
     """
-    path = Path(out_path).parent / TOKENIZER_FILE
+    from trainledger.files import check_output as check_written
+    path = check_written(Path(out_path).parent / TOKENIZER_FILE, flag, "a tokenizer",
+                         hint="write OUTPUT.tokens into another folder")
     if path.exists():
         try:
-            existing = load_tokenizer(path, "--train-bpe")
+            existing = load_tokenizer(path, flag)
         except TrainledgerError:
             existing = None
         if existing is not None and existing.sha256 == tokenizer.sha256:
             return path
-        raise TrainledgerError(f"--train-bpe: {path} exists and is another tokenizer; token files beside it may "
-                               f"need it: write OUTPUT.tokens into another folder, or reuse it with --tokenizer {path}")
+        reuse = "reuse it with --tokenizer " + str(path) + ("" if flag == "--train-bpe" else " (without --special-token)")
+        raise TrainledgerError(f"{flag}: {path} exists and is another tokenizer (the token files beside it may need "
+                               f"it); write OUTPUT.tokens into another folder, or {reuse}")
     try:
         return tokenizer.save(path)
     except OSError as error:
-        raise TrainledgerError(f"--train-bpe: cannot write {path}: {error.strerror or error}") from None
+        raise TrainledgerError(f"{flag}: cannot write {path}: {error.strerror or error}") from None

@@ -258,15 +258,25 @@ def check_ids(data: RunData, vocab_size: int, model: str) -> None:
 
 
 def record_tokenizer(data: RunData, out_dir: Path) -> Path | None:
-    """Copies a non-byte tokenizer to <out-dir>/tokenizer.json (atomically) for generate and export; its path."""
+    """Copies a non-byte tokenizer to <out-dir>/tokenizer.json (atomically) for generate and export; its path.
+    A tokenizer.json already there is kept when it is this tokenizer, and refused (never replaced) otherwise."""
     if data.tokenizer is None or isinstance(data.tokenizer, ByteTokenizer):
         return None
-    path = Path(out_dir) / TOKENIZER_FILE
-    try:
-        if path.is_file() and load_tokenizer(path, "run tokenizer").sha256 == data.tokenizer.sha256:
+    from trainledger.files import check_output
+    path = check_output(Path(out_dir) / TOKENIZER_FILE, "--out-dir", "a tokenizer", hint="move it away, or pass "
+                        "another --out-dir")            # no link, no FIFO (whose open would block the load below)
+    if path.exists():
+        try:
+            existing = load_tokenizer(path, "run tokenizer").sha256
+        except TrainledgerError:
+            existing = None
+        if existing == data.tokenizer.sha256:
             return path
-    except TrainledgerError:
-        pass
+        held = f"another tokenizer (sha256 {existing[:12]}…)" if existing else "no tokenizer trainledger can load"
+        raise TrainledgerError(f"--out-dir: {path} holds {held}, not this run's {data.tokenizer_name} (sha256 "
+                               f"{data.tokenizer_sha256[:12]}…): most likely the run trained in {out_dir}, which "
+                               "cannot change its tokenizer; it is left as it is: pass that run's --tokenizer, or "
+                               "another --out-dir (or move the file away)")
     try:
         return data.tokenizer.save(path)
     except OSError as error:

@@ -33,7 +33,7 @@ from trainledger.account.counting.flops import flops_per_step
 from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
-from trainledger.files import atomic_path
+from trainledger.files import check_output, matplotlib_png_problem, replace_output
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.train.fp8 import TORCHAO_RECIPES, check_fp8_training, convert_to_fp8
@@ -441,10 +441,11 @@ class Trainer(Checkpointing):
         disk): the run's checkpoints and metrics are already safe, so the run still succeeds."""
         path = Path(self.config.out_dir) / "loss.png"
         try:
-            with atomic_path(path) as scratch:
+            with replace_output(path, "--out-dir", "a loss curve", ours=matplotlib_png_problem) as scratch:
                 plot_loss(records, scratch, self.spec.name, fmt="png")
-        except OSError as error:
-            print(f"warning: could not write the loss curve {path}: {ckpt.os_reason(error)}; the run itself is saved "
+        except (OSError, TrainledgerError) as error:        # a full disk, a file planted there meanwhile
+            reason = str(error) if isinstance(error, TrainledgerError) else ckpt.os_reason(error)
+            print(f"warning: could not write the loss curve {path}: {reason}; the run itself is saved "
                   f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
             return None
         return str(path)
@@ -481,6 +482,8 @@ class Trainer(Checkpointing):
 def _check_output_paths(config: TrainConfig) -> None:
     """Creates the output directories, or raises a one-line error naming the flag whose path cannot be used."""
     metrics = config.resolved_metrics()
+    if config.plot:           # before any work: a loss.png there that trainledger did not write is never replaced
+        check_output(Path(config.out_dir) / "loss.png", "--out-dir", "a loss curve", matplotlib_png_problem)
     for flag, directory in (("--out-dir", Path(config.out_dir)), ("--checkpoint-dir", config.resolved_checkpoint_dir()),
                             ("--metrics", metrics.parent)):
         try:
