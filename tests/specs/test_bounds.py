@@ -82,7 +82,7 @@ def test_parameters_beyond_their_bound_are_refused_even_when_each_size_is_within
     spec_fields = {"d_model": config["hidden_size"], "d_ff": config["intermediate_size"]}
     assert all(value <= bounds.MAX_WIDTH for value in spec_fields.values())
     err = _refused(capsys, tmp_path, config, "params")
-    assert "parameters, beyond trainledger's bound" in err and "2^48" in err
+    assert "parameters, beyond trainledger's bound" in err and "2^49" in err
 
 
 def test_every_preset_is_within_the_bounds_and_the_bounds_are_100x_the_presets():

@@ -118,7 +118,8 @@ def run(args) -> int:
         webbrowser.open(url)
     app = create_app(host=args.host, port=sock.getsockname()[1], allow_hosts=tuple(args.allow_host),
                      config_dir=args.config_dir, max_request_seconds=args.max_request_seconds)
-    server = _server_class(uvicorn)(uvicorn.Config(app, log_level="warning", server_header=False,
+    from trainledger.web.slow_clients import DeadlineH11Protocol     # a request must arrive within seconds
+    server = _server_class(uvicorn)(uvicorn.Config(app, log_level="warning", server_header=False, http=DeadlineH11Protocol,
                                                    timeout_graceful_shutdown=GRACE_SECONDS))
     # uvicorn re-raises the SIGTERM it caught once it has shut down; this handler turns it into a normal exit, so
     # that the exit handlers run (the private directory, the worker fork server's socket) instead of the default

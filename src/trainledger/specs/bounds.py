@@ -18,7 +18,7 @@ config.json; presets in specs/presets.py), rounded up to a power of two:
     experts per layer      MAX_EXPERTS      262,144   Switch-C: 2,048 (Fedus et al. 2021, Table 9)       128×
     experts × MoE layers   MAX_EXPERT_LAYERS 4,194,304  Kimi K2: 384 × 60 = 23,040; DeepSeek-V3 256 × 58  182×
     context (positions)    MAX_SEQ_LEN  1,073,741,824  Llama 4 Scout: 10M (Meta, 2025)                   107×
-    parameters             MAX_PARAMS      2.8e14 (2^48)  Switch-C: 1.571e12 (Fedus et al. 2021, Table 9)  179×
+    parameters             MAX_PARAMS      5.6e14 (2^49)  Switch-C: 1.571e12 (Fedus et al. 2021, Table 9)  358×
 
 The parameter bound is checked on an estimate (`params_estimate`: every matrix of every layer, both
 embeddings), not on the exact count of account/counting/params.py, so that this check needs nothing above specs/. A config beyond a bound is a one-line TrainledgerError naming the field, the bound and the flag.
@@ -36,7 +36,7 @@ MAX_VOCAB = 1 << 25
 MAX_EXPERTS = 1 << 18
 MAX_EXPERT_LAYERS = 1 << 22
 MAX_SEQ_LEN = 1 << 30
-MAX_PARAMS = 1 << 48
+MAX_PARAMS = 1 << 49
 
 # field -> (bound, the published value it is checked against, for the message)
 FIELD_BOUNDS = {
@@ -98,6 +98,6 @@ def check_bounds(spec, flag: str = "--model"):
     params = params_estimate(spec)
     if params > MAX_PARAMS:
         raise TrainledgerError(f"model {name!r} has about {params:.3g} parameters, beyond trainledger's bound of "
-                               f"{MAX_PARAMS:.3g} (2^48: over 100× any published model, Switch-C has 1.57e12; "
+                               f"{MAX_PARAMS:.3g} (2^49: over 100× any published model, Switch-C has 1.57e12; "
                                f"docs/specs.md \"Bounds\"); a typo or a damaged config ({flag})", flag)
     return spec
