@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a special token (repeatable), e.g. '<|im_start|>': matched whole, one id, never split; "
                              "with --train-bpe it gets an id after <|endoftext|> and the training text is split on it; "
                              "with --tokenizer FILE it is added and the tokenizer saved as tokenizer.json beside OUTPUT")
+    parser.add_argument("--allow-special", metavar="TOKEN", action="append", default=[],
+                        help="a special token of the tokenizer (repeatable; 'all' for every one) that INPUT may contain "
+                             "as itself, e.g. '<|endoftext|>' between documents: its id; any other special token's "
+                             "string in INPUT is ordinary text, as tiktoken encodes it (--special-token ones are allowed)")
     parser.add_argument("--text-column", metavar="NAME", default="text",
                         help="a dataset's text column or JSON field (default: text)")
     parser.add_argument("--dtype", choices=["uint8", "uint16", "uint32", "int32"], default=None,
@@ -79,7 +83,8 @@ def run(args) -> int:
     if specials and not (args.train_bpe or args.tokenizer not in (None, "bytes")):
         raise TrainledgerError("--special-token needs a BPE tokenizer: give --train-bpe N or --tokenizer FILE (the "
                                "byte tokenizer has only the 256 byte values)")
-    tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials)
+    tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials,
+                               allowed_special=[] if args.train_bpe else args.allow_special)
     if Path(args.input).is_file():          # a bad INPUT or flag is refused first and leaves no folder behind
         _make_folder(Path(args.output).parent)
     saved = None
@@ -95,6 +100,8 @@ def run(args) -> int:
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
                                    progress=not args.json and sys.stderr.isatty(), special_tokens=specials)
+        if args.allow_special:
+            tokenizer.allowed_special |= tokenizer.allowed("all" if "all" in args.allow_special else args.allow_special)
         saved = save_beside(tokenizer, args.output)
     try:
         result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),

@@ -56,17 +56,19 @@ class ByteTokenizer:
     name = BYTES
     sha256 = BYTES_SHA256
     eot_id = None                 # no end-of-text token: dataset documents are separated by "\n\n"
+    special_tokens: dict = {}     # none: every string is its bytes
+    allowed_special = frozenset()
     chunk_safe = True             # a file may be cut at any byte
     bytewise = True               # ids are the bytes themselves: encoders copy bytes without decoding
 
     def __init__(self, dtype: str = "uint16"):
         self.dtype = _check_dtype(dtype)
 
-    def encode(self, text: str) -> np.ndarray:
-        """The token ids (1-D array of self.dtype) of `text`'s UTF-8 bytes."""
+    def encode(self, text: str, allowed_special=None) -> np.ndarray:
+        """The token ids (1-D array of self.dtype) of `text`'s UTF-8 bytes (there are no special tokens)."""
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(self.dtype)
 
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: list[str], allowed_special=None) -> list[np.ndarray]:
         return [self.encode(text) for text in texts]
 
     def decode(self, tokens) -> str:
@@ -85,16 +87,20 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_tokens=()):
+def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_tokens=(), allowed_special=()):
     """The tokenizer named by `spec`: "bytes", or a path to a tokenizer.json, a .tiktoken rank file, or a GPT-2
     style vocab.json with its merges.txt beside it (or the folder holding that pair); `special_tokens` added.
 
-    Files are checked before they are read (a directory, a pipe, a device or an oversized file is a one-line
-    error naming `flag`); no network is used and nothing is unpickled.
+    Special tokens in text are ordinary text (tiktoken's rule) except those of `special_tokens` and of
+    `allowed_special` (--allow-special: names, or "all"), which give their ids. Files are checked before they
+    are read (a directory, a pipe, a device or an oversized file is a one-line error naming `flag`); no network
+    is used and nothing is unpickled.
     """
+    allowed_special = tuple(allowed_special or ())
     if isinstance(spec, str) and spec.strip().lower() == BYTES:
-        if special_tokens:
-            raise TrainledgerError("--special-token needs a BPE tokenizer (--tokenizer FILE, or --train-bpe): the "
+        if special_tokens or allowed_special:
+            flag_name = "--special-token" if special_tokens else "--allow-special"
+            raise TrainledgerError(f"{flag_name} needs a BPE tokenizer (--tokenizer FILE, or --train-bpe): the "
                                    "byte tokenizer has only the 256 byte values")
         return ByteTokenizer()
     path = Path(spec)
@@ -113,7 +119,10 @@ def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_t
         tokenizer = load_vocab_merges(path, flag)
     else:
         tokenizer = load_hf(path, flag)
-    return with_special_tokens(tokenizer, special_tokens)
+    tokenizer = with_special_tokens(tokenizer, special_tokens)
+    if allowed_special:
+        tokenizer.allowed_special |= tokenizer.allowed("all" if "all" in allowed_special else allowed_special)
+    return tokenizer
 
 
 def _is_tokenizer_json(path: Path) -> bool:

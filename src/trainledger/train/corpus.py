@@ -87,7 +87,8 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
     manifest = {"python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"], "n_files": len(files),
                 "n_bytes": sum(p.stat().st_size for p in files), "first": files[0].name, "last": str(files[-1])}
     data_dir = Path(out_dir) / "data"
-    path = cache.cache_path(data_dir, "stdlib", cache.cache_key(corpus=manifest, tokenizer=tokenizer.sha256))
+    path = cache.cache_path(data_dir, "stdlib", cache.cache_key(corpus=manifest, tokenizer=tokenizer.sha256,
+                                                                **_specials_key(tokenizer)))
 
     def write(tmp: Path) -> None:
         from trainledger.data.encode import write_stream
@@ -119,7 +120,7 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
         raise TrainledgerError(f"--dataset {text} is not a dataset: give a .jsonl, .parquet or .arrow/.feather file "
                                f"(a plain text file goes to --text)")
     data_dir = Path(out_dir) / "data"
-    fields = {"source": cache.file_identity(text), "tokenizer": tokenizer.sha256}
+    fields = {"source": cache.file_identity(text), "tokenizer": tokenizer.sha256, **_specials_key(tokenizer)}
     if kind:
         fields["column"] = text_column
     path = cache.cache_path(data_dir, text.name, cache.cache_key(**fields))
@@ -141,6 +142,14 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
     cache.alias(path, text.name)                      # first: the old alias still has its second link
     cache.prune(data_dir, text.name, path)
     return path
+
+
+def _specials_key(tokenizer) -> dict:
+    """The special tokens matched in the text, part of a cache's key (the ids differ with them); {} for a tokenizer
+    without special tokens (bytes), whose caches keep their names."""
+    if not getattr(tokenizer, "special_tokens", None):
+        return {}
+    return {"allowed_special": sorted(tokenizer.allowed_special)}
 
 
 def _cache_dtype(tokenizer) -> str:
@@ -179,7 +188,8 @@ def _check_token_file(path: Path) -> None:
 def run_tokenizer_of(config: TrainConfig):
     """The tokenizer --tokenizer names, bytes for text sources without one, None for --data without one."""
     if config.tokenizer:
-        return load_tokenizer(config.tokenizer, "--tokenizer", special_tokens=config.special_tokens)
+        return load_tokenizer(config.tokenizer, "--tokenizer", special_tokens=config.special_tokens,
+                              allowed_special=config.allowed_special)
     return None if config.data else ByteTokenizer()
 
 

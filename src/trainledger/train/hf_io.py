@@ -36,6 +36,8 @@ CONVERT_HINT = ("convert it to safetensors first (in Python: AutoModelForCausalL
 def weight_files(directory: Path, flag: str) -> list[Path]:
     """The safetensors files holding a Hugging Face model in `directory`; refuses pickled-only checkpoints."""
     directory = Path(directory)
+    for name in (WEIGHTS_FILE, INDEX_FILE):       # a FIFO or a device under the name: said, never opened
+        _regular_or_absent(directory / name, flag)
     if (directory / WEIGHTS_FILE).is_file():
         return [directory / WEIGHTS_FILE]
     if (directory / INDEX_FILE).is_file():
@@ -49,6 +51,8 @@ def weight_files(directory: Path, flag: str) -> list[Path]:
         if bad:
             raise TrainledgerError(f"{directory / INDEX_FILE} names {str(bad[0])[:60]!r}, not a .safetensors file "
                                    f"inside {directory} ({flag})")
+        for shard in shards:
+            _regular_or_absent(directory / shard, flag)
         missing = [s for s in shards if not (directory / s).is_file()]
         if missing:
             raise TrainledgerError(f"{directory / INDEX_FILE} names {missing[0]!r}, which is missing ({flag})")
@@ -60,6 +64,20 @@ def weight_files(directory: Path, flag: str) -> list[Path]:
                                f"loaded; trainledger loads safetensors only ({flag}): {CONVERT_HINT}")
     raise TrainledgerError(f"{directory} has no {WEIGHTS_FILE} (nor {INDEX_FILE}) ({flag}); give a directory written "
                            "by `trainledger export` or by transformers' save_pretrained(..., safe_serialization=True)")
+
+
+def _regular_or_absent(path: Path, flag: str) -> None:
+    """A one-line error when `path` exists (links followed: the Hub's cache links its files) as something other
+    than a regular file (a FIFO "had no model.safetensors"; opening it would wait for a writer)."""
+    import stat
+
+    from trainledger.files import not_regular
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise not_regular(flag, path, mode, "a Hugging Face directory holds its weights in regular files")
 
 
 def read_hf_dir(directory, flag: str = "--init-from"):

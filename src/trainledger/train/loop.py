@@ -50,6 +50,7 @@ from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
+from trainledger.train.data_identity import data_identity
 from trainledger.train.vocab import follow_tokenizer, model_sha256, padding_cost
 from trainledger.train.metrics import MetricsWriter, Progress, plot_loss, predicted_step, read_metrics, step_time_gap
 from trainledger.train.runlock import unlock_all
@@ -158,8 +159,10 @@ class Trainer(Checkpointing):
         self.preset_vocab_size = self.spec.vocab_size
         self.spec, model_vocab = follow_tokenizer(self.spec, data.vocab_size, self.config.vocab_multiple)
         check_ids(data, data.vocab_size or model_vocab, self.config.model)
+        data_bytes, data_sha256 = data_identity(data.path, data.flag)       # checked on --resume (train/config.py)
         self.config = replace(self.config, tokenizer_name=data.tokenizer_name, tokenizer_sha256=data.tokenizer_sha256,
-                              model_vocab_size=model_vocab, model_sha256=model_sha256(self.config.model))
+                              model_vocab_size=model_vocab, model_sha256=model_sha256(self.config.model),
+                              data_bytes=data_bytes, data_sha256=data_sha256)
         if self.world.is_main:
             record_tokenizer(data, Path(self.config.out_dir))
 

@@ -46,7 +46,7 @@ def find_checkpoint(path: Path, warn=None) -> tuple[Path, dict]:
             raise TrainledgerError(f"checkpoint {path} cannot be used: {problem} ({FLAG}); give its run directory "
                                    "to use the newest good checkpoint")
         try:
-            return path, _state(path)
+            return path, _state(path, fmt)
         except ckpt.CorruptCheckpointError as error:
             raise TrainledgerError(f"checkpoint {path} cannot be used: {error} ({FLAG})") from None
     directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -58,15 +58,18 @@ def find_checkpoint(path: Path, warn=None) -> tuple[Path, dict]:
         fmt, problem = ckpt.verify(ref.path)
         if problem is None:
             try:
-                return ref.path, _state(ref.path)
+                return ref.path, _state(ref.path, fmt)
             except ckpt.CorruptCheckpointError as error:
                 problem = str(error)
         warn(f"warning: checkpoint {ref.path} is corrupt: {problem}; trying the previous one")
     raise TrainledgerError(f"every checkpoint in {directory} is corrupt (see the warnings above) ({FLAG})")
 
 
-def _state(path: Path) -> dict:
-    state = ckpt.load_trainer_state(path)
+def _state(path: Path, fmt: str) -> dict:
+    """The trainer state of checkpoint `path`, checked as --resume checks it (checkpoint.probe: the state of the
+    step its directory names, DCP metadata and items that load): a trainer.pt copied from another step with a
+    rewritten manifest was exported as "step 10 from .../step_00000020"."""
+    state = ckpt.probe(path, fmt)
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "format" not in state:
         raise ckpt.CorruptCheckpointError(f"{path / ckpt.TRAINER_FILE} does not hold a trainer state")
     return state
