@@ -316,8 +316,9 @@ def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bo
     returned vocab_size says how many). The `special_tokens` given are matched in text by default (the caller
     asked for them); <|endoftext|> only when allowed (HFTokenizer.allowed).
 
-    Ties between equally frequent pairs are broken as the `tokenizers` library's BpeTrainer breaks them, not by
-    the lexicographic rule of GPT-2-style reference trainers: data/bpe_train.py has that rule (`--bpe-ties`).
+    Ties between equally frequent pairs are broken as the `tokenizers` library's BpeTrainer breaks them (the pair
+    of the smallest token ids in its numbering); data/bpe_train.py has the lexicographic rule of GPT-2-style
+    reference trainers (`tokenize --bpe-ties`); both are deterministic.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     specials = check_special_tokens(special_tokens)
@@ -349,22 +350,19 @@ def with_special_tokens(tokenizer: HFTokenizer, special_tokens, flag: str = "--s
     return HFTokenizer(backend, tokenizer.name, allowed_special=tokenizer.allowed_special | set(wanted))
 
 
-def load_vocab_merges(vocab_path, flag: str = "--tokenizer") -> HFTokenizer:
-    """GPT-2's tokenizer from its vocab.json + merges.txt, parsed and checked before the library sees them
-    (data/bpe_files.py)."""
-    from trainledger.data.bpe_files import load_vocab_merges as load
-    return load(vocab_path, flag)
+def training_texts(path, text_column: str = "text", chunk_bytes: int = 1 << 24, flag: str = "INPUT"):
+    """The texts a BPE is trained on, streamed: a dataset's documents (its text column), or a text file's pieces."""
+    from trainledger.data.datasets import dataset_kind, iter_documents
+    from trainledger.data.encode import file_chunks, text_pieces
+    path = check_input(Path(path), flag, "input file")
+    if dataset_kind(path):
+        return iter_documents(path, text_column, flag)
+    return (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
 
 
 def train_bpe_file(path, vocab_size: int, text_column: str = "text", chunk_bytes: int = 1 << 24,
                    progress: bool = False, flag: str = "INPUT", special_tokens=()) -> HFTokenizer:
     """A byte-level BPE trained on a text file or a dataset's text column (streamed), named bpe-<vocab>-<stem>."""
-    from trainledger.data.datasets import dataset_kind, iter_documents
-    from trainledger.data.encode import file_chunks, text_pieces
-    path = check_input(Path(path), flag, "input file")
-    if dataset_kind(path):
-        texts = iter_documents(path, text_column, flag)
-    else:
-        texts = (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
-    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{path.stem}"[:48], show_progress=progress,
+    texts = training_texts(path, text_column, chunk_bytes, flag)
+    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{Path(path).stem}"[:48], show_progress=progress,
                      special_tokens=special_tokens)

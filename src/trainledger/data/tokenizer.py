@@ -113,7 +113,8 @@ def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_t
         raise TrainledgerError(f"{flag} {path}: give 'bytes', a tokenizer.json (Hugging Face tokenizers), a "
                                f".tiktoken rank file or a vocab.json with its merges.txt; '{path.suffix or path.name}' "
                                "is none of them")
-    from trainledger.data.bpe import load_hf, load_vocab_merges, with_special_tokens
+    from trainledger.data.bpe import load_hf, with_special_tokens
+    from trainledger.data.bpe_files import load_vocab_merges
     if path.name == "vocab.json" or (path.suffix == ".json" and (path.parent / "merges.txt").is_file()
                                      and not _is_tokenizer_json(path)):
         tokenizer = load_vocab_merges(path, flag)

@@ -174,6 +174,17 @@ def _rope(config: dict, get, flag: str, model_type: str, default_theta: float, l
     return theta, factor, notes
 
 
+def rope_layout(get, default: str = "half") -> str:
+    """The RoPE layout a config's weights use (models/rope.py): transformers' Llama-style models pair (i, i + d/2)
+    ("half"); trainledger reads an optional `rope_layout` key ("half" or "interleaved", not a transformers key) for
+    weights in Meta's (2i, 2i + 1) layout."""
+    value = get("rope_layout", default, str)
+    if value not in ("half", "interleaved"):
+        raise TrainledgerError(f"config key 'rope_layout' must be 'half' (Hugging Face) or 'interleaved' (Meta), "
+                               f"got {value[:40]!r} (--model)")
+    return value
+
+
 # Configs that name layers one by one (sliding windows, dense MoE layers) are read layer by layer; the deepest
 # published models have ~128 layers, so more than this is a planted or broken file, not a model.
 MAX_LISTED_LAYERS = 100_000
@@ -222,6 +233,7 @@ def _llama_like(config: dict, get, model_type: str, flag: str) -> TransformerSpe
         qkv_bias=qkv_bias, attn_out_bias=bias, rope_theta=theta, partial_rotary_factor=factor,
         mlp_bias=get("mlp_bias", False, bool) if model_type == "llama" else False,
         tied_embeddings=get("tie_word_embeddings", gemma, bool), qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text"),
+        rope_layout=rope_layout(get),
     )
     if gemma:
         fields.update(_gemma(config, get, model_type, flag, head_dim or d_model // n_heads, n_layers))

@@ -19,6 +19,7 @@ POSITIONS = ("learned", "rope", "alibi")   # GPT-2 learned absolute positions | 
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm")  # LayerNorm | RMSNorm w·x̂ (Llama) | RMSNorm (1 + w)·x̂ in fp32 (Gemma)
 MLPS = ("gelu", "swiglu", "geglu")   # 2 matrices d->d_ff->d with GELU | 3: down(act(gate(x)) * up(x)), act silu | gelu
 GELU_APPROXIMATIONS = ("tanh", "none")  # torch's F.gelu(approximate=...): tanh (GPT-2 gelu_new, Gemma) | none (erf)
+ROPE_LAYOUTS = ("half", "interleaved")  # RoPE pairs (i, i + d/2): Hugging Face | (2i, 2i + 1): Meta, DeepSeek (models/rope.py)
 # Default --seq-len of a config.json (which does not record its pre-training context): the bulk pre-training
 # context of Llama 3 (arXiv:2407.21783, Sec. 3.4.1: 8K tokens before the long-context stage) and Mistral 7B
 # (arXiv:2310.06825, Table 1: context_len 8192). Presets name their own (specs/presets.py).
@@ -62,6 +63,7 @@ class TransformerSpec:
     n_experts: int = 1                  # > 1: mixture of experts
     experts_per_token: int = 1          # top-k routing
     rope_theta: float = 10000.0
+    rope_layout: str = "half"           # which dims RoPE pairs (ROPE_LAYOUTS); the same counts, other weights
     # --- features of the newer families (defaults: the GPT-2/Llama behaviour) ---------------------------
     partial_rotary_factor: float = 1.0  # RoPE rotates the first int(d_head · factor) dims of each head (NeoX: 0.25)
     rope_local_theta: float | None = None  # RoPE θ of the sliding-window layers (Gemma 3: 10000; global 1e6)
@@ -117,7 +119,7 @@ class TransformerSpec:
         if self.d_head is None and self.d_model % self.n_heads:
             raise TrainledgerError(f"model '{self.name}': n_heads={self.n_heads} must divide d_model={self.d_model} (or give d_head)")
         for name, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                              ("gelu_approximate", GELU_APPROXIMATIONS)):
+                              ("gelu_approximate", GELU_APPROXIMATIONS), ("rope_layout", ROPE_LAYOUTS)):
             if getattr(self, name) not in allowed:
                 raise TrainledgerError(f"model '{self.name}': {name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_experts < 1 or not 1 <= self.experts_per_token <= self.n_experts:

@@ -56,18 +56,13 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError, first_line
 from trainledger.files import NotRegularMember, member_path, open_member, read_member, walk_members
-from trainledger.train.checkpoint_safety import refuse_raw_pickle, unsafe_problem  # noqa: F401 (re-exported)
+from trainledger.train.checkpoint_safety import (SHARDED_DIR, TRAINER_FILE, UnsafeCheckpointError,  # noqa: F401
+                                                 refuse_raw_pickle, unsafe_problem)
 from trainledger.train.runlock import LOCK_FILE, lock_directory, lock_holder, unlock_directory  # noqa: F401 (re-exported)
 
-TRAINER_FILE = "trainer.pt"
 MANIFEST_FILE = "manifest.json"
-SHARDED_DIR = "model"
 _NAME = re.compile(r"^step_(\d{8,})$")
 MANIFEST_MAX_BYTES = 16 << 20      # a manifest is a few KB: a longer one (a link to /dev/zero) is not read on
-
-
-class UnsafeCheckpointError(TrainledgerError):
-    """A checkpoint holds pickled objects other than tensors and plain containers; it is never loaded."""
 
 
 class CorruptCheckpointError(TrainledgerError):

@@ -16,7 +16,15 @@ import os
 import zipfile
 from pathlib import Path
 
+from trainledger.errors import TrainledgerError
 from trainledger.files import open_member
+
+TRAINER_FILE = "trainer.pt"    # a checkpoint's trainer state (train/checkpoint.py, which re-exports these names)
+SHARDED_DIR = "model"          # its DCP shards, for FSDP, TP and PP runs
+
+
+class UnsafeCheckpointError(TrainledgerError):
+    """A checkpoint holds pickled objects other than tensors and plain containers; it is never loaded."""
 
 # Opcodes by which a pickle names or calls code (pickletools' names): a trainer.pt that is not torch.save's zip
 # archive but a raw pickle using them is someone's planted object (we write zip archives only).
@@ -31,8 +39,6 @@ def refuse_raw_pickle(handle, file: Path) -> None:
     (which parses, never executes). torch.load's weights-only unpickler called a protocol-4 one "damaged"
     (its FRAME opcode is unsupported), so the checkpoint was skipped instead of refused. Leaves `handle` at 0."""
     import pickletools
-
-    from trainledger.train.checkpoint import UnsafeCheckpointError
     try:
         if zipfile.is_zipfile(handle):
             return
@@ -59,7 +65,6 @@ def refuse_raw_pickle(handle, file: Path) -> None:
 def unsafe_problem(path: Path, fmt: str) -> str | None:
     """Why checkpoint `path` would be refused as unsafe when loaded, or None: a raw pickle naming code as trainer.pt,
     a DCP `.metadata` naming a global the restricted unpickler refuses. Reads, never executes (for `checkpoints`)."""
-    from trainledger.train.checkpoint import SHARDED_DIR, TRAINER_FILE, UnsafeCheckpointError
     try:
         with os.fdopen(open_member(Path(path) / TRAINER_FILE), "rb") as handle:
             refuse_raw_pickle(handle, Path(path) / TRAINER_FILE)

@@ -127,10 +127,11 @@ def init_from(model, directory, flag: str = "--init-from") -> None:
                                f"tokenizer (and --vocab-multiple) give {ours.vocab_size:,}: train with the checkpoint's "
                                f"own tokenizer (--tokenizer {directory}/tokenizer.json, the default when it is there) "
                                "and without --vocab-multiple")
-    if spec.with_(name=ours.name, source=ours.source) != ours:
+    if spec.with_(name=ours.name, source=ours.source, rope_layout=ours.rope_layout) != ours:
         raise TrainledgerError(f"{flag} {directory}: its config.json describes another model than --model "
                                f"'{ours.name}'; leave --model out (the model comes from {directory}/config.json)")
-    load_into(model, from_hf(spec, tensors, family, flag), flag)
+    from trainledger.models.hf_weights import to_layout       # its weights' RoPE layout -> the model's
+    load_into(model, to_layout(ours, from_hf(spec, tensors, family, flag), spec.rope_layout, ours.rope_layout), flag)
 
 
 # What a training run, its checkpoint directory or one checkpoint holds: an OUT_DIR holding any of these is never

@@ -54,7 +54,13 @@ def model_sha256(model: str) -> str | None:
     if str(model).strip().lower() in PRESETS or str(model).strip().lower() in PRESET_ALIASES:
         return None
     spec = get_model(model)
-    return hashlib.sha256(json.dumps(asdict(spec), sort_keys=True, default=str).encode()).hexdigest()
+    fields = {k: v for k, v in asdict(spec).items() if LATER_FIELDS.get(k, object()) != v}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# TransformerSpec fields added after runs recorded model_sha256: left out of the hash at their default, so that a
+# run trained before keeps its own hash (and resumes) while a config that sets them differently is another model.
+LATER_FIELDS = {"rope_layout": "half"}
 
 
 def run_spec(config):
