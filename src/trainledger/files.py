@@ -166,13 +166,15 @@ def _refuse(flag: str, path, why: str, hint: str) -> TrainledgerError:
     return TrainledgerError(f"{flag} {path} {why}; {hint}")
 
 
-def _lstat(path: Path):
+def _lstat(path: Path, flag: str):
+    """os.lstat(path), or None when there is nothing there (or its folder is no directory: the caller's folder
+    check says so, naming its flag)."""
     try:
         return os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
-        raise TrainledgerError(f"cannot use {path} ({error.strerror or error})") from None
+        raise TrainledgerError(f"{flag}: cannot use {path} ({error.strerror or error})") from None
 
 
 def read_head(path, max_bytes: int = OUTPUT_PROBE_BYTES) -> bytes:
@@ -189,7 +191,7 @@ def check_output(path, flag: str, kind: str, ours=None, hint: str = "give anothe
     `flag` otherwise. `ours(head: bytes) -> str | None` says why an existing file's first bytes are not this kind of
     output of the tool (None: they are); without `ours`, any existing regular file may be replaced."""
     path = Path(path)
-    info = _lstat(path)
+    info = _lstat(path, flag)
     if info is None:
         return path
     if stat.S_ISLNK(info.st_mode):
@@ -227,7 +229,7 @@ def open_output(path, flag: str, kind: str, ours=None, hint: str = "give another
     never blocks the open), then checked on the opened file itself: a regular file, one hard link, and when it
     already held bytes, `ours(head)` (as for check_output)."""
     path = Path(path)
-    info = _lstat(path)
+    info = _lstat(path, flag)
     if info is not None and not stat.S_ISREG(info.st_mode) and not stat.S_ISLNK(info.st_mode):
         raise not_regular(flag, path, info.st_mode, f"trainledger writes {kind} only as a regular file: {hint}")
     try:

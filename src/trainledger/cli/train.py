@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-special", metavar="TOKEN", action="append", dest="allowed_special",
                    help="a special token of --tokenizer (repeatable; 'all' for every one) that --text/--dataset may "
                         "contain as itself, e.g. '<|endoftext|>' between documents; any other special token's "
-                        "string in the text is ordinary text, as tiktoken encodes it (default: none)")
+                        "string in the text is ordinary text, as tiktoken encodes it; without the flag, every one is")
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
                         "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
