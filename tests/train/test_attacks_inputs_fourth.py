@@ -187,3 +187,18 @@ def test_tokenize_names_the_flag_that_saved_the_tokenizer_beside_output(tmp_path
                            "--special-token", "<|y|>")
     line = _one_line(status, err)
     assert line.startswith("error: --special-token:") and "--train-bpe" not in line
+
+
+def test_nan_weights_are_refused_by_generate_and_export(tmp_path, capsys):
+    """generate on NaN weights printed NUL bytes with exit 0: now one line naming the tensor."""
+    import torch
+    from gen_helpers import SPECS, make_model, write_run
+    model = make_model(SPECS["gpt2"])
+    with torch.no_grad():
+        model.blocks[0].attn.q_proj.weight[0, 0] = float("nan")
+    write_run(tmp_path / "run", SPECS["gpt2"], model)
+    for argv in (["generate", tmp_path / "run", "--prompt-ids", "1,2", "--no-predict"],
+                 ["export", tmp_path / "run", tmp_path / "hf"]):
+        line = _one_line(*_main(capsys, *argv)[::2])
+        assert "NaN or infinite weights (blocks.0.attn.q_proj.weight)" in line
+    assert not (tmp_path / "hf").exists()

@@ -86,7 +86,7 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
     if (path / "config.json").is_file() and not (path / ckpt.MANIFEST_FILE).is_file():
         from trainledger.train.hf_io import load_hf_model
         model, spec = load_hf_model(path, FLAG, device)
-        return LoadedModel(model.eval(), spec, path, hf_dir=path)
+        return LoadedModel(_finite(model, path).eval(), spec, path, hf_dir=path)
     checkpoint, state = find_checkpoint(path, warn)
     config = state["config"]
     weights = state.get("model") if state["format"] == "full" else _gather_sharded(checkpoint, config)
@@ -102,7 +102,18 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
     except RuntimeError as error:
         raise TrainledgerError(f"checkpoint {checkpoint} does not fit model '{spec.name}': "
                                f"{first_line(error)[:200]} ({FLAG})") from None
-    return LoadedModel(model.to(device).eval(), spec, checkpoint, int(state["step"]), config)
+    return LoadedModel(_finite(model, checkpoint).to(device).eval(), spec, checkpoint, int(state["step"]), config)
+
+
+def _finite(model, source: Path):
+    """`model` when every weight is finite; a one-line error naming the first that is not (generate printed NUL
+    bytes with exit 0 from NaN weights, export would write them)."""
+    import torch
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise TrainledgerError(f"{source} holds NaN or infinite weights ({name}) ({FLAG}): a diverged or damaged "
+                                   "model; use an earlier checkpoint (`trainledger checkpoints` lists them)")
+    return model
 
 
 def run_spec(config: dict, weights: dict | None, checkpoint: Path):
