@@ -21,7 +21,9 @@ Models are presets, custom sizes (arch.* fields), a config.json POSTed in the bo
 --config-dir: never another path on the server. Requests must be addressed to the server (its host and port,
 localhost, 127.0.0.1, [::1], or an --allow-host name). Query parameters are the flags of an allow-list (see
 /api/schema). Heavy requests (layout searches, step) run in worker processes within a time budget (at most
---max-request-seconds) and are stopped when their client disconnects; SIGTERM stops the server within seconds.
+--max-request-seconds) and 2 GiB of memory, and are stopped when their client disconnects; a request must
+arrive within 10 s (slow clients are disconnected); answers never name a path of this machine; SIGTERM stops
+the server within seconds.
 Needs the optional extra: pip install 'trainledger[web]'
 
 examples:
