@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainledger.data.limits import MAX_TOKEN_CHARS, MAX_VOCAB, check_vocabulary
 from trainledger.data.tokens import check_input
 from trainledger.errors import TrainledgerError
 
 MAX_FILE_BYTES = 512 * 2**20      # as data/bpe.py MAX_TOKENIZER_BYTES
+if TYPE_CHECKING:
+    from trainledger.data.bpe import HFTokenizer
 
 
 def _backend(vocab: dict[str, int], merges: list[tuple[str, str]], special_tokens, eot_names=()):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import re
 import threading
 from pathlib import Path
