@@ -31,13 +31,18 @@ BYTE_SUFFIXES = {
 COUNT_SUFFIXES_EXACT = {k: int(v) for k, v in COUNT_SUFFIXES.items()}
 SECOND_SUFFIXES = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, "y": 365 * 86400.0}
 
-_NUMBER = r"([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+# A comma only separates thousands, in groups of three after the first one to three digits ("1,024", "15,000,000"):
+# "1,5T" is not 15T (a decimal comma, as many locales write 1.5), nor is "0,5" 5 or "1,,0" 10; they are refused.
+_NUMBER = r"([-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d[\d_]*)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z]*)\s*$")
 
 
 def _split(text: str, what: str, flag: str | None, suffixes: dict) -> tuple[float, str]:
     match = _QUANTITY.match(str(text))
     if not match or match.group(2) not in suffixes:
+        if "," in str(text):
+            raise TrainledgerError(f"cannot parse {what} {text!r}: a comma only separates thousands in groups of three "
+                                   "(1,024 or 15,000,000); write a decimal with a point (1.5, not 1,5)", flag)
         allowed = ", ".join(k for k in suffixes if k) or "none"
         raise TrainledgerError(f"cannot parse {what} {text!r}; use a number like 1.5e13 with an optional suffix ({allowed})", flag)
     number = float(match.group(1).replace("_", "").replace(",", ""))

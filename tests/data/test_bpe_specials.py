@@ -54,7 +54,8 @@ def test_training_text_is_split_on_the_separator_before_pairs_are_counted(docume
     ours = train_bpe([joined], 400)
     assert not separator_pieces(ours.backend.get_vocab(with_added_tokens=False))
     assert ours.sha256 == train_bpe(documents, 400).sha256
-    assert ours.encode(EOT).tolist() == [0] and ours.decode(ours.encode(joined)) == joined
+    assert ours.encode(EOT, allowed_special="all").tolist() == [0] and ours.decode(ours.encode(joined)) == joined
+    assert len(ours.encode(EOT)) > 1                  # not allowed (issue 40): the string is ordinary text
 
 
 def test_split_on_specials_drops_them_and_keeps_the_rest():
@@ -66,7 +67,8 @@ def test_train_bpe_takes_more_special_tokens(documents):
     specials = ["<|im_start|>", "<|im_end|>"]
     text = [f"<|im_start|>{d}<|im_end|>" for d in documents]
     bpe = train_bpe(text, 400, special_tokens=specials)
-    assert bpe.encode("<|im_start|><|im_end|><|endoftext|>").tolist() == [1, 2, 0]   # adjacent: one id each
+    assert bpe.encode("<|im_start|><|im_end|><|endoftext|>", allowed_special="all").tolist() == [1, 2, 0]   # adjacent
+    assert bpe.encode("<|im_start|><|im_end|>").tolist() == [1, 2]    # the ones asked for are allowed by default
     assert not any("im_" in t for t in bpe.backend.get_vocab(with_added_tokens=False) if t not in specials)
     with pytest.raises(TrainledgerError, match="from 259"):
         train_bpe(text, 258, special_tokens=specials)                # 256 bytes + 3 specials need 259
@@ -97,7 +99,8 @@ def test_vocab_json_and_merges_encode_as_tiktoken_does(tmp_path, documents):
         ours = load_tokenizer(path)
         assert ours.eot_id == 0 and ours.vocab_size == bpe.vocab_size
         for sample in SAMPLES + ["\n".join(documents[:50])]:
-            assert ours.encode(sample).tolist() == reference.encode(sample, allowed_special="all"), sample
+            assert ours.encode(sample, allowed_special="all").tolist() == reference.encode(sample, allowed_special="all"), sample
+            assert ours.encode(sample).tolist() == reference.encode_ordinary(sample), sample       # issue 40
             assert ours.decode(ours.encode(sample)) == sample
 
 
@@ -135,7 +138,7 @@ def test_tiktoken_file_takes_special_tokens(tmp_path, documents):
     reference = tiktoken.Encoding("mine", pat_str=r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
                                   mergeable_ranks=ranks, special_tokens=specials)
     text = "<|im_start|><|im_end|>the cat sat<|endoftext|><|im_start|>"
-    assert extra.encode(text).tolist() == reference.encode(text, allowed_special="all")
+    assert extra.encode(text, allowed_special="all").tolist() == reference.encode(text, allowed_special="all")
     assert extra.encode("<|im_start|><|im_end|>").tolist() == [n + 1, n + 2]
     assert len(plain.encode("<|im_start|><|im_end|>")) > 2                        # without: split into pieces
     assert extra.sha256 != plain.sha256 and extra.vocab_size == n + 3
@@ -150,14 +153,14 @@ def test_tokenize_cli_special_tokens(tmp_path, documents, capsys):
     result = json.loads(capsys.readouterr().out)
     saved = load_tokenizer(out.parent / "tokenizer.json")
     assert saved.sha256 == result["tokenizer_sha256"] == read_header(out)["tokenizer_sha256"]
-    assert saved.encode("<|im_start|><|im_end|>").tolist() == [1, 2]
+    assert saved.encode("<|im_start|><|im_end|>", allowed_special="all").tolist() == [1, 2]
     # --tokenizer FILE with a new special token: the extended tokenizer is saved beside the output
     other = tmp_path / "other"
     other.mkdir()
     assert main(["tokenize", str(tmp_path / "chats.txt"), str(other / "c.tokens"), "--tokenizer",
                  str(out.parent / "tokenizer.json"), "--special-token", "<|tool|>", "--json"]) == 0
     extended = json.loads(capsys.readouterr().out)
-    assert load_tokenizer(other / "tokenizer.json").encode("<|tool|>").tolist() == [saved.vocab_size]
+    assert load_tokenizer(other / "tokenizer.json").encode("<|tool|>", allowed_special="all").tolist() == [saved.vocab_size]
     assert extended["tokenizer_sha256"] == load_tokenizer(other / "tokenizer.json").sha256 != saved.sha256
 
 
@@ -182,7 +185,7 @@ def test_train_adds_special_tokens_to_its_tokenizer_and_keeps_them_on_resume(tmp
     assert main(["train", "--text", str(tmp_path / "c.txt"), "--tokenizer", str(tmp_path / "tokenizer.json"),
                  "--special-token", "<|tool|>", *common]) == 0
     run_tokenizer = load_tokenizer(tmp_path / "run" / "tokenizer.json")
-    assert run_tokenizer.encode("<|tool|>").tolist() == [bpe.vocab_size] and run_tokenizer.vocab_size == 301
+    assert run_tokenizer.encode("<|tool|>", allowed_special="all").tolist() == [bpe.vocab_size] and run_tokenizer.vocab_size == 301
     manifests = sorted((tmp_path / "run" / "checkpoints").glob("step_*/manifest.json"))
     assert json.loads(manifests[-1].read_text())["info"]["config"]["special_tokens"] == ["<|tool|>"]
     assert main(["train", "--resume", *common[:-2], "--steps", "3", "--out-dir", str(tmp_path / "run")]) == 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +25,9 @@ def test_serve_starts_and_answers():
     pytest.importorskip("uvicorn", reason="trainledger serve needs the optional extra trainledger[web]")
     import httpx
 
-    process = subprocess.Popen([str(EXE), "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    private_tmp = Path(tempfile.mkdtemp())        # the server's own TMPDIR: its private directory is found there
+    process = subprocess.Popen([str(EXE), "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(private_tmp)})
     try:
         line = process.stdout.readline()
         assert line.startswith("trainledger calculators at http://127.0.0.1:"), line
@@ -42,7 +46,9 @@ def test_serve_starts_and_answers():
         # DNS rebinding: the same socket, asked under another name, refuses
         assert httpx.get(url + "api/health", headers={"Host": "rebind.example:" + url.split(":")[2][:-1]}).status_code == 421
         custom = httpx.get(url + "api/params?arch.d_model=64&arch.n_layers=2&arch.n_heads=4&arch.d_ff=256&arch.vocab_size=100")
-        config = Path(json.loads(custom.headers["X-Trainledger-Argv"])[-1].removeprefix("--model="))
+        shown = json.loads(custom.headers["X-Trainledger-Argv"])[-1].removeprefix("--model=")
+        assert "/" not in shown and "trainledger-web-" not in custom.text          # no path of the server
+        [config] = private_tmp.glob(f"trainledger-web-*/{shown}")                  # the server's private copy
         assert config.is_file() and config.parent.name.startswith("trainledger-web-")
     finally:
         process.terminate()

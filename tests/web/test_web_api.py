@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from trainledger.cli import main as cli  # noqa: E402
 from trainledger.web import api, flags  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
-from web_answers import cli_error, cli_json  # noqa: E402
+from web_answers import as_served, cli_error, cli_json  # noqa: E402
 from trainledger.web.app import STATIC_DIR, create_app  # noqa: E402
 
 
@@ -80,12 +80,12 @@ def test_custom_architecture_is_a_config_json_the_cli_reads(client):
               "d_ff": "11008", "vocab_size": "32000", "tied": "false"}
     query = "&".join(f"arch.{k}={v}" for k, v in fields.items())
     body = client.get(f"/api/params?{query}").json()
-    assert body == cli_json(["params", "--model", api.custom_config_path(fields)])
+    assert body == as_served(cli_json(["params", "--model", api.custom_config_path(fields)]))
     preset = cli_json(["params", "--model", "llama-2-7b"])
     assert preset["n_params"] == 6_738_415_616
     assert body["n_params"] == preset["n_params"] + preset["n_params_per_layer"]
     memory = client.get(f"/api/memory?{query}&batch-size=2").json()
-    assert memory == cli_json(["memory", "--model", api.custom_config_path(fields), "--batch-size", "2"])
+    assert memory == as_served(cli_json(["memory", "--model", api.custom_config_path(fields), "--batch-size", "2"]))
 
 
 def test_custom_gpt2_matches_the_gpt2_preset(client):

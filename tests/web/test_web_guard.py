@@ -22,6 +22,7 @@ from trainledger.cli import main as cli  # noqa: E402
 from trainledger.cli.common import json_ready  # noqa: E402
 from trainledger.web import api, guard  # noqa: E402
 from trainledger.web.app import create_app  # noqa: E402
+from trainledger.web.paths import hide_paths, server_folders  # noqa: E402
 
 BASE = "http://127.0.0.1:8000"  # create_app()'s default address: the Host the server answers
 
@@ -33,6 +34,11 @@ def client():
 
 def cli_json(argv):
     return json.loads(json.dumps(json_ready(cli.compute(argv))))
+
+
+def as_served(answer, settings=None):
+    """`answer` as the server shows it: its private store's and --config-dir's paths hidden (web/paths.py)."""
+    return hide_paths(answer, server_folders(settings))
 
 
 LLAMA_TINY = api.custom_config({"d_model": "64", "n_layers": "2", "n_heads": "4", "d_ff": "256", "vocab_size": "100"})
@@ -81,9 +87,11 @@ def test_config_dir_serves_its_files_by_name_only(tmp_path):
     (folder / "tiny.json").write_text(json.dumps(LLAMA_TINY))
     (folder / "huge.json").write_text(" " * (guard.MAX_CONFIG_FILE_BYTES + 1) + json.dumps(LLAMA_TINY))
     (tmp_path / "outside.json").write_text(json.dumps(LLAMA_TINY))
-    client = TestClient(create_app(config_dir=folder), base_url=BASE)
+    app = create_app(config_dir=folder)
+    client = TestClient(app, base_url=BASE)
     body = client.get("/api/params?model=tiny.json").json()
-    assert body == cli_json(["params", "--model", str(folder / "tiny.json")])
+    assert body == as_served(cli_json(["params", "--model", str(folder / "tiny.json")]), app.state.settings)
+    assert str(folder) not in json.dumps(body)                                  # the server's directory stays there
     assert body["n_params"] == 2 * 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 256 + 2 * 64) + 64  # embed+head, layers, norm
     refused = client.get("/api/params?model=no-such.json").json()["error"]
     for value in (str(folder / "tiny.json"), "../outside.json", "huge.json", "sub/tiny.json"):
@@ -96,8 +104,10 @@ def test_config_in_the_body_of_a_post(client):
     """POST /api/<command> with a config.json body answers like `--model that.json`; bodies are capped."""
     response = client.post("/api/memory?batch-size=2&seq-len=128", json={"config": LLAMA_TINY})
     assert response.status_code == 200, response.text
-    written = json.loads(response.headers["X-Trainledger-Argv"])
-    assert response.json() == cli_json(written)
+    written = json.loads(response.headers["X-Trainledger-Argv"])          # the file's name, not its path
+    assert str(guard.STORE.folder) not in json.dumps(written) + response.text
+    on_server = [f"--model={guard.STORE.folder / a[len('--model='):]}" if a.startswith("--model=") else a for a in written]
+    assert response.json() == as_served(cli_json(on_server))
     assert client.post("/api/memory?batch-size=2&seq-len=128", json=LLAMA_TINY).json() == response.json()
     too_big = {"config": {**LLAMA_TINY, "padding": "x" * guard.MAX_BODY_BYTES}}
     assert client.post("/api/params", json=too_big).status_code == 413

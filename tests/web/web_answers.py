@@ -16,6 +16,13 @@ def cli_json(argv):
     return json.loads(json.dumps(json_ready(cli.compute(argv))))
 
 
+def as_served(answer, settings=None):
+    """`answer` as the web server shows it: the paths of its private config store and --config-dir hidden
+    (web/paths.py: a client sees a config by its file name, never the server's directories)."""
+    from trainledger.web import paths
+    return paths.hide_paths(answer, paths.server_folders(settings))
+
+
 def cli_error(argv) -> str:
     """The one-line error `trainledger <argv>` stops with."""
     with pytest.raises(TrainledgerError) as info:

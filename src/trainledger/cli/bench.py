@@ -96,12 +96,17 @@ def calibrate(args) -> dict:
     from trainledger.measure.calibrate import busy_warning, calibrate as measure, gpu_from_profile, profile_path, save_profile
     if args.out is not None and (not args.out.strip() or Path(args.out).is_dir()):
         raise TrainledgerError(f"--out needs a file name, got {args.out!r}")
+    if args.out is not None:            # before measuring: never a link, a device or a file that is no profile
+        from trainledger.files import check_output, json_format_problem
+        from trainledger.specs.calibration import FORMAT
+        check_output(args.out, "--out", "a calibration profile", json_format_problem(FORMAT))
     profile = measure(args.device)                  # checks the device first
     warning = busy_warning(profile)
     if warning and not args.force:
         raise TrainledgerError(f"not saved: {warning}; run it on a quiet machine, or with one thread "
                                "(`trainledger bench --calibrate --threads 1`), or keep it anyway with --force")
-    path = save_profile(profile, Path(args.out) if args.out is not None else profile_path(args.device))
+    out = (Path(args.out), "--out") if args.out is not None else (profile_path(args.device), None)
+    path = save_profile(profile, *out)
     gpu = gpu_from_profile(profile)
     rates = {dtype: [row[3] for row in rows] for dtype, rows in profile["gemm"].items()}
     summary = {"path": str(path), "calibration_seconds": profile["calibration_seconds"],

@@ -13,9 +13,11 @@ HELP = "list the checkpoints of a training run: step, size, status (sha256-verif
 DESCRIPTION = """\
 Lists the checkpoints in DIR (a --checkpoint-dir, or a run's --out-dir holding checkpoints/): step, size on
 disk, status and the training loss at that step. Status is `ok` when manifest.json is well formed and names
-this step, every file matches its sha256 in it, every sharded file is listed and trainer.pt passes its zip
-CRC-32s; `corrupt` (with why) when one does not, `incomplete` when there is no manifest (a save that never
-finished; it takes no slot among the --keep-checkpoints kept); a loss spike is flagged. `--resume` continues
+this step, every file has the size and the sha256 in it, every sharded file is listed and trainer.pt passes its
+zip CRC-32s; `corrupt` (with why) when one does not, `unsafe` when it would be refused as it loads (a trainer.pt
+that is a raw pickle naming code, a DCP .metadata naming a global the restricted unpickler refuses: read, never
+executed), `incomplete` when there is no manifest (a save that never finished; it takes no slot among the
+--keep-checkpoints kept); a loss spike is flagged. `--resume` continues
 from the newest `ok` one whose content also loads (a trainer state of this step). Reads manifests, hashes
 and CRC-32s, never unpickles. The checks find damage, not forgery: see docs/train.md.
 
@@ -56,8 +58,10 @@ def compute(args) -> dict:
             continue
         manifest = ckpt.read_manifest(ref.path)
         fmt, problem = ckpt.verify(ref.path)
+        unsafe = ckpt.unsafe_problem(ref.path, fmt) if problem is None else None
         info = ckpt.manifest_info(ref.path)
-        status = "ok" if problem is None else ("incomplete" if manifest is None else "corrupt")
+        status = "unsafe" if unsafe else "ok" if problem is None else ("incomplete" if manifest is None else "corrupt")
+        problem = unsafe or problem
         records.append({"step": ref.step, "path": str(ref.path), "format": fmt or None,
                         "size_bytes": ckpt.checkpoint_bytes(ref.path), "status": status, "problem": problem,
                         "loss": info.get("loss"), "loss_spike": bool(info.get("loss_spike"))})

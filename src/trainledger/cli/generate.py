@@ -34,8 +34,12 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run's --out-dir, a checkpoint directory, or a "
                                                                  "Hugging Face directory (config.json + model.safetensors)")
-    parser.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the run's tokenizer")
+    prompt = parser.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the run's tokenizer")
+    prompt.own_empty_check = True        # generate says "the prompt is empty" itself (cli/main.py OneLineParser)
     parser.add_argument("--prompt-ids", metavar="IDS", help="the prompt as token ids: 1,2,3")
+    parser.add_argument("--allow-special", metavar="TOKEN", action="append", default=[],
+                        help="a special token (repeatable; 'all' for every one) that --prompt may contain as itself, "
+                             "e.g. '<|endoftext|>'; any other special token's string is ordinary text (tiktoken's rule)")
     parser.add_argument("--max-new-tokens", type=common.positive_int, default=64,
                         help="tokens to generate (default 64); prompt + new tokens must fit the model's context")
     parser.add_argument("--temperature", type=_temperature, default=0.0,
@@ -76,7 +80,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     result = generate(args.run, prompt=args.prompt, prompt_ids=args.prompt_ids, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                      device=args.device, use_cache=args.cache, predict=args.predict)
+                      device=args.device, use_cache=args.cache, predict=args.predict, allowed_special=args.allow_special)
     if args.json:
         common.print_json(result)
         return 0

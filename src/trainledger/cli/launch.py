@@ -11,6 +11,13 @@ another layout. train/distributed.py check_layout and train/config.py validate a
 
 Placeholders are shell variables the text names in its comments: NODE_RANK and MASTER_ADDR (by hand), RUN_DIR
 (the --out-dir, on storage every node mounts) and DATA (a token file of `trainledger tokenize`, likewise shared).
+
+The texts are bash, to be saved to a file and run (`bash launch.sh`, `sbatch job.sbatch`; docs/train.md). Nothing
+a user named (a config.json's path, the directory it is in) appears outside the quoted --model argument: the
+comments name a preset by its name and any other model as "the --model config.json", the Slurm job name is a
+preset's name or `trainledger-config`, and every argument is quoted by `shell_word`, which writes a word with a
+newline or another control character in bash's $'...' form, so no line of the text can be ended, in a comment
+or a command, by a character of a path (`a⏎touch PWNED #` ran `touch` from the comment of an earlier version).
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ PRECISION_ALTERNATIVE = "amp-{}"    # what train runs instead of mixed-* under F
 # worker may read a peer's address of the previous round from it (connection refused; pytorch/pytorch#135712;
 # seen here in one of the first two FSDP restarts of tests/train/test_multinode.py under torch 2.13).
 C10D_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def _is_preset(model: str) -> bool:
+    from trainledger.specs import PRESET_ALIASES, PRESETS
+    return str(model).strip().lower() in PRESETS or str(model).strip().lower() in PRESET_ALIASES
 
 
 def nodes_of(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -98,9 +110,40 @@ def train_flags(layout: dict, *, model: str, seq_len: int, precision: str, optim
     return flags
 
 
+def shell_word(word: str) -> str:
+    """`word` as one bash word that stays on its line: shlex.quote's single quotes when every character is printable,
+    else bash's ANSI-C form $'...' with every control or unprintable character escaped (a newline written \\x0a,
+    U+2028 \\u2028, a byte of a non-UTF-8 file name, kept by Python's surrogateescape, \\xHH), and backslashes and
+    single quotes escaped. Inside single quotes or $'...' nothing expands: $(...), backticks, ;."""
+    if word.isprintable():
+        return shlex.quote(word)
+    out = []
+    for char in word:
+        code = ord(char)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif 0xDC80 <= code <= 0xDCFF:            # os.fsdecode's stand-in for the byte code - 0xDC00
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "$'" + "".join(out) + "'"
+
+
+def comment_text(text: str) -> str:
+    """`text` with every character that is not printable (a newline, a carriage return, U+2028, ...) replaced by '?',
+    for a comment line that must stay one line."""
+    return "".join(char if char.isprintable() else "?" for char in text)
+
+
 def _command(flags: list[str]) -> str:
     """train's arguments quoted for a shell; the placeholders stay expandable ("$DATA")."""
-    model_and_layout = " ".join(shlex.quote(f) for f in flags)
+    model_and_layout = " ".join(shell_word(f) for f in flags)
     return (f"-m trainledger.cli.main train {model_and_layout} "
             '--data "$DATA" --out-dir "$RUN_DIR" --resume')
 
@@ -114,7 +157,7 @@ def _header(layout: dict, rank: int, title: str, reasons: list[str]) -> list[str
     if reasons:
         lines.append("# trainledger train cannot run this layout, so the command below is commented out:")
         lines += [f"#   - {reason}" for reason in reasons]
-    return lines
+    return [comment_text(line) for line in lines]
 
 
 def torchrun_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int, per_node: int,
@@ -171,16 +214,19 @@ def launch_texts(result: dict, ranked: list[dict], *, model: str, gpus_per_node:
     reasons = reasons_of(layout)
     flags = train_flags(layout, model=model, seq_len=result["seq_len"], precision=result["precision"],
                         optimizer=result["optimizer"], compile_model=compile_model)
-    title = f"{result['model']} on {result['num_gpus']} × {result['gpu']}"
-    job_name = "trainledger-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in result["model"])[:40]
+    preset = _is_preset(model)              # a user's path or directory name stays inside the quoted --model only
+    title = f"{result['model'] if preset else 'the --model config.json'} on {result['num_gpus']} × {result['gpu']}"
+    job_name = "trainledger-" + ("".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-"
+                                         for c in result["model"])[:40] if preset else "config")
     torchrun = torchrun_text(layout, rank, title, flags, nodes, per_node, reasons)
     slurm = slurm_text(layout, rank, title, flags, nodes, per_node, reasons, job_name)
     if rank > 1:        # say why the faster ones are not launched
         others = ("" if rank == 2 else "#2 likewise needs parts train lacks; " if rank == 3
                   else f"#2-#{rank - 1} likewise need parts train lacks; ")
-        skipped = "\n".join(["# the fastest layout, #1, needs what trainledger train does not implement:",
-                             *(f"#   - {reason}" for reason in reasons_of(ranked[0])),
-                             f"# {others}so this runs #{rank}, the fastest layout of the search that train runs"]) + "\n"
+        skipped = "\n".join(comment_text(line) for line in [
+            "# the fastest layout, #1, needs what trainledger train does not implement:",
+            *(f"#   - {reason}" for reason in reasons_of(ranked[0])),
+            f"# {others}so this runs #{rank}, the fastest layout of the search that train runs"]) + "\n"
         torchrun = skipped + torchrun
         slurm = slurm.replace("#!/bin/bash\n", "#!/bin/bash\n" + skipped, 1)
     return {"layout": rank, "runnable": not reasons, "nodes": nodes, "processes_per_node": per_node,

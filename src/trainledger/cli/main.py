@@ -57,6 +57,18 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_VALUE
 
+    def _get_values(self, action, arg_strings):
+        """Refuses, before the flag's type sees it, a value that is empty or a lone '--': argparse drops the '--'
+        of `--tokens=--` and hands the flag [] without calling its type (a TypeError later; a scalar for
+        `tensor --shape=--`), and a type that takes any string took '' (a file named '', a GPU named '')."""
+        if action.nargs in (argparse.PARSER, argparse.REMAINDER):    # a subcommand and its own arguments
+            return super()._get_values(action, arg_strings)
+        if action.option_strings and "--" in arg_strings:
+            raise argparse.ArgumentError(action, f"expected a value, got '--' (write {action.option_strings[-1]}=VALUE)")
+        if "" in arg_strings and not getattr(action, "own_empty_check", False):
+            raise argparse.ArgumentError(action, "must not be empty, got ''")
+        return super()._get_values(action, arg_strings)
+
     def error(self, message):
         choice = INVALID_CHOICE.search(message)
         if choice:                         # "argument COMMAND: invalid choice: 'plna' (choose from ...)"

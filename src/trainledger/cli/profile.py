@@ -113,6 +113,9 @@ def compute(args) -> dict:
         raise TrainledgerError(f"--model {args.model}: profile runs language models (a transformer preset or config.json)")
     if args.trace is not None and not args.trace.strip():
         raise TrainledgerError("--trace needs a file name, got ''")
+    if args.trace is not None:        # before the steps run: never a link, a device, a directory or a foreign file
+        from trainledger.files import check_output, chrome_trace_problem
+        check_output(args.trace, "--trace", "a profiler trace", chrome_trace_problem)
     busy: list[str] = []
     gpu = calibrated_device(device, busy=busy)
     if not _calibrated_for(gpu, precision):

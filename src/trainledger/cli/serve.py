@@ -21,7 +21,9 @@ Models are presets, custom sizes (arch.* fields), a config.json POSTed in the bo
 --config-dir: never another path on the server. Requests must be addressed to the server (its host and port,
 localhost, 127.0.0.1, [::1], or an --allow-host name). Query parameters are the flags of an allow-list (see
 /api/schema). Heavy requests (layout searches, step) run in worker processes within a time budget (at most
---max-request-seconds) and are stopped when their client disconnects; SIGTERM stops the server within seconds.
+--max-request-seconds) and 2 GiB of memory, and are stopped when their client disconnects; a request must
+arrive within 10 s (slow clients are disconnected); answers never name a path of this machine; SIGTERM stops
+the server within seconds.
 Needs the optional extra: pip install 'trainledger[web]'
 
 examples:
@@ -118,7 +120,8 @@ def run(args) -> int:
         webbrowser.open(url)
     app = create_app(host=args.host, port=sock.getsockname()[1], allow_hosts=tuple(args.allow_host),
                      config_dir=args.config_dir, max_request_seconds=args.max_request_seconds)
-    server = _server_class(uvicorn)(uvicorn.Config(app, log_level="warning", server_header=False,
+    from trainledger.web.slow_clients import DeadlineH11Protocol     # a request must arrive within seconds
+    server = _server_class(uvicorn)(uvicorn.Config(app, log_level="warning", server_header=False, http=DeadlineH11Protocol,
                                                    timeout_graceful_shutdown=GRACE_SECONDS))
     # uvicorn re-raises the SIGTERM it caught once it has shut down; this handler turns it into a normal exit, so
     # that the exit handlers run (the private directory, the worker fork server's socket) instead of the default

@@ -19,7 +19,13 @@ and renamed into place. Reports the token count, bytes in and out, time and MB/s
 Hugging Face tokenizer.json, a .tiktoken rank file or GPT-2's vocab.json (its merges.txt beside it) on
 disk (no network is used); --train-bpe N first trains a byte-level BPE of N tokens on INPUT, split on its
 special tokens (<|endoftext|> and each --special-token) so that none is learned as text, and saves it as
-tokenizer.json beside OUTPUT (train --data OUTPUT finds it there).
+tokenizer.json beside OUTPUT (train --data OUTPUT finds it there). Ties between equally frequent pairs are broken
+as the tokenizers library does (the pair of the smallest ids in its numbering) or, with --bpe-ties lexicographic,
+by the greatest pair of bytes (GPT-2-style reference trainers, CS336); both are deterministic (docs/optim_data.md).
+
+Special tokens are matched in INPUT as tiktoken matches them: a special token's string is ordinary text (several
+ids) unless allowed, by --allow-special TOKEN (or all) or by naming it with --special-token; a dataset's documents
+are still separated by the end-of-text id, which is ours, not the text's.
 
 examples:
   trainledger tokenize book.txt book.tokens
@@ -39,10 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-bpe", metavar="VOCAB_SIZE", type=common.positive_int,
                         help="train a byte-level BPE of VOCAB_SIZE tokens (257 or more) on INPUT, save it as "
                              "tokenizer.json beside OUTPUT and tokenize with it")
+    parser.add_argument("--bpe-ties", choices=("library", "lexicographic"), default="library",
+                        help="how --train-bpe breaks ties between equally frequent pairs: library (the tokenizers "
+                             "library's BpeTrainer: the pair of the smallest ids in its numbering; fast) or "
+                             "lexicographic (the greatest pair of bytes, as GPT-2-style reference trainers and "
+                             "CS336 do; pure Python, slower); both deterministic (default: library)")
     parser.add_argument("--special-token", metavar="TOKEN", action="append", default=None,
                         help="a special token (repeatable), e.g. '<|im_start|>': matched whole, one id, never split; "
                              "with --train-bpe it gets an id after <|endoftext|> and the training text is split on it; "
                              "with --tokenizer FILE it is added and the tokenizer saved as tokenizer.json beside OUTPUT")
+    parser.add_argument("--allow-special", metavar="TOKEN", action="append", default=[],
+                        help="a special token of the tokenizer (repeatable; 'all' for every one) that INPUT may contain "
+                             "as itself, e.g. '<|endoftext|>' between documents: its id; any other special token's "
+                             "string in INPUT is ordinary text, as tiktoken encodes it (--special-token ones are allowed)")
     parser.add_argument("--text-column", metavar="NAME", default="text",
                         help="a dataset's text column or JSON field (default: text)")
     parser.add_argument("--dtype", choices=["uint8", "uint16", "uint32", "int32"], default=None,
@@ -75,11 +90,14 @@ def run(args) -> int:
         raise TrainledgerError(f"--chunk-size must be a whole number of bytes, got {args.chunk_size:g}")
     if args.train_bpe and args.tokenizer:
         raise TrainledgerError("give --tokenizer or --train-bpe, not both (--train-bpe trains the tokenizer)")
+    if args.bpe_ties != "library" and not args.train_bpe:
+        raise TrainledgerError("--bpe-ties applies with --train-bpe N (how the training breaks ties)")
     specials = args.special_token or []
     if specials and not (args.train_bpe or args.tokenizer not in (None, "bytes")):
         raise TrainledgerError("--special-token needs a BPE tokenizer: give --train-bpe N or --tokenizer FILE (the "
                                "byte tokenizer has only the 256 byte values)")
-    tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials)
+    tokenizer = load_tokenizer(args.tokenizer or "bytes", special_tokens=[] if args.train_bpe else specials,
+                               allowed_special=[] if args.train_bpe else args.allow_special)
     if Path(args.input).is_file():          # a bad INPUT or flag is refused first and leaves no folder behind
         _make_folder(Path(args.output).parent)
     saved = None
@@ -87,14 +105,17 @@ def run(args) -> int:
         from trainledger.data.tokens import check_input
         check_input(args.input, "INPUT", "input file")      # before a tokenizer.json is written beside OUTPUT
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
-        saved = save_beside(tokenizer, args.output)
+        saved = save_beside(tokenizer, args.output, "--special-token")
     if args.train_bpe:
-        from trainledger.data.bpe import train_bpe_file
+        from trainledger.data.bpe_train import train_bpe_file
         from trainledger.data.tokens import check_input
         check_input(args.input, "INPUT", "input file")
         check_output(Path(args.output), Path(args.input), Path(args.input).stem)
         tokenizer = train_bpe_file(args.input, args.train_bpe, args.text_column, int(args.chunk_size),
-                                   progress=not args.json and sys.stderr.isatty(), special_tokens=specials)
+                                   progress=not args.json and sys.stderr.isatty(), special_tokens=specials,
+                                   ties=args.bpe_ties)
+        if args.allow_special:
+            tokenizer.allowed_special |= tokenizer.allowed("all" if "all" in args.allow_special else args.allow_special)
         saved = save_beside(tokenizer, args.output)
     try:
         result = tokenize_file(args.input, args.output, dtype=args.dtype, chunk_bytes=int(args.chunk_size),

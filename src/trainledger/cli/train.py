@@ -85,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--special-token", metavar="TOKEN", action="append", dest="special_tokens",
                    help="a special token added to --tokenizer (repeatable), e.g. '<|im_start|>': one id, matched whole "
                         "in the text, never split; kept in <out-dir>/tokenizer.json")
+    g.add_argument("--allow-special", metavar="TOKEN", action="append", dest="allowed_special",
+                   help="a special token of --tokenizer (repeatable; 'all' for every one) that --text/--dataset may "
+                        "contain as itself, e.g. '<|endoftext|>' between documents; any other special token's "
+                        "string in the text is ordinary text, as tiktoken encodes it; without the flag, every one is")
     g.add_argument("--vocab-multiple", metavar="N", type=common.positive_int,
                    help="pad the model's vocabulary up to a multiple of N (nanoGPT: 64, 50257 -> 50304); the "
                         "parameters and FLOPs it adds are shown; 1 pads nothing (default: 1)")
@@ -137,6 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "unless the metrics file holds another run's records); settings not given keep "
                         "the checkpoint's values, and --lr, --min-lr, --warmup-steps, --grad-clip, --steps and the "
                         "eval/checkpoint intervals may change")
+    g.add_argument("--allow-new-data", action="store_true", default=None,
+                   help="with --resume: continue although the token file's size or sha256 differs from the one the "
+                        "checkpoint was trained on (refused otherwise: the run would silently train on other data)")
     g.add_argument("--metrics", metavar="FILE", help="JSONL, one record per step (default: <out-dir>/metrics.jsonl)")
     g.add_argument("--eval-every", type=common.nonnegative_int, help="steps between held-out evaluations, 0 = never (default: 100)")
     g.add_argument("--eval-batches", type=common.positive_int, help="global batches per evaluation (default: 8)")

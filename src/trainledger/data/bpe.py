@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainledger.data.limits import check_rank, check_tokenizer_ids
+from trainledger.data.limits import check_merge_search, check_rank, check_tokenizer_ids
 from trainledger.data.tokens import check_input, dtype_for_vocab, readable_by_all
 from trainledger.errors import TrainledgerError
 
@@ -64,11 +64,17 @@ class HFTokenizer:
     loaded again, or a .tiktoken file and the tokenizer.json it converts to, keep one identity.
     """
 
-    def __init__(self, backend, name: str):
+    def __init__(self, backend, name: str, allowed_special=()):
         self.backend = backend
         self.name = name
         self._json = backend.to_str()
         self.sha256 = hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+        # Special tokens as tiktoken treats them: ordinary text never gives a special id unless the caller allows
+        # that token (`allowed_special`, here or per call); the library itself encodes every string as text
+        # (encode_special_tokens, not part of the JSON, so the identity above is unchanged).
+        self.special_tokens = {t.content: i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        self.allowed_special = frozenset(allowed_special)
+        backend.encode_special_tokens = True
         vocab = backend.get_vocab(with_added_tokens=True)
         if not vocab:
             raise TrainledgerError(f"tokenizer {name} has an empty vocabulary")
@@ -77,15 +83,36 @@ class HFTokenizer:
         self.eot_id = next((vocab[t] for t in EOT_NAMES if t in vocab), None)
         self.chunk_safe = _splits_after_newlines(backend)
 
-    def encode(self, text: str) -> np.ndarray:
-        """The ids of `text` (no BOS/EOS added: the library's encode with add_special_tokens=False)."""
+    def allowed(self, allowed_special=None) -> frozenset:
+        """The special tokens matched in text: `allowed_special` ("all", or some of self.special_tokens), or when
+        None this tokenizer's own `allowed_special`; a one-line error for a string that is no special token."""
+        if allowed_special is None:
+            return self.allowed_special
+        if allowed_special == "all":
+            return frozenset(self.special_tokens)
+        wanted = frozenset([allowed_special] if isinstance(allowed_special, str) else allowed_special)
+        unknown = sorted(wanted - set(self.special_tokens))
+        if unknown:
+            raise TrainledgerError(f"--allow-special: {unknown[0][:40]!r} is not a special token of tokenizer "
+                                   f"{self.name} (its special tokens: {', '.join(sorted(self.special_tokens)) or 'none'})")
+        return wanted
+
+    def encode(self, text: str, allowed_special=None) -> np.ndarray:
+        """The ids of `text` (no BOS/EOS added); a special token's string gives its id only when allowed (see
+        `allowed`), else it is encoded as the ordinary text it is (tiktoken's encode / encode_ordinary)."""
+        allowed = self.allowed(allowed_special)
+        if allowed and any(token in text for token in allowed):
+            return self.encode_batch([text], allowed)[0]
         return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=self.dtype)
 
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        """The ids of each text, encoded in parallel on all cores (the library's thread pool)."""
+    def encode_batch(self, texts: list[str], allowed_special=None) -> list[np.ndarray]:
+        """The ids of each text (as encode), encoded in parallel on all cores (the library's thread pool)."""
         encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)   # _fast: no offsets (>= 0.21)
-        batch = encode(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=self.dtype) for e in batch]
+        allowed = self.allowed(allowed_special)
+        if not allowed or not any(token in text for text in texts for token in allowed):
+            return [np.asarray(e.ids, dtype=self.dtype) for e in encode(texts, add_special_tokens=False)]
+        return split_specials_encode(texts, allowed, self.special_tokens,
+                                     lambda pieces: [e.ids for e in encode(pieces, add_special_tokens=False)], self.dtype)
 
     def decode(self, ids) -> str:
         """The text of `ids`, special tokens kept (so that decode(encode(text)) == text)."""
@@ -96,16 +123,37 @@ class HFTokenizer:
         return self.backend.decode(array.tolist(), skip_special_tokens=False)
 
     def save(self, path) -> Path:
-        """Writes the tokenizer.json (atomically); its path."""
-        from trainledger.files import atomic_path
+        """Writes the tokenizer.json (atomically; never through a link nor onto a device or a second hard link:
+        files.replace_output); its path. Whether a file already there may go is the caller's to decide."""
+        from trainledger.files import replace_output
         path = Path(path)
-        with atomic_path(path) as tmp:
+        with replace_output(path, "tokenizer", "a tokenizer") as tmp:
             tmp.write_text(self._json, encoding="utf-8")
             readable_by_all(tmp)
         return path
 
     def __repr__(self) -> str:
         return f"HFTokenizer({self.name!r}, vocab_size={self.vocab_size}, sha256={self.sha256[:12]}…)"
+
+
+def split_specials_encode(texts: list[str], allowed, ids_of: dict, encode_pieces, dtype) -> list[np.ndarray]:
+    """Each text cut at the `allowed` special tokens (the longest first, as tiktoken matches them), the pieces
+    between encoded as ordinary text in one batch (`encode_pieces`), each special token its id (`ids_of`)."""
+    import re
+    pattern = re.compile("(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")")
+    splits = [pattern.split(text) for text in texts]
+    ordinary = [part for parts in splits for part in parts[0::2] if part]
+    encoded = iter(encode_pieces(ordinary) if ordinary else [])
+    out = []
+    for parts in splits:
+        ids: list[int] = []
+        for index, part in enumerate(parts):
+            if index % 2:
+                ids.append(ids_of[part])
+            elif part:
+                ids.extend(next(encoded))
+        out.append(np.asarray(ids, dtype=dtype))
+    return out
 
 
 def _splits_after_newlines(backend) -> bool:
@@ -186,7 +234,7 @@ def read_tiktoken_ranks(raw: bytes, path, flag: str = "--tokenizer") -> dict[byt
         except (ValueError, binascii.Error):
             raise TrainledgerError(f"{flag} {path} is not a .tiktoken rank file: line {number} is not "
                                    "'<base64 token> <rank>'") from None
-        check_rank(rank, number, path, flag)
+        check_rank(rank, number, path, flag, token)
         if not token or token in ranks:
             raise TrainledgerError(f"{flag} {path}: line {number} repeats a token or has an empty token or a "
                                    "negative rank")
@@ -195,6 +243,7 @@ def read_tiktoken_ranks(raw: bytes, path, flag: str = "--tokenizer") -> dict[byt
         raise TrainledgerError(f"{flag} {path} holds no ranks (an empty .tiktoken file)")
     if len(set(ranks.values())) != len(ranks):
         raise TrainledgerError(f"{flag} {path}: two tokens share a rank")
+    check_merge_search(map(len, ranks), path, flag)
     return ranks
 
 
@@ -264,7 +313,12 @@ def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bo
     the special tokens, which are never counted as text (the library's trainer does not split on them itself;
     GPT-2's encoder treats <|endoftext|> the same way). The vocabulary holds the 256 bytes, the special tokens
     and up to vocab_size − 256 − len(specials) merges; a text too small for that many merges gives fewer (the
-    returned vocab_size says how many).
+    returned vocab_size says how many). The `special_tokens` given are matched in text by default (the caller
+    asked for them); <|endoftext|> only when allowed (HFTokenizer.allowed).
+
+    Ties between equally frequent pairs are broken as the `tokenizers` library's BpeTrainer breaks them (the pair
+    of the smallest token ids in its numbering); data/bpe_train.py has the lexicographic rule of GPT-2-style
+    reference trainers (`tokenize --bpe-ties`); both are deterministic.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     specials = check_special_tokens(special_tokens)
@@ -280,57 +334,35 @@ def train_bpe(texts, vocab_size: int, name: str | None = None, show_progress: bo
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=show_progress,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     backend.train_from_iterator(split_on_specials(texts, specials), trainer, length=length)
-    return HFTokenizer(backend, name or f"bpe-{vocab_size}")
+    return HFTokenizer(backend, name or f"bpe-{vocab_size}", allowed_special=special_tokens or ())
 
 
 def with_special_tokens(tokenizer: HFTokenizer, special_tokens, flag: str = "--special-token") -> HFTokenizer:
     """A copy of `tokenizer` with `special_tokens` added (new ones after its largest id; ones in its vocabulary
-    keep their ids): matched whole in any text it encodes, never split by BPE, so two adjacent ones are two ids.
-    Its identity (sha256) changes with them."""
+    keep their ids) and allowed: matched whole in any text it encodes, never split by BPE, so two adjacent ones are
+    two ids. Its identity (sha256) changes with new ones."""
     from tokenizers import AddedToken, Tokenizer
     if not special_tokens:
         return tokenizer
     wanted = [t for t in check_special_tokens(special_tokens, flag) if t in special_tokens]
     backend = Tokenizer.from_str(tokenizer.backend.to_str())
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in wanted])
-    return HFTokenizer(backend, tokenizer.name)
+    return HFTokenizer(backend, tokenizer.name, allowed_special=tokenizer.allowed_special | set(wanted))
 
 
-def load_vocab_merges(vocab_path, flag: str = "--tokenizer") -> HFTokenizer:
-    """GPT-2's tokenizer from its original pair of files, vocab.json ({token: id}) and merges.txt (one merge per
-    line, by priority) in the same folder: GPT-2's byte-level pre-tokenizer and decoder (its encoder.py, as the
-    `tokenizers` library builds it: ByteLevel without a prefix space), and every vocabulary entry named like an
-    end-of-text token (<|endoftext|> = 50256 in GPT-2's) a special token, matched whole."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    vocab_path = Path(vocab_path)
-    merges_path = vocab_path.parent / "merges.txt"
-    check_input(vocab_path, flag, "vocab.json", max_bytes=MAX_TOKENIZER_BYTES)
-    if not merges_path.exists():
-        raise TrainledgerError(f"{flag} {vocab_path}: a GPT-2 style vocab.json needs its merges.txt beside it "
-                               f"({merges_path} is missing)")
-    check_input(merges_path, flag, "merges.txt", max_bytes=MAX_TOKENIZER_BYTES)
-    try:
-        model = models.BPE.from_file(str(vocab_path), str(merges_path))
-    except Exception as error:      # the library raises a bare Exception with its parser's message
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TrainledgerError(f"{flag} {vocab_path}: not a vocab.json + merges.txt pair: {reason}") from None
-    backend = Tokenizer(model)
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    vocab = backend.get_vocab()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in EOT_NAMES if t in vocab])
-    return HFTokenizer(backend, f"{vocab_path.resolve().parent.name or 'gpt2'}/vocab.json"[-48:])
+def training_texts(path, text_column: str = "text", chunk_bytes: int = 1 << 24, flag: str = "INPUT"):
+    """The texts a BPE is trained on, streamed: a dataset's documents (its text column), or a text file's pieces."""
+    from trainledger.data.datasets import dataset_kind, iter_documents
+    from trainledger.data.encode import file_chunks, text_pieces
+    path = check_input(Path(path), flag, "input file")
+    if dataset_kind(path):
+        return iter_documents(path, text_column, flag)
+    return (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
 
 
 def train_bpe_file(path, vocab_size: int, text_column: str = "text", chunk_bytes: int = 1 << 24,
                    progress: bool = False, flag: str = "INPUT", special_tokens=()) -> HFTokenizer:
     """A byte-level BPE trained on a text file or a dataset's text column (streamed), named bpe-<vocab>-<stem>."""
-    from trainledger.data.datasets import dataset_kind, iter_documents
-    from trainledger.data.encode import file_chunks, text_pieces
-    path = check_input(Path(path), flag, "input file")
-    if dataset_kind(path):
-        texts = iter_documents(path, text_column, flag)
-    else:
-        texts = (piece for pieces in text_pieces(file_chunks(path, chunk_bytes), path, flag) for piece in pieces)
-    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{path.stem}"[:48], show_progress=progress,
+    texts = training_texts(path, text_column, chunk_bytes, flag)
+    return train_bpe(texts, vocab_size, name=f"bpe-{int(vocab_size)}-{Path(path).stem}"[:48], show_progress=progress,
                      special_tokens=special_tokens)

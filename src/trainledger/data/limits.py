@@ -20,14 +20,22 @@ from trainledger.errors import TrainledgerError
 
 MAX_VOCAB = 1 << 24
 MAX_RUN_CHARS = 4096
+# A token of a vocabulary file: at most MAX_TOKEN_CHARS characters (a .tiktoken token at most as many bytes). The
+# merge search of a .tiktoken file (data/bpe.py from_tiktoken) tries every split of every token, a cost that grows
+# with the square of a token's length (one 100 KB token took 4.5 s, one of 10 MB ran past two minutes); the
+# tokens of published vocabularies are words and runs of one character, far shorter. MAX_MERGE_SEARCH bounds the
+# whole file's cost: the sum of its tokens' squared lengths.
+MAX_TOKEN_CHARS = 1024
+MAX_MERGE_SEARCH = 1 << 30
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SPACE = re.compile(r"\s")
 
 
 def check_tokenizer_ids(text: str, path, flag: str) -> None:
     """A one-line TrainledgerError naming `flag` when the tokenizer.json `text` gives any token an id that is not
-    an integer in [0, MAX_VOCAB) (model.vocab of BPE/WordPiece/WordLevel, added_tokens); JSON errors are left to
-    the library, which names them."""
+    an integer in [0, MAX_VOCAB) (model.vocab of BPE/WordPiece/WordLevel, added_tokens), two tokens of model.vocab
+    one id, an added token the id of another vocabulary token, or a token (or a merge) is longer than
+    MAX_TOKEN_CHARS; JSON errors are left to the library, which names them."""
     try:
         config = json.loads(text)
     except RecursionError:
@@ -45,13 +53,68 @@ def check_tokenizer_ids(text: str, path, flag: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_VOCAB:
             raise TrainledgerError(f"{flag} {path}: token {str(token)[:30]!r} has id {str(value)[:30]}; ids must be "
                                    f"integers in 0..{MAX_VOCAB - 1:,} (2^24)")
+    check_vocabulary(vocab.items() if isinstance(vocab, dict) else (), path, flag)
+    by_id = {value: token for token, value in (vocab.items() if isinstance(vocab, dict) else ())}
+    for token in added if isinstance(added, list) else ():
+        if not isinstance(token, dict):
+            continue
+        content, value = token.get("content"), token.get("id")
+        if isinstance(content, str) and len(content) > MAX_TOKEN_CHARS:
+            raise TrainledgerError(f"{flag} {path}: an added token is {len(content):,} characters long; tokens are "
+                                   f"at most {MAX_TOKEN_CHARS:,}")
+        if by_id.setdefault(value, content) != content:
+            raise TrainledgerError(f"{flag} {path}: added token {str(content)[:30]!r} has id {value}, the id of "
+                                   f"{str(by_id[value])[:30]!r}; every id names one token")
+    pieces = vocab if isinstance(vocab, list) else []                       # Unigram: [[piece, score], ...]
+    if any(isinstance(p, list) and p and isinstance(p[0], str) and len(p[0]) > MAX_TOKEN_CHARS for p in pieces):
+        raise TrainledgerError(f"{flag} {path}: a vocabulary piece is longer than {MAX_TOKEN_CHARS:,} characters")
+    merges = model.get("merges") if isinstance(model, dict) else None
+    for merge in merges if isinstance(merges, list) else ():
+        size = len(merge) if isinstance(merge, str) else sum(len(p) for p in merge if isinstance(p, str)) \
+            if isinstance(merge, list) else 0
+        if size > 2 * MAX_TOKEN_CHARS + 1:
+            raise TrainledgerError(f"{flag} {path}: a merge is {size:,} characters long; tokens are at most "
+                                   f"{MAX_TOKEN_CHARS:,}")
 
 
-def check_rank(rank: int, number: int, path, flag: str) -> None:
-    """A one-line TrainledgerError when a .tiktoken rank (line `number`) is no id in [0, MAX_VOCAB)."""
+def check_vocabulary(items, path, flag: str) -> None:
+    """A one-line TrainledgerError naming `flag` unless every (token, id) of `items` has a string token of at most
+    MAX_TOKEN_CHARS characters and an integer id in [0, MAX_VOCAB), no two tokens sharing an id (a vocab.json
+    whose "th" had the id 5 of byte 5 decoded "a\x05b" as "athb"; one of 2^40 became 0)."""
+    seen: dict[int, str] = {}
+    for token, value in items:
+        if not isinstance(token, str):
+            raise TrainledgerError(f"{flag} {path}: a token is {type(token).__name__}, not a string")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise TrainledgerError(f"{flag} {path}: token {token[:30]!r}... is {len(token):,} characters long; "
+                                   f"tokens are at most {MAX_TOKEN_CHARS:,}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_VOCAB:
+            raise TrainledgerError(f"{flag} {path}: token {token[:30]!r} has id {str(value)[:30]}; ids must be "
+                                   f"integers in 0..{MAX_VOCAB - 1:,} (2^24)")
+        other = seen.setdefault(value, token)
+        if other != token:
+            raise TrainledgerError(f"{flag} {path}: tokens {other[:30]!r} and {token[:30]!r} share the id {value}; "
+                                   "every id names one token")
+
+
+def check_rank(rank: int, number: int, path, flag: str, token: bytes = b"") -> None:
+    """A one-line TrainledgerError when a .tiktoken rank (line `number`) is no id in [0, MAX_VOCAB) or its token is
+    longer than MAX_TOKEN_CHARS bytes."""
     if not 0 <= rank < MAX_VOCAB:
         raise TrainledgerError(f"{flag} {path}: line {number} has rank {str(rank)[:30]}; ranks must be integers in "
                                f"0..{MAX_VOCAB - 1:,} (2^24)")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise TrainledgerError(f"{flag} {path}: line {number} has a token of {len(token):,} bytes; tokens are at most "
+                               f"{MAX_TOKEN_CHARS:,} bytes")
+
+
+def check_merge_search(lengths, path, flag: str) -> None:
+    """A one-line TrainledgerError when a rank file's tokens are too long in all for the merge search (the sum of
+    their squared lengths beyond MAX_MERGE_SEARCH)."""
+    work = sum(length * length for length in lengths)
+    if work > MAX_MERGE_SEARCH:
+        raise TrainledgerError(f"{flag} {path}: its tokens are too long in all (sum of squared lengths {work:,}, at "
+                               f"most {MAX_MERGE_SEARCH:,}): not a published rank file")
 
 
 @functools.lru_cache(maxsize=8)

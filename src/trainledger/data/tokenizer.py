@@ -56,17 +56,19 @@ class ByteTokenizer:
     name = BYTES
     sha256 = BYTES_SHA256
     eot_id = None                 # no end-of-text token: dataset documents are separated by "\n\n"
+    special_tokens: dict = {}     # none: every string is its bytes
+    allowed_special = frozenset()
     chunk_safe = True             # a file may be cut at any byte
     bytewise = True               # ids are the bytes themselves: encoders copy bytes without decoding
 
     def __init__(self, dtype: str = "uint16"):
         self.dtype = _check_dtype(dtype)
 
-    def encode(self, text: str) -> np.ndarray:
-        """The token ids (1-D array of self.dtype) of `text`'s UTF-8 bytes."""
+    def encode(self, text: str, allowed_special=None) -> np.ndarray:
+        """The token ids (1-D array of self.dtype) of `text`'s UTF-8 bytes (there are no special tokens)."""
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(self.dtype)
 
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: list[str], allowed_special=None) -> list[np.ndarray]:
         return [self.encode(text) for text in texts]
 
     def decode(self, tokens) -> str:
@@ -85,16 +87,20 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_tokens=()):
+def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_tokens=(), allowed_special=()):
     """The tokenizer named by `spec`: "bytes", or a path to a tokenizer.json, a .tiktoken rank file, or a GPT-2
     style vocab.json with its merges.txt beside it (or the folder holding that pair); `special_tokens` added.
 
-    Files are checked before they are read (a directory, a pipe, a device or an oversized file is a one-line
-    error naming `flag`); no network is used and nothing is unpickled.
+    Special tokens in text are ordinary text (tiktoken's rule) except those of `special_tokens` and of
+    `allowed_special` (--allow-special: names, or "all"), which give their ids. Files are checked before they
+    are read (a directory, a pipe, a device or an oversized file is a one-line error naming `flag`); no network
+    is used and nothing is unpickled.
     """
+    allowed_special = tuple(allowed_special or ())
     if isinstance(spec, str) and spec.strip().lower() == BYTES:
-        if special_tokens:
-            raise TrainledgerError("--special-token needs a BPE tokenizer (--tokenizer FILE, or --train-bpe): the "
+        if special_tokens or allowed_special:
+            flag_name = "--special-token" if special_tokens else "--allow-special"
+            raise TrainledgerError(f"{flag_name} needs a BPE tokenizer (--tokenizer FILE, or --train-bpe): the "
                                    "byte tokenizer has only the 256 byte values")
         return ByteTokenizer()
     path = Path(spec)
@@ -107,13 +113,17 @@ def load_tokenizer(spec: str | os.PathLike, flag: str = "--tokenizer", special_t
         raise TrainledgerError(f"{flag} {path}: give 'bytes', a tokenizer.json (Hugging Face tokenizers), a "
                                f".tiktoken rank file or a vocab.json with its merges.txt; '{path.suffix or path.name}' "
                                "is none of them")
-    from trainledger.data.bpe import load_hf, load_vocab_merges, with_special_tokens
+    from trainledger.data.bpe import load_hf, with_special_tokens
+    from trainledger.data.bpe_files import load_vocab_merges
     if path.name == "vocab.json" or (path.suffix == ".json" and (path.parent / "merges.txt").is_file()
                                      and not _is_tokenizer_json(path)):
         tokenizer = load_vocab_merges(path, flag)
     else:
         tokenizer = load_hf(path, flag)
-    return with_special_tokens(tokenizer, special_tokens)
+    tokenizer = with_special_tokens(tokenizer, special_tokens)
+    if allowed_special:
+        tokenizer.allowed_special |= tokenizer.allowed("all" if "all" in allowed_special else allowed_special)
+    return tokenizer
 
 
 def _is_tokenizer_json(path: Path) -> bool:
@@ -192,12 +202,14 @@ def check_output(out_path: Path, input_path: Path | None = None, stem: str = "in
     """Refuses an output token path that is a directory, a device or pipe, in a missing folder, the input, or an
     existing file that is no token file (someone's text, a config: replacing it would lose it)."""
     import stat as stat_
-    if out_path.is_dir():
+    from trainledger.files import check_output as check_written
+    if out_path.is_dir() and not out_path.is_symlink():
         raise TrainledgerError(f"output {out_path} is a directory ({flag}); give a file name, e.g. "
                                f"{out_path / (stem + '.tokens')}")
     if out_path.exists() and not stat_.S_ISREG(out_path.stat().st_mode):
         raise TrainledgerError(f"output {out_path} is not a regular file ({flag}): a token file is written beside "
                                "it and renamed onto it, which a device or pipe cannot take; give a file name")
+    check_written(out_path, flag, "a token file", hint="give another name, or move it away first")   # no link
     if not out_path.parent.is_dir():
         raise TrainledgerError(f"output directory {out_path.parent} does not exist ({flag})")
     if input_path is not None and out_path.resolve() == input_path.resolve():
@@ -214,23 +226,27 @@ def _starts_like_tokens(path: Path) -> bool:
         return handle.read(len(MAGIC)) == MAGIC
 
 
-def save_beside(tokenizer, out_path) -> Path:
+def save_beside(tokenizer, out_path, flag: str = "--train-bpe") -> Path:
     """Saves `tokenizer` as tokenizer.json in the folder of the token file `out_path`; its path.
 
     A tokenizer.json already there that is another tokenizer is not overwritten (token files beside it may
-    have been made with it): a one-line error says so.
+    have been made with it): a one-line error says so, naming `flag`, the option that asked for the save
+    (--train-bpe, or --special-token added to a --tokenizer FILE), and how to go on.
     """
-    path = Path(out_path).parent / TOKENIZER_FILE
+    from trainledger.files import check_output as check_written
+    path = check_written(Path(out_path).parent / TOKENIZER_FILE, flag, "a tokenizer",
+                         hint="write OUTPUT.tokens into another folder")
     if path.exists():
         try:
-            existing = load_tokenizer(path, "--train-bpe")
+            existing = load_tokenizer(path, flag)
         except TrainledgerError:
             existing = None
         if existing is not None and existing.sha256 == tokenizer.sha256:
             return path
-        raise TrainledgerError(f"--train-bpe: {path} exists and is another tokenizer; token files beside it may "
-                               f"need it: write OUTPUT.tokens into another folder, or reuse it with --tokenizer {path}")
+        reuse = "reuse it with --tokenizer " + str(path) + ("" if flag == "--train-bpe" else " (without --special-token)")
+        raise TrainledgerError(f"{flag}: {path} exists and is another tokenizer (the token files beside it may need "
+                               f"it); write OUTPUT.tokens into another folder, or {reuse}")
     try:
         return tokenizer.save(path)
     except OSError as error:
-        raise TrainledgerError(f"--train-bpe: cannot write {path}: {error.strerror or error}") from None
+        raise TrainledgerError(f"{flag}: cannot write {path}: {error.strerror or error}") from None

@@ -51,7 +51,7 @@ import torch
 
 from trainledger.account.time.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
-from trainledger.files import atomic_path
+from trainledger.files import json_format_problem, replace_output
 from trainledger.measure.cpu_load import OthersCpu, busy_warning  # noqa: F401  (busy_warning: part of this API)
 from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
@@ -110,11 +110,14 @@ def cache_device(path) -> str | None:
     return match.group(1) if match else None
 
 
-def save_profile(profile: dict, path) -> Path:
-    """Writes `profile` as JSON to `path` atomically (a temporary file beside it, then os.replace)."""
+def save_profile(profile: dict, path, flag: str | None = None) -> Path:
+    """Writes `profile` as JSON to `path` atomically (a temporary file beside it, then os.replace), never through a
+    link or onto a device (files.replace_output). A path the user named (`flag`, bench's --out) is replaced only
+    when it holds a calibration profile; the cache's own file (flag None) whatever it holds."""
     path = Path(path)
     check_profile(profile)
-    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+    ours = json_format_problem(FORMAT) if flag else None
+    with replace_output(path, flag or "calibration cache", "a calibration profile", ours) as tmp, open(tmp, "w") as handle:
         json.dump(profile, handle, indent=1)
         handle.flush()
         os.fsync(handle.fileno())

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
-from trainledger.files import atomic_path
+from trainledger.files import chrome_trace_problem, replace_output
 from trainledger.measure.categories import (  # noqa: F401  (GPU_CATEGORIES, WORDS re-exported)
     CATEGORIES, GPU_CATEGORIES, REGIONS, WORDS, op_category)
 from trainledger.measure.diagnosis import SetUp, diagnose, largest_part  # noqa: F401
@@ -407,9 +407,10 @@ def unprofiled_categories(gpu: dict, step_seconds: float) -> dict:
 
 
 def write_trace(prof, path) -> Path:
-    """Writes the profiler's Chrome/Perfetto trace (JSON) to `path` atomically."""
+    """Writes the profiler's Chrome/Perfetto trace (JSON) to `path` atomically, never through a link, onto a
+    device or over a file that is no trace (files.replace_output)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with replace_output(path, "--trace", "a profiler trace", chrome_trace_problem) as tmp:
         prof.export_chrome_trace(str(tmp))
     return path
 

@@ -10,6 +10,7 @@ What each block computes and which tensors autograd saves is written down in doc
 
 from trainledger.models.cruncher import Cruncher
 from trainledger.models.linear import Linear
+from trainledger.models.primitives import Embedding, silu, softmax
 from trainledger.models.transformer import RECOMPUTE, Transformer, build_model
 
-__all__ = ["Cruncher", "Linear", "Transformer", "RECOMPUTE", "build_model"]
+__all__ = ["Cruncher", "Embedding", "Linear", "Transformer", "RECOMPUTE", "build_model", "silu", "softmax"]

@@ -38,6 +38,7 @@ class Attention(nn.Module):
         self.n_kv_heads = spec.kv_heads
         self.head_dim = spec.head_dim
         self.use_rope = spec.position == "rope"
+        self.rope_layout = spec.rope_layout
         self.scale = spec.attn_scale
         self.softcap = spec.attn_softcap
         self.clip = spec.clip_qkv
@@ -66,7 +67,7 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos, sin, self.rope_layout), apply_rope(k, cos, sin, self.rope_layout)
         core = self.softcapped_core if self.softcap is not None else self.core
         if self.sinks is not None:
             core = self.sink_core
@@ -75,27 +76,27 @@ class Attention(nn.Module):
             out = core(q, k, v, mask, causal)
         elif self.selective and torch.is_grad_enabled() and x.requires_grad:
             with set_checkpoint_early_stop(False):   # recompute the whole core (matters for the math backend)
-                out = checkpoint(core, q, k, v, mask, use_reentrant=False)
+                out = checkpoint(core, q, k, v, mask, mask is None, use_reentrant=False)
         else:
-            out = core(q, k, v, mask)
+            out = core(q, k, v, mask, mask is None)     # the model's layers are causal: no mask = the causal kernel
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
 
     def core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
-             v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor | None = None, causal: bool | None = None
+             v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor | None = None, causal: bool = False
              ) -> Float[Tensor, "batch heads seq head_dim"]:
-        """softmax(QKᵀ·scale + mask)·V: one SDPA call (flash kernel where available); causal when no mask is given
-        (`causal=False`: a decoding query that may see every cached key it is given)."""
+        """softmax(QKᵀ·scale + mask)·V: one SDPA call (flash kernel where available). `mask` None means no mask:
+        every query sees every key, as None means everywhere else (torch's SDPA, CS336's attention), unless
+        `causal` (SDPA's is_causal: query i sees keys up to i). The layers pass causal=True with no mask."""
         gqa = self.n_kv_heads != self.n_heads
-        causal = mask is None if causal is None else causal
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                              enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                              scale=self.scale, enable_gqa=gqa)
 
-    def sink_core(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool | None = None) -> Tensor:
+    def sink_core(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """The core with gpt-oss's attention sinks (models.mla.sink_core)."""
-        return sink_core(q, k, v, self.sinks, mask, self.scale)
+        return sink_core(q, k, v, self.sinks, mask, self.scale, causal)
 
     def softcapped_core(self, q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
-                        v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor, causal: bool | None = None
+                        v: Float[Tensor, "batch kv_heads keys head_dim"], mask: Tensor, causal: bool = False
                         ) -> Float[Tensor, "batch heads seq head_dim"]:
         """softmax(c·tanh(QKᵀ·scale / c) + mask) in fp32, cast back, times V (Gemma 2's soft-capped attention).
 

@@ -8,7 +8,9 @@ Llama (modeling_llama): parameters under `model.`, the same nn.Linear layout as 
 input_layernorm / post_attention_layernorm, `lm_head` when untied. RoPE: ours rotates pairs (i, i + d/2) with the
 "rotate half" layout (models/rope.py), exactly transformers' `rotate_half` / `apply_rotary_pos_emb`, so q and k
 need no permutation (weights converted from Meta's interleaved layout were permuted once, by transformers'
-convert_llama_weights_to_hf.py; a Hugging Face checkpoint is already in this layout).
+convert_llama_weights_to_hf.py; a Hugging Face checkpoint is already in this layout). A model in the interleaved
+layout (spec.rope_layout) has its q and k rows permuted to the half layout on the way out (to_hf) and back on the
+way in (`to_layout`, for --init-from): the same logits in either.
 A spec another family describes (biases on q/k/v only, QK-norm, sliding windows, MoE, soft-capping, ...) has no
 exact GPT2/Llama equivalent and is refused with the features named. Pure torch: transformers is never imported.
 """
@@ -104,11 +106,28 @@ def to_hf(spec, state: dict[str, Tensor]) -> dict[str, Tensor]:
                 out[f"{theirs}{b}.bias"] = _bias(state, f"{ours}{a}")
         out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = state["norm.weight"], state["norm.bias"]
     else:
+        state = to_layout(spec, state, spec.rope_layout, "half")
         for ours, theirs in _llama_names(spec):
             out[theirs] = state[ours]
     if not spec.tied_embeddings:
         out["lm_head.weight"] = state["lm_head.weight"]
     return {name: tensor.detach().contiguous() for name, tensor in out.items()}
+
+
+def to_layout(spec, state: dict[str, Tensor], source: str, target: str) -> dict[str, Tensor]:
+    """Our state dict for `spec` with every layer's q and k projection (weight and bias) moved from RoPE layout
+    `source` to `target` (models/rope.py convert_layout); the other tensors as they are."""
+    from trainledger.models.rope import convert_layout
+    if source == target or spec.position != "rope":
+        return state
+    out = dict(state)
+    for i in range(spec.n_layers):
+        for proj, heads in (("q_proj", spec.n_heads), ("k_proj", spec.kv_heads)):
+            for kind in ("weight", "bias"):
+                name = f"blocks.{i}.attn.{proj}.{kind}"
+                if name in out:
+                    out[name] = convert_layout(out[name], heads, spec.head_dim, spec.rotary_dim, source, target)
+    return out
 
 
 def _bias(state: dict, prefix: str) -> Tensor:

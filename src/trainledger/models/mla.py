@@ -22,8 +22,7 @@ class LatentAttention(nn.Module):
         [k_c, v] = norm(c_kv) W_kvb kv_lora_rank -> H·(nope + V)
         k = [k_c, RoPE(k_r)] per head; out = softmax(q kᵀ / √D) v W_o, W_o: H·V -> d
     The matrices are those of account.counting.params.mla_attention_matrices, so numel and FLOPs agree with the
-    count. RoPE is applied in the rotate-half layout (DeepSeek's checkpoints interleave pairs: the same cost,
-    other numbers). With a KV cache (generation) the full per-head keys and values are cached, not the latent
+    count. RoPE is applied in the spec's rope_layout (DeepSeek-V3's config: interleaved pairs, rope_interleave). With a KV cache (generation) the full per-head keys and values are cached, not the latent
     (DeepSeek-V2's weight absorption is not done).
     """
 
@@ -34,6 +33,7 @@ class LatentAttention(nn.Module):
         self.n_heads, self.rope_dim, self.value_dim = h, spec.qk_rope_head_dim, spec.value_dim
         self.nope_dim, self.latent = spec.head_dim - spec.qk_rope_head_dim, spec.kv_lora_rank
         self.selective = False
+        self.rope_layout = spec.rope_layout
         if spec.q_lora_rank:
             self.q_a_proj = nn.Linear(d, spec.q_lora_rank, bias=False, **factory)
             self.q_a_norm = make_norm(spec, spec.q_lora_rank, **factory)
@@ -53,8 +53,8 @@ class LatentAttention(nn.Module):
         kv = rearrange(self.kv_b_proj(self.kv_a_norm(latent)), "b t (h d) -> b h t d", h=self.n_heads)
         k_nope, v = kv.split([self.nope_dim, self.value_dim], dim=-1)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        k_rope = apply_rope(k_rope[:, None], cos, sin).expand(-1, self.n_heads, -1, -1)
-        q = torch.cat((q_nope, apply_rope(q_rope, cos, sin)), dim=-1)
+        k_rope = apply_rope(k_rope[:, None], cos, sin, self.rope_layout).expand(-1, self.n_heads, -1, -1)
+        q = torch.cat((q_nope, apply_rope(q_rope, cos, sin, self.rope_layout)), dim=-1)
         k = torch.cat((k_nope, k_rope), dim=-1)
         causal = mask is None
         if cache is not None:       # the full per-head keys and values are cached (not the latent: no absorption)
@@ -65,17 +65,21 @@ class LatentAttention(nn.Module):
 
 def sink_core(q: Float[Tensor, "batch heads seq head_dim"], k: Float[Tensor, "batch kv_heads keys head_dim"],
               v: Float[Tensor, "batch kv_heads keys head_dim"], sinks: Float[Tensor, "heads"], mask: Tensor | None,
-              scale: float | None) -> Float[Tensor, "batch heads seq head_dim"]:
+              scale: float | None, causal: bool = True) -> Float[Tensor, "batch heads seq head_dim"]:
     """softmax over [QKᵀ·scale + mask, sink_h] without the sink column, times V (gpt-oss's attention sinks:
     one learned logit per head that takes probability mass but contributes no value; OpenAI gpt-oss model card,
-    arXiv:2508.10925, Sec. 2.1). Written out (SDPA has no sinks): 2·B·H·T·T·D FLOPs each for QKᵀ and A·V."""
+    arXiv:2508.10925, Sec. 2.1). Written out (SDPA has no sinks): 2·B·H·T·T·D FLOPs each for QKᵀ and A·V.
+    No `mask`: causal when `causal` (the T queries are the last T of the keys), else every key is seen (a decoding
+    query over its cache; it saw only the first key before)."""
     b, h, t, d = q.shape
     g = h // k.shape[1]
     k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
     scores = q @ k.transpose(-1, -2) * (scale if scale is not None else d ** -0.5)
-    if mask is None:
-        mask = torch.full((t, k.shape[2]), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
-    scores = scores + mask
+    keys = k.shape[2]
+    if mask is None and causal:
+        mask = torch.full((t, keys), float("-inf"), device=q.device, dtype=q.dtype).triu(keys - t + 1)
+    if mask is not None:
+        scores = scores + mask
     column = sinks.to(scores.dtype).view(1, h, 1, 1).expand(b, h, t, 1)
     probs = torch.softmax(torch.cat((scores, column), dim=-1).float(), dim=-1)[..., :-1].to(q.dtype)
     return probs @ v

@@ -256,7 +256,8 @@ class Transformer(nn.Module):
         spec = self.spec
         if spec.position != "rope":
             return {}
-        return {theta: rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype)
+        return {theta: rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype,
+                                    layout=spec.rope_layout)
                 for theta in sorted({spec.layer_rope_theta(i) for i in range(spec.n_layers)})}
 
     def _layer_inputs(self, seq_len: int, device, dtype) -> tuple[dict, dict]:
@@ -271,7 +272,8 @@ class Transformer(nn.Module):
         rope = {}
         if spec.position == "rope":
             for theta in sorted({spec.layer_rope_theta(i) for i in range(spec.n_layers)}):
-                rope[theta] = rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype)
+                rope[theta] = rope_cos_sin(seq_len, spec.rotary_dim, theta, device=device, dtype=dtype,
+                                           layout=spec.rope_layout)
         if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):   # (meta has no autocast)
             dtype = torch.get_autocast_dtype(device.type)
         alibi = alibi_slopes(spec.n_heads, spec.alibi_bias_max) if spec.position == "alibi" else None

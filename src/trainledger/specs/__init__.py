@@ -31,7 +31,7 @@ def get_model(name_or_path: str, flag: str = "--model") -> ModelSpec:
                                f"({error.strerror or error})") from None
     if is_path:
         from trainledger.specs.hf_config import spec_from_config_file
-        return spec_from_config_file(path, flag)
+        return spec_from_config_file(path, flag)          # sizes checked there (specs/bounds.py)
     known = ", ".join(PRESETS)
     raise TrainledgerError(f"unknown model {name_or_path!r} ({flag}).{names.did_you_mean(key, [*PRESETS, *PRESET_ALIASES])} "
                            f"Known presets: {known}; or give a path to a Hugging Face config.json")

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError
 from trainledger.files import read_regular_file
+from trainledger.specs.bounds import check_bounds
 from trainledger.specs.hf_config_moe import MOE_MODEL_TYPES, read_moe_config
 from trainledger.specs.hf_config_parallel import PARALLEL_MODEL_TYPES, read_parallel_config
 from trainledger.specs.model import TransformerSpec
@@ -105,7 +106,9 @@ def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--mod
     reader = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt, "deepseek_v3": _moe,
               "gpt_oss": _moe, "phi": _parallel, "falcon": _parallel}.get(model_type, _llama_like)
     try:
-        return reader(config, get, model_type, flag).with_(name=name, source=source, family=model_type)
+        spec = reader(config, get, model_type, flag).with_(name=name, source=source, family=model_type)
+        hf_run_fields(config, flag)           # its dropout probabilities in [0, 1), as training would read them
+        return check_bounds(spec, flag)
     except TypeError as error:  # a value of the wrong JSON type (a string where a number belongs)
         raise TrainledgerError(f"config has a value of the wrong type ({flag}): {error}") from None
     except TrainledgerError as error:  # TransformerSpec's own checks (heads must divide d_model, ...)
@@ -175,6 +178,17 @@ def _rope(config: dict, get, flag: str, model_type: str, default_theta: float, l
     return theta, factor, notes
 
 
+def rope_layout(get, default: str = "half") -> str:
+    """The RoPE layout a config's weights use (models/rope.py): transformers' Llama-style models pair (i, i + d/2)
+    ("half"); trainledger reads an optional `rope_layout` key ("half" or "interleaved", not a transformers key) for
+    weights in Meta's (2i, 2i + 1) layout."""
+    value = get("rope_layout", default, str)
+    if value not in ("half", "interleaved"):
+        raise TrainledgerError(f"config key 'rope_layout' must be 'half' (Hugging Face) or 'interleaved' (Meta), "
+                               f"got {value[:40]!r} (--model)")
+    return value
+
+
 # Configs that name layers one by one (sliding windows, dense MoE layers) are read layer by layer; the deepest
 # published models have ~128 layers, so more than this is a planted or broken file, not a model.
 MAX_LISTED_LAYERS = 100_000
@@ -223,6 +237,7 @@ def _llama_like(config: dict, get, model_type: str, flag: str) -> TransformerSpe
         qkv_bias=qkv_bias, attn_out_bias=bias, rope_theta=theta, partial_rotary_factor=factor,
         mlp_bias=get("mlp_bias", False, bool) if model_type == "llama" else False,
         tied_embeddings=get("tie_word_embeddings", gemma, bool), qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text"),
+        rope_layout=rope_layout(get),
     )
     if gemma:
         fields.update(_gemma(config, get, model_type, flag, head_dim or d_model // n_heads, n_layers))
@@ -305,6 +320,10 @@ def _qwen_moe(config: dict, get, model_type: str, n_layers: int, dense_d_ff: int
         raise TrainledgerError(f"config key 'decoder_sparse_step' must be a positive integer, got {step!r} (--model)")
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise TrainledgerError(f"config key 'mlp_only_layers' must be a list of layer indices, got {str(only)[:60]} (--model)")
+    outside = next((i for i in only if not 0 <= i < n_layers), None)
+    if outside is not None:
+        raise TrainledgerError(f"config key 'mlp_only_layers' names layer {outside}, outside the model's layers "
+                               f"0..{n_layers - 1} (--model)")
     only = set(only)
     dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step)
     fields = {"n_experts": _n_experts(get, "num_experts", "num_local_experts"), "experts_per_token": get("num_experts_per_tok"),

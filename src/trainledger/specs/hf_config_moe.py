@@ -5,7 +5,8 @@
   qk_rope_head_dim, v_head_dim; n_routed_experts of moe_intermediate_size, top num_experts_per_tok; n_shared_experts
   always-on experts (one MLP of n_shared_experts · moe_intermediate_size, no gate); layer i is MoE when
   i >= first_k_dense_replace and i % moe_layer_freq == 0, else a dense MLP of intermediate_size;
-  num_nextn_predict_layers multi-token-prediction modules (counted apart from n_params); n_group / topk_group the
+  num_nextn_predict_layers multi-token-prediction modules (counted apart from n_params); rope_interleave (default
+  true: RoPE pairs adjacent dims, rope_layout "interleaved"); n_group / topk_group the
   group-limited routing (expert_groups / expert_groups_per_token; absent or 1: none), used by the token-based
   dispatchers' time (account/time/expert_parallel.py).
 - gpt_oss (transformers' GptOssConfig / modeling_gpt_oss): num_local_experts experts of intermediate_size with
@@ -51,9 +52,9 @@ def read_moe_config(config: dict, get, model_type: str, flag: str, *, rope: tupl
             sliding_layers=sliding_layers(lambda i: (i + 1) % 2),
             approximations=GPT_OSS_NOTES + notes)
     first_dense, every = get("first_k_dense_replace", 3), get("moe_layer_freq", 1)
-    if first_dense < 0 or every < 1:
-        raise TrainledgerError(f"config keys 'first_k_dense_replace' (>= 0) and 'moe_layer_freq' (>= 1) are out of "
-                               f"range: {first_dense!r}, {every!r} ({flag})")
+    if not 0 <= first_dense <= n_layers or every < 1:
+        raise TrainledgerError(f"config keys 'first_k_dense_replace' (0..{n_layers}, the layers) and 'moe_layer_freq' "
+                               f"(>= 1) are out of range: {first_dense!r}, {every!r} ({flag})")
     dense = tuple(i for i in range(n_layers) if i < first_dense or i % every)
     expert_d_ff, shared = get("moe_intermediate_size"), get("n_shared_experts", 1)
     rope, nope = get("qk_rope_head_dim", 64), get("qk_nope_head_dim", 128)
@@ -61,6 +62,7 @@ def read_moe_config(config: dict, get, model_type: str, flag: str, *, rope: tupl
         notes += ("attention_bias true is not built: multi-head latent attention without biases",)
     return TransformerSpec(
         **common, n_kv_heads=common["n_heads"], d_head=nope + rope, d_ff=expert_d_ff,
+        rope_layout="interleaved" if get("rope_interleave", True, bool) else "half",   # transformers' DeepseekV3Config
         norm_eps=get("rms_norm_eps", 1e-6, float), n_experts=get("n_routed_experts"),
         experts_per_token=get("num_experts_per_tok"), renormalize_topk=get("norm_topk_prob", True, bool),
         shared_expert_d_ff=shared * expert_d_ff if shared else None, dense_layers=dense,

@@ -10,7 +10,9 @@ three layers read the same fields. Pure data — no torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 from trainledger.errors import TrainledgerError
 
@@ -18,6 +20,7 @@ POSITIONS = ("learned", "rope", "alibi")   # GPT-2 learned absolute positions | 
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm")  # LayerNorm | RMSNorm w·x̂ (Llama) | RMSNorm (1 + w)·x̂ in fp32 (Gemma)
 MLPS = ("gelu", "swiglu", "geglu")   # 2 matrices d->d_ff->d with GELU | 3: down(act(gate(x)) * up(x)), act silu | gelu
 GELU_APPROXIMATIONS = ("tanh", "none")  # torch's F.gelu(approximate=...): tanh (GPT-2 gelu_new, Gemma) | none (erf)
+ROPE_LAYOUTS = ("half", "interleaved")  # RoPE pairs (i, i + d/2): Hugging Face | (2i, 2i + 1): Meta, DeepSeek (models/rope.py)
 # Default --seq-len of a config.json (which does not record its pre-training context): the bulk pre-training
 # context of Llama 3 (arXiv:2407.21783, Sec. 3.4.1: 8K tokens before the long-context stage) and Mistral 7B
 # (arXiv:2310.06825, Table 1: context_len 8192). Presets name their own (specs/presets.py).
@@ -62,6 +65,7 @@ class TransformerSpec:
     n_experts: int = 1                  # > 1: mixture of experts
     experts_per_token: int = 1          # top-k routing
     rope_theta: float = 10000.0
+    rope_layout: str = "half"           # which dims RoPE pairs (ROPE_LAYOUTS); the same counts, other weights
     # --- features of the newer families (defaults: the GPT-2/Llama behaviour) ---------------------------
     partial_rotary_factor: float = 1.0  # RoPE rotates the first int(d_head · factor) dims of each head (NeoX: 0.25)
     rope_local_theta: float | None = None  # RoPE θ of the sliding-window layers (Gemma 3: 10000; global 1e6)
@@ -122,7 +126,7 @@ class TransformerSpec:
         if self.d_head is None and self.d_model % self.n_heads:
             raise TrainledgerError(f"model '{self.name}': n_heads={self.n_heads} must divide d_model={self.d_model} (or give d_head)")
         for name, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                              ("gelu_approximate", GELU_APPROXIMATIONS)):
+                              ("gelu_approximate", GELU_APPROXIMATIONS), ("rope_layout", ROPE_LAYOUTS)):
             if getattr(self, name) not in allowed:
                 raise TrainledgerError(f"model '{self.name}': {name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_experts < 1 or not 1 <= self.experts_per_token <= self.n_experts:
@@ -136,12 +140,14 @@ class TransformerSpec:
                                    f"{self.n_experts} and expert_groups_per_token={self.expert_groups_per_token} "
                                    f"groups must hold the {self.experts_per_token} experts of a token")
         if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim % 2:
+            rotated = self.rotary_dim if 0 < self.partial_rotary_factor <= 1 else "none"
             raise TrainledgerError(f"model '{self.name}': partial_rotary_factor={self.partial_rotary_factor} must give an "
-                                   f"even number of rotated dims in (0, d_head={self.head_dim}], got {self.rotary_dim}")
+                                   f"even number of rotated dims in (0, d_head={self.head_dim}], got {rotated}")
         for name in ("attn_scale", "attn_softcap", "final_softcap", "clip_qkv"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
+            if value is not None and not (_is_number(value) and 0 < value < math.inf):
                 raise TrainledgerError(f"model '{self.name}': {name} must be a positive number or None, got {value!r}")
+        _check_ranges(self)
         if self.dense_layers and self.dense_d_ff is None:
             raise TrainledgerError(f"model '{self.name}': dense_layers {self.dense_layers} need dense_d_ff")
         if self.is_mla and (self.qk_rope_head_dim is None or not self.qk_rope_head_dim < self.head_dim):
@@ -204,9 +210,15 @@ class TransformerSpec:
         """True for the 3-matrix MLPs (SwiGLU, GeGLU): down(act(gate(x)) · up(x))."""
         return self.mlp in ("swiglu", "geglu")
 
+    @cached_property
+    def _named_layers(self) -> tuple[frozenset, frozenset | None]:
+        """(dense_layers, sliding_layers or None) as sets, built once: a membership test per layer is then O(1), not
+        O(named layers) (a 16,384-layer Gemma config named 16,384 layers, and `step` asked about each of them)."""
+        return frozenset(self.dense_layers), None if self.sliding_layers is None else frozenset(self.sliding_layers)
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer `layer` (0-based) has a mixture of experts (False for a dense model or a `dense_layers` entry)."""
-        return self.is_moe and layer not in self.dense_layers
+        return self.is_moe and layer not in self._named_layers[0]
 
     @property
     def n_moe_layers(self) -> int:
@@ -216,7 +228,12 @@ class TransformerSpec:
     def layer_groups(self) -> list[tuple[int, int]]:
         """(a representative layer, how many layers are like it) for each kind of layer (MoE or dense, sliding or
         not, hence its RoPE θ). Only `dense_layers` and `sliding_layers` name layers; every other layer is alike,
-        so per-layer sums cost O(named layers), never O(n_layers): a request may name 10^400 layers."""
+        so per-layer sums cost O(named layers), never O(n_layers): a request may name 10^400 layers. Computed once
+        per spec (the accounting asks hundreds of times per answer)."""
+        return list(self._layer_groups)
+
+    @cached_property
+    def _layer_groups(self) -> tuple[tuple[int, int], ...]:
         named = sorted({i for i in (*self.dense_layers, *(self.sliding_layers or ())) if 0 <= i < self.n_layers})
         groups: dict[tuple[bool, bool], list[int]] = {}
         for i in named:
@@ -225,11 +242,12 @@ class TransformerSpec:
             taken = set(named)
             first = next(i for i in range(len(named) + 1) if i not in taken)
             groups.setdefault((self.is_moe_layer(first), self.is_sliding(first)), [first, 0])[1] += self.n_layers - len(named)
-        return [(layer, count) for layer, count in groups.values()]
+        return tuple((layer, count) for layer, count in groups.values())
 
     def is_sliding(self, layer: int) -> bool:
         """Whether layer `layer` attends only within `sliding_window`."""
-        return self.sliding_window is not None and (self.sliding_layers is None or layer in self.sliding_layers)
+        sliding = self._named_layers[1]
+        return self.sliding_window is not None and (sliding is None or layer in sliding)
 
     def layer_rope_theta(self, layer: int) -> float:
         """RoPE θ of layer `layer`: `rope_local_theta` in sliding-window layers when set, else `rope_theta`."""
@@ -241,6 +259,33 @@ class TransformerSpec:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"kind": self.kind}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# The numbers a forward pass divides by or raises to a power: outside these ranges the model computes NaN or
+# infinities from the first step (a negative RMSNorm eps takes the root of a negative number; θ <= 1 gives RoPE
+# frequencies that do not fall, θ = -inf gives NaN angles), and training then stops at step 1 blaming the
+# learning rate. Published values: eps 1e-12 (BERT) to 1e-5, θ 10,000 (RoFormer) to 5e6; ALiBi's bias_max 8.
+NORM_EPS_RANGE = (0.0, 1.0)               # exclusive at both ends
+
+
+def _check_ranges(spec: "TransformerSpec") -> None:
+    """A one-line TrainledgerError for a value outside the range a forward pass can compute with."""
+    low, high = NORM_EPS_RANGE
+    if not (_is_number(spec.norm_eps) and low < spec.norm_eps < high):
+        raise TrainledgerError(f"model '{spec.name}': norm_eps (rms_norm_eps / layer_norm_epsilon) must be a number in "
+                               f"(0, 1), e.g. 1e-5, got {spec.norm_eps!r}")
+    for name in ("rope_theta", "rope_local_theta"):
+        value = getattr(spec, name)
+        if value is not None and not (_is_number(value) and 1 < value < math.inf):
+            raise TrainledgerError(f"model '{spec.name}': {name} must be a finite number above 1 (the RoPE base; "
+                                   f"10,000 in most models), got {value!r}")
+    if not (_is_number(spec.alibi_bias_max) and 0 < spec.alibi_bias_max < math.inf):
+        raise TrainledgerError(f"model '{spec.name}': alibi_bias_max must be a finite positive number (MPT: 8), got "
+                               f"{spec.alibi_bias_max!r}")
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,7 @@ ALIASES = {
 DEEPSEEK_V3 = TransformerSpec(
     name="deepseek-v3", family="deepseek_v3", vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, n_kv_heads=128, d_head=192,
     d_ff=2048, max_seq_len=163840, norm_eps=1e-6, rope_theta=10000.0, n_experts=256, experts_per_token=8,
+    rope_layout="interleaved",  # transformers' DeepseekV3Config rope_interleave (default true)
     shared_expert_d_ff=2048, dense_layers=(0, 1, 2), dense_d_ff=18432,
     kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, n_mtp_layers=1,
     expert_groups=8, expert_groups_per_token=4, approximations=DEEPSEEK_V3_NOTES,

@@ -6,7 +6,8 @@ Layout of one checkpoint (the directory name carries the optimizer step it was t
         trainer.pt        everything to continue exactly (model and optimizer unless sharded, schedule step,
                           grad scaler, tokens seen, data-sampler state, RNG states, the resolved config)
         model/            only for FSDP: the sharded model + optimizer written by torch.distributed.checkpoint
-        manifest.json     {"step", "format", "files": {relative path: sha256}, "info"}, written last
+        manifest.json     {"step", "format", "files": {relative path: sha256}, "sizes": {relative path: bytes},
+                          "info"}, written last
 
 Writing is atomic: the files go into a temporary directory beside the final one, each file is fsynced,
 the manifest is written last, then `os.replace` renames the directory and the parent is fsynced. A crash
@@ -46,6 +47,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -54,17 +56,13 @@ from pathlib import Path
 
 from trainledger.errors import TrainledgerError, first_line
 from trainledger.files import NotRegularMember, member_path, open_member, read_member, walk_members
+from trainledger.train.checkpoint_safety import (SHARDED_DIR, TRAINER_FILE, UnsafeCheckpointError,  # noqa: F401
+                                                 refuse_raw_pickle, unsafe_problem)
 from trainledger.train.runlock import LOCK_FILE, lock_directory, lock_holder, unlock_directory  # noqa: F401 (re-exported)
 
-TRAINER_FILE = "trainer.pt"
 MANIFEST_FILE = "manifest.json"
-SHARDED_DIR = "model"
 _NAME = re.compile(r"^step_(\d{8,})$")
 MANIFEST_MAX_BYTES = 16 << 20      # a manifest is a few KB: a longer one (a link to /dev/zero) is not read on
-
-
-class UnsafeCheckpointError(TrainledgerError):
-    """A checkpoint holds pickled objects other than tensors and plain containers; it is never loaded."""
 
 
 class CorruptCheckpointError(TrainledgerError):
@@ -137,12 +135,13 @@ def commit(tmp_dir: Path, checkpoint_dir: Path, step: int, fmt: str, info: dict 
     An existing checkpoint of the same step (from a run that crashed after saving it) is replaced.
     """
     tmp_dir, checkpoint_dir = Path(tmp_dir), Path(checkpoint_dir)
-    files = {}
+    files, sizes = {}, {}
     for path in sorted(p for p in tmp_dir.rglob("*") if p.is_file()):
         _fsync_file(path)
         files[path.relative_to(tmp_dir).as_posix()] = sha256_file(path)
+        sizes[path.relative_to(tmp_dir).as_posix()] = path.stat().st_size
     manifest = tmp_dir / MANIFEST_FILE
-    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "info": info or {},
+    manifest.write_text(json.dumps({"step": step, "format": fmt, "files": files, "sizes": sizes, "info": info or {},
                                     "info_sha256": info_sha256(info or {})}, indent=1))
     _fsync_file(manifest)
     for sub in sorted({p.parent for p in tmp_dir.rglob("*") if p.is_file()}):
@@ -306,6 +305,10 @@ def manifest_problem(manifest, path: Path) -> str | None:
             return f"manifest.json lists {str(name)[:60]!r}, not a file inside the checkpoint"
         if not isinstance(digest, str) or not _SHA256.match(digest):
             return f"manifest.json has no sha256 for {name}"
+    sizes = manifest.get("sizes", {})
+    if not isinstance(sizes, dict) or not all(name in files and isinstance(size, int) and not isinstance(size, bool)
+                                              and size >= 0 for name, size in sizes.items()):
+        return "manifest.json has sizes that are not byte counts of its files"
     if not isinstance(manifest.get("info", {}), dict):
         return "manifest.json has an info entry that is not an object"
     if TRAINER_FILE not in files:
@@ -316,7 +319,9 @@ def manifest_problem(manifest, path: Path) -> str | None:
 def verify(path: Path) -> tuple[str, str | None]:
     """(format, None) when checkpoint `path` is intact, else (format or '', why it is corrupt).
 
-    Intact: the manifest has its shape (manifest_problem), every file it lists has its sha256, every file under
+    Intact: the manifest has its shape (manifest_problem), no file is larger than its recorded size (checked before
+    any byte is hashed: a member extended to 50 GB took `checkpoints` minutes), every file it lists has its sha256
+    (manifests from before sizes were recorded: the sha256 alone), every file under
     model/ (the DCP shards and metadata) is listed, and every member of trainer.pt passes its CRC-32. Reads
     every byte once or twice; unpickles nothing.
     """
@@ -333,7 +338,15 @@ def verify(path: Path) -> tuple[str, str | None]:
     if problem:
         fmt = manifest.get("format") if isinstance(manifest, dict) else None
         return (fmt if isinstance(fmt, str) else ""), problem
-    files, fmt = manifest["files"], manifest["format"]
+    files, fmt, sizes = manifest["files"], manifest["format"], manifest.get("sizes", {})
+    for name, size in sizes.items():      # before any hashing: a member extended to 50 GB is found at once
+        try:
+            info = os.lstat(member_path(path, name))
+        except (OSError, NotRegularMember):
+            continue                      # missing or odd: said below, by the loop that opens it
+        if stat.S_ISREG(info.st_mode) and info.st_size > size:
+            return fmt, (f"{name} fails its sha256 check unread: it is {info.st_size:,} bytes, its manifest's size and "
+                         f"sha256 are of {size:,} bytes (extended or replaced)")
     for name, expected in files.items():
         try:
             if sha256_file(member_path(path, name)) != expected:
@@ -412,6 +425,7 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
     file = Path(path) / TRAINER_FILE
     try:
         with os.fdopen(open_member(file), "rb") as handle:      # no link followed, no FIFO waited on
+            refuse_raw_pickle(handle, file)
             state = torch.load(handle, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
@@ -423,6 +437,8 @@ def load_trainer_state(path: Path, map_location="cpu") -> dict:
             f"refusing checkpoint {file}: it contains pickled objects that are not tensors or plain containers "
             f"and could run code when loaded ({unsafe[:160]}); trainledger loads checkpoints with "
             f"weights_only=True only. Delete it or pass another --checkpoint-dir") from None
+    except UnsafeCheckpointError:
+        raise
     except Exception as error:     # EOFError (empty), RuntimeError (truncated zip), OSError, ...
         raise CorruptCheckpointError(f"{file} cannot be loaded ({type(error).__name__}: {first_line(error)[:120]})") from None
     check_zip(file)

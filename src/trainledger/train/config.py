@@ -38,6 +38,8 @@ class TrainConfig:
     text_column: str = "text"           # the dataset's column (JSON field) of documents
     tokenizer: str | None = None        # "bytes" or a tokenizer.json / .tiktoken path; None: the token file's, else bytes
     special_tokens: tuple[str, ...] = ()   # added to --tokenizer (--special-token, repeatable): one id each, never split
+    allowed_special: tuple[str, ...] = ()  # special tokens of --tokenizer matched in --text/--dataset ("all"); else text
+    allow_new_data: bool = False        # --resume on a data file whose size or sha256 changed since the checkpoint
     init_from: str | None = None        # a Hugging Face directory (config.json + safetensors) whose weights start the run
     vocab_multiple: int = 1             # the model's vocabulary padded up to a multiple of this (nanoGPT: 64)
     # recorded by the trainer, not settings: the tokenizer trained with and the model's vocabulary
@@ -45,6 +47,8 @@ class TrainConfig:
     tokenizer_sha256: str | None = None
     model_vocab_size: int | None = None
     model_sha256: str | None = None     # of the spec a --model config.json gave (train/vocab.py); None for presets
+    data_bytes: int | None = None       # size and sha256 of the token file trained on (train/data_identity.py)
+    data_sha256: str | None = None
     steps: int = 600                    # optimizer steps
     batch_size: int = 32                # GLOBAL sequences per optimizer step (all ranks, all micro-batches): the
                                         # CLI's --global-batch-size; its --batch-size (micro-batch) maps here
@@ -105,13 +109,14 @@ FIELDS = {f.name: f for f in fields(TrainConfig)}
 # Fields that define what is trained: a --resume with a different value is refused (it would be another run).
 IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple", "batch_size", "seq_len",
             "weight_decay", "optimizer", "precision", "seed", "eval_fraction", "init_from", "finetune", "lora_rank",
-            "lora_alpha", "lora_targets", "lora_dropout", "quantize", "optimizer_in_backward", "cpu_offload")
+            "lora_alpha", "lora_targets", "lora_dropout", "quantize", "optimizer_in_backward", "cpu_offload",
+            "allowed_special")
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume). The activation levers change
 # no state: a resumed run may switch them.
 INHERITED = ("tokenizer", "special_tokens", "activation_offload", "chunked_loss")
 # Fields the trainer records; never read from flags or --config.
-RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256")
+RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256", "data_bytes", "data_sha256")
 DATA_SOURCES = ("text", "data", "dataset")
 # Fields a --resume may change (--lr and --grad-clip after a NaN, --steps to extend): a notice lists the
 # changes. Any of them not given on the command line (or in --config) keeps the checkpoint's value.
@@ -201,11 +206,12 @@ def _coerce(name: str, value):
     default = FIELDS[name].default
     if value is None:
         return None
-    if name == "special_tokens":
+    if name in ("special_tokens", "allowed_special"):
         if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise TrainledgerError(f"--special-token must be a list of strings, got {value!r:.60}")
+            raise TrainledgerError(f"--{'special-token' if name == 'special_tokens' else 'allow-special'} must be a "
+                                   f"list of strings, got {value!r:.60}")
         return tuple(value)
-    kind = type(default) if default is not None else {"grad_clip": float, "threads": int,
+    kind = type(default) if default is not None else {"grad_clip": float, "threads": int, "data_bytes": int,
                                                       "model_vocab_size": int}.get(name, str)
     if kind is bool:
         if not isinstance(value, bool):
@@ -231,9 +237,10 @@ def validate(config: TrainConfig) -> None:
         if value is not None and not value.strip():
             raise TrainledgerError(f"{_flag(name)} must not be empty, got {value!r}" + (
                 " (an empty --out-dir would write into the current directory)" if name == "out_dir" else ""))
-    if config.special_tokens and config.tokenizer in (None, "bytes"):
-        raise TrainledgerError("--special-token needs --tokenizer FILE (a tokenizer.json, .tiktoken or vocab.json): "
-                               "the byte tokenizer has only the 256 byte values")
+    for name, flag in (("special_tokens", "--special-token"), ("allowed_special", "--allow-special")):
+        if getattr(config, name) and config.tokenizer in (None, "bytes"):
+            raise TrainledgerError(f"{flag} needs --tokenizer FILE (a tokenizer.json, .tiktoken or vocab.json): "
+                                   "the byte tokenizer has only the 256 byte values")
     if not 0 <= config.seed <= MAX_SEED:
         raise TrainledgerError(f"--seed must be an integer in 0..2^63-1 (what torch.manual_seed and numpy's "
                                f"generators take), got {config.seed}")
@@ -348,6 +355,7 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
                                f"(sha256 {old_sha[:12]}…) but this run's is {current.get('tokenizer_name')} "
                                f"(sha256 {new_sha[:12]}…); a resumed run cannot change its tokenizer: pass the "
                                "original --tokenizer, or choose another --out-dir/--checkpoint-dir")
+    check_data_identity(saved, current)
     old_model, new_model = saved.get("model_sha256"), current.get("model_sha256")
     if old_model and new_model and old_model != new_model:
         raise TrainledgerError(f"--resume: --model {current['model']} has changed since the checkpoint was written "
@@ -371,6 +379,21 @@ def check_resume(saved: dict, config: TrainConfig, given: set[str] | None = None
                                f"to continue, pass --steps above {step}")
     validate(merged)
     return merged, notes
+
+
+def check_data_identity(saved: dict, current: dict) -> None:
+    """Refuses (one line) a --resume whose token file differs in size or sha256 from the one the checkpoint was
+    trained on (a --data file rewritten with other text, a --text whose cache was rebuilt), unless
+    --allow-new-data; checkpoints from before the identity was recorded are not checked."""
+    old_sha, new_sha = saved.get("data_sha256"), current.get("data_sha256")
+    if not old_sha or not new_sha or current.get("allow_new_data"):
+        return
+    if (old_sha, saved.get("data_bytes")) != (new_sha, current.get("data_bytes")):
+        raise TrainledgerError(f"--resume: the data has changed since the checkpoint was written ({saved.get('data_bytes')}"
+                               f" bytes, sha256 {old_sha[:12]}…; now {current.get('data_bytes')} bytes, sha256 "
+                               f"{new_sha[:12]}…): the run would continue on other data. Restore the data the run "
+                               "trained on, or pass --allow-new-data (not inherited: asked each time) to continue on "
+                               "this data on purpose")
 
 
 def _shown(value) -> str:

@@ -87,7 +87,8 @@ def build_stdlib_corpus(out_dir: Path, log=None, limit_bytes: int = STDLIB_BYTES
     manifest = {"python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"], "n_files": len(files),
                 "n_bytes": sum(p.stat().st_size for p in files), "first": files[0].name, "last": str(files[-1])}
     data_dir = Path(out_dir) / "data"
-    path = cache.cache_path(data_dir, "stdlib", cache.cache_key(corpus=manifest, tokenizer=tokenizer.sha256))
+    path = cache.cache_path(data_dir, "stdlib", cache.cache_key(corpus=manifest, tokenizer=tokenizer.sha256,
+                                                                **_specials_key(tokenizer)))
 
     def write(tmp: Path) -> None:
         from trainledger.data.encode import write_stream
@@ -119,7 +120,7 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
         raise TrainledgerError(f"--dataset {text} is not a dataset: give a .jsonl, .parquet or .arrow/.feather file "
                                f"(a plain text file goes to --text)")
     data_dir = Path(out_dir) / "data"
-    fields = {"source": cache.file_identity(text), "tokenizer": tokenizer.sha256}
+    fields = {"source": cache.file_identity(text), "tokenizer": tokenizer.sha256, **_specials_key(tokenizer)}
     if kind:
         fields["column"] = text_column
     path = cache.cache_path(data_dir, text.name, cache.cache_key(**fields))
@@ -141,6 +142,14 @@ def text_tokens(text: Path, out_dir: Path, log=None, tokenizer=None, flag: str =
     cache.alias(path, text.name)                      # first: the old alias still has its second link
     cache.prune(data_dir, text.name, path)
     return path
+
+
+def _specials_key(tokenizer) -> dict:
+    """The special tokens matched in the text, part of a cache's key (the ids differ with them); {} for a tokenizer
+    without special tokens (bytes), whose caches keep their names."""
+    if not getattr(tokenizer, "special_tokens", None):
+        return {}
+    return {"allowed_special": sorted(tokenizer.allowed_special)}
 
 
 def _cache_dtype(tokenizer) -> str:
@@ -179,7 +188,8 @@ def _check_token_file(path: Path) -> None:
 def run_tokenizer_of(config: TrainConfig):
     """The tokenizer --tokenizer names, bytes for text sources without one, None for --data without one."""
     if config.tokenizer:
-        return load_tokenizer(config.tokenizer, "--tokenizer", special_tokens=config.special_tokens)
+        return load_tokenizer(config.tokenizer, "--tokenizer", special_tokens=config.special_tokens,
+                              allowed_special=config.allowed_special)
     return None if config.data else ByteTokenizer()
 
 
@@ -258,15 +268,25 @@ def check_ids(data: RunData, vocab_size: int, model: str) -> None:
 
 
 def record_tokenizer(data: RunData, out_dir: Path) -> Path | None:
-    """Copies a non-byte tokenizer to <out-dir>/tokenizer.json (atomically) for generate and export; its path."""
+    """Copies a non-byte tokenizer to <out-dir>/tokenizer.json (atomically) for generate and export; its path.
+    A tokenizer.json already there is kept when it is this tokenizer, and refused (never replaced) otherwise."""
     if data.tokenizer is None or isinstance(data.tokenizer, ByteTokenizer):
         return None
-    path = Path(out_dir) / TOKENIZER_FILE
-    try:
-        if path.is_file() and load_tokenizer(path, "run tokenizer").sha256 == data.tokenizer.sha256:
+    from trainledger.files import check_output
+    path = check_output(Path(out_dir) / TOKENIZER_FILE, "--out-dir", "a tokenizer", hint="move it away, or pass "
+                        "another --out-dir")            # no link, no FIFO (whose open would block the load below)
+    if path.exists():
+        try:
+            existing = load_tokenizer(path, "run tokenizer").sha256
+        except TrainledgerError:
+            existing = None
+        if existing == data.tokenizer.sha256:
             return path
-    except TrainledgerError:
-        pass
+        held = f"another tokenizer (sha256 {existing[:12]}…)" if existing else "no tokenizer trainledger can load"
+        raise TrainledgerError(f"--out-dir: {path} holds {held}, not this run's {data.tokenizer_name} (sha256 "
+                               f"{data.tokenizer_sha256[:12]}…): most likely the run trained in {out_dir}, which "
+                               "cannot change its tokenizer; it is left as it is: pass that run's --tokenizer, or "
+                               "another --out-dir (or move the file away)")
     try:
         return data.tokenizer.save(path)
     except OSError as error:

@@ -33,6 +33,10 @@ def export(path, out_dir, force: bool = False, mode: str = "model") -> dict:
     path, out_dir = Path(path), Path(out_dir)
     hf_io.check_out_dir(out_dir, force, [path])
     loaded = load_model(path, "cpu")
+    recorded = [Path(loaded.config[key]) for key in ("out_dir", "checkpoint_dir")   # the run it came from
+                if isinstance(loaded.config, dict) and isinstance(loaded.config.get(key), str)]
+    recorded = [d for d in recorded if (d / ".lock").is_file() or (d / "checkpoints").is_dir()]
+    hf_io.check_out_dir(out_dir, force, [path, loaded.source, *recorded])
     spec, model = loaded.spec, loaded.model
     tuned = bool(loaded.config) and loaded.config.get("finetune", "full") != "full"
     if mode == "adapter" and not tuned:

@@ -46,8 +46,9 @@ def _name(tokenizer) -> str:
     return tokenizer.name
 
 
-def prompt_tokens(loaded, tokenizer, prompt: str | None, prompt_ids: str | None) -> list[int]:
-    """The prompt as token ids, checked against the model's vocabulary."""
+def prompt_tokens(loaded, tokenizer, prompt: str | None, prompt_ids: str | None, allowed_special=()) -> list[int]:
+    """The prompt as token ids, checked against the model's vocabulary. A special token's string in --prompt is
+    ordinary text unless `allowed_special` (--allow-special: names, or "all") names it, as tiktoken encodes."""
     if (prompt is None) == (prompt_ids is None):
         raise TrainledgerError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of them)")
     vocab = loaded.spec.vocab_size
@@ -62,7 +63,10 @@ def prompt_tokens(loaded, tokenizer, prompt: str | None, prompt_ids: str | None)
         raise TrainledgerError(f"{loaded.source} has no tokenizer file to encode --prompt with; give --prompt-ids")
     if prompt == "":
         raise TrainledgerError("the prompt is empty (--prompt): give some text")
-    ids = [int(i) for i in tokenizer.encode(prompt)]
+    allowed = ("all" if "all" in allowed_special else tuple(allowed_special)) if allowed_special else None
+    if allowed and not getattr(tokenizer, "special_tokens", None):
+        raise TrainledgerError(f"--allow-special: the tokenizer ({_name(tokenizer)}) has no special tokens")
+    ids = [int(i) for i in (tokenizer.encode(prompt, allowed_special=allowed) if allowed else tokenizer.encode(prompt))]
     if any(i >= vocab for i in ids):
         raise TrainledgerError(f"--prompt: the tokenizer ({_name(tokenizer)}) gives ids up to {max(ids)}, beyond the "
                                f"vocabulary of model '{loaded.spec.name}' ({vocab})")
@@ -83,7 +87,7 @@ def decode_text(tokenizer, ids: list[int], warnings: list[str]) -> str | None:
 
 def run(path, *, prompt: str | None = None, prompt_ids: str | None = None, max_new_tokens: int = 64,
         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-        device: str = "cpu", use_cache: bool = True, predict: bool = True, log=None) -> dict:
+        device: str = "cpu", use_cache: bool = True, predict: bool = True, log=None, allowed_special=()) -> dict:
     """Generates from the model at `path` and returns the measured and predicted numbers (module docstring)."""
     import torch
 
@@ -97,7 +101,7 @@ def run(path, *, prompt: str | None = None, prompt_ids: str | None = None, max_n
         raise TrainledgerError("--device cuda: no CUDA device is available here; use --device cpu")
     loaded = load_model(path, device)
     tokenizer = tokenizer_of(loaded)
-    ids = prompt_tokens(loaded, tokenizer, prompt, prompt_ids)
+    ids = prompt_tokens(loaded, tokenizer, prompt, prompt_ids, allowed_special)
     check_lengths(loaded.spec, len(ids), max_new_tokens)
     model = loaded.model
     prompt_tensor = torch.tensor([ids], dtype=torch.long, device=device)

@@ -36,6 +36,8 @@ CONVERT_HINT = ("convert it to safetensors first (in Python: AutoModelForCausalL
 def weight_files(directory: Path, flag: str) -> list[Path]:
     """The safetensors files holding a Hugging Face model in `directory`; refuses pickled-only checkpoints."""
     directory = Path(directory)
+    for name in (WEIGHTS_FILE, INDEX_FILE):       # a FIFO or a device under the name: said, never opened
+        _regular_or_absent(directory / name, flag)
     if (directory / WEIGHTS_FILE).is_file():
         return [directory / WEIGHTS_FILE]
     if (directory / INDEX_FILE).is_file():
@@ -49,6 +51,8 @@ def weight_files(directory: Path, flag: str) -> list[Path]:
         if bad:
             raise TrainledgerError(f"{directory / INDEX_FILE} names {str(bad[0])[:60]!r}, not a .safetensors file "
                                    f"inside {directory} ({flag})")
+        for shard in shards:
+            _regular_or_absent(directory / shard, flag)
         missing = [s for s in shards if not (directory / s).is_file()]
         if missing:
             raise TrainledgerError(f"{directory / INDEX_FILE} names {missing[0]!r}, which is missing ({flag})")
@@ -60,6 +64,20 @@ def weight_files(directory: Path, flag: str) -> list[Path]:
                                f"loaded; trainledger loads safetensors only ({flag}): {CONVERT_HINT}")
     raise TrainledgerError(f"{directory} has no {WEIGHTS_FILE} (nor {INDEX_FILE}) ({flag}); give a directory written "
                            "by `trainledger export` or by transformers' save_pretrained(..., safe_serialization=True)")
+
+
+def _regular_or_absent(path: Path, flag: str) -> None:
+    """A one-line error when `path` exists (links followed: the Hub's cache links its files) as something other
+    than a regular file (a FIFO "had no model.safetensors"; opening it would wait for a writer)."""
+    import stat
+
+    from trainledger.files import not_regular
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise not_regular(flag, path, mode, "a Hugging Face directory holds its weights in regular files")
 
 
 def read_hf_dir(directory, flag: str = "--init-from"):
@@ -109,24 +127,62 @@ def init_from(model, directory, flag: str = "--init-from") -> None:
                                f"tokenizer (and --vocab-multiple) give {ours.vocab_size:,}: train with the checkpoint's "
                                f"own tokenizer (--tokenizer {directory}/tokenizer.json, the default when it is there) "
                                "and without --vocab-multiple")
-    if spec.with_(name=ours.name, source=ours.source) != ours:
+    if spec.with_(name=ours.name, source=ours.source, rope_layout=ours.rope_layout) != ours:
         raise TrainledgerError(f"{flag} {directory}: its config.json describes another model than --model "
                                f"'{ours.name}'; leave --model out (the model comes from {directory}/config.json)")
-    load_into(model, from_hf(spec, tensors, family, flag), flag)
+    from trainledger.models.hf_weights import to_layout       # its weights' RoPE layout -> the model's
+    load_into(model, to_layout(ours, from_hf(spec, tensors, family, flag), spec.rope_layout, ours.rope_layout), flag)
+
+
+# What a training run, its checkpoint directory or one checkpoint holds: an OUT_DIR holding any of these is never
+# replaced, --force or not (export's OUT_DIR replaced a run's checkpoints/ and deleted every checkpoint of it).
+RUN_MARKERS = (".lock", "checkpoints", "metrics.jsonl", "manifest.json", "trainer.pt", "run.toml")
+
+
+def read_dirs(source: Path) -> list[Path]:
+    """The directories an export of `source` reads: itself; for a checkpoint (step_NNNNNNNN) the checkpoint
+    directory holding it (its siblings are that run's other checkpoints); for a checkpoint directory named
+    `checkpoints` (train's default, <out-dir>/checkpoints) the run around it. export adds the run's own --out-dir
+    and --checkpoint-dir as its checkpoint records them."""
+    source = Path(source).resolve()
+    dirs = [source]
+    if source.name.startswith("step_") or (source / "manifest.json").exists() or (source / "trainer.pt").exists():
+        dirs.append(source.parent)
+    if dirs[-1].name == "checkpoints":
+        dirs.append(dirs[-1].parent)
+    return dirs
+
+
+def _children(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except OSError:
+        return []
 
 
 def check_out_dir(out_dir: Path, force: bool, sources: list[Path]) -> None:
-    """Refuses an OUT_DIR that is a file, non-empty without --force, or holds (or is) what is being exported."""
+    """Refuses an OUT_DIR that is a file, non-empty without --force, lies inside (or around) a directory being
+    read (the run, its checkpoint directory, the checkpoint: read_dirs), or looks like a run or a checkpoint
+    (RUN_MARKERS, step_* directories) even with --force."""
     out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise TrainledgerError(f"OUT_DIR {out_dir} is a symbolic link; give the directory itself (the export replaces "
+                               "OUT_DIR, and never a link)")
     if out_dir.exists() and not out_dir.is_dir():
         raise TrainledgerError(f"OUT_DIR {out_dir} is a file; give a directory")
     resolved = out_dir.resolve()
     for source in sources:
-        source = Path(source).resolve()
-        if source == resolved or resolved in source.parents:
-            raise TrainledgerError(f"OUT_DIR {out_dir} holds the run being exported ({source}); writing there would "
-                                   "delete it: give another directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        for read in read_dirs(source):
+            if read == resolved or resolved in read.parents or read in resolved.parents:
+                raise TrainledgerError(f"OUT_DIR {out_dir} holds the run being exported, or lies inside it ({read}); "
+                                       "writing there would delete or mix into its checkpoints: give a directory "
+                                       "outside the run")
+    children = _children(out_dir) if out_dir.is_dir() else []
+    marker = next((c for c in children if c.name in RUN_MARKERS or c.name.startswith("step_")), None)
+    if marker is not None:
+        raise TrainledgerError(f"OUT_DIR {out_dir} holds {marker.name}: it is a training run or a checkpoint, not an "
+                               "export; it is never replaced, even with --force: give another directory")
+    if children and not force:
         raise TrainledgerError(f"OUT_DIR {out_dir} exists and is not empty; pass --force to replace it, or give a "
                                "new directory")
 

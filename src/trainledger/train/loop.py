@@ -34,7 +34,7 @@ from trainledger.account.counting.flops import flops_per_step
 from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
-from trainledger.files import atomic_path
+from trainledger.files import check_output, matplotlib_png_problem, replace_output
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.offload import ActivationOffload
@@ -54,6 +54,7 @@ from trainledger.train.checkpointing import Checkpointing
 from trainledger.train.comm_count import StepComm
 from trainledger.train.config import TrainConfig, replace, with_world
 from trainledger.train.corpus import check_ids, load_data, record_tokenizer
+from trainledger.train.data_identity import data_identity
 from trainledger.train.vocab import data_summary, follow_tokenizer, model_sha256, vocabulary_line
 from trainledger.train.run_file import write_for as write_run_file
 from trainledger.train.metrics import (MetricsWriter, Progress, accounted_optimizer, plot_loss, predicted_line,
@@ -87,10 +88,8 @@ class Trainer(Checkpointing):
     def __init__(self, config: TrainConfig, world: dist_.World | None = None, log=print, quiet: bool = False,
                  given: set[str] | None = None, early_stop=None, save_config: str | None = None):
         """`given`: the config fields set by flags or --config (on --resume the others keep the checkpoint's
-        value; None: all of them). `early_stop()`: the name of a signal caught before train() took over.
-        `save_config`: a path where the run file (run.toml's content) is also written."""
-        self.config = config
-        self.save_config = save_config
+        value; None: all of them). `early_stop()`: the name of a signal caught before train() took over."""
+        self.config, self.save_config = config, save_config     # save_config: where run.toml is also written
         self.given, self.early_stop = given, early_stop
         self.world = world or dist_.World(device=dist_.pick_device(config.device))
         self.log = log if self.world.is_main and not quiet else (lambda *a, **k: None)
@@ -185,8 +184,10 @@ class Trainer(Checkpointing):
         self.preset_vocab_size = self.spec.vocab_size
         self.spec, model_vocab = follow_tokenizer(self.spec, data.vocab_size, self.config.vocab_multiple)
         check_ids(data, data.vocab_size or model_vocab, self.config.model)
+        data_bytes, data_sha256 = data_identity(data.path, data.flag)       # checked on --resume (train/config.py)
         self.config = replace(self.config, tokenizer_name=data.tokenizer_name, tokenizer_sha256=data.tokenizer_sha256,
-                              model_vocab_size=model_vocab, model_sha256=model_sha256(self.config.model))
+                              model_vocab_size=model_vocab, model_sha256=model_sha256(self.config.model),
+                              data_bytes=data_bytes, data_sha256=data_sha256)
         if self.world.is_main:
             record_tokenizer(data, Path(self.config.out_dir))
 
@@ -474,10 +475,11 @@ class Trainer(Checkpointing):
         disk): the run's checkpoints and metrics are already safe, so the run still succeeds."""
         path = Path(self.config.out_dir) / "loss.png"
         try:
-            with atomic_path(path) as scratch:
+            with replace_output(path, "--out-dir", "a loss curve", ours=matplotlib_png_problem) as scratch:
                 plot_loss(records, scratch, self.spec.name, fmt="png")
-        except OSError as error:
-            print(f"warning: could not write the loss curve {path}: {ckpt.os_reason(error)}; the run itself is saved "
+        except (OSError, TrainledgerError) as error:        # a full disk, a file planted there meanwhile
+            reason = str(error) if isinstance(error, TrainledgerError) else ckpt.os_reason(error)
+            print(f"warning: could not write the loss curve {path}: {reason}; the run itself is saved "
                   f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
             return None
         return str(path)
@@ -486,6 +488,8 @@ class Trainer(Checkpointing):
 def _check_output_paths(config: TrainConfig) -> None:
     """Creates the output directories, or raises a one-line error naming the flag whose path cannot be used."""
     metrics = config.resolved_metrics()
+    if config.plot:           # before any work: a loss.png there that trainledger did not write is never replaced
+        check_output(Path(config.out_dir) / "loss.png", "--out-dir", "a loss curve", matplotlib_png_problem)
     for flag, directory in (("--out-dir", Path(config.out_dir)), ("--checkpoint-dir", config.resolved_checkpoint_dir()),
                             ("--metrics", metrics.parent)):
         try:

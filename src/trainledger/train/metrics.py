@@ -26,13 +26,22 @@ class MetricsWriter:
     """Appends one JSON object per line and flushes it to the OS at once (a SIGKILL loses nothing written)."""
 
     def __init__(self, path: str | Path, fresh: bool):
+        from trainledger.files import open_output
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            self.path.write_text("")
-        else:
-            _drop_partial_line(self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+        # no link followed, no FIFO, no foreign file (runlock checked it when it locked it; checked again here)
+        fd = open_output(self.path, "--metrics", "a metrics file", ours=metrics_problem,
+                         hint="pass another --metrics (or move that file away)")
+        try:
+            if fresh:
+                os.ftruncate(fd, 0)
+            else:
+                _drop_partial_line(fd)
+            os.lseek(fd, 0, os.SEEK_END)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -65,15 +74,20 @@ class MetricsWriter:
         self._file.close()
 
 
-def _drop_partial_line(path: Path) -> None:
-    """Truncate a file after its last newline (the tail a killed writer left unfinished)."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end != len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(end)
+def _drop_partial_line(fd: int, block: int = 1 << 16) -> None:
+    """Truncate the open file `fd` after its last newline (the tail a killed writer left unfinished)."""
+    end = os.fstat(fd).st_size
+    position = end
+    while position > 0:
+        start = max(0, position - block)
+        newline = os.pread(fd, position - start, start).rfind(b"\n")
+        if newline >= 0:
+            if start + newline + 1 != end:
+                os.ftruncate(fd, start + newline + 1)
+            return
+        position = start
+    if end:
+        os.ftruncate(fd, 0)
 
 
 def not_metrics(path: str | Path, probe_bytes: int = 1 << 16) -> str | None:
@@ -84,7 +98,7 @@ def not_metrics(path: str | Path, probe_bytes: int = 1 << 16) -> str | None:
     token file (which that run memory-maps: truncating it is its SIGBUS), a config — is someone else's.
     Reads at most `probe_bytes`; opened non-blocking, so a FIFO is never waited on (runlock refuses it first)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as error:
@@ -95,6 +109,12 @@ def not_metrics(path: str | Path, probe_bytes: int = 1 << 16) -> str | None:
         return f"it cannot be read ({error.strerror or error})"
     finally:
         os.close(fd)
+    return metrics_problem(head, probe_bytes)
+
+
+def metrics_problem(head: bytes, probe_bytes: int = 1 << 16) -> str | None:
+    """Why the first `probe_bytes` of a file, `head`, are no metrics file's (not_metrics), or None. The reason is
+    our parse of the bytes, never the bytes: the file may be someone's secret that a planted link points at."""
     lines = head.split(b"\n")
     complete, partial = lines[:-1], lines[-1]
     if len(head) == probe_bytes and complete:   # the probe cut the last line: judge the whole lines only
@@ -102,12 +122,13 @@ def not_metrics(path: str | Path, probe_bytes: int = 1 << 16) -> str | None:
     for number, line in enumerate(complete, 1):
         try:
             record = json.loads(line)
-        except ValueError:
-            record = None
+        except (ValueError, RecursionError):
+            return f"its line {number} is no step record (not JSON)"
         if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
-            return f"its line {number} is no step record ({line[:40]!r})"
+            what = "an object without an integer step" if isinstance(record, dict) else f"JSON {type(record).__name__}"
+            return f"its line {number} is no step record ({what})"
     if partial and not partial.lstrip().startswith(b"{"):
-        return f"it holds {'text' if complete else 'no step record'} ({partial[:40]!r})"
+        return f"it holds {'text' if complete else 'no step record'} (a line that does not start a JSON object)"
     return None
 
 

@@ -48,7 +48,7 @@ def find_checkpoint(path: Path, warn=None) -> tuple[Path, dict]:
             raise TrainledgerError(f"checkpoint {path} cannot be used: {problem} ({FLAG}); give its run directory "
                                    "to use the newest good checkpoint")
         try:
-            return path, _state(path)
+            return path, _state(path, fmt)
         except ckpt.CorruptCheckpointError as error:
             raise TrainledgerError(f"checkpoint {path} cannot be used: {error} ({FLAG})") from None
     directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -60,15 +60,18 @@ def find_checkpoint(path: Path, warn=None) -> tuple[Path, dict]:
         fmt, problem = ckpt.verify(ref.path)
         if problem is None:
             try:
-                return ref.path, _state(ref.path)
+                return ref.path, _state(ref.path, fmt)
             except ckpt.CorruptCheckpointError as error:
                 problem = str(error)
         warn(f"warning: checkpoint {ref.path} is corrupt: {problem}; trying the previous one")
     raise TrainledgerError(f"every checkpoint in {directory} is corrupt (see the warnings above) ({FLAG})")
 
 
-def _state(path: Path) -> dict:
-    state = ckpt.load_trainer_state(path)
+def _state(path: Path, fmt: str) -> dict:
+    """The trainer state of checkpoint `path`, checked as --resume checks it (checkpoint.probe: the state of the
+    step its directory names, DCP metadata and items that load): a trainer.pt copied from another step with a
+    rewritten manifest was exported as "step 10 from .../step_00000020"."""
+    state = ckpt.probe(path, fmt)
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "format" not in state:
         raise ckpt.CorruptCheckpointError(f"{path / ckpt.TRAINER_FILE} does not hold a trainer state")
     return state
@@ -85,7 +88,7 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
     if (path / "config.json").is_file() and not (path / ckpt.MANIFEST_FILE).is_file():
         from trainledger.train.hf_io import load_hf_model
         model, spec = load_hf_model(path, FLAG, device)
-        return LoadedModel(model.eval(), spec, path, hf_dir=path)
+        return LoadedModel(_finite(model, path).eval(), spec, path, hf_dir=path)
     checkpoint, state = find_checkpoint(path, warn)
     config = state["config"]
     if state["format"] == "full" and config.get("finetune", "full") != "full":       # adapters on a base rebuilt from its source
@@ -107,7 +110,18 @@ def load_model(path, device="cpu", warn=None) -> LoadedModel:
     except RuntimeError as error:
         raise TrainledgerError(f"checkpoint {checkpoint} does not fit model '{spec.name}': "
                                f"{first_line(error)[:200]} ({FLAG})") from None
-    return LoadedModel(model.to(device).eval(), spec, checkpoint, int(state["step"]), config)
+    return LoadedModel(_finite(model, checkpoint).to(device).eval(), spec, checkpoint, int(state["step"]), config)
+
+
+def _finite(model, source: Path):
+    """`model` when every weight is finite; a one-line error naming the first that is not (generate printed NUL
+    bytes with exit 0 from NaN weights, export would write them)."""
+    import torch
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise TrainledgerError(f"{source} holds NaN or infinite weights ({name}) ({FLAG}): a diverged or damaged "
+                                   "model; use an earlier checkpoint (`trainledger checkpoints` lists them)")
+    return model
 
 
 def run_spec(config: dict, weights: dict | None, checkpoint: Path):

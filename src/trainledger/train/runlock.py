@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainledger.errors import TrainledgerError
-from trainledger.files import not_regular
+from trainledger.files import not_regular, open_output
 from trainledger.train.metrics import not_metrics
 
 LOCK_FILE = ".lock"
+LOCK_MAX_BYTES = 4096             # a pid, a metrics path and one word
 CHECKPOINTED = "checkpointed"     # third line of a checkpoint dir's lock file once its run committed a checkpoint
 _APPENDED = "the run appends one record per step to it and reads it back: give a file name"
 
@@ -38,15 +39,29 @@ def _lines(fd: int) -> list[str]:
     return os.read(fd, 4096).decode(errors="replace").splitlines()
 
 
-def lock_directory(directory: Path, note: str = "") -> int:
+def lock_problem(head: bytes) -> str | None:
+    """Why the first bytes of an existing `.lock` are no lock file of a trainer (None: they are): a lock holds a
+    pid on its first line, then at most a path and a word, a few hundred bytes (lock_directory, RunLocks._note)."""
+    if len(head) > LOCK_MAX_BYTES:
+        return f"it is longer than a lock file's {LOCK_MAX_BYTES:,} bytes"
+    lines = head.split(b"\n")
+    if lines[0].strip() and not lines[0].strip().isdigit():
+        return "its first line is no process id"
+    return None
+
+
+def lock_directory(directory: Path, note: str = "", flag: str = "--out-dir") -> int:
     """An exclusive lock on `directory`/.lock (created, with the directory), held until unlock_directory() or exit.
 
     The lock file holds the holder's pid on its first line and `note` on its second (the run's metrics file, for
-    a checkpoint dir: see lock_note); a second locker gets a TrainledgerError naming the pid.
+    a checkpoint dir: see lock_note); a second locker gets a TrainledgerError naming the pid. A `.lock` that is a
+    symbolic link, a hard link, no regular file or no lock file is refused naming `flag`, never truncated
+    (files.open_output): `ln -s ~/victim.txt run/.lock` wrote the pid into victim.txt.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_output(directory / LOCK_FILE, flag, "a lock file", ours=lock_problem,
+                     hint=f"remove it (trainledger creates its own) or pass another {flag}")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -61,7 +76,7 @@ def lock_directory(directory: Path, note: str = "") -> int:
 def lock_note(directory: Path, line: int = 1) -> str | None:
     """The note the last holder of `directory`'s lock left (its second line, or `line`), or None when there is none."""
     try:
-        fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -79,16 +94,9 @@ def lock_file(path: Path, flag: str) -> int:
     trainer" and the pid that holds the out-dir, when known.
     """
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except IsADirectoryError:
-        raise not_regular(flag, path, stat.S_IFDIR, f"give a file name such as {path / 'metrics.jsonl'}") from None
-    except OSError as error:
-        raise TrainledgerError(f"{flag}: cannot use {path} ({error.strerror or error})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise not_regular(flag, path, mode, _APPENDED)
+    if path.is_dir() and not path.is_symlink():
+        raise not_regular(flag, path, stat.S_IFDIR, f"give a file name such as {path / 'metrics.jsonl'}")
+    fd = open_output(path, flag, "a metrics file", hint=_APPENDED)    # no link followed, no FIFO, one hard link
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -102,7 +110,7 @@ def lock_holder(directory: Path) -> str | None:
     """The pid holding `directory`'s lock, or None when no trainer holds it (the lock is not taken)."""
     path = Path(directory) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)   # a planted FIFO or link
     except OSError:
         return None
     try:
@@ -160,9 +168,9 @@ def lock_run(out_dir: Path, checkpoint_dir: Path, metrics: Path) -> RunLocks:
                      previous_checkpointed=lock_note(checkpoint_dir, 2) == CHECKPOINTED)
     try:
         note = (locks.previous_metrics or "") + (f"\n{CHECKPOINTED}" if locks.previous_checkpointed else "")
-        locks.fds.append(lock_directory(checkpoint_dir, note))
+        locks.fds.append(lock_directory(checkpoint_dir, note, "--checkpoint-dir"))
         if out_dir.resolve() != checkpoint_dir.resolve():
-            locks.fds.append(lock_directory(out_dir))
+            locks.fds.append(lock_directory(out_dir, flag="--out-dir"))
         metrics.parent.mkdir(parents=True, exist_ok=True)
         locks.fds.append(lock_file(metrics, "--metrics"))
         foreign = not_metrics(metrics)

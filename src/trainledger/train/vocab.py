@@ -54,14 +54,14 @@ def model_sha256(model: str) -> str | None:
     if str(model).strip().lower() in PRESETS or str(model).strip().lower() in PRESET_ALIASES:
         return None
     spec = get_model(model)
-    # fields added after runs were recorded enter the hash only when set, so an earlier run's sha256 stays valid;
-    # `family` names the modules (LoRA targets), no weight or shape
-    fields = {k: v for k, v in asdict(spec).items()
-              if k != "family" and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
+    # `family` names the modules (LoRA targets), no weight or shape: never in the hash
+    fields = {k: v for k, v in asdict(spec).items() if k != "family" and LATER_FIELDS.get(k, object()) != v}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
-_LATER_FIELDS = {"parallel_shared_norm": False, "lm_head_bias": False}   # issue 38 (specs/model.py), with defaults
+# TransformerSpec fields added after runs recorded model_sha256: left out of the hash at their default, so that a
+# run trained before keeps its own hash (and resumes) while a config that sets them differently is another model.
+LATER_FIELDS = {"rope_layout": "half", "parallel_shared_norm": False, "lm_head_bias": False}
 
 
 def run_spec(config):

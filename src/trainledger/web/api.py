@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import re
 import threading
 from pathlib import Path
@@ -35,7 +34,7 @@ from trainledger import __version__
 from trainledger.cli import main as cli
 from trainledger.cli.common import json_ready
 from trainledger.errors import TrainledgerError
-from trainledger.web import guard, worker
+from trainledger.web import guard, paths, worker
 from trainledger.web.flags import REFUSED, flag_name
 from trainledger.web.flags import allowed as web_allowed
 
@@ -275,6 +274,14 @@ def answer(command: str, params: list[tuple[str, str]], settings: guard.WebSetti
     in a worker process (web/worker.py) within their time budget (guard.time_budget); setting `cancel` (the client
     disconnected) stops the worker. Light requests answer from formulas in this thread."""
     settings = settings or DEFAULT_SETTINGS
+    status, body, argv = _answer(command, params, settings, body_config, cancel)
+    if argv is None:            # refused before any model was resolved: the message quotes only what was sent
+        return status, body, argv
+    folders = paths.server_folders(settings)    # what the client sees names no path of the server (web/paths.py)
+    return status, paths.hide_paths(body, folders), paths.hide_paths(argv, folders)
+
+
+def _answer(command: str, params, settings: guard.WebSettings, body_config, cancel):
     custom = any(key.startswith(ARCH_PREFIX) for key, _ in params) or body_config is not None
     argv = None
     try:
@@ -330,6 +337,10 @@ def outcome(command: str, argv: list[str] | None, custom: bool = False) -> tuple
         if command not in command_parsers():
             return 404, error_body(error, command)
         return 422, error_body(error, command, custom)
+    except MemoryError:  # past the worker's address-space cap (web/worker.py MEMORY_LIMIT_BYTES): the server's limit
+        message = (f"`{command}` needed more memory than a web request may take ({worker.MEMORY_LIMIT_BYTES >> 20:,} "
+                   "MiB) and was stopped; the command line takes larger requests")
+        return 503, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
     except SystemExit:  # argparse exits only after printing help or a version, which argv_for never sends
         message = f"{command}: this query makes the command print and exit instead of answering; see /api/schema"
         return 422, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
@@ -339,22 +350,7 @@ def outcome(command: str, argv: list[str] | None, custom: bool = False) -> tuple
     except Exception as error:  # a bug, not bad input: the CLI's one line for it, never a traceback page
         message = f"unexpected {type(error).__name__}: {error} (rerun with TRAINLEDGER_DEBUG=1 for details)"
         return 500, {"error": message, "detail": message, "flag": None, "param": None, "command": command}
-    if isinstance(result, dict) and isinstance(result.get("launch"), dict):
-        _hide_model_path(result["launch"], argv)
     return 200, json_ready(result)
-
-
-def _hide_model_path(launch: dict, argv: list[str]) -> None:
-    """The launch text of `layout --launch` (cli/launch.py) names --model as run; a custom model's or --config-dir's
-    config.json is a path on the server, shown to the client as its file name (the user's own copy of it)."""
-    model = next((a.split("=", 1)[1] for a in argv if a.startswith("--model=")), None)
-    if model is None or "/" not in model:           # a preset name
-        return
-    import shlex
-    shown = Path(model).name
-    for kind in ("torchrun", "slurm"):
-        launch[kind] = launch[kind].replace(shlex.quote(model), shlex.quote(shown))
-    launch["train_args"] = [shown if a == model else a for a in launch["train_args"]]
 
 
 DEFAULT_SETTINGS = guard.WebSettings()

@@ -224,6 +224,8 @@ def resolve_model(value: str, config_dir: Path | None) -> str:
         return value
     if config_dir is not None and CONFIG_NAME.fullmatch(value):
         path = config_file(config_dir, value)
+        if path is not None and path.name == "config.json":    # would be named after the server's directory
+            return _stored_copy(path)
         if path is not None:
             return str(path)
     from trainledger.specs import PRESETS
@@ -232,6 +234,18 @@ def resolve_model(value: str, config_dir: Path | None) -> str:
     raise GuardError(f"unknown model {shown!r} (--model). Known presets: {', '.join(PRESETS)}; the web server also "
                      f"takes {where}a custom model (arch.* fields) or a config.json sent as the body of a POST, "
                      f"never a path on the server", "--model")
+
+
+def _stored_copy(path: Path) -> str:
+    """A --config-dir file named config.json, as a copy in the private store (named config-<hash>.json): a
+    config.json takes its model's name from its directory (specs/hf_config.py), here one of the server's. A file
+    that is no JSON object is passed as it is, for the command's own one-line error."""
+    from trainledger.files import read_regular_file
+    try:
+        config = json.loads(read_regular_file(path, "--model", MAX_CONFIG_FILE_BYTES))
+    except (TrainledgerError, ValueError, RecursionError):
+        return str(path)
+    return STORE.path_for(config, "config") if isinstance(config, dict) else str(path)
 
 
 def config_file(config_dir: Path, name: str) -> Path | None:

@@ -13,8 +13,10 @@ and kills the process (SIGKILL) when
 - stop_all() was called (the server received SIGTERM or SIGINT): WorkStopped("shutdown").
 
 As a second line, the child's CPU time is capped a little above its budget (RLIMIT_CPU): the kernel ends it
-even if its parent were stuck. Work that raises inside the child is the child's to report: `fn` returns an
-answer for errors too (web/api.py `outcome`).
+even if its parent were stuck. Its address space is capped at MEMORY_LIMIT_BYTES (RLIMIT_AS): a request that
+would allocate more gets a MemoryError, which `fn` answers with a 503 (web/api.py `outcome`), or dies, which
+run() reports as WorkStopped("died"), a 503 too; the server's own memory is never at stake. Work that raises
+inside the child is the child's to report: `fn` returns an answer for errors too.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import warnings
 warnings.filterwarnings("ignore", message=r"'trainledger\.cli\.main' found in sys\.modules", category=RuntimeWarning)
 
 POLL_SECONDS = 0.05
+# Address space of one worker: the fork server's interpreter and API take ~60 MB of it, torch (`tensor --torch`)
+# ~650 MB; the largest layout searches of the presets stay under 300 MB (tests/web/test_web_memory.py measures).
+MEMORY_LIMIT_BYTES = 2 << 30
 PRELOAD = ["trainledger.web.preload"]  # imported once by the fork server (the API, warmed), inherited by every worker
 
 _lock = threading.Lock()
@@ -67,23 +72,32 @@ def start() -> None:
     _stopping.clear()
 
 
-def _child(connection, fn, args, cpu_seconds: float) -> None:
+def _child(connection, fn, args, cpu_seconds: float, memory_bytes: int | None = None) -> None:
     limit = int(math.ceil(cpu_seconds)) + 1
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))    # SIGXCPU past `limit` seconds of CPU
+    except (ValueError, OSError):
+        pass
+    memory = MEMORY_LIMIT_BYTES if memory_bytes is None else memory_bytes
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))            # MemoryError past `cap` bytes
     except (ValueError, OSError):
         pass
     connection.send(fn(*args))
     connection.close()
 
 
-def run(fn, args: tuple, budget_seconds: float, cancel: threading.Event | None = None):
-    """fn(*args) computed in a child process; its result, or WorkStopped when stopped before it finished."""
+def run(fn, args: tuple, budget_seconds: float, cancel: threading.Event | None = None,
+        memory_bytes: int | None = None):
+    """fn(*args) computed in a child process of at most `memory_bytes` of address space (default
+    MEMORY_LIMIT_BYTES); its result, or WorkStopped when stopped before it finished."""
     if _stopping.is_set():
         raise WorkStopped("shutdown", 0.0)
     ctx = context()
     receiver, sender = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(sender, fn, args, budget_seconds), daemon=True)
+    process = ctx.Process(target=_child, args=(sender, fn, args, budget_seconds, memory_bytes), daemon=True)
     started = time.monotonic()
     with _lock:
         _live.add(process)

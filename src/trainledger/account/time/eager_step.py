@@ -65,7 +65,7 @@ def step_block(groups, edges: dict, per_layer_comm: dict, micro_batches: int) ->
     return micro.times(micro_batches)
 
 
-from trainledger.specs.run import LOOPS  # noqa: E402 (the run's vocabulary)
+from trainledger.specs.run import LOOPS  # noqa: E402,F401 (the run's vocabulary)
 
 
 def synchronized_step_seconds(groups, edges: dict, per_layer_comm: dict, micro_batches: int, accumulate: dict,
