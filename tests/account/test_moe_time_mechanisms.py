@@ -10,6 +10,7 @@ import pytest
 from trainledger.account.time import expert_parallel as xp
 from trainledger.account.time import kernels as K
 from trainledger.account.time.overlap import link
+from trainledger.account.time.shard import Shard
 from trainledger.account.validation import moe
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -45,9 +46,9 @@ def test_te_grouped_linear_runs_at_most_four_expert_gemms_at_once(local, groups)
     """TE's nvte_multi_stream_cublas_gemm puts GEMM i on compute stream i % 4: the experts' GEMMs run in groups of
     at most 4 (each wave-quantized on its own), not as one batched GEMM; the FLOPs are the same."""
     n, ep = 4096, QWEN3_30B.n_experts // local
-    grouped, _ = K._moe_mlp(QWEN3_30B, n, QWEN3_30B.d_model, 1, 2, "bf16", False, 0, True, ep=ep,
-                            streams=K.TE_GROUPED_GEMM_STREAMS)
-    batched, _ = K._moe_mlp(QWEN3_30B, n, QWEN3_30B.d_model, 1, 2, "bf16", False, 0, True, ep=ep)
+    tokens = Shard(n, 1, "bf16")                  # n tokens, 2-byte inputs, no autocast
+    grouped, _ = K._moe_mlp(QWEN3_30B, tokens, ep=ep, fused=True, streams=K.TE_GROUPED_GEMM_STREAMS)
+    batched, _ = K._moe_mlp(QWEN3_30B, tokens, ep=ep, fused=True)
     up = [k.shape[-1] for k in grouped if k.name == "expert_up"]
     assert up == groups
     assert [k.shape[-1] for k in batched if k.name == "expert_up"] == [local]

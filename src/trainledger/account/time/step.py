@@ -35,6 +35,7 @@ Not modelled: data loading, evaluation, step-to-step jitter, imbalanced stages b
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from trainledger.account.time import comm as comm_mod
 from trainledger.account.time import fp8 as fp8_mod
@@ -57,6 +58,7 @@ from trainledger.account.counting.placement import params_per_gpu
 from trainledger.account.time.expert_parallel import expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
+from trainledger.account.time.shard import Shard
 from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_share, derive_layout,  # noqa: F401
                                                dualpipe_bubble_seconds, dualpipe_problem, even_chunks)
 from trainledger.account.time import folding
@@ -66,6 +68,7 @@ from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_secon
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import TransformerSpec
 from trainledger.specs.performance import HOST_SYNC_SECONDS
+from trainledger.specs.run import Run
 from trainledger.specs.run_checks import resolve
 from trainledger.specs.recipes import get_optimizer, get_recipe
 
@@ -191,7 +194,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         raise TrainledgerError(f"--dp-replicate {lay.fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 "
                                "sharding inside each replica group), with dp > 1")
     compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
+    shard = Shard.of(run, compute)
 
     # 1. kernels of one layer and of the edges, for one micro-batch
     if flash:
@@ -200,19 +203,18 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     narrow_sms = sms_beside_tp_comm(gpu, tp, cp, pp)
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
-    key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled, ep, etp, n_mtp, loss_upcast)
+    key = (shard, flash, causal, framework, dropout, attention_kernel, recompute, narrow_sms, compiled, ep, etp,
+           n_mtp, loss_upcast)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
-        groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp,
-                                     n_mtp, loss_upcast)
+        groups, edges = _layer_times(spec, gpu, shard, run, spec.layer_groups(), narrow_sms=narrow_sms,
+                                     cpu_op=layer_cpu, n_mtp=n_mtp)
         if cache is not None:
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
+    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard.sp, cp=cp,
                   recompute=recompute, style=style, gpus_per_node=gpn, tp_overlap=tp_overlap)
     fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework, etp)
 
@@ -246,7 +248,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         gpus_per_node=gpn, dp_overlap=dp_overlap)
     per_mb = dict(stage)
     experts = expert_parallel_per_micro_batch(
-        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep, etp=etp,
+        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard.sp, cp=cp, ep=ep, etp=etp,
         moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
         recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=ex.imbalance,
         capacity_factor=ex.capacity_factor, overlap=ex.overlap, dispatcher=ex.dispatcher)
@@ -358,7 +360,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
-        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, ep=ep, etp=etp)
+        one_layer = layer_kernels(spec, shard, replace(k, compile=False), ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
@@ -425,10 +427,10 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     recomputation (and a full recompute's forward collectives)."""
     recipe = get_recipe(precision)
     sp = sp and tp > 1
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
+    shard = Shard(batch_size, seq_len, recipe.name, tp, sp, 1)
+    run = Run().with_(recompute=recompute, flash=flash, causal=causal, framework=framework, dropout=dropout)
     narrow_sms = sms_beside_tp_comm(gpu, tp, 1, 1)
-    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
-                                           narrow_sms, [(layer, 1)])
+    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, run, [(layer, 1)], narrow_sms=narrow_sms)
     common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
                   style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
     total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
@@ -440,31 +442,28 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     return {"forward": forward, "backward": backward}
 
 
-def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False, ep: int = 1, etp: int | None = None, n_mtp: int = 0,
-                 loss_upcast: bool = True):
+def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *, narrow_sms: int | None = None,
+                 cpu_op: float | None = None, n_mtp: int = 0):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
-    `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
-    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
+    `layers`, and the embedding and head kernels' seconds, for micro-batch `shard` as `run` runs it (its kernels,
+    recomputation, ep and etp). The backward is also timed on `narrow_sms` SMs: what its GEMMs take while a TP
+    collective holds the others. `cpu_op`: eager launches (see _time); `n_mtp`: multi-token-prediction modules."""
+    k, ep, etp = run.kernels, run.layout.ep, run.layout.etp
+    ak, recompute, a = k.attention_kernel, run.levers.recompute, shard.dtypes.a
     groups = []
     for layer, count in layers:
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
-                           compiled=compiled, ep=ep, etp=etp)
-        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
+        lk = fp8_mod.layer_kernels(layer_kernels(spec, shard, k, layer=layer, ep=ep, etp=etp), shard.precision, a)
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
         timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
-        rec = {k: v * weight for k, v in timed.items() if k not in ("gemms", "block")}
+        rec = {key: v * weight for key, v in timed.items() if key not in ("gemms", "block")}
         if cpu_op is not None:
             rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edge = edge_kernels(spec, **shard, framework=framework, compiled=compiled, loss_upcast=loss_upcast)
+    edge = edge_kernels(spec, shard, k)
     if n_mtp:   # the multi-token-prediction modules: a layer like the last, the head again (account/time/mtp.py)
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout,
-                           layer=spec.n_layers - 1, compiled=compiled, ep=ep, etp=etp)
-        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
-        edge.update(mtp_kernels(spec, n_mtp, lk, edge, **shard))
+        lk = layer_kernels(spec, shard, k, layer=spec.n_layers - 1, ep=ep, etp=etp)
+        edge.update(mtp_kernels(spec, n_mtp, fp8_mod.layer_kernels(lk, shard.precision, a), edge, shard))
     return groups, {name: _time(gpu, ks, ak, cpu_op=cpu_op) for name, ks in edge.items()}
 
 
