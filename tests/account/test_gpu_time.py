@@ -78,7 +78,7 @@ def test_kernels_per_step_are_the_traces(name, model, batch, seq):
         "backward": spec.n_layers * launched(lk["backward"]) + launched(ek["embedding_backward"] + ek["head_backward"]),
     }
     numels = parameter_numels(spec)
-    predicted["optimizer"] = launched(optimizer_kernels(sum(numels), len(numels), "amp-bf16", 2, 4, optimizer="adamw",
+    predicted["optimizer"] = launched(optimizer_kernels(sum(numels), len(numels), "amp-bf16", "adamw",
                                                         tensor_numels=numels))
     measured = {region: sum(1 for r, k, *_ in trace.launches(name) if r == region and k != "memset")
                 for region in predicted}

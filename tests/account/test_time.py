@@ -78,8 +78,8 @@ def test_megatron_optimizer_bytes_per_parameter():
     """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
     main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""
     from trainledger.account.time.kernels import optimizer_kernels
-    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", 2, 4, framework="megatron")
-    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", 2, 4, framework="megatron")
+    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", "adamw", framework="megatron")     # 2 fp32 states
+    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", "adamw", framework="megatron")
     assert sum(k.bytes for k in fp16) == pytest.approx(50e9)
     assert sum(k.bytes for k in bf16) == pytest.approx(42e9)
     assert {k.name for k in fp16} - {k.name for k in bf16} == {"optimizer_unscale_check_inf"}
@@ -393,7 +393,7 @@ def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
             optimizer.step()
     expected = CLIP_PASSES + FOREACH_PASSES[name]
     assert [op for op, _ in log.ops] == [op for op, _, _ in expected]
-    kernels = optimizer_kernels(n_params, len(params), "fp32", framework="trainledger", optimizer=name)
+    kernels = optimizer_kernels(n_params, len(params), "fp32", name, framework="trainledger")
     kernels = [k for k in kernels if k.kind not in ("host", "python")]   # the per-tensor CPU work (.to(), Python) aside
     assert len(kernels) == len(expected)
     for (op, moved), kernel in zip(log.ops, kernels):
@@ -406,6 +406,6 @@ def test_adamw_moves_80_bytes_per_parameter_in_fp32():
     """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 28: read g, read
     and write w and both states), + 12 for clipping (norm: read g; scale: read and write g)."""
     from trainledger.account.time.kernels import optimizer_kernels
-    kernels = optimizer_kernels(1.0, 1, "fp32", framework="trainledger", optimizer="adamw")
+    kernels = optimizer_kernels(1.0, 1, "fp32", "adamw", framework="trainledger")
     assert sum(k.bytes for k in kernels) == pytest.approx(80 + 12)
     assert all(k.working_set_bytes == k.bytes for k in kernels if k.kind == "elementwise")   # each pass sweeps every tensor

@@ -288,10 +288,9 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     # ZeRO shards the dense states over dp, an expert's over the EDP ranks that hold it (folding.py)
     shard_params = folding.zero_shard_params(placement, tp=tp, cp=cp, dp=sharded_over, ep=ep, etp=etp, zero=zero)
     n_tensors = parameter_tensors(spec) / pp / sharded_over
-    state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
-    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.name,
+                                      framework=framework, tensor_numels=numels)
     optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
     # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
     accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
@@ -369,8 +368,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
 def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
     """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
     views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
-    opt = get_optimizer(optimizer)
-    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, optimizer)
     return _time(gpu, kernels)["overhead"]
 
 
