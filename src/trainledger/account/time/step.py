@@ -214,9 +214,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard.sp, cp=cp,
-                  recompute=recompute, style=style, gpus_per_node=gpn, tp_overlap=tp_overlap)
-    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework, etp)
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, shard, run, groups)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -241,9 +239,9 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     placement = params_per_gpu(spec, tp, pp, ep, etp)
     dense, experts_pg = expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
-    step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
-                                          zero=zero, layers_per_stage=layers_per_stage, params_per_gpu=dense,
-                                          dp_overlap=dp_overlap) + folding.expert_dp_collectives(
+    step_comm = comm_mod.step_collectives(spec, shard, run, style=style, micro_batches=m, gpus_per_node=gpn,
+                                          layers_per_stage=layers_per_stage, params_per_gpu=dense
+                                          ) + folding.expert_dp_collectives(
         recipe, experts_pg, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, zero=zero, micro_batches=m, style=style,
         gpus_per_node=gpn, dp_overlap=dp_overlap)
     per_mb = dict(stage)
@@ -372,29 +370,31 @@ def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> flo
     return _time(gpu, kernels)["overhead"]
 
 
-def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: int | None = None):
+def _average_layer(spec, gpu, shard: Shard, run, groups: list):
     """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
-    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
-    how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
-    pipeline stage is assumed to hold the same mix (its layers × this mean). A MoE layer with etp 1 has no TP
-    collectives in its MLP block (account/time/folding.py)."""
+    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer of micro-batch `shard`
+    under `run`, each kind weighted by how many layers it has; O(kinds of layers). Each kind hides its own
+    collectives behind its own GEMMs. A pipeline stage is assumed to hold the same mix (its layers × this mean). A
+    MoE layer with etp 1 has no TP collectives in its MLP block (account/time/folding.py)."""
     total = sum(count for count, *_ in groups)
     fwd, bwd, rec, comm = {}, {}, {}, {}
     records = None
     for (count, f, b, r), (layer, _) in zip(groups, spec.layer_groups()):
-        mlp_tp = folding.mlp_tensor_parallel(spec, layer, common["tp"], etp)
-        per_layer, recs = _layer_comm(spec, gpu, common, b, framework, mlp_tp)
+        mlp_tp = folding.mlp_tensor_parallel(spec, layer, shard.tp, run.layout.etp)
+        per_layer, recs = _layer_comm(spec, gpu, shard, run, b, mlp_tp)
         records = records if records is not None else recs
         for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
             _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
     return fwd, bwd, rec, comm, records
 
 
-def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool = True) -> tuple[dict, list]:
+def _layer_comm(spec, gpu, shard: Shard, run, bwd: dict, mlp_tp: bool = True) -> tuple[dict, list]:
     """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
-    records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
-    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1,
-                                           mlp_tp=mlp_tp)
+    records of micro-batch `shard` under `run`, given the layer's backward times `bwd` (what the overlapped
+    collectives hide behind)."""
+    framework = run.kernels.framework
+    layer_comm = comm_mod.layer_collectives(spec, shard, run, style=comm_mod.style_of(framework),
+                                            gpus_per_node=gpu.gpus_per_node, mlp_tp=mlp_tp)
     per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
     hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
     column = COLUMN_PARALLEL.get(framework, ())[:None if mlp_tp else 1]
@@ -429,10 +429,8 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     run = Run().with_(recompute=recompute, flash=flash, causal=causal, framework=framework, dropout=dropout)
     narrow_sms = sms_beside_tp_comm(gpu, tp, 1, 1)
     [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, run, [(layer, 1)], narrow_sms=narrow_sms)
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
-                  style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
-    total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
-    _, records = _layer_comm(spec, gpu, dict(common, recompute="none"), bwd, framework)
+    total, _ = _layer_comm(spec, gpu, shard, run, bwd)
+    _, records = _layer_comm(spec, gpu, shard, run.with_(recompute="none"), bwd)
     forward_comm = sum(seconds for c, seconds in records if c.name.endswith("_forward"))
     kernels = ("compute", "attention", "memory_bound", "overhead")
     forward = sum(fwd[k] for k in kernels) + forward_comm
