@@ -15,14 +15,15 @@ from trainledger.account.validation import moe
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.performance import EAGER_OP_CPU_SECONDS, HOST_SYNC_SECONDS
+from trainledger.specs.run import Run
 
 QWEN3_30B, H100 = get_model("qwen3-30b-a3b"), get_gpu("h100-sxm")
 
 
-def _ep(**kw):
-    args = dict(batch_size=1, seq_len=4096, tp=1, sp=False, cp=1, ep=16, moe_layers=48, bytes_per_element=2,
-                recompute="none", compute_seconds=0.1)
-    return xp.expert_parallel_per_micro_batch(QWEN3_30B, kw.pop("gpu", H100), **(args | kw))
+def _ep(gpu=H100, **kw):
+    run = Run().with_(**(dict(ep=16, recompute="none") | kw))
+    return xp.expert_parallel_per_micro_batch(QWEN3_30B, gpu, Shard(1, 4096, "amp-bf16"), run,   # 2-byte inputs
+                                              moe_layers=48, compute_seconds=0.1)
 
 
 def test_dispatch_synchronizes_once_per_moe_layer_forward():

@@ -242,14 +242,11 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     step_comm = comm_mod.step_collectives(spec, shard, run, style=style, micro_batches=m, gpus_per_node=gpn,
                                           layers_per_stage=layers_per_stage, params_per_gpu=dense
                                           ) + folding.expert_dp_collectives(
-        recipe, experts_pg, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, zero=zero, micro_batches=m, style=style,
-        gpus_per_node=gpn, dp_overlap=dp_overlap)
+        recipe, experts_pg, run, micro_batches=m, style=style, gpus_per_node=gpn)
     per_mb = dict(stage)
-    experts = expert_parallel_per_micro_batch(
-        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard.sp, cp=cp, ep=ep, etp=etp,
-        moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
-        recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=ex.imbalance,
-        capacity_factor=ex.capacity_factor, overlap=ex.overlap, dispatcher=ex.dispatcher)
+    experts = expert_parallel_per_micro_batch(spec, gpu, shard, run,
+                                              moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers,
+                                              compute_seconds=stage.get("compute", 0.0))
     per_mb["ep_comm"] = experts["ep_comm"]
     per_mb["compute"] = per_mb.get("compute", 0.0) + experts["expert_wait"]
     after = {"pp_comm": 0.0, "dp_comm": 0.0}
