@@ -256,8 +256,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     fsdp_detail = None
     if settings is not None:
         step_comm = [c for c in step_comm if c.part != "dp_comm"]
-        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m,
-                                 ep=ep)
+        fsdp_detail = _fsdp_step(spec, gpu, settings, (fwd, bwd, rec), lay, micro_batches=m)
         after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
         records += fsdp_detail.pop("records")
     for c in step_comm:
@@ -269,7 +268,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + (
                 pp_exposed(gpu, c, seconds / m, stage.get("compute", 0.0)) if pp_hidden else seconds / m)
         elif c.part == "dp_comm":
-            after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
+            after["dp_comm"] += data_parallel_exposed(gpu, c, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
         else:
             after[c.part] += seconds
 
