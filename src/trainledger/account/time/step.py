@@ -1,12 +1,15 @@
 """Seconds of one training iteration, by part, from the hardware and the layout. Pure, no torch.
 
-API: `step_time(spec, gpu, *, batch_size, seq_len, global_batch_size, num_gpus, precision, optimizer, tp, sp, pp,
-interleave, cp, dp, zero, recompute, flash, attention, causal, framework, dropout) -> dict` with
-step_seconds, tokens_per_s, mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part:
-compute, attention, memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble;
-they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory.per_gpu) and assumptions.
-`gpu` is a GPUSpec (a datasheet entry or a calibrated device); `batch_size` is the micro-batch per GPU and
-global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
+API: `step_time(spec, hardware, run, *, cache=None, with_memory=True) -> dict` with step_seconds, tokens_per_s,
+mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part: compute, attention,
+memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble, ep_comm; they sum to
+step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory.per_gpu), assumptions and the resolved
+`run`. `hardware` is a specs.run.Hardware (a GPUSpec, a datasheet entry or a calibrated device, and the GPU count);
+`run` a specs.run.Run, resolved first (specs.run_checks.resolve: every default decided, every check passed). Its
+batch.batch_size is the micro-batch per GPU; global_batch_size / (dp · batch_size) micro-batches are accumulated
+per step. The helpers below take what they need of it: the micro-batch's `Shard` (account/time/shard.py: tokens,
+compute precision, tp, sp, cp), the run or one of its groups (run.layout, run.kernels), never a spread of keywords.
+`layer_pass_seconds(spec, gpu, run)`: one layer's forward and backward (Korthikanti et al. 2022, Table 4).
 
 How a step is built (each piece is a small function a test checks by hand):
 1. The kernels of one layer of each kind (spec.layer_groups(): MoE or dense, sliding or global; weighted by how
@@ -68,7 +71,6 @@ from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_secon
 from trainledger.errors import TrainledgerError
 from trainledger.specs.model import TransformerSpec
 from trainledger.specs.performance import HOST_SYNC_SECONDS
-from trainledger.specs.run import Run
 from trainledger.specs.run_checks import resolve
 from trainledger.specs.recipes import get_optimizer, get_recipe
 
@@ -165,25 +167,19 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     resolved = resolve(spec, hardware, run)
     hardware, run, m = resolved.hardware, resolved.run, resolved.micro_batches
     gpu, num_gpus = hardware.gpu, hardware.num_gpus
-    b, lay, k = run.batch, run.layout, run.kernels
-    batch_size, seq_len, global_batch_size = b.batch_size, b.seq_len, b.global_batch_size
-    tp, sp, pp, interleave, cp, dp, zero = lay.tp, lay.sp, lay.pp, lay.interleave, lay.cp, lay.dp, lay.zero
-    ep, etp, schedule = lay.ep, lay.etp, lay.schedule
-    ex = lay.experts
-    recompute = run.levers.recompute
-    flash, attention, causal, framework, dropout = k.flash, k.attention, k.causal, k.framework, k.dropout
-    attention_kernel, compiled, loop, loss_upcast = k.attention_kernel, k.compile, k.loop, k.loss_upcast
-    tp_overlap, dp_overlap = k.tp_overlap, k.dp_overlap
+    b, lay, kernels = run.batch, run.layout, run.kernels
+    tp, pp, interleave, cp, dp, zero, ep, etp = lay.tp, lay.pp, lay.interleave, lay.cp, lay.dp, lay.zero, lay.ep, lay.etp
+    recompute, framework, compiled = run.levers.recompute, kernels.framework, kernels.compile
     if not isinstance(spec, TransformerSpec):
         raise TrainledgerError(f"step times a Transformer; '{spec.name}' is a {getattr(spec, 'kind', 'model')}",
                                "--model")
     share = chunk_share(spec.n_layers, pp, interleave)
-    n_mtp = mtp_modules(spec, k.mtp, framework)
-    pp_hidden = bool(k.pp_overlap) and pp > 1
+    n_mtp = mtp_modules(spec, kernels.mtp, framework)
+    pp_hidden = bool(kernels.pp_overlap) and pp > 1
     recipe, opt = get_recipe(run.numerics.precision), get_optimizer(run.numerics.optimizer)
     fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
-    style = "megatron" if framework == "megatron" else "torch"
+    style = comm_mod.style_of(framework)
     settings = None
     if zero == 3 and style == "torch" and dp > 1:
         if lay.fsdp.impl != "fsdp2":
@@ -197,14 +193,13 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     shard = Shard.of(run, compute)
 
     # 1. kernels of one layer and of the edges, for one micro-batch
-    if flash:
-        gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    if kernels.flash:
+        gpu.attention_table(kernels.attention_kernel)  # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
     narrow_sms = sms_beside_tp_comm(gpu, tp, cp, pp)
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
-    key = (shard, flash, causal, framework, dropout, attention_kernel, recompute, narrow_sms, compiled, ep, etp,
-           n_mtp, loss_upcast)
+    key = _layer_key(shard, run, narrow_sms, n_mtp)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
@@ -274,7 +269,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
 
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave, share) * sum(ideal.values())
-    if schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
+    if lay.schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
         bubble = dualpipe_bubble_seconds(pp, sum(per_mb.values()), stage_bwd, stage_layers * fwd["compute"])
 
     # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
@@ -304,35 +299,37 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/time/timeline.py)
         norm = [k for k in optim_kernels if k.name.endswith("_norm")]
         clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
-        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, kernels.loop)
         breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
     if fsdp_detail is not None:
         breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
     step_seconds = sum(breakdown.values())
 
-    tokens = global_batch_size * seq_len
+    seq_len, attention = b.seq_len, kernels.attention
+    tokens = b.global_batch_size * seq_len
     model_flops = train_flops_per_token(spec, seq_len, attention, mtp=n_mtp > 0) * tokens
     hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute, mtp=n_mtp > 0) * tokens
+    ex = lay.experts
     result = {
         "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
         "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
         "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp, "run": run,
-        "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
-        "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
-        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
-        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
-        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "sp": bool(lay.sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
+        "batch_size": b.batch_size, "global_batch_size": b.global_batch_size, "micro_batches": m, "seq_len": seq_len,
+        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": kernels.flash,
+        "framework": framework, "attention": attention, "attention_kernel": kernels.attention_kernel,
+        "compiled": compiled, "loop": kernels.loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
         "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
                                  and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
-        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave, share) if schedule == "1f1b"
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave, share) if lay.schedule == "1f1b"
                                                                else bubble / max(sum(ideal.values()), 1e-30)),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
-        "tp_overlap": tp_overlap, "dp_overlap": dp_overlap, "pp_overlap": pp_hidden,
-        "schedule": schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
+        "tp_overlap": kernels.tp_overlap, "dp_overlap": kernels.dp_overlap, "pp_overlap": pp_hidden,
+        "schedule": lay.schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
         "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=ex.imbalance, capacity_factor=ex.capacity_factor, overlap=ex.overlap,
@@ -344,7 +341,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
         memory = memory_per_gpu(spec, hardware, run)
-        if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
+        if lay.schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
             memory["peak_bytes"] += memory["params_bytes"]
             memory["headroom_bytes"] -= memory["params_bytes"]
             memory["fits"] = memory["headroom_bytes"] >= 0
@@ -353,7 +350,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
-        one_layer = layer_kernels(spec, shard, replace(k, compile=False), ep=ep, etp=etp)
+        one_layer = layer_kernels(spec, shard, replace(kernels, compile=False), ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
@@ -413,17 +410,13 @@ def _layer_comm(spec, gpu, shard: Shard, run, bwd: dict, mlp_tp: bool = True) ->
     return per_layer, records
 
 
-def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
-                       sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
-                       framework: str = "megatron", dropout: bool | None = None, layer: int = 0) -> dict:
-    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch on one GPU, with its
-    exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the
-    recomputation (and a full recompute's forward collectives)."""
-    recipe = get_recipe(precision)
-    sp = sp and tp > 1
-    shard = Shard(batch_size, seq_len, recipe.name, tp, sp, 1)
-    run = Run().with_(recompute=recompute, flash=flash, causal=causal, framework=framework, dropout=dropout)
-    narrow_sms = sms_beside_tp_comm(gpu, tp, 1, 1)
+def layer_pass_seconds(spec, gpu, run, *, layer: int = 0) -> dict:
+    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch of `run` (specs.run.Run:
+    its micro-batch, sequence length and recipe, its layout's tp, sp and cp, recomputation and kernels) on one GPU,
+    with its exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward
+    includes the recomputation (and a full recompute's forward collectives)."""
+    shard = Shard.of(run, get_recipe(run.numerics.precision).name)
+    narrow_sms = sms_beside_tp_comm(gpu, shard.tp, shard.cp, 1)
     [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, run, [(layer, 1)], narrow_sms=narrow_sms)
     total, _ = _layer_comm(spec, gpu, shard, run, bwd)
     _, records = _layer_comm(spec, gpu, shard, run.with_(recompute="none"), bwd)
@@ -432,6 +425,15 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     forward = sum(fwd[k] for k in kernels) + forward_comm
     backward = sum(bwd[k] + rec[k] for k in kernels) + sum(total.values()) - forward_comm
     return {"forward": forward, "backward": backward}
+
+
+def _layer_key(shard: Shard, run, narrow_sms: int | None, n_mtp: int) -> tuple:
+    """What the kernel times of a layer and of the edges (`_layer_times`) depend on, for step_time's cache of one
+    spec and gpu: the micro-batch's shard, the kernel settings that shape them, the recomputation, the expert
+    layout, the SMs a TP collective leaves to the GEMMs and the multi-token-prediction modules."""
+    k = run.kernels
+    return (shard, k.flash, k.causal, k.framework, k.dropout, k.attention_kernel, k.compile, k.loss_upcast,
+            run.levers.recompute, run.layout.ep, run.layout.etp, narrow_sms, n_mtp)
 
 
 def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *, narrow_sms: int | None = None,
