@@ -62,6 +62,7 @@ def main_grad_gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, 
 
 
 def _gemm(name: str, mnk: tuple, a: int, out: float, dtype: str, batch: int, role: str) -> Kernel:
+    """The GEMM of `gemm` with `out` bytes per element of C (read and written when it accumulates)."""
     m, n, k = mnk
     moved = batch * ((m * k + k * n) * a + m * n * out)
     shape = tuple(max(1, round(x)) for x in (m, n, k))    # a mean expert load may be fractional: tiles need sizes

@@ -25,8 +25,8 @@ from trainledger.account.time import eager, mla
 from trainledger.account.time import torchtitan
 from trainledger.account.counting.experts import expert_token_share
 from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
-from trainledger.account.time.eager import (EAGER_FRAMEWORKS, ew, gemm, head_widths, host,  # noqa: F401 (re-exported)
-                                            linear_kernels as _linear, norm_output_bytes, unaligned)
+from trainledger.account.time.eager import (EAGER_FRAMEWORKS, ew, gemm, head_widths, host, linear_kernels as _linear,
+                                            norm_output_bytes)
 from trainledger.account.time.moe_loop import per_expert_ops
 from trainledger.account.time.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
@@ -155,7 +155,6 @@ def layer_kernels(spec, shard: Shard, kernels: Kernels = KERNELS, *, layer: int 
     framework = kernels.framework
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    shard.dtypes                                   # an unknown recipe is an error naming --precision
     window = spec.sliding_window if spec.is_sliding(layer) else None
     core = _attention_core(spec, shard, kernels, window)
     moe = (_moe_mlp(spec, shard, ep=ep, etp=etp, fused=framework == "megatron", loop=framework == "trainledger",
@@ -163,7 +162,7 @@ def layer_kernels(spec, shard: Shard, kernels: Kernels = KERNELS, *, layer: int 
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
         latent = mla.megatron_mla(spec, shard, core) if spec.is_mla else None
-        return _megatron(spec, shard, core, dropout(kernels), moe, latent)
+        return _megatron(spec, shard, core, dropout_masks(kernels), moe, latent)
     rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
     if kernels.compile:   # (multi-head latent attention compiled is timed as ordinary attention: not modelled)
         return compiled_layer(spec, shard, core, moe=moe, rope_kernels=rope)
@@ -171,7 +170,7 @@ def layer_kernels(spec, shard: Shard, kernels: Kernels = KERNELS, *, layer: int 
     return eager.layer(spec, shard, core, moe=moe, rope_kernels=rope, attention=latent)
 
 
-def dropout(kernels: Kernels) -> bool:
+def dropout_masks(kernels: Kernels) -> bool:
     """Whether the layer runs dropout masks: as the run says, else as its framework runs (Megatron-LM's GPT: on)."""
     return (kernels.framework == "megatron") if kernels.dropout is None else kernels.dropout
 
@@ -212,7 +211,7 @@ def _attention_core(spec, shard: Shard, kernels: Kernels, window: int | None = N
     """
     b, s, cp, tp = shard.batch_size, shard.seq_len, shard.cp, shard.tp
     dt, framework, causal = shard.dtypes, kernels.framework, kernels.causal
-    a, dtype, masks = dt.a, dt.dtype, dropout(kernels)
+    a, dtype, masks = dt.a, dt.dtype, dropout_masks(kernels)
     h, kv, dh, dv = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim, spec.value_dim
     q = s / cp
     full_flops = 2 * b * h * q * s * (dh + dv)      # QKᵀ over the qk head dim, A·V over the value head dim
