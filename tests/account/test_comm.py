@@ -3,9 +3,11 @@
 import pytest
 
 from trainledger.account.time import comm
+from trainledger.account.time.shard import Shard
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.performance import Link
+from trainledger.specs.run import Run
 
 GB = 1e9
 LINK = Link("test link", 100 * GB, 1.0, 0.0, 0.0)          # 100 GB/s per direction, no latency
@@ -84,8 +86,8 @@ def test_busbw_curve_must_ascend():
 def test_ddp_sends_the_gradients_once():
     """DDP over 2 ranks: one all-reduce of every fp32 gradient (amp keeps fp32 grads): 2·1/2·S = S bytes each."""
     gpt2 = get_model("gpt2")
-    sent = comm.bytes_sent_per_rank(gpt2, batch_size=4, seq_len=128, micro_batches=3, precision="amp-bf16",
-                                    dp=2, zero=0, style="torch")
+    sent = comm.bytes_sent_per_rank(gpt2, Shard(4, 128, "amp-bf16"), Run().with_(dp=2, zero=0), micro_batches=3,
+                                    style="torch")
     assert sent["dp_comm"] == pytest.approx(124_439_808 * 4)
     assert sent["total"] == sent["dp_comm"]
 
@@ -95,8 +97,8 @@ def test_fsdp2_gathers_twice_and_reduce_scatters():
     each (n−1)/n · S per micro-batch."""
     gpt2 = get_model("gpt2")
     n = 124_439_808
-    sent = comm.bytes_sent_per_rank(gpt2, batch_size=1, seq_len=128, micro_batches=2, precision="mixed-bf16",
-                                    dp=4, zero=3, style="torch")
+    sent = comm.bytes_sent_per_rank(gpt2, Shard(1, 128, "mixed-bf16"), Run().with_(dp=4, zero=3), micro_batches=2,
+                                    style="torch")
     per_mb = 3 / 4 * (n * 2) + 3 / 4 * (n * 2) + 3 / 4 * (n * 2)      # bf16 params and grads in mixed-bf16
     assert sent["dp_comm"] == pytest.approx(2 * per_mb)
 
@@ -105,7 +107,7 @@ def test_tensor_parallel_megatron_four_allreduces_per_layer():
     """Megatron TP (Shoeybi et al. 2019, Sec. 3): 2 all-reduces forward + 2 backward per layer of b·s·h 16-bit values."""
     spec = get_model("gpt2")
     b, s, h, L, t = 2, 1024, 768, 12, 4
-    cs = comm.step_collectives(spec, batch_size=b, seq_len=s, precision="mixed-bf16", tp=t, style="megatron")
+    cs = comm.step_collectives(spec, Shard(b, s, "mixed-bf16", tp=t), Run(), style="megatron")
     ars = [c for c in cs if c.kind == "all_reduce"]
     assert sum(c.count for c in ars) == 4 * L
     assert all(c.payload_bytes == b * s * h * 2 for c in ars)
@@ -116,9 +118,8 @@ def test_sequence_parallel_moves_the_same_bytes_as_tensor_parallel_forward():
     """Korthikanti et al. 2022, Sec. 4.2.2: an all-reduce is a reduce-scatter plus an all-gather, so sequence
     parallelism's forward (2 all-gathers + 2 reduce-scatters per layer) sends what TP's 2 all-reduces send."""
     spec = get_model("llama-2-7b")
-    kwargs = dict(batch_size=1, seq_len=4096, precision="mixed-bf16", tp=8, style="megatron")
-    tp = {c.name: c for c in comm.step_collectives(spec, **kwargs, sp=False)}
-    sp = {c.name: c for c in comm.step_collectives(spec, **kwargs, sp=True)}
+    tp, sp = ({c.name: c for c in comm.step_collectives(spec, Shard(1, 4096, "mixed-bf16", tp=8, sp=sp), Run(),
+                                                        style="megatron")} for sp in (False, True))
     assert (sp["sp_allgather_forward"].bytes_per_step + sp["sp_reducescatter_forward"].bytes_per_step
             == pytest.approx(tp["tp_allreduce_forward"].bytes_per_step))
 
@@ -126,7 +127,7 @@ def test_sequence_parallel_moves_the_same_bytes_as_tensor_parallel_forward():
 def test_dtensor_tp_all_reduces_each_column_parallel_input_gradient():
     """torch DTensor ColwiseParallel: q, k, v and (SwiGLU) gate, up each all-reduce their input gradient."""
     spec = get_model("llama-2-7b")
-    cs = comm.step_collectives(spec, batch_size=1, seq_len=256, tp=2, style="torch", layers_per_stage=1)
+    cs = comm.step_collectives(spec, Shard(1, 256, tp=2), Run(), style="torch", layers_per_stage=1)
     backward = next(c for c in cs if c.name == "tp_allreduce_backward")
     assert backward.count == 5
 
@@ -134,8 +135,8 @@ def test_dtensor_tp_all_reduces_each_column_parallel_input_gradient():
 def test_pipeline_point_to_point():
     """1F1B with m micro-batches and v chunks: each rank sends m·v activations and m·v gradients of b·s·h."""
     spec = get_model("gpt3-175b")
-    cs = comm.step_collectives(spec, batch_size=1, seq_len=2048, micro_batches=64, precision="mixed-fp16",
-                               tp=8, sp=True, pp=8, interleave=3, style="megatron")
+    cs = comm.step_collectives(spec, Shard(1, 2048, "mixed-fp16", tp=8, sp=True), Run().with_(pp=8, interleave=3),
+                               style="megatron", micro_batches=64)
     p2p = next(c for c in cs if c.name == "pp_send_recv")
     assert p2p.count == 2 * 64 * 3
     assert p2p.payload_bytes == 2048 * 12288 * 2 / 8          # Megatron sends the sequence-parallel shard
@@ -152,4 +153,4 @@ def test_errors():
     with pytest.raises(TrainledgerError, match="kind"):
         comm.ring_bytes_sent("broadcast", 1, 2)
     with pytest.raises(TrainledgerError, match="style"):
-        comm.step_collectives(get_model("gpt2"), batch_size=1, seq_len=8, style="deepspeed")
+        comm.step_collectives(get_model("gpt2"), Shard(1, 8), Run(), style="deepspeed")

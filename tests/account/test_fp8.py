@@ -63,7 +63,9 @@ def test_torchao_rowwise_recasts_every_operand_where_it_is_used():
 def test_only_the_linear_gemms_of_a_layer_turn_fp8():
     spec = get_model("llama-3-8b")
     from trainledger.account.time.kernels import layer_kernels as bf16_layer
-    lk = bf16_layer(spec, batch_size=1, seq_len=8192, precision="fp8-cs", framework="megatron")
+    from trainledger.account.time.shard import Shard
+    from trainledger.specs.run import Kernels
+    lk = bf16_layer(spec, Shard(1, 8192, "fp8-cs"), Kernels(framework="megatron"))
     fp8 = layer_kernels(lk, "fp8-cs", 2)
     gemms = [k for ks in fp8.values() for k in ks if k.kind == "gemm"]
     assert {k.dtype for k in gemms if k.part == "compute"} == {"fp8"}

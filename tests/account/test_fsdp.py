@@ -30,21 +30,22 @@ def test_one_pass_by_hand():
     Forward: root + first block exposed (10), the next two hide behind 10 s of compute. Backward: block 3 hides the
     gather of block 2, block 2 the gather of block 1 and the reduce-scatter of block 3, block 1 that of block 2;
     then block 1's and the root's reduce-scatters (8 + 5) are exposed."""
-    kw = dict(ag=4.0, ag_root=6.0, rs=8.0, rs_root=5.0, gather_forward=True, gather_backward=True, reduce=True)
-    assert fsdp_comm.pass_exposed(3, 10.0, 20.0, **kw) == pytest.approx((10.0, 13.0))
+    times = {"ag": 4.0, "ag_root": 6.0, "rs": 8.0, "rs_root": 5.0}
+    kw = dict(gather_forward=True, gather_backward=True, reduce=True)
+    assert fsdp_comm.pass_exposed(3, 10.0, 20.0, times, **kw) == pytest.approx((10.0, 13.0))
     # backward blocks of 5 s: block 2 carries 4 + 8 = 12 s of comm (7 exposed), block 1 carries 8 (3 exposed)
-    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, **kw) == pytest.approx((10.0, 7.0 + 3.0 + 13.0))
+    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, times, **kw) == pytest.approx((10.0, 7.0 + 3.0 + 13.0))
     # forward blocks of 1 s: two gathers of 4 s behind 1 s each: 3 s each exposed
-    assert fsdp_comm.pass_exposed(3, 1.0, 20.0, **kw)[0] == pytest.approx(10.0 + 2 * 3.0)
+    assert fsdp_comm.pass_exposed(3, 1.0, 20.0, times, **kw)[0] == pytest.approx(10.0 + 2 * 3.0)
     # nothing gathered in backward (reshard_after_forward=False), no reduction: nothing in backward
-    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, **dict(kw, gather_backward=False, reduce=False))[1] == 0.0
+    assert fsdp_comm.pass_exposed(3, 10.0, 5.0, times, **dict(kw, gather_backward=False, reduce=False))[1] == 0.0
 
 
 def test_accumulation_sharded_vs_unsharded():
     """Sharded accumulation pays every micro-batch; unsharded gathers in the first forward, reduces after the last."""
     times = {"ag": 4.0, "ag_root": 6.0, "rs": 8.0, "rs_root": 5.0}
-    one = lambda gf, gb, red: sum(fsdp_comm.pass_exposed(3, 1.0, 5.0, times["ag"], times["ag_root"], times["rs"],  # noqa: E731
-                                                    times["rs_root"], gather_forward=gf, gather_backward=gb, reduce=red))
+    one = lambda gf, gb, red: sum(fsdp_comm.pass_exposed(3, 1.0, 5.0, times, gather_forward=gf,  # noqa: E731
+                                                    gather_backward=gb, reduce=red))
     exposed = lambda s: fsdp_comm.step_exposed(s, 4, 3, 1.0, 5.0, times, lambda c, h: max(0.0, c - h))  # noqa: E731
     sharded = fsdp.FsdpSettings("bf16", "fp32", True, "sharded")
     unsharded = fsdp.FsdpSettings("bf16", "fp32", False, "unsharded")

@@ -11,6 +11,8 @@ import pytest
 from trainledger.account.time import timeline as TL
 from trainledger.account.time.kernels import edge_kernels, layer_kernels
 from trainledger.account.time.optimizer_kernels import multi_tensor_launches, optimizer_kernels, parameter_numels
+from trainledger.account.time.shard import Shard
+from trainledger.specs.run import Kernels
 from runs import step as step_time
 from trainledger.specs import get_model
 from trainledger.specs import performance as perf
@@ -66,8 +68,8 @@ def test_kernels_per_step_are_the_traces(name, model, batch, seq):
     """The model launches the kernels the recorded step launched (memsets aside: cuBLASLt's workspace memsets,
     0.2-0.7 per GEMM, are not modelled): forward within 3 %, backward within 12 %, the optimizer within 15 %."""
     spec = spec_of(model)
-    lk = layer_kernels(spec, batch_size=batch, seq_len=seq, precision="amp-bf16")
-    ek = edge_kernels(spec, batch_size=batch, seq_len=seq, precision="amp-bf16")
+    lk = layer_kernels(spec, Shard(batch, seq, "amp-bf16"))
+    ek = edge_kernels(spec, Shard(batch, seq, "amp-bf16"))
     def launched(kernels):      # kernels, not memsets (SDPA's workspace memset and the one of its backward's prep)
         return sum(k.count - (k.name == "attention_backward_prep") for k in kernels
                    if k.kind not in ("host", "python") and "memset" not in k.name)
@@ -76,7 +78,7 @@ def test_kernels_per_step_are_the_traces(name, model, batch, seq):
         "backward": spec.n_layers * launched(lk["backward"]) + launched(ek["embedding_backward"] + ek["head_backward"]),
     }
     numels = parameter_numels(spec)
-    predicted["optimizer"] = launched(optimizer_kernels(sum(numels), len(numels), "amp-bf16", 2, 4, optimizer="adamw",
+    predicted["optimizer"] = launched(optimizer_kernels(sum(numels), len(numels), "amp-bf16", "adamw",
                                                         tensor_numels=numels))
     measured = {region: sum(1 for r, k, *_ in trace.launches(name) if r == region and k != "memset")
                 for region in predicted}
@@ -140,11 +142,11 @@ def test_the_access_fractions_taken_from_the_trace():
 
 
 def test_the_lm_head_of_gpt2_is_unaligned_and_llamas_is_not(calibrated):
-    gpt2 = edge_kernels(get_model("gpt2"), batch_size=8, seq_len=1024)["head_forward"]
-    llama = edge_kernels(spec_of("llama1b"), batch_size=4, seq_len=2048)["head_forward"]
+    gpt2 = edge_kernels(get_model("gpt2"), Shard(8, 1024))["head_forward"]
+    llama = edge_kernels(spec_of("llama1b"), Shard(4, 2048))["head_forward"]
     assert [k.unaligned for k in gpt2 if k.kind == "gemm"] == [True]
     assert [k.unaligned for k in llama if k.kind == "gemm"] == [False]
-    compiled = edge_kernels(get_model("gpt2"), batch_size=8, seq_len=1024, compiled=True)["head_forward"]
+    compiled = edge_kernels(get_model("gpt2"), Shard(8, 1024), Kernels(compile=True))["head_forward"]
     assert [k.unaligned for k in compiled if k.kind == "gemm"] == [False]        # Inductor pads it
 
 

@@ -4,10 +4,11 @@ of prefill (compute-bound) and decoding (bandwidth-bound, Pope et al. 2022)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from trainledger.account.time.inference import inference, kv_cache_bytes, weights_bytes
+from trainledger.account.time.inference import InferenceRequest, inference, kv_cache_bytes, weights_bytes
 from trainledger.account.counting.params import n_params
 from trainledger.cli.main import compute, main
 from trainledger.errors import TrainledgerError
@@ -26,7 +27,8 @@ def test_llama3_8b_kv_cache_at_batch_32_and_8k_context_on_one_h100():
     Ainslie et al. 2023): 2·32·8·128·8192·32·2 B = 32 GiB."""
     layers, kv_heads, head_dim, tokens, batch = 32, 8, 128, 8192, 32
     expected = 2 * layers * kv_heads * head_dim * tokens * batch * 2
-    result = inference(LLAMA3_8B, H100, batch_size=batch, prompt_len=tokens - 128, gen_len=128, dtype="bf16")
+    result = inference(LLAMA3_8B, H100, InferenceRequest(batch_size=batch, prompt_len=tokens - 128, gen_len=128,
+                                                         dtype="bf16"))
     assert result["kv_cache_bytes"] == expected == 32 * 2**30
     assert result["weights_bytes"] == 2 * 8_030_261_248          # published parameter count × 2 bytes
     # what is left of the 79.18 GiB an H100 80GB HBM3 reports (85,017,493,504 B) after the weights, per sequence
@@ -62,7 +64,7 @@ def test_kv_dtype_and_tensor_parallelism():
 def test_decoding_at_batch_1_is_bound_by_reading_the_weights():
     """Pope et al. 2022 (arXiv:2211.05102), Sec. 3.1: at small batch a step takes about the time to read the weights
     (and the KV cache) from memory; the matmuls do 2 FLOPs per weight byte-pair, far below the H100's ~295 FLOP/B."""
-    r = inference(LLAMA3_8B, H100, batch_size=1, prompt_len=512, gen_len=128)
+    r = inference(LLAMA3_8B, H100, InferenceRequest(batch_size=1, prompt_len=512, gen_len=128))
     read = r["weights_bytes"] - 128256 * 4096 * 2         # every weight but the embedding table (one row is looked up)
     achieved = H100.memory_bandwidth_bytes_per_s * H100.memory_bandwidth_fraction    # the streaming rate measured
     floor = (read + kv_cache_bytes(LLAMA3_8B, 1, 512 + 64, 2)) / achieved
@@ -72,9 +74,9 @@ def test_decoding_at_batch_1_is_bound_by_reading_the_weights():
 
 
 def test_large_batches_make_decoding_compute_bound_and_prefill_is_compute_bound():
-    r = inference(LLAMA3_8B, H100, batch_size=4096, prompt_len=16, gen_len=16)
+    r = inference(LLAMA3_8B, H100, InferenceRequest(batch_size=4096, prompt_len=16, gen_len=16))
     assert r["bottleneck"].startswith("compute")
-    long_prompt = inference(LLAMA3_8B, H100, batch_size=1, prompt_len=8192, gen_len=1)
+    long_prompt = inference(LLAMA3_8B, H100, InferenceRequest(batch_size=1, prompt_len=8192, gen_len=1))
     assert long_prompt["prefill_bottleneck"].startswith("compute")
     ideal = 2 * n_params(LLAMA3_8B) * 8192 / H100.peak("bf16")     # matmul FLOPs at the dense peak: a lower bound
     assert ideal < long_prompt["prefill_seconds"] < 3 * ideal
@@ -82,24 +84,24 @@ def test_large_batches_make_decoding_compute_bound_and_prefill_is_compute_bound(
 
 
 def test_tensor_parallel_decoding_splits_the_reads_and_adds_all_reduces():
-    one = inference(get_model("llama-3-70b"), H100, batch_size=1, prompt_len=512, gen_len=128, tp=8)
+    request = InferenceRequest(batch_size=1, prompt_len=512, gen_len=128)
+    one = inference(get_model("llama-3-70b"), H100, replace(request, tp=8))
     assert one["decode_breakdown"]["tp_comm"] > 0
     assert one["decode_breakdown"]["weights_read"] == pytest.approx(
-        inference(get_model("llama-3-70b"), H100, batch_size=1, prompt_len=512, gen_len=128)["decode_breakdown"]["weights_read"] / 8,
-        rel=0.05)
+        inference(get_model("llama-3-70b"), H100, request)["decode_breakdown"]["weights_read"] / 8, rel=0.05)
 
 
 def test_fp8_weights_halve_the_weight_bytes():
-    assert inference(LLAMA3_8B, H100, dtype="fp8")["weights_bytes"] == inference(LLAMA3_8B, H100)["weights_bytes"] / 2
+    assert inference(LLAMA3_8B, H100, InferenceRequest(dtype="fp8"))["weights_bytes"] == inference(LLAMA3_8B, H100)["weights_bytes"] / 2
 
 
 def test_no_cache_steps_cost_a_forward_of_the_whole_sequence():
-    cached = inference(LLAMA3_8B, H100, prompt_len=512, gen_len=64)
-    uncached = inference(LLAMA3_8B, H100, prompt_len=512, gen_len=64, cache=False)
+    cached = inference(LLAMA3_8B, H100, InferenceRequest(prompt_len=512, gen_len=64))
+    uncached = inference(LLAMA3_8B, H100, InferenceRequest(prompt_len=512, gen_len=64, cache=False))
     assert uncached["kv_cache_bytes"] == 0
     assert uncached["decode_seconds_per_token"] > 2 * cached["decode_seconds_per_token"]
     # a step re-runs the sequence so far: about a prefill of the mean length (prompt + half the new tokens)
-    mean = inference(LLAMA3_8B, H100, prompt_len=512 + 32, gen_len=1, cache=False)["prefill_seconds"]
+    mean = inference(LLAMA3_8B, H100, InferenceRequest(prompt_len=512 + 32, gen_len=1, cache=False))["prefill_seconds"]
     assert uncached["decode_seconds_per_token"] == pytest.approx(mean, rel=0.1)
 
 
@@ -108,7 +110,7 @@ def test_no_cache_steps_cost_a_forward_of_the_whole_sequence():
      "--batch-size"), ({"prompt_len": 0}, "--prompt-len"), ({"gen_len": -1}, "--gen-len"), ({"reserve_bytes": -1.0}, "--reserve")])
 def test_bad_inputs_name_their_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
-        inference(LLAMA3_8B, H100, **kwargs)
+        inference(LLAMA3_8B, H100, InferenceRequest(**kwargs))
 
 
 def test_cli_json_has_the_contract_keys(capsys):

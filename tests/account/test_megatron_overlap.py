@@ -19,11 +19,13 @@ import pytest
 
 from trainledger.account.time import comm
 from trainledger.account.time.overlap import collective_seconds
+from trainledger.account.time.shard import Shard
 from runs import step as step_time
 from trainledger.account.validation.megatron_runs import mtnlg_cases, narayanan_cases
 from trainledger.account.validation.runs import megatron_gpt
 from trainledger.cli import main as cli_main
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs.run import Run
 
 A100 = get_gpu("a100-80gb")
 GPT_18B = megatron_gpt("18.4B", 6144, 48, 40)          # Narayanan Table 1's 18.4B shape
@@ -50,8 +52,9 @@ def test_megatron_reduces_data_parallel_gradients_after_the_last_micro_batch():
 
 def _tp_seconds_per_layer(tp_overlap: bool) -> tuple[float, float]:
     """(all TP collectives of one layer pass, the backward input-gradient all-reduces alone), seconds, by hand."""
-    calls = comm.step_collectives(GPT_18B, batch_size=4, seq_len=2048, precision="mixed-fp16", tp=8, recompute="full",
-                                  style="megatron", layers_per_stage=1, tp_overlap=tp_overlap)
+    calls = comm.step_collectives(GPT_18B, Shard(4, 2048, "mixed-fp16", tp=8),
+                                  Run().with_(recompute="full", tp_overlap=tp_overlap), style="megatron",
+                                  layers_per_stage=1)
     tp = [c for c in calls if c.part == "tp_comm"]
     backward = [c for c in tp if c.name == "tp_allreduce_backward"]
     assert len(backward) == 1 and backward[0].count == 2      # f's backward: one per attention and MLP block
@@ -76,10 +79,10 @@ def test_2021_megatron_tp_gradient_allreduce_is_exposed():
 
 
 def test_sequence_parallel_collectives_exposed_without_the_overlap():
-    calls = comm.step_collectives(GPT_18B, batch_size=1, seq_len=2048, tp=8, sp=True, style="megatron",
-                                  tp_overlap=False)
+    calls = comm.step_collectives(GPT_18B, Shard(1, 2048, tp=8, sp=True), Run().with_(tp_overlap=False),
+                                  style="megatron")
     assert all(c.hides_behind == "" for c in calls if c.part == "tp_comm")
-    calls = comm.step_collectives(GPT_18B, batch_size=1, seq_len=2048, tp=8, sp=True, style="megatron")
+    calls = comm.step_collectives(GPT_18B, Shard(1, 2048, tp=8, sp=True), Run(), style="megatron")
     assert {c.hides_behind for c in calls if c.part == "tp_comm"} == {"", "wgrad", "dgrad"}
 
 

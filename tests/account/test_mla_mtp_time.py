@@ -10,10 +10,12 @@ from trainledger.account.counting.flops import (flops_per_step, mtp_flops_per_to
 from trainledger.account.time.kernels import edge_kernels, layer_kernels
 from trainledger.account.time.mtp import last_stage_layers, mtp_kernels
 from trainledger.account.time.roofline import attention_efficiency
+from trainledger.account.time.shard import Shard
 from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs.run import Kernels
 
 DSV3 = get_model("deepseek-v3")
 H100 = get_gpu("h100-sxm")
@@ -22,8 +24,8 @@ H100 = get_gpu("h100-sxm")
 def _layer_forward_flops(spec, framework, tp=1, sp=False, b=1, s=1024):
     total = 0.0
     for layer, count in spec.layer_groups():
-        lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False, framework=framework, layer=layer,
-                           tp=tp, sp=sp)
+        lk = layer_kernels(spec, Shard(b, s, tp=tp, sp=sp), Kernels(flash=False, causal=False, framework=framework),
+                           layer=layer)
         forward = sum(k.flops for k in lk["forward"])
         assert sum(k.flops for k in lk["backward"]) == pytest.approx(2 * forward)
         total += count * forward * tp
@@ -58,7 +60,7 @@ def test_mla_gemm_shapes_and_bytes_by_hand():
     and write q [n, 128·192], and read kv [n, 128·256] + the shared key [n, 64] and write key [n, 128·192] and value
     [n, 128·128]. The flash kernel: causal, 2·n²·128·(192 + 128) / 2 FLOPs."""
     n, a = 4096, 2
-    lk = layer_kernels(DSV3, batch_size=1, seq_len=n, precision="mixed-bf16", framework="megatron", layer=5)
+    lk = layer_kernels(DSV3, Shard(1, n, "mixed-bf16"), Kernels(framework="megatron"), layer=5)
     fwd = {k.name: k for k in lk["forward"]}
     shapes = {name: fwd[name].shape[:3] for name in ("q_down_proj", "q_up_proj", "kv_down_proj", "kv_up_proj", "proj")}
     assert shapes == {"q_down_proj": (n, 1536, 7168), "q_up_proj": (n, 128 * 192, 1536), "kv_down_proj": (n, 576, 7168),
@@ -73,7 +75,7 @@ def test_mla_gemm_shapes_and_bytes_by_hand():
 def test_mla_attention_rate_is_the_head_128_measurement():
     """Nothing is published for a flash kernel with qk 192 / v 128 heads: the kernel is timed at head size
     (192 + 128)/2 = 160, which the measured tables clamp to their largest head, 128 (cuDNN, FA3 paper Figs. 5-6)."""
-    flash = next(k for k in layer_kernels(DSV3, batch_size=1, seq_len=4096, framework="megatron", layer=5)["forward"]
+    flash = next(k for k in layer_kernels(DSV3, Shard(1, 4096), Kernels(framework="megatron"), layer=5)["forward"]
                  if k.kind == "flash_attention")
     assert flash.shape[3] == 160
     for backward in (False, True):
@@ -97,10 +99,11 @@ def test_mtp_flops_are_one_more_layer_a_projection_and_the_head():
 def test_mtp_kernels_flops_equal_counted_mtp_flops():
     """The MTP module's kernels (a layer like the last, eh_proj, the head) carry mtp_flops_per_token's FLOPs."""
     b, s = 1, 1024
-    shard = dict(batch_size=b, seq_len=s, precision="mixed-bf16")
-    layer = layer_kernels(DSV3, **shard, flash=False, causal=False, framework="megatron", layer=DSV3.n_layers - 1)
-    head = edge_kernels(DSV3, **shard, framework="megatron")
-    ks = mtp_kernels(DSV3, 1, layer, head, **shard)
+    shard = Shard(b, s, "mixed-bf16")
+    layer = layer_kernels(DSV3, shard, Kernels(flash=False, causal=False, framework="megatron"),
+                          layer=DSV3.n_layers - 1)
+    head = edge_kernels(DSV3, shard, Kernels(framework="megatron"))
+    ks = mtp_kernels(DSV3, 1, layer, head, shard)
     forward = sum(k.flops for k in ks["mtp_forward"])
     assert forward == pytest.approx(mtp_flops_per_token(DSV3, s, "full") * b * s)
     assert sum(k.flops for k in ks["mtp_backward"]) == pytest.approx(2 * forward)

@@ -126,12 +126,13 @@ def test_loss_without_upcast_reads_and_writes_16_bit_logits():
     """The loss kernels (account.time.kernels.edge_kernels) on the bf16 logits: no cast to fp32 and back, and the
     cross-entropy's 3 + 5 passes over the logits move 2 bytes per element instead of 4."""
     from trainledger.account.time.kernels import edge_kernels
+    from trainledger.account.time.shard import Shard
+    from trainledger.specs.run import Kernels
     spec = get_model("qwen3-30b-a3b")
     logits = 4 * 4096 * spec.vocab_size
     kernels = {}
     for upcast in (True, False):
-        edges = edge_kernels(spec, batch_size=4, seq_len=4096, precision="bf16", framework="torchtitan",
-                             loss_upcast=upcast)
+        edges = edge_kernels(spec, Shard(4, 4096, "bf16"), Kernels(framework="torchtitan", loss_upcast=upcast))
         kernels[upcast] = {k.name: k.bytes for k in edges["head_forward"] + edges["head_backward"]}
     assert "logits_cast" in kernels[True] and "logits_cast" not in kernels[False]
     assert "logits_grad_cast" not in kernels[False]

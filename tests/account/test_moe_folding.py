@@ -11,6 +11,8 @@ from trainledger.account.counting.experts import check_ep, expert_data_parallel,
 from trainledger.account.counting.placement import params_per_gpu
 from runs import memory as memory_per_gpu
 from trainledger.account.time.kernels import layer_kernels
+from trainledger.account.time.shard import Shard
+from trainledger.specs.run import Kernels
 from runs import step as step_time
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
@@ -82,10 +84,10 @@ def test_expert_activations_follow_the_tokens_each_rank_routes():
 def test_expert_gemms_same_flops_other_shapes():
     """ETP 1 under TP 2 (sequence parallel): each local expert runs the routed copies of this rank's n/2 tokens at
     full d_ff instead of n tokens at d_ff/2: the same FLOPs, half the rows, twice the width."""
-    kw = dict(batch_size=1, seq_len=4096, precision="mixed-bf16", tp=2, sp=True, framework="megatron", ep=16)
+    shard, kernels = Shard(1, 4096, "mixed-bf16", tp=2, sp=True), Kernels(framework="megatron")
 
     def experts(etp):
-        ks = layer_kernels(QWEN, **kw, etp=etp, layer=0)["forward"]
+        ks = layer_kernels(QWEN, shard, kernels, ep=16, etp=etp, layer=0)["forward"]
         return [k for k in ks if k.kind == "gemm" and k.name.startswith("expert_up")]
     same, folded = experts(2), experts(1)
     assert sum(k.flops for k in folded) == pytest.approx(sum(k.flops for k in same))

@@ -16,6 +16,7 @@ from trainledger.account.time import kernels as K
 from trainledger.account.time import step as S
 from trainledger.account.time import timeline as TL
 from trainledger.account.time.moe_loop import PER_EXPERT_OPS
+from trainledger.account.time.shard import Shard
 from trainledger.models.mlp import MoE
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -88,7 +89,7 @@ def predicted_layer(row, loop: bool = True) -> tuple[float, float]:
     """Forward and forward + backward seconds of one MoE layer as timed for our trainer (amp-bf16 on the H200's
     datasheet entry, the reference host's CPU cost per op)."""
     spec = spec_from_config_file(DATA / Path(row["config"]).name.replace(".json", "-config.json"))
-    fwd, bwd = K._moe_mlp(spec, row["tokens"], spec.d_model, 1, 2, "bf16", True, 4, fused=False, loop=loop)
+    fwd, bwd = K._moe_mlp(spec, Shard(row["tokens"], 1, "amp-bf16"), fused=False, loop=loop)   # n tokens, autocast
     gpu = get_gpu("h200")
     f, b = (S._time(gpu, ks, cpu_op=EAGER_OP_CPU_SECONDS)["block"] for ks in (fwd, bwd))
     return f.synchronized_seconds(), f.then(b).synchronized_seconds()

@@ -7,11 +7,13 @@ import math
 import pytest
 
 from trainledger.account.time import expert_parallel as xp
+from trainledger.account.time.shard import Shard
 from runs import step as step_time
 from trainledger.account.validation import moe_report as R
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
+from trainledger.specs.run import Run
 
 DSV3, H100, GB200 = get_model("deepseek-v3"), get_gpu("h100-sxm"), get_gpu("gb200")
 
@@ -129,10 +131,9 @@ def test_hidden_all_to_all_slows_the_computation_beside_it():
     H·(1 − 112/132); the exposed part is (1 − overlap) of the all-to-alls and syncs."""
     assert xp.overlap_factor(H100, "inter", "deepep") == pytest.approx(132 / 112)
     assert xp.overlap_factor(H100, "inter", "deepep") == pytest.approx(1.2, abs=0.03)
-    args = dict(batch_size=1, seq_len=4096, tp=1, sp=False, cp=1, ep=64, moe_layers=15, bytes_per_element=2,
-                recompute="none", compute_seconds=1.0, dispatcher="deepep")
-    plain = xp.expert_parallel_per_micro_batch(DSV3, H100, **args)
-    hidden = xp.expert_parallel_per_micro_batch(DSV3, H100, **args, overlap=0.93)
+    run, shard = Run().with_(ep=64, recompute="none", dispatcher="deepep"), Shard(1, 4096, "amp-bf16")  # 2-byte inputs
+    plain, hidden = (xp.expert_parallel_per_micro_batch(DSV3, H100, shard, run.with_(overlap=overlap), moe_layers=15,
+                                                        compute_seconds=1.0) for overlap in (0.0, 0.93))
     calls = plain["ep_comm"] - plain["sync_seconds"]
     assert hidden["overlap_seconds"] == pytest.approx(0.93 * calls * (1 - 112 / 132))
     assert hidden["ep_comm"] == pytest.approx(0.07 * plain["ep_comm"] + hidden["overlap_seconds"])

@@ -10,18 +10,20 @@ import pytest
 from trainledger.account.time import expert_parallel as xp
 from trainledger.account.time import kernels as K
 from trainledger.account.time.overlap import link
+from trainledger.account.time.shard import Shard
 from trainledger.account.validation import moe
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
 from trainledger.specs.performance import EAGER_OP_CPU_SECONDS, HOST_SYNC_SECONDS
+from trainledger.specs.run import Run
 
 QWEN3_30B, H100 = get_model("qwen3-30b-a3b"), get_gpu("h100-sxm")
 
 
-def _ep(**kw):
-    args = dict(batch_size=1, seq_len=4096, tp=1, sp=False, cp=1, ep=16, moe_layers=48, bytes_per_element=2,
-                recompute="none", compute_seconds=0.1)
-    return xp.expert_parallel_per_micro_batch(QWEN3_30B, kw.pop("gpu", H100), **(args | kw))
+def _ep(gpu=H100, **kw):
+    run = Run().with_(**(dict(ep=16, recompute="none") | kw))
+    return xp.expert_parallel_per_micro_batch(QWEN3_30B, gpu, Shard(1, 4096, "amp-bf16"), run,   # 2-byte inputs
+                                              moe_layers=48, compute_seconds=0.1)
 
 
 def test_dispatch_synchronizes_once_per_moe_layer_forward():
@@ -45,9 +47,9 @@ def test_te_grouped_linear_runs_at_most_four_expert_gemms_at_once(local, groups)
     """TE's nvte_multi_stream_cublas_gemm puts GEMM i on compute stream i % 4: the experts' GEMMs run in groups of
     at most 4 (each wave-quantized on its own), not as one batched GEMM; the FLOPs are the same."""
     n, ep = 4096, QWEN3_30B.n_experts // local
-    grouped, _ = K._moe_mlp(QWEN3_30B, n, QWEN3_30B.d_model, 1, 2, "bf16", False, 0, True, ep=ep,
-                            streams=K.TE_GROUPED_GEMM_STREAMS)
-    batched, _ = K._moe_mlp(QWEN3_30B, n, QWEN3_30B.d_model, 1, 2, "bf16", False, 0, True, ep=ep)
+    tokens = Shard(n, 1, "bf16")                  # n tokens, 2-byte inputs, no autocast
+    grouped, _ = K._moe_mlp(QWEN3_30B, tokens, ep=ep, fused=True, streams=K.TE_GROUPED_GEMM_STREAMS)
+    batched, _ = K._moe_mlp(QWEN3_30B, tokens, ep=ep, fused=True)
     up = [k.shape[-1] for k in grouped if k.name == "expert_up"]
     assert up == groups
     assert [k.shape[-1] for k in batched if k.name == "expert_up"] == [local]

@@ -6,6 +6,7 @@ from trainledger.account.counting import recompute
 from trainledger.account.memory.activations import ActivationShard, activations_bytes
 from trainledger.account.counting.flops import recompute_flops_per_token
 from trainledger.account.time.kernels import layer_kernels
+from trainledger.account.time.shard import Shard
 from runs import step as step_time
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -16,7 +17,7 @@ LLAMA = get_model("llama-3-8b")          # d 4096, 32 heads of 128, 8 KV heads, 
 def test_per_op_policy_reruns_every_second_matmul():
     """torchtitan's policy saves every mm of its list except each second one of a block's forward: of q, k, v, o,
     gate, up, down, the block re-runs k, o and up, with the elementwise ops; the attention core's output is kept."""
-    forward = layer_kernels(LLAMA, batch_size=1, seq_len=1024, precision="mixed-bf16")["forward"]
+    forward = layer_kernels(LLAMA, Shard(1, 1024, "mixed-bf16"))["forward"]
     kernels, weight = recompute.recomputed_forward(forward, "selective-op")
     gemms = [k.name for k in kernels if k.kind == "gemm"]
     assert gemms == ["k_proj", "o_proj", "mlp_up"] and weight == 1.0

@@ -7,11 +7,13 @@ from trainledger.account.time import roofline
 from trainledger.account.time import step as T
 from trainledger.account.time.kernels import layer_kernels
 from trainledger.account.time.roofline import Kernel, kernel_seconds, wave_utilization
+from trainledger.account.time.shard import Shard
 from trainledger.account.validation.runs import korthikanti_cases, korthikanti_layer_cases, llama3_cases
 from trainledger.errors import TrainledgerError
 from trainledger.specs import get_model
 from trainledger.specs.hardware import GPUSpec, get_gpu
 from trainledger.specs.performance import GemmEfficiency, Link
+from trainledger.specs.run import Kernels
 from runs import step as step_time
 
 # A made-up device for hand arithmetic: 100 TFLOP/s bf16, 1 TB/s, no SM count, no efficiency table.
@@ -76,8 +78,8 @@ def test_megatron_optimizer_bytes_per_parameter():
     """Megatron-LM's fp16 optimizer step: unscale + inf check 8, grad norm 4, Adam 28, main → model copy 6, zero the
     main_grad buffer 4: 50 B per parameter; bf16 has no loss scaler: 42 B."""
     from trainledger.account.time.kernels import optimizer_kernels
-    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", 2, 4, framework="megatron")
-    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", 2, 4, framework="megatron")
+    fp16 = optimizer_kernels(1e9, 100, "mixed-fp16", "adamw", framework="megatron")     # 2 fp32 states
+    bf16 = optimizer_kernels(1e9, 100, "mixed-bf16", "adamw", framework="megatron")
     assert sum(k.bytes for k in fp16) == pytest.approx(50e9)
     assert sum(k.bytes for k in bf16) == pytest.approx(42e9)
     assert {k.name for k in fp16} - {k.name for k in bf16} == {"optimizer_unscale_check_inf"}
@@ -143,8 +145,8 @@ def test_flash_attention_rate_is_the_measured_kernel_rate():
 def test_no_flash_streams_the_scores():
     """Without flash attention the T×T scores and probabilities are written and read (kernels of the math path)."""
     spec = get_model("gpt2")
-    flash = layer_kernels(spec, batch_size=1, seq_len=1024, flash=True)
-    math = layer_kernels(spec, batch_size=1, seq_len=1024, flash=False)
+    flash = layer_kernels(spec, Shard(1, 1024), Kernels(flash=True))
+    math = layer_kernels(spec, Shard(1, 1024), Kernels(flash=False))
     scores = 12 * 1024 * 1024
     softmax = next(k for k in math["forward"] if k.name == "mask_softmax")
     assert softmax.bytes == 4 * scores * 2                 # add the mask, then softmax: read + write each, bf16
@@ -157,7 +159,7 @@ def test_layer_gemm_flops_equal_account_flops():
     from trainledger.account.counting.flops import flops_per_step
     spec = get_model("llama-2-7b")
     b, s = 2, 512
-    lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False)
+    lk = layer_kernels(spec, Shard(b, s), Kernels(flash=False, causal=False))
     layer_fwd = sum(k.flops for k in lk["forward"])
     layer_bwd = sum(k.flops for k in lk["backward"])
     f = flops_per_step(spec, b, s)
@@ -182,7 +184,7 @@ def test_layer_gemm_flops_equal_account_flops_for_every_kind_of_layer(name, chan
     b, s, tp = 1, 1024, 1
     total = 0.0
     for layer, count in spec.layer_groups():
-        lk = layer_kernels(spec, batch_size=b, seq_len=s, flash=False, causal=False, tp=tp, framework=framework,
+        lk = layer_kernels(spec, Shard(b, s, tp=tp), Kernels(flash=False, causal=False, framework=framework),
                            layer=layer)
         forward = sum(k.flops for k in lk["forward"])
         assert sum(k.flops for k in lk["backward"]) == pytest.approx(2 * forward)
@@ -198,15 +200,15 @@ def test_sliding_window_flash_flops_by_hand():
     spec = get_model("mistral-7b").with_(sliding_window=2048)        # Mistral 7B's window is 4096
     s = 4096
     square = 2 * 2 * spec.n_heads * s * s * spec.head_dim
-    flash = {fw: [k for k in layer_kernels(spec, batch_size=1, seq_len=s, framework=fw)["forward"]
+    flash = {fw: [k for k in layer_kernels(spec, Shard(1, s), Kernels(framework=fw))["forward"]
                   if k.kind == "flash_attention"][0].flops for fw in ("megatron", "trainledger")}
     assert flash["megatron"] == pytest.approx(square * 3 / 8)
     assert flash["trainledger"] == pytest.approx(square)
-    no_window = [k for k in layer_kernels(spec.with_(sliding_window=None), batch_size=1, seq_len=s,
-                                          framework="megatron")["forward"] if k.kind == "flash_attention"][0]
+    no_window = [k for k in layer_kernels(spec.with_(sliding_window=None), Shard(1, s),
+                                          Kernels(framework="megatron"))["forward"] if k.kind == "flash_attention"][0]
     assert no_window.flops == pytest.approx(square / 2)
     mpt = get_model("mpt-7b")                                          # ALiBi: an additive mask too
-    alibi = [k for k in layer_kernels(mpt, batch_size=1, seq_len=2048)["forward"] if k.kind == "flash_attention"][0]
+    alibi = [k for k in layer_kernels(mpt, Shard(1, 2048))["forward"] if k.kind == "flash_attention"][0]
     assert alibi.flops == pytest.approx(2 * 2 * mpt.n_heads * 2048 * 2048 * mpt.head_dim)
 
 
@@ -216,14 +218,14 @@ def test_soft_capping_is_memory_traffic():
     from trainledger.account.time.kernels import edge_kernels
     spec = get_model("gemma-2-2b")
     plain = spec.with_(attn_softcap=None, final_softcap=None)
-    names = {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024)["forward"]}
+    names = {k.name for k in layer_kernels(spec, Shard(1, 1024))["forward"]}
     assert "attention_softcap" in names and "flash_attention" not in names
-    assert "flash_attention" in {k.name for k in layer_kernels(plain, batch_size=1, seq_len=1024)["forward"]}
-    capped = sum(k.bytes for k in edge_kernels(spec, batch_size=1, seq_len=1024)["head_forward"])
-    uncapped = sum(k.bytes for k in edge_kernels(plain, batch_size=1, seq_len=1024)["head_forward"])
+    assert "flash_attention" in {k.name for k in layer_kernels(plain, Shard(1, 1024))["forward"]}
+    capped = sum(k.bytes for k in edge_kernels(spec, Shard(1, 1024))["head_forward"])
+    uncapped = sum(k.bytes for k in edge_kernels(plain, Shard(1, 1024))["head_forward"])
     assert capped - uncapped == pytest.approx(3 * 2 * 1024 * spec.vocab_size * 2)      # bf16 logits
-    assert "attention_softcap" not in {k.name for k in layer_kernels(spec, batch_size=1, seq_len=1024,
-                                                                     framework="megatron")["forward"]}
+    assert "attention_softcap" not in {k.name for k in layer_kernels(spec, Shard(1, 1024),
+                                                                     Kernels(framework="megatron"))["forward"]}
 
 
 def test_step_time_costs_one_layer_per_kind_of_layer(monkeypatch):
@@ -326,8 +328,8 @@ def test_context_parallel_attention_runs_whole_blocks_unmasked():
     c = 4096
     assert kv == pytest.approx(sum(i * c * i * c * c for i in range(32)) / sum(i * c * c for i in range(32)))
     spec = get_model("llama-3.1-405b")
-    one = layer_kernels(spec, batch_size=1, seq_len=131072, tp=8, cp=1, framework="megatron")["forward"]
-    split = layer_kernels(spec, batch_size=1, seq_len=131072, tp=8, cp=16, framework="megatron")["forward"]
+    one = layer_kernels(spec, Shard(1, 131072, tp=8, cp=1), Kernels(framework="megatron"))["forward"]
+    split = layer_kernels(spec, Shard(1, 131072, tp=8, cp=16), Kernels(framework="megatron"))["forward"]
     total = lambda ks: sum(k.flops for k in ks if k.kind == "flash_attention")   # noqa: E731
     assert total(split) == pytest.approx(total(one) / 16)
 
@@ -391,7 +393,7 @@ def test_optimizer_passes_are_what_our_optimizers_dispatch(name):
             optimizer.step()
     expected = CLIP_PASSES + FOREACH_PASSES[name]
     assert [op for op, _ in log.ops] == [op for op, _, _ in expected]
-    kernels = optimizer_kernels(n_params, len(params), "fp32", framework="trainledger", optimizer=name)
+    kernels = optimizer_kernels(n_params, len(params), "fp32", name, framework="trainledger")
     kernels = [k for k in kernels if k.kind not in ("host", "python")]   # the per-tensor CPU work (.to(), Python) aside
     assert len(kernels) == len(expected)
     for (op, moved), kernel in zip(log.ops, kernels):
@@ -404,6 +406,6 @@ def test_adamw_moves_80_bytes_per_parameter_in_fp32():
     """Our foreach AdamW: 8 passes over fp32 tensors, 80 bytes per parameter (a fused kernel needs 28: read g, read
     and write w and both states), + 12 for clipping (norm: read g; scale: read and write g)."""
     from trainledger.account.time.kernels import optimizer_kernels
-    kernels = optimizer_kernels(1.0, 1, "fp32", framework="trainledger", optimizer="adamw")
+    kernels = optimizer_kernels(1.0, 1, "fp32", "adamw", framework="trainledger")
     assert sum(k.bytes for k in kernels) == pytest.approx(80 + 12)
     assert all(k.working_set_bytes == k.bytes for k in kernels if k.kind == "elementwise")   # each pass sweeps every tensor

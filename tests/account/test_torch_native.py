@@ -5,12 +5,13 @@ import pytest
 
 from trainledger.account.planning import zero_choice
 from trainledger.account.time.kernels import edge_kernels, layer_kernels
+from trainledger.account.time.shard import Shard
 from trainledger.account.memory.per_gpu import CUDA_CONTEXT_BYTES, CUDA_CONTEXT_EAGER_BYTES, cuda_reserve_bytes
 from trainledger.account.time.roofline import gemm_efficiency
 from trainledger.account.memory.fsdp import fsdp_settings
 from runs import STEP_DEFAULTS, run_of
 from runs import step as step_time
-from trainledger.specs.run import Hardware
+from trainledger.specs.run import Hardware, Kernels
 from trainledger.account.validation.runs import TORCHTITAN, summary, torchtitan_cases
 from trainledger.specs import get_model
 from trainledger.specs.hardware import get_gpu
@@ -105,14 +106,14 @@ def test_torchtitan_rope_is_complex_and_unfused(compiled):
     """torchtitan's apply_rotary_emb: cast to fp32, complex product with the broadcast table, cast back — 20 bytes
     per rotated element each way (bf16), on contiguous q and k, in eager mode and under Inductor alike (complex
     operators fall back to ATen). Our Transformer's RoPE moves as many bytes on permuted views (strided)."""
-    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", compiled=compiled)
-    tt = layer_kernels(LLAMA8, framework="torchtitan", **shape)
+    shape = Shard(2, 8192, "mixed-bf16")
+    tt = layer_kernels(LLAMA8, shape, Kernels(framework="torchtitan", compile=compiled))
     elements = 2 * 8192 * (LLAMA8.n_heads + LLAMA8.kv_heads) * LLAMA8.head_dim
     for phase in ("forward", "backward"):
         rope = _kernels(tt[phase], "rope_complex")
         assert sum(k.bytes for k in rope) == pytest.approx(20 * elements)
         assert {k.access for k in rope} == {"stream", "broadcast"}
-    ours = layer_kernels(LLAMA8, framework="trainledger", **shape)
+    ours = layer_kernels(LLAMA8, shape, Kernels(framework="trainledger", compile=compiled))
     if compiled:
         assert sum(k.bytes for k in _kernels(ours["forward"], "fused_rope")) == pytest.approx(4 * elements)
     else:
@@ -122,18 +123,19 @@ def test_torchtitan_rope_is_complex_and_unfused(compiled):
 
 def test_torchtitan_compiles_blocks_only():
     """apply_compile wraps each TransformerBlock; the embedding, final norm, output Linear and loss run eager."""
-    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", framework="torchtitan")
-    assert edge_kernels(LLAMA8, compiled=True, **shape) == edge_kernels(LLAMA8, compiled=False, **shape)
-    ours = dict(shape, framework="trainledger")
-    assert edge_kernels(LLAMA8, compiled=True, **ours) != edge_kernels(LLAMA8, compiled=False, **ours)
+    shape = Shard(2, 8192, "mixed-bf16")
+    titan = [edge_kernels(LLAMA8, shape, Kernels(framework="torchtitan", compile=c)) for c in (True, False)]
+    assert titan[0] == titan[1]
+    ours = [edge_kernels(LLAMA8, shape, Kernels(framework="trainledger", compile=c)) for c in (True, False)]
+    assert ours[0] != ours[1]
 
 
 @pytest.mark.parametrize("framework, compiled", [("trainledger", False), ("torchtitan", False), ("torchtitan", True)])
 def test_sequence_parallel_copies(framework, compiled):
     """DTensor SP gathers and reduce-scatters the (batch, seq, d) stream on Shard(1): the functional collectives
     copy the gathered tensor once each (torch.cat of the chunks), four times forward and four backward per block."""
-    shape = dict(batch_size=2, seq_len=8192, precision="mixed-bf16", tp=8, framework=framework, compiled=compiled)
-    with_sp, without = layer_kernels(LLAMA8, sp=True, **shape), layer_kernels(LLAMA8, sp=False, **shape)
+    kernels = Kernels(framework=framework, compile=compiled)
+    with_sp, without = (layer_kernels(LLAMA8, Shard(2, 8192, "mixed-bf16", tp=8, sp=sp), kernels) for sp in (True, False))
     full = 2 * 2 * 8192 * LLAMA8.d_model * 2                   # read + write the gathered bf16 stream
     for phase in ("forward", "backward"):
         copies = _kernels(with_sp[phase], "sp_")

@@ -172,20 +172,19 @@ def test_measure_comm_under_autocast(tmp_path):
 def test_trainer_comm_prediction_per_stage_and_dtype():
     from trainledger.account.time.trainer_comm import trainer_bytes_sent
     from trainledger.specs import get_model
+    from trainledger.specs.run import Run
     tiny = get_model("tiny")
+    run = Run().with_(batch_size=4, seq_len=16, precision="fp32")
     hidden = 4 * 16 * 128 * 4                       # one micro-batch's fp32 hidden states, bytes
-    layout = dict(batch_size=4, seq_len=16, micro_batches=2, precision="fp32", pp=2)
-    first, last = (trainer_bytes_sent(tiny, pp_rank=r, **layout) for r in (0, 1))
+    first, last = (trainer_bytes_sent(tiny, run.with_(pp=2), micro_batches=2, pp_rank=r) for r in (0, 1))
     tied = 256 * 128 * 4                            # the tied embedding's gradient, all-reduced over 2 stages
     assert first["total"] == last["total"] == 2 * hidden + tied
-    fp32 = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="fp32")
-    amp = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="amp-bf16")
-    bf16 = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, tp=2, precision="bf16")
+    fp32, amp, bf16 = (trainer_bytes_sent(tiny, run.with_(tp=2, precision=p)) for p in ("fp32", "amp-bf16", "bf16"))
     forward = 2 * tiny.n_layers * hidden            # the row-parallel outputs' all-reduces, 16-bit under autocast
     assert fp32["total"] - amp["total"] == pytest.approx(forward / 2)
     assert bf16["total"] < amp["total"]
-    once = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=2, dp=2, zero=3)["dp_comm"]
-    each = trainer_bytes_sent(tiny, batch_size=4, seq_len=16, micro_batches=1, dp=2, zero=3)["dp_comm"]
+    once = trainer_bytes_sent(tiny, run.with_(dp=2, zero=3), micro_batches=2)["dp_comm"]
+    each = trainer_bytes_sent(tiny, run.with_(dp=2, zero=3), micro_batches=1)["dp_comm"]
     from trainledger.account.counting.params import n_params
     reduce_scatter = n_params(tiny) * 4 / 2         # fp32 gradients, (n-1)/n of them sent, n = 2
     assert once == pytest.approx(2 * each - reduce_scatter)   # gathers per micro-batch, reduce-scatter once

@@ -48,15 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    from trainledger.account.time.inference import inference
+    from trainledger.account.time.inference import InferenceRequest, inference
     from trainledger.specs import get_model
 
     spec = get_model(args.model)
     gpu = common.resolve_gpu(args.gpu)
     dtype, note = default_dtype(args.dtype, gpu)
-    result = inference(spec, gpu, batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
-                       dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
-                       cache=args.cache)
+    request = InferenceRequest(batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
+                               dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
+                               cache=args.cache)
+    result = inference(spec, gpu, request)
     context = args.prompt_len + args.gen_len
     warnings = common.outlandish(seq_len=context)
     if context > spec.max_seq_len:

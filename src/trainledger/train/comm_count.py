@@ -148,11 +148,17 @@ def predicted_comm_bytes(trainer) -> float:
     """What account/ predicts this rank sends in one step of the trainer's layout (PyTorch's implementations)."""
     from trainledger.account.time.trainer_comm import trainer_bytes_sent
     config, world = trainer.config, trainer.world
-    return trainer_bytes_sent(trainer.spec, batch_size=trainer.micro, seq_len=trainer.seq_len,
-                              micro_batches=config.grad_accum, precision=config.precision, tp=world.tp, sp=config.sp,
-                              pp=world.pp, pp_rank=world.pp_rank, dp=world.dp_size,
-                              zero=3 if config.parallel == "fsdp" else 0, stage_blocks=_stage_blocks(trainer.model),
-                              ep=config.ep)["total"]
+    run = _run(trainer.micro, trainer.seq_len, config.precision, tp=world.tp, sp=config.sp, pp=world.pp,
+               dp=world.dp_size, zero=3 if config.parallel == "fsdp" else 0, ep=config.ep)
+    return trainer_bytes_sent(trainer.spec, run, micro_batches=config.grad_accum, pp_rank=world.pp_rank,
+                              stage_blocks=_stage_blocks(trainer.model))["total"]
+
+
+def _run(batch_size: int, seq_len: int, precision: str, **layout):
+    """The run (specs.run.Run) a trainer's step is: its micro-batch, sequence length, recipe and layout."""
+    from trainledger.specs.run import Batch, Layout, Numerics, Run
+    return Run(batch=Batch(batch_size=batch_size, seq_len=seq_len), numerics=Numerics(precision=precision),
+               layout=Layout(**layout))
 
 
 def _stage_blocks(model) -> int | None:
@@ -198,9 +204,9 @@ def measure_one_step(spec, *, batch_size: int, seq_len: int, grad_accum: int = 1
                     (loss / grad_accum).backward()
             if world.tp > 1 or world.pp > 1:
                 dist_.clip_grad_norm([p for p in model.parameters() if p.grad is not None], float("inf"), world)
-        predicted = trainer_bytes_sent(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=grad_accum,
-                                       precision=precision, tp=world.tp, sp=sp, pp=world.pp, pp_rank=world.pp_rank,
-                                       dp=world.dp_size, zero=3 if parallel == "fsdp" else 0,
+        run = _run(batch_size, seq_len, precision, tp=world.tp, sp=sp, pp=world.pp, dp=world.dp_size,
+                   zero=3 if parallel == "fsdp" else 0)
+        predicted = trainer_bytes_sent(spec, run, micro_batches=grad_accum, pp_rank=world.pp_rank,
                                        stage_blocks=_stage_blocks(model))
         mine = {"rank": world.rank, "comm_bytes": counter.bytes_sent, "predicted_comm_bytes": predicted["total"],
                 "predicted_parts": {k: v for k, v in predicted.items() if k != "total"}, "calls": counter.calls}

@@ -140,13 +140,13 @@ def _no_prediction() -> dict:
 def predict_speed(spec, device: str, dtype: str, prompt_len: int, max_new_tokens: int, use_cache: bool, greedy: bool,
                   warnings: list[str], log=None) -> dict:
     """account.time.inference's prediction for this generation on this machine's calibrated `device` (batch 1)."""
-    from trainledger.account.time.inference import inference
+    from trainledger.account.time.inference import InferenceRequest, inference
     from trainledger.measure.calibrate import calibrated_device
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     gpu = calibrated_device(device, log=say)
     try:
-        predicted = inference(spec, gpu, batch_size=1, prompt_len=prompt_len, gen_len=max_new_tokens, dtype=dtype,
-                              cache=use_cache, greedy=greedy)
+        predicted = inference(spec, gpu, InferenceRequest(batch_size=1, prompt_len=prompt_len, gen_len=max_new_tokens,
+                                                          dtype=dtype, cache=use_cache, greedy=greedy))
     except TrainledgerError as error:
         warnings.append(f"no prediction: {error}")
         return _no_prediction()

@@ -13,13 +13,14 @@ API (others build on it: the distributed trainer compares `bytes_sent_per_rank` 
 - `group_seconds(c, intra, inter)`: the time of Collective `c` on the links its group crosses: a group that
   spans nodes with k members on each node drives k NICs at once (NCCL runs one ring per NIC and channel), so
   its ring moves k × one NIC's bus bandwidth, capped by NVLink's (`ranks_per_node`, `group_ranks_per_node`).
-- `step_collectives(spec, ...)`: every collective of one step of a layout, for an implementation `style`:
+- `step_collectives(spec, shard, run, ...)`: every collective of one step of a run's micro-batch `shard`
+  (account/time/shard.py) and layout, for an implementation `style` (`layer_collectives`: those of layer passes):
   "megatron" (Megatron-LM: TP all-reduce / SP all-gather + reduce-scatter with its backward re-gather,
   DP all-reduce or distributed-optimizer reduce-scatter + all-gather, 1F1B point-to-point) or "torch" (what
   PyTorch's own parallelisms send: DDP all-reduce of gradients; FSDP2 all-gather of parameters in forward and
   again in backward and reduce-scatter of gradients, per micro-batch; DTensor Colwise/Rowwise TP with one
   backward all-reduce per column-parallel Linear; torch.distributed.pipelining 1F1B sends).
-- `bytes_sent_per_rank(spec, ...)`: {part: bytes} one rank sends in one step, plus "total".
+- `bytes_sent_per_rank(spec, shard, run, ...)`: {part: bytes} one rank sends in one step, plus "total".
 Payloads follow the precision recipe: activations in the matmul-input dtype, gradients in the recipe's
 gradient dtype, parameter all-gathers in the parameter dtype.
 """
@@ -35,6 +36,11 @@ from trainledger.specs.recipes import get_recipe
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
 STYLES = ("megatron", "torch")
+
+
+def style_of(framework: str) -> str:
+    """Whose collectives a framework's step runs: Megatron-LM's ("megatron") or PyTorch's own ("torch")."""
+    return "megatron" if framework == "megatron" else "torch"
 
 
 def ring_bytes_sent(kind: str, payload_bytes: float, n: int) -> float:
@@ -181,46 +187,65 @@ def group_seconds(c: "Collective", intra, inter) -> float:
     return c.count * (latency + max(network, sent / nvlink_rate))
 
 
-def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "amp-bf16",
-                     tp: int = 1, sp: bool = False, pp: int = 1, interleave: int = 1, cp: int = 1, dp: int = 1,
-                     zero: int = 0, recompute: str = "none", style: str = "megatron", gpus_per_node: int = 8,
-                     layers_per_stage: int | None = None, params_per_gpu: float | None = None,
-                     tp_overlap: bool = True, dp_overlap: bool = True, mlp_tp: bool = True) -> list[Collective]:
-    """Every collective one rank of the busiest pipeline stage takes part in during one step.
+def activation_bytes(spec, shard) -> float:
+    """Bytes of one [tokens, d_model] activation of micro-batch `shard` (account.time.shard.Shard) on its rank's
+    sequence shard, full (not SP-sharded), in the recipe's activation dtype: what TP, CP and PP collectives move."""
+    return shard.tokens * spec.d_model * bytes_per_element(get_recipe(shard.precision).activation_dtype)
+
+
+def layer_collectives(spec, shard, run, *, style: str = "megatron", passes: float = 1, gpus_per_node: int = 8,
+                      mlp_tp: bool = True) -> list[Collective]:
+    """The tensor- and context-parallel collectives of `passes` layer passes of micro-batch `shard`
+    (account.time.shard.Shard: its tp, sp and cp) under `run` (specs.run.Run: its recomputation, which re-runs
+    collectives, and its kernels' tp_overlap), for an implementation `style` (module docstring).
+    `mlp_tp` False: the MLP block is not tensor-parallel (a MoE layer with expert TP 1, account/time/folding.py):
+    only attention's TP collectives."""
+    if style not in STYLES:
+        raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
+    tp, cp, recompute = shard.tp, shard.cp, run.levers.recompute
+    links = group_links(tp, cp, 1, 1, gpus_per_node)
+    per_node = group_ranks_per_node(tp, cp, 1, gpus_per_node)
+    out: list[Collective] = []
+    if tp > 1:
+        out += _tp_collectives(spec, shard, run, style, passes, links["tp"], 2 if mlp_tp else 1)
+    if cp > 1:
+        act = bytes_per_element(get_recipe(shard.precision).activation_dtype)
+        kv = shard.tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
+        # the recompute re-gathers K, V (per-op selective keeps the attention output; per-layer: half the blocks)
+        regather = {"selective": 2, "full": 2, "selective-layer": 1.5}.get(recompute, 1)
+        out.append(Collective("cp_kv_allgather", "cp_comm", "all_gather", kv, cp, links["cp"], regather * passes,
+                              "none: exposed (Llama 3 Sec. 3.3.2 all-gathers K, V before attention)",
+                              ranks_per_node=per_node["cp"]))
+        out.append(Collective("cp_kv_grad_reducescatter", "cp_comm", "reduce_scatter", kv, cp, links["cp"], passes,
+                              "none: exposed", ranks_per_node=per_node["cp"]))
+    return out
+
+
+def step_collectives(spec, shard, run, *, style: str = "megatron", micro_batches: int = 1, gpus_per_node: int = 8,
+                     layers_per_stage: int | None = None, params_per_gpu: float | None = None) -> list[Collective]:
+    """Every collective one rank of the busiest pipeline stage takes part in during one step of micro-batches
+    `shard` (account.time.shard.Shard: batch, sequence, compute precision, tp, sp, cp) under `run` (specs.run.Run:
+    its layout's pp, interleave, dp and zero, dp None meaning 1 and zero None 0; its recomputation; its kernels'
+    tp_overlap and dp_overlap), for an implementation `style` (module docstring).
 
     `micro_batches` m = gradient-accumulation steps (global batch / (dp · batch_size)). `params_per_gpu` is the
     parameters this rank holds after TP and PP placement (default: account.memory.per_gpu.params_per_gpu of the busiest
     stage; ZeRO/FSDP then shard these over dp); `layers_per_stage` ceil(L/pp). Overlap assumptions are written on each collective and applied by account.time.step.
-    `tp_overlap` False: Megatron-style TP input gradients reduced synchronously (the 2021 code, `_tp_collectives`).
-    `dp_overlap` False: Megatron-style data-parallel gradients reduced after the last micro-batch (`_dp_collectives`).
-    `mlp_tp` False: the MLP block is not tensor-parallel (a MoE layer with expert TP 1, account/time/folding.py):
-    only attention's TP collectives.
+    `run.kernels.tp_overlap` False: Megatron-style TP input gradients reduced synchronously (the 2021 code,
+    `_tp_collectives`); `dp_overlap` False: Megatron-style data-parallel gradients reduced after the last
+    micro-batch (`_dp_collectives`).
     """
-    if style not in STYLES:
-        raise TrainledgerError(f"comm style must be one of {', '.join(STYLES)}, got {style!r}")
-    recipe = get_recipe(precision)
-    act = bytes_per_element(recipe.activation_dtype)
+    lay = run.layout
+    tp, sp, cp = shard.tp, shard.sp, shard.cp
+    pp, interleave, dp, zero = lay.pp, lay.interleave, lay.dp or 1, lay.zero or 0
+    L = layers_per_stage if layers_per_stage is not None else -(-spec.n_layers // pp)
+    out = layer_collectives(spec, shard, run, style=style, passes=L * micro_batches,    # layer passes per step
+                            gpus_per_node=gpus_per_node)
+    recipe = get_recipe(shard.precision)
     links = group_links(tp, cp, pp, dp, gpus_per_node)
     per_node = group_ranks_per_node(tp, cp, dp, gpus_per_node)
-    L = layers_per_stage if layers_per_stage is not None else -(-spec.n_layers // pp)
     d = spec.d_model
-    tokens = batch_size * seq_len / cp                  # tokens of one micro-batch on this rank's sequence shard
-    hidden = tokens * d * act                           # one [tokens, d_model] activation, full (not SP-sharded)
-    out: list[Collective] = []
-    per_mb = L * micro_batches                          # layer passes per step on this stage
-
-    if tp > 1:
-        out += _tp_collectives(spec, hidden, tp, sp, style, recompute, per_mb, links["tp"], tp_overlap,
-                               2 if mlp_tp else 1)
-    if cp > 1:
-        kv = tokens * cp * 2 * spec.kv_heads * spec.head_dim * act / tp      # K and V of the whole sequence
-        # the recompute re-gathers K, V (per-op selective keeps the attention output; per-layer: half the blocks)
-        passes = {"selective": 2, "full": 2, "selective-layer": 1.5}.get(recompute, 1)
-        out.append(Collective("cp_kv_allgather", "cp_comm", "all_gather", kv, cp, links["cp"], passes * per_mb,
-                              "none: exposed (Llama 3 Sec. 3.3.2 all-gathers K, V before attention)",
-                              ranks_per_node=per_node["cp"]))
-        out.append(Collective("cp_kv_grad_reducescatter", "cp_comm", "reduce_scatter", kv, cp, links["cp"], per_mb,
-                              "none: exposed", ranks_per_node=per_node["cp"]))
+    hidden = activation_bytes(spec, shard)              # one [tokens, d_model] activation, full (not SP-sharded)
     if pp > 1:
         sends = 2 * micro_batches * interleave                         # activations forward, gradients backward
         if style == "megatron" and tp > 1:
@@ -244,14 +269,14 @@ def step_collectives(spec, *, batch_size: int, seq_len: int, micro_batches: int 
             params_per_gpu = placement(spec, tp, pp)["n_params_per_gpu"]
         out += [replace(c, ranks_per_node=per_node["dp"])
                 for c in _dp_collectives(recipe, params_per_gpu, dp, zero, micro_batches, style, links["dp"],
-                                          dp_overlap)]
+                                          run.kernels.dp_overlap)]
     return out
 
 
-def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recompute: str, passes: int, link: str,
-                    overlap_grads: bool = True, blocks: int = 2):
-    """Tensor-parallel collectives, `passes` = layer passes per step (layers × micro-batches). Each of attention and
-    MLP is one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3); `blocks` 1:
+def _tp_collectives(spec, shard, run, style: str, passes: float, link: str, blocks: int = 2):
+    """Tensor-parallel collectives of micro-batch `shard` (its tp and sp) under `run` (its recomputation and the
+    kernels' tp_overlap), `passes` = layer passes per step (layers × micro-batches). Each of attention and MLP is
+    one column-parallel → row-parallel pair (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3); `blocks` 1:
     attention's pair only.
 
     Megatron-LM reduces the input gradient of a column-parallel Linear beside that Linear's weight-gradient GEMM
@@ -261,6 +286,8 @@ def _tp_collectives(spec, hidden: float, tp: int, sp: bool, style: str, recomput
     aed2f75, the code of Narayanan et al. 2021 with its interleaved schedule; the same in microsoft/Megatron-DeepSpeed
     megatron/mpu/layers.py, on which MT-NLG 530B trained): every TP collective then is exposed.
     """
+    hidden, tp, sp = activation_bytes(spec, shard), shard.tp, shard.sp
+    recompute, overlap_grads = run.levers.recompute, run.kernels.tp_overlap
     out = []
     # a full recompute re-runs the layer's forward collectives (per-layer selective: in half the blocks)
     refwd = {"full": 1, "selective-layer": 0.5}.get(recompute, 0)
@@ -335,14 +362,14 @@ def _dp_collectives(recipe, params: float, dp: int, zero: int, micro_batches: in
                        "with the backward of earlier layers", "backward")]
 
 
-def bytes_sent_per_rank(spec, **layout) -> dict:
+def bytes_sent_per_rank(spec, shard, run, **options) -> dict:
     """Bytes one rank sends in one step, by part (tp_comm, cp_comm, pp_comm, dp_comm) and "total".
 
-    Takes the keywords of `step_collectives`. For the measured side (e.g. 2 ranks of DDP over gloo), compare
+    Takes the arguments of `step_collectives`. For the measured side (e.g. 2 ranks of DDP over gloo), compare
     "total" with the bytes the process group moved; the parts say where a gap comes from.
     """
     parts = {"tp_comm": 0.0, "cp_comm": 0.0, "pp_comm": 0.0, "dp_comm": 0.0}
-    for c in step_collectives(spec, **layout):
+    for c in step_collectives(spec, shard, run, **options):
         parts[c.part] += c.bytes_per_step
     parts["total"] = sum(parts.values())
     return parts

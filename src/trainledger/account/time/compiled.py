@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainledger.account.time.eager import FP32, ew, linear, sequence_parallel_copies
+from trainledger.account.time.eager import FP32, ew, head_widths, linear, sequence_parallel_copies
 from trainledger.account.time.roofline import Kernel
+from trainledger.account.time.shard import Dtypes, Shard
 
 
 def _unpadded(kernels: list[Kernel]) -> list[Kernel]:
@@ -38,25 +39,26 @@ def _unpadded(kernels: list[Kernel]) -> list[Kernel]:
     return [replace(k, unaligned=False) for k in kernels if k.kind not in ("elementwise", "host")]
 
 
-def _gemms(name, n, fan_in, fan_out, a, dtype, amp, bias) -> tuple[list[Kernel], list[Kernel]]:
+def _gemms(name, n, fan_in, fan_out, dt: Dtypes, bias) -> tuple[list[Kernel], list[Kernel]]:
     """A Linear's GEMMs (padded: aligned), weight casts and weight-gradient casts and bias reduction (its input
     casts fuse into the kernel that produces the input)."""
-    fwd, bwd = linear(name, n, fan_in, fan_out, a, dtype, amp=amp, bias=bias)
+    fwd, bwd = linear(name, n, fan_in, fan_out, dt, bias=bias)
     keep = ("_weight_cast", "_weight_grad_cast", "_bias_grad")
     pick = lambda ks: [replace(k, unaligned=False) for k in ks if k.kind == "gemm" or k.name.endswith(keep)]  # noqa: E731
     return pick(fwd), pick(bwd)
 
 
-def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
-    """{"forward", "backward"} kernels of one compiled layer on one GPU (module docstring). With sequence
-    parallelism (n_sp < n) the functional collectives' copies stay (account/time/eager.py sequence_parallel_copies);
-    `rope_kernels(n, width, rotary, a)`: a RoPE Inductor does not fuse (torchtitan's complex one,
-    account/time/torchtitan.py), its kernels as in eager mode; None: ours, fused."""
+def layer(spec, shard: Shard, core: dict, *, moe=None, rope_kernels=None) -> dict[str, list[Kernel]]:
+    """{"forward", "backward"} kernels of one compiled layer for one micro-batch `shard` on one GPU (module
+    docstring; `core` and `moe` as account/time/eager.py's layer). With sequence parallelism the functional
+    collectives' copies stay (account/time/eager.py sequence_parallel_copies); `rope_kernels(n, width, rotary,
+    a)`: a RoPE Inductor does not fuse (torchtitan's complex one, account/time/torchtitan.py), its kernels as in
+    eager mode; None: ours, fused."""
+    n, n_sp, tp, dt = shard.tokens, shard.stream_tokens, shard.tp, shard.dtypes
+    a, r = dt.a, dt.r
     sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
     d, dh = spec.d_model, spec.head_dim
-    h, kv = spec.n_heads / tp, spec.kv_heads / tp
-    q_dim, kv_dim = h * dh, kv * dh
+    q_dim, kv_dim = head_widths(spec, tp)
     f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff) / tp
     x = n_sp * d
     stats = n_sp * FP32 * 2
@@ -75,7 +77,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
           ew("fused_norm_weight_grad", norm_wgrad, role="wgrad")]))
     add(sp_gather)
     for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
-        add(_gemms(name, n, d, out_dim, a, dtype, amp, spec.qkv_bias))
+        add(_gemms(name, n, d, out_dim, dt, spec.qkv_bias))
     if spec.position == "rope" and rope_kernels is not None:
         for width in (q_dim, kv_dim):
             add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
@@ -83,7 +85,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
         moved = 2 * a * n * (q_dim + kv_dim)
         add(([ew("fused_rope", moved, count=2)], [ew("fused_rope_backward", moved, count=2, role="dgrad")]))
     add((core["forward"], core["backward"]))
-    add(_gemms("o_proj", n, q_dim, d, a, dtype, amp, spec.attn_out_bias))
+    add(_gemms("o_proj", n, q_dim, d, dt, spec.attn_out_bias))
     add(sp_scatter)
     add(([ew("fused_residual_norm", 2 * x * (r + a) + stats)],
          [ew("fused_norm_backward", x * ((2 if spec.gated_mlp else 1) * a + 3 * r + a) + stats, role="dgrad"),
@@ -93,19 +95,22 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
         add(moe)
     else:
         for name in (("mlp_gate", "mlp_up") if spec.gated_mlp else ("mlp_up",)):
-            add(_gemms(name, n, d, f, a, dtype, amp, spec.mlp_bias))
+            add(_gemms(name, n, d, f, dt, spec.mlp_bias))
         hidden = n * f
         add(([ew("fused_activation", (3 if spec.gated_mlp else 2) * a * hidden)],
              [ew("fused_activation_backward", (5 if spec.gated_mlp else 3) * a * hidden, role="dgrad")]))
-        add(_gemms("mlp_down", n, f, d, a, dtype, amp, spec.mlp_bias))
+        add(_gemms("mlp_down", n, f, d, dt, spec.mlp_bias))
     add(sp_scatter)
     return {"forward": fwd, "backward": bwd}
 
 
-def edges(spec, eager_edges: dict, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str) -> dict:
-    """The compiled embedding and head: the eager library kernels (GEMMs padded), one fused kernel for the
+def edges(spec, eager_edges: dict, shard: Shard) -> dict:
+    """The compiled embedding and head of micro-batch `shard` from its eager kernels `eager_edges`
+    (account.time.kernels.edge_kernels): the eager library kernels (GEMMs padded), one fused kernel for the
     embedding (+ positions), the final norm and cast, and the loss each way (module docstring)."""
-    d, v = spec.d_model, spec.vocab_size / tp
+    n, n_sp, dt = shard.tokens, shard.stream_tokens, shard.dtypes
+    a, r = dt.a, dt.r
+    d, v = spec.d_model, spec.vocab_size / shard.tp
     logits = n * v
     out = {}
     for name, kernels in eager_edges.items():

@@ -24,7 +24,10 @@ Not modelled: cuBLASLt's workspace memsets (about one per GEMM, ~1 µs each on t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainledger.account.time.roofline import Kernel
+from trainledger.account.time.shard import Dtypes, Shard
 
 FP32 = 4
 # the frameworks whose kernels are eager PyTorch ops launched one by one (ours and torchtitan's Llama); "megatron"
@@ -45,15 +48,25 @@ def host(name: str, count: float, role: str = "forward") -> list[Kernel]:
     return [Kernel(name, "overhead", "host", 0.0, 0.0, (), "bf16", count, role)] if count else []
 
 
-def gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1, role: str = "forward",
-         part: str = "compute", core: bool = False, out_bytes: int | None = None, extra_bytes: float = 0.0,
-         unaligned: bool = False) -> Kernel:
-    """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per batch, reads A and B, writes C (a bytes each)."""
-    out = a if out_bytes is None else out_bytes
-    moved = batch * ((m * k + k * n) * a + m * n * out) + extra_bytes
+def gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1,
+         role: str = "forward") -> Kernel:
+    """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per batch, reads A and B, writes C (a bytes each).
+    A kernel of another part (the attention core) or an unaligned one: dataclasses.replace the result."""
+    return _gemm(name, (m, n, k), a, a, dtype, batch, role)
+
+
+def main_grad_gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, *, batch: int = 1) -> Kernel:
+    """A weight-gradient GEMM that accumulates into an fp32 main_grad buffer inside the GEMM (Megatron-LM's
+    gradient_accumulation_fusion): reads and writes its fp32 output, 2 × 4 bytes per element."""
+    return _gemm(name, (m, n, k), a, FP32 * 2, dtype, batch, "wgrad")
+
+
+def _gemm(name: str, mnk: tuple, a: int, out: float, dtype: str, batch: int, role: str) -> Kernel:
+    """The GEMM of `gemm` with `out` bytes per element of C (read and written when it accumulates)."""
+    m, n, k = mnk
+    moved = batch * ((m * k + k * n) * a + m * n * out)
     shape = tuple(max(1, round(x)) for x in (m, n, k))    # a mean expert load may be fractional: tiles need sizes
-    return Kernel(name, part, "gemm", 2.0 * batch * m * n * k, moved, (*shape, batch), dtype, 1, role, core,
-                  unaligned=unaligned)
+    return Kernel(name, "compute", "gemm", 2.0 * batch * m * n * k, moved, (*shape, batch), dtype, 1, role)
 
 
 def unaligned(dtype_bytes: int, *dims: float) -> bool:
@@ -64,27 +77,31 @@ def unaligned(dtype_bytes: int, *dims: float) -> bool:
     return any(d != int(d) or int(d) % per16 for d in dims)      # an uneven tensor-parallel shard is ragged too
 
 
-def linear_kernels(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool, w_bytes: int,
-                   backward: bool, fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
-    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping).
-    `batch` > 1: that many Linears of the same shape (experts), each over n tokens, as one batched GEMM."""
+def linear_kernels(name: str, n: float, fan_in: float, fan_out: float, dt: Dtypes, backward: bool,
+                   fused_accumulation: bool = False, batch: int = 1) -> list[Kernel]:
+    """A Linear over n tokens: forward GEMM, or backward dgrad + wgrad GEMMs (+ the gradient bookkeeping), in the
+    element sizes `dt` (autocast's casts when dt.amp). `batch` > 1: that many Linears of the same shape (experts),
+    each over n tokens, as one batched GEMM. `fused_accumulation`: the weight gradient accumulated into fp32
+    main_grad inside its GEMM (`main_grad_gemm`)."""
+    a, dtype = dt.a, dt.dtype
     if not backward:
         out = [gemm(name, n, fan_out, fan_in, a, dtype, batch=batch)]
-        if amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
+        if dt.amp:   # autocast casts the input and (once per forward) the fp32 weight to 16 bit
             out.append(ew(f"{name}_cast", batch * (n * fan_in * (FP32 + a) + fan_in * fan_out * (FP32 + a)), count=2))
         return out
-    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"),
-             gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad",
-                  out_bytes=FP32 * 2 if fused_accumulation else None)]
-    if amp:       # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
+    wgrad = (main_grad_gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch) if fused_accumulation
+             else gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad"))
+    grads = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"), wgrad]
+    if dt.amp:    # the 16-bit weight gradient is cast to fp32 and accumulated into .grad
         grads.append(ew(f"{name}_grad_accumulate", batch * fan_in * fan_out * (a + 3 * FP32), count=2, role="wgrad"))
     return grads
 
 
-def linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str, *, amp: bool, bias: bool = False,
+def linear(name: str, n: float, fan_in: float, fan_out: float, dt: Dtypes, *, bias: bool = False,
            input_fp32: bool = False, batch: int = 1) -> tuple[list[Kernel], list[Kernel]]:
-    """(forward, backward) kernels of nn.Linear over n tokens in eager PyTorch (module docstring). `batch` > 1:
-    that many Linears of one shape (experts), as one batched GEMM."""
+    """(forward, backward) kernels of nn.Linear over n tokens in eager PyTorch (module docstring), in the element
+    sizes `dt` (autocast when dt.amp). `batch` > 1: that many Linears of one shape (experts), as one batched GEMM."""
+    a, dtype, amp = dt.a, dt.dtype, dt.amp
     odd = unaligned(a, fan_in, fan_out)
     cast_in = amp and input_fp32
     fwd = []
@@ -93,9 +110,9 @@ def linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: st
     if amp:
         weights = fan_in * fan_out + (fan_out if bias else 0)
         fwd.append(ew(f"{name}_weight_cast", batch * weights * (FP32 + a), count=1 + bias))
-    fwd.append(gemm(name, n, fan_out, fan_in, a, dtype, batch=batch, unaligned=odd))
-    bwd = [gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad", unaligned=odd),
-           gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad", unaligned=odd)]
+    fwd.append(replace(gemm(name, n, fan_out, fan_in, a, dtype, batch=batch), unaligned=odd))
+    bwd = [replace(gemm(f"{name}_dgrad", n, fan_in, fan_out, a, dtype, batch=batch, role="dgrad"), unaligned=odd),
+           replace(gemm(f"{name}_wgrad", fan_out, fan_in, n, a, dtype, batch=batch, role="wgrad"), unaligned=odd)]
     if bias:      # grad_bias = grad_out summed over the tokens (a reduction kernel)
         bwd.append(ew(f"{name}_bias_grad", batch * (n * fan_out * a + fan_out * FP32), role="wgrad",
                       access="column_reduction"))
@@ -188,20 +205,31 @@ def activation(spec, hidden: float, a: int, prefix: str = "") -> tuple[list[Kern
     return [ew(f"{prefix}gelu", 2 * a * hidden)], [ew(f"{prefix}gelu_backward", 3 * a * hidden, role="dgrad")]
 
 
-def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dtype: str, core: dict,
-          moe=None, rope_kernels=None, attention=None) -> dict[str, list[Kernel]]:
-    """{"forward", "backward"} kernels of one layer of our Transformer on one GPU (tp shards heads and d_ff; with
-    sequence parallelism, n_sp < n, DTensor's copies around each gather and scatter). `rope_kernels(n, width,
-    rotary, a)`: another model's RoPE (torchtitan's: account/time/torchtitan.py); None: ours (`rope`).
-    `attention`: (forward, backward) pairs replacing q, k, v, RoPE, the core and o (multi-head latent attention:
-    account/time/mla.py eager_mla)."""
-    rope_kernels = rope_kernels or rope
-    sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
-    d, dh = spec.d_model, spec.head_dim
+def head_widths(spec, tp: int) -> tuple[float, float]:
+    """(q, k/v) output widths of one tensor-parallel rank's attention projections: heads / tp × head_dim."""
     h, kv = spec.n_heads / tp, spec.kv_heads / tp
-    q_dim, kv_dim = h * dh, kv * dh
+    return h * spec.head_dim, kv * spec.head_dim
+
+
+def norm_output_bytes(dt: Dtypes) -> int:
+    """Bytes per element of a norm's output: fp32 under autocast (norms run in fp32 and feed a Linear), else r."""
+    return FP32 if dt.amp else dt.r
+
+
+def layer(spec, shard: Shard, core: dict, *, moe=None, rope_kernels=None, attention=None) -> dict[str, list[Kernel]]:
+    """{"forward", "backward"} kernels of one layer of our Transformer for one micro-batch `shard` on one GPU (tp
+    shards heads and d_ff; with sequence parallelism DTensor's copies around each gather and scatter). `core`: the
+    attention core's kernels (account.time.kernels._attention_core); `moe`: (forward, backward) of a MoE MLP in
+    place of the dense one. `rope_kernels(n, width, rotary, a)`: another model's RoPE (torchtitan's:
+    account/time/torchtitan.py); None: ours (`rope`). `attention`: (forward, backward) pairs replacing q, k, v,
+    RoPE, the core and o (multi-head latent attention: account/time/mla.py eager_mla)."""
+    rope_kernels = rope_kernels or rope
+    n, n_sp, tp, dt = shard.tokens, shard.stream_tokens, shard.tp, shard.dtypes
+    a, r = dt.a, dt.r
+    sp_gather, sp_scatter = sequence_parallel_copies(n, spec.d_model, a) if n_sp < n else (([], []), ([], []))
+    d = spec.d_model
     f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff) / tp
-    norm_out = FP32 if amp else r              # autocast runs norms in fp32: their output (a Linear input) is fp32
+    norm_out = norm_output_bytes(dt)           # autocast runs norms in fp32: their output (a Linear input) is fp32
     ops = []                                   # (forward kernels, backward kernels) in execution order
 
     def add(pair):
@@ -216,7 +244,7 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     if attention:         # multi-head latent attention (account/time/mla.py) in place of q, k, v, rope, core, o
         ops.extend(attention)
     else:
-        _attention(spec, add, n, d, dh, q_dim, kv_dim, a, amp, dtype, norm_out, core, rope_kernels)
+        _attention(spec, add, shard, core, rope_kernels)
     add(sp_scatter)
     if spec.sandwich_norm:
         add(norm(spec, n_sp, d, a, a, "attn_out"))
@@ -232,9 +260,9 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     else:
         add(([], grad_sum("mlp_input_grad_sum", n * d, norm_out, len(ups))))
         for name in ups:
-            add(linear(name, n, d, f, a, dtype, amp=amp, bias=spec.mlp_bias, input_fp32=norm_out == FP32))
+            add(linear(name, n, d, f, dt, bias=spec.mlp_bias, input_fp32=norm_out == FP32))
         add(activation(spec, n * f, a))
-        add(linear("mlp_down", n, f, d, a, dtype, amp=amp, bias=spec.mlp_bias))
+        add(linear("mlp_down", n, f, d, dt, bias=spec.mlp_bias))
     add(sp_scatter)
     if spec.sandwich_norm:
         add(norm(spec, n_sp, d, a, a, "mlp_out"))
@@ -246,11 +274,15 @@ def layer(spec, *, n: float, n_sp: float, tp: int, a: int, r: int, amp: bool, dt
     return {"forward": forward, "backward": backward}
 
 
-def _attention(spec, add, n, d, dh, q_dim, kv_dim, a, amp, dtype, norm_out, core, rope_kernels) -> None:
+def _attention(spec, add, shard: Shard, core: dict, rope_kernels) -> None:
     """The attention block's ops after the input norm (q, k, v, their norms and RoPE, the core, o), added in order."""
+    n, dt = shard.tokens, shard.dtypes
+    a, d, dh = dt.a, spec.d_model, spec.head_dim
+    q_dim, kv_dim = head_widths(spec, shard.tp)
+    norm_out = norm_output_bytes(dt)
     add(([], grad_sum("qkv_input_grad_sum", n * d, norm_out, 3)))
     for name, out_dim in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
-        add(linear(name, n, d, out_dim, a, dtype, amp=amp, bias=spec.qkv_bias, input_fp32=norm_out == FP32))
+        add(linear(name, n, d, out_dim, dt, bias=spec.qkv_bias, input_fp32=norm_out == FP32))
     if spec.clip_qkv is not None:
         add(([ew("clip_qkv", 2 * a * n * (q_dim + 2 * kv_dim), count=3)],
              [ew("clip_qkv_backward", 3 * a * n * (q_dim + 2 * kv_dim), count=3, role="dgrad")]))
@@ -262,4 +294,4 @@ def _attention(spec, add, n, d, dh, q_dim, kv_dim, a, amp, dtype, norm_out, core
             add(rope_kernels(n, width, width / dh * spec.rotary_dim, a))
     # q, k, v to (b, h, t, d) and the output back: a reshape and a permute each way (views), and their backward nodes
     add((host("head_rearranges", 8) + core["forward"], core["backward"] + host("head_rearranges_backward", 8, "dgrad")))
-    add(linear("o_proj", n, q_dim, d, a, dtype, amp=amp, bias=spec.attn_out_bias))
+    add(linear("o_proj", n, q_dim, d, dt, bias=spec.attn_out_bias))

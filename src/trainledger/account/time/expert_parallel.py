@@ -199,12 +199,10 @@ def routed_expert_share(spec, seq_len: int) -> float:
     return max(0.0, experts - dense) / parts["total"]
 
 
-def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
-                                    etp: int | None = None,
-                                    moe_layers: float, bytes_per_element: float, recompute: str, compute_seconds: float,
-                                    imbalance: float = 1.0, capacity_factor: float | None = None,
-                                    overlap: float = 0.0, dispatcher: str = "alltoall") -> dict:
-    """Seconds one micro-batch's pass through a pipeline stage with `moe_layers` MoE layers adds for expert parallelism.
+def expert_parallel_per_micro_batch(spec, gpu, shard, run, *, moe_layers: float, compute_seconds: float) -> dict:
+    """Seconds one micro-batch `shard` (account.time.shard.Shard: its tokens, tp, sp, cp and the matmul inputs'
+    bytes) adds for expert parallelism in its pass through a pipeline stage with `moe_layers` MoE layers, under
+    `run` (specs.run.Run: its layout's ep, etp and routing options, specs.run.Experts; its recomputation).
 
     `compute_seconds`: the stage's GEMM seconds for that micro-batch (forward, backward, recomputation), of which
     the routed experts' share stretches with the busiest load. Returns {"ep_comm" (exposed all-to-all seconds and
@@ -213,16 +211,19 @@ def expert_parallel_per_micro_batch(spec, gpu, *, batch_size: int, seq_len: int,
     "bytes_sent" (one rank, all calls), "load" (busiest / mean), "dropped_fraction", "ranks_per_node", "link",
     "overlap_seconds" (compute lost beside the hidden all-to-alls, included in ep_comm)}.
     """
+    lay, recompute = run.layout, run.levers.recompute
+    ep, etp, ex = lay.ep, lay.etp, lay.experts
+    imbalance, capacity_factor, overlap, dispatcher = ex.imbalance, ex.capacity_factor, ex.overlap, ex.dispatcher
     check_expert_options(imbalance, capacity_factor, overlap, dispatcher)
     load = imbalance if capacity_factor is None else min(imbalance, capacity_factor)
     dropped = 0.0 if capacity_factor is None else max(0.0, 1.0 - capacity_factor / imbalance)
-    wait = (load - 1.0) * routed_expert_share(spec, seq_len) * compute_seconds if spec.is_moe else 0.0
+    wait = (load - 1.0) * routed_expert_share(spec, shard.seq_len) * compute_seconds if spec.is_moe else 0.0
     if ep <= 1 or not spec.is_moe:
         return {"ep_comm": 0.0, "expert_wait": wait, "calls": 0, "syncs": 0, "sync_seconds": 0.0, "payload_bytes": 0.0, "bytes_sent": 0.0, "load": load,
                 "dropped_fraction": dropped, "ranks_per_node": 1, "link": "none", "overlap_seconds": 0.0}
-    tokens = batch_size * seq_len / cp / (tp if sp else 1)
+    tokens, bytes_per_element = shard.stream_tokens, shard.dtypes.a     # this rank's sequence-parallel tokens
     payload = dispatch_bytes(spec, tokens, bytes_per_element)
-    per_node = ranks_per_node(ep, tp if etp is None else etp, 1, gpu.gpus_per_node)
+    per_node = ranks_per_node(ep, shard.tp if etp is None else etp, 1, gpu.gpus_per_node)
     if dispatcher == "alltoall":       # the busiest rank receives `load` × its share
         one = all_to_all_seconds(gpu, payload * load, ep, per_node)
     else:

@@ -33,11 +33,12 @@ def zero_shard_params(placement: dict, *, tp: int, cp: int, dp: int, ep: int, et
     return experts_mod.zero_shard_params(placement, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
 
 
-def expert_dp_collectives(recipe, experts: float, *, tp: int, cp: int, dp: int, ep: int, etp: int | None,
-                          zero: int, micro_batches: int, style: str, gpus_per_node: int,
-                          dp_overlap: bool = True) -> list:
-    """The experts' data-parallel collectives (account.time.comm._dp_collectives of `experts` parameters) over the
-    EDP group, named "expert_..."; none when EDP is 1 or there are no expert parameters."""
+def expert_dp_collectives(recipe, experts: float, run, *, micro_batches: int, style: str, gpus_per_node: int) -> list:
+    """The experts' data-parallel collectives (account.time.comm._dp_collectives of `experts` parameters in
+    precision `recipe`) over the EDP group of `run`'s layout (tp, cp, dp, ep, etp, zero; its kernels' dp_overlap),
+    named "expert_..."; none when EDP is 1 or there are no expert parameters."""
+    lay = run.layout
+    tp, cp, dp, ep, etp, zero = lay.tp, lay.cp, lay.dp, lay.ep, lay.etp, lay.zero
     edp = expert_data_parallel(tp, cp, dp, ep, etp)
     if edp <= 1 or experts <= 0:
         return []
@@ -45,7 +46,8 @@ def expert_dp_collectives(recipe, experts: float, *, tp: int, cp: int, dp: int, 
     link = "intra" if stride * edp <= gpus_per_node else "inter"
     per_node = max(1, min(edp, gpus_per_node // stride)) if stride <= gpus_per_node else 1
     return [replace(c, name=f"expert_{c.name}", ranks_per_node=per_node)
-            for c in comm_mod._dp_collectives(recipe, experts, edp, zero, micro_batches, style, link, dp_overlap)]
+            for c in comm_mod._dp_collectives(recipe, experts, edp, zero, micro_batches, style, link,
+                                              run.kernels.dp_overlap)]
 
 
 def mlp_tensor_parallel(spec, layer: int, tp: int, etp: int | None) -> bool:

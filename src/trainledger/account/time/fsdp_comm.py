@@ -58,19 +58,20 @@ def collectives(u: dict, settings: FsdpSettings, *, tp: int, cp: int, dp: int, m
     return out
 
 
-def pass_exposed(blocks: int, fwd_block: float, bwd_block: float, ag: float, ag_root: float, rs: float,
-                 rs_root: float, *, gather_forward: bool, gather_backward: bool, reduce: bool,
+def pass_exposed(blocks: int, fwd_block: float, bwd_block: float, times: dict, *, gather_forward: bool,
+                 gather_backward: bool, reduce: bool,
                  exposed=lambda comm, hidden: max(0.0, comm - hidden)) -> tuple[float, float]:
     """(forward, backward) exposed seconds of one micro-batch's FSDP2 collectives, unit by unit.
 
-    `ag`, `rs`: one block's all-gather and reduce-scatter (+ HSDP all-reduce) seconds; `ag_root`, `rs_root` the
-    root's; `fwd_block`, `bwd_block` one block's compute (backward with its recomputation). `exposed(comm,
+    `times`: {"ag", "rs"} one block's all-gather and reduce-scatter (+ HSDP all-reduce) seconds, {"ag_root",
+    "rs_root"} the root's; `fwd_block`, `bwd_block` one block's compute (backward with its recomputation). `exposed(comm,
     hidden)` is what a collective adds over the compute it overlaps (default max(0, comm − hidden)).
     Forward: root and first block gathered before any compute; block i+1's gather behind block i.
     Backward, from the last block down: block i hides the gather of block i−1 (not for the last block, kept
     unsharded) and the reduce-scatter of block i+1; the first block's and the root's reduce-scatters come after
     all compute.
     """
+    ag, ag_root, rs, rs_root = times["ag"], times["ag_root"], times["rs"], times["rs_root"]
     forward = 0.0
     if gather_forward:
         forward = ag_root + ag + sum(exposed(ag, fwd_block) for _ in range(blocks - 1))
@@ -88,9 +89,8 @@ def step_exposed(settings: FsdpSettings, micro_batches: int, blocks: int, fwd_bl
     """Exposed seconds of a step's FSDP2 collectives: `pass_exposed` over the micro-batches (see the module
     docstring for gradient accumulation). `times`: {"ag", "ag_root", "rs", "rs_root"} of one unit each."""
     m = micro_batches
-    run = lambda gf, gb, red: sum(pass_exposed(blocks, fwd_block, bwd_block, times["ag"], times["ag_root"],  # noqa: E731
-                                               times["rs"], times["rs_root"], gather_forward=gf, gather_backward=gb,
-                                               reduce=red, exposed=exposed))
+    run = lambda gf, gb, red: sum(pass_exposed(blocks, fwd_block, bwd_block, times, gather_forward=gf,  # noqa: E731
+                                               gather_backward=gb, reduce=red, exposed=exposed))
     if settings.accumulate == "sharded":
         return m * run(True, settings.reshard_after_forward, True)
     if m == 1:

@@ -1,8 +1,9 @@
 """Inference accounting: KV cache and weight bytes, the largest batch that fits, prefill and decoding time. Pure.
 
-API: `inference(spec, gpu, *, batch_size, prompt_len, gen_len, dtype, kv_dtype, tp, reserve_bytes)` -> dict with
-kv_cache_bytes, weights_bytes, max_batch_size, prefill_seconds, decode_seconds_per_token,
-time_to_first_token_seconds, tokens_per_s, bottleneck, and their parts. Per GPU when tp > 1.
+API: `inference(spec, gpu, request)` -> dict with kv_cache_bytes, weights_bytes, max_batch_size, prefill_seconds,
+decode_seconds_per_token, time_to_first_token_seconds, tokens_per_s, bottleneck, and their parts, for an
+`InferenceRequest` (batch size, prompt and generated tokens, dtype, KV-cache dtype, tp, reserve, cache, sampling:
+what `infer` and `generate` ask; a serving request, not a training run). Per GPU when tp > 1.
 
 - KV cache: every layer stores a key and a value vector per KV head for every cached position:
       bytes = Σ_layers 2 · batch · n_kv_heads · head_dim · positions · bytes per element
@@ -39,6 +40,7 @@ launches; fused inference engines launch far fewer than our eager model).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from trainledger.account.time.comm import collective_seconds
 from trainledger.account.time.inference_ops import decode_step_ops, forward_ops
@@ -61,6 +63,25 @@ WORDS = {
     "overhead": "per-operator dispatch overhead",
     "tp_comm": "tensor-parallel all-reduces",
 }
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """What a generation asks (`infer`'s flags, `generate`'s run): `batch_size` sequences of a `prompt_len`-token
+    prompt and `gen_len` new tokens each, the weights in `dtype` and the KV cache in `kv_dtype` (None: `dtype`),
+    tensor-parallel over `tp` GPUs, `reserve_bytes` per GPU kept back; `cache` False: no KV cache, every step
+    re-runs the whole sequence (`generate --no-cache`); `greedy`: argmax sampling, else top-k / top-p
+    (account.time.inference_ops). `inference` checks each value and names the flag."""
+
+    batch_size: int = 1
+    prompt_len: int = 512
+    gen_len: int = 128
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    tp: int = 1
+    reserve_bytes: float = 0.0
+    cache: bool = True
+    greedy: bool = True
 
 
 def check_dtype(name: str, allowed: tuple[str, ...], flag: str) -> str:
@@ -105,9 +126,19 @@ def weights_bytes(spec, bytes_per_element: float, tp: int = 1) -> float:
     return params_per_gpu(spec, tp)["n_params_per_gpu"] * bytes_per_element
 
 
-def _layer_kernels(spec, layer: int, tokens: float, batch: int, context: float, w: float, a: float, kv: float,
-                   tp: int, dtype: str, prefill_len: int | None) -> list[Kernel]:
-    """Kernels of one layer over `tokens` new positions (batch · 1 decoding, batch · prompt in prefill)."""
+def _element_bytes(request: InferenceRequest) -> tuple[float, float, float]:
+    """(weights, activations, KV cache) bytes per element of a checked request: its --dtype (activations at least
+    16-bit: fp8 weights compute in bf16) and its --kv-dtype."""
+    w = get_dtype(request.dtype).bytes
+    return w, max(w, 2), get_dtype(request.kv_dtype).bytes
+
+
+def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float, context: float,
+                   prefill_len: int | None) -> list[Kernel]:
+    """Kernels of one layer over `tokens` new positions (batch · 1 decoding, batch · prompt in prefill) against
+    `context` cached positions, for `request`'s batch, dtypes and tp."""
+    w, a, kv = _element_bytes(request)
+    batch, tp, dtype = request.batch_size, request.tp, request.dtype
     d, dh = spec.d_model, spec.head_dim
     h, k = spec.n_heads / tp, kv_heads_per_gpu(spec, tp)
     f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff and not spec.is_moe_layer(layer)) else spec.d_ff) / tp
@@ -157,9 +188,10 @@ def _layer_kernels(spec, layer: int, tokens: float, batch: int, context: float, 
     return out
 
 
-def _edge_kernels(spec, tokens: float, logits_rows: float, w: float, a: float, tp: int, dtype: str) -> list[Kernel]:
-    """Embedding lookup, final norm and the LM head over `logits_rows` positions."""
-    d, v = spec.d_model, spec.vocab_size / tp
+def _edge_kernels(spec, request: InferenceRequest, tokens: float, logits_rows: float) -> list[Kernel]:
+    """Embedding lookup, final norm and the LM head over `logits_rows` positions, in `request`'s dtypes and tp."""
+    w, a, _ = _element_bytes(request)
+    dtype, d, v = request.dtype, spec.d_model, spec.vocab_size / request.tp
     head = gemm("lm_head", logits_rows, v, d, a, dtype)
     moved = d * v * w + logits_rows * (d * a + v * 4)
     return [ew("embedding", tokens * d * 2 * a), ew("final_norm", 2 * logits_rows * d * a),
@@ -193,14 +225,16 @@ def _kernel_time(gpu, kernel: Kernel, working_set: float) -> tuple[str, float]:
     return ("weights_read" if kernel.kind == "gemm" else "kv_cache_read"), memory
 
 
-def _pass_seconds(spec, gpu, *, tokens: float, batch: int, context: float, prefill_len: int | None,
-                  logits_rows: float, w: float, a: float, kv: float, tp: int, dtype: str, n_ops: int) -> dict:
-    """Seconds of one forward (a decoding step or the prefill) on one GPU, by part (PARTS)."""
+def _pass_seconds(spec, gpu, request: InferenceRequest, *, tokens: float, context: float, prefill_len: int | None,
+                  logits_rows: float, n_ops: int) -> dict:
+    """Seconds of one forward (a decoding step or the prefill) of `request` on one GPU, by part (PARTS): `tokens`
+    new positions against `context` cached ones, the logits of `logits_rows`, `n_ops` operators dispatched."""
+    tp, a = request.tp, _element_bytes(request)[1]
     kernels = []
     for layer, count in spec.layer_groups():
-        kernels += [(k, count) for k in _layer_kernels(spec, layer, tokens, batch, context, w, a, kv, tp, dtype,
-                                                       prefill_len)]
-    kernels += [(k, 1) for k in _edge_kernels(spec, tokens, logits_rows, w, a, tp, dtype)]
+        kernels += [(k, count) for k in _layer_kernels(spec, layer, request, tokens=tokens, context=context,
+                                                       prefill_len=prefill_len)]
+    kernels += [(k, 1) for k in _edge_kernels(spec, request, tokens, logits_rows)]
     working_set = sum(k.bytes * count for k, count in kernels)
     parts = {part: 0.0 for part in PARTS}
     for kernel, count in kernels:
@@ -242,12 +276,13 @@ def bottleneck(parts: dict) -> str:
     return f"{WORDS[part]}: {share:.0%} of a decoding step"
 
 
-def inference(spec, gpu, *, batch_size: int = 1, prompt_len: int = 512, gen_len: int = 128, dtype: str = "bf16",
-              kv_dtype: str | None = None, tp: int = 1, reserve_bytes: float = 0.0, cache: bool = True,
-              greedy: bool = True) -> dict:
+def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict:
     """Memory and time of generating `gen_len` tokens after a `prompt_len` prompt for `batch_size` sequences on `gpu`
-    (module docstring). `cache=False`: no KV cache, every step re-runs the whole sequence (what `generate
-    --no-cache` does): each step is a prefill of the sequence so far, with the logits of every position."""
+    as `request` (an InferenceRequest) asks (module docstring). `cache=False`: no KV cache, every step re-runs the
+    whole sequence (what `generate --no-cache` does): each step is a prefill of the sequence so far, with the
+    logits of every position."""
+    batch_size, prompt_len, gen_len, tp = request.batch_size, request.prompt_len, request.gen_len, request.tp
+    reserve_bytes, cache, greedy = request.reserve_bytes, request.cache, request.greedy
     for value, flag in ((batch_size, "--batch-size"), (prompt_len, "--prompt-len"), (gen_len, "--gen-len"),
                         (tp, "--tp")):
         check_positive_int(value, flag)
@@ -255,32 +290,29 @@ def inference(spec, gpu, *, batch_size: int = 1, prompt_len: int = 512, gen_len:
         raise TrainledgerError(f"inference accounting needs a transformer; '{spec.name}' is a {spec.kind} (--model)")
     if reserve_bytes < 0 or not math.isfinite(reserve_bytes):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
-    dtype = check_dtype(dtype, DTYPES, "--dtype")
-    kv_dtype = check_dtype(kv_dtype or dtype, KV_DTYPES, "--kv-dtype")
+    dtype = check_dtype(request.dtype, DTYPES, "--dtype")
+    kv_dtype = check_dtype(request.kv_dtype or dtype, KV_DTYPES, "--kv-dtype")
     gpu.peak(dtype)                                  # a device without this dtype's peak: an error naming --dtype
-    w = a = get_dtype(dtype).bytes
-    a = max(a, 2)                                    # fp8 weights: activations stay 16-bit
-    kv = get_dtype(kv_dtype).bytes
+    request = replace(request, dtype=dtype, kv_dtype=kv_dtype)
+    w, a, kv = _element_bytes(request)               # fp8 weights: activations stay 16-bit
     tokens = prompt_len + gen_len
     weights = weights_bytes(spec, w, tp)
     kv_total = kv_cache_bytes(spec, batch_size, tokens, kv, tp) if cache else 0.0
     kv_one = kv_cache_bytes(spec, 1, tokens, kv, tp)
     free = gpu.memory_bytes - weights - reserve_bytes
     max_batch = max(0, math.floor(free / kv_one)) if kv_one > 0 else 0
-    common = dict(w=w, a=a, kv=kv, tp=tp, dtype=dtype)
-    prefill = _pass_seconds(spec, gpu, tokens=batch_size * prompt_len, batch=batch_size, context=prompt_len,
+    prefill = _pass_seconds(spec, gpu, request, tokens=batch_size * prompt_len, context=prompt_len,
                             prefill_len=prompt_len, logits_rows=batch_size * (1 if cache else prompt_len),
-                            n_ops=forward_ops(spec, False, batch_size, prompt_len) + 4, **common)
+                            n_ops=forward_ops(spec, False, batch_size, prompt_len) + 4)
     if cache:
         context = prompt_len + gen_len / 2           # mean positions a decoding step reads
-        decode = _pass_seconds(spec, gpu, tokens=batch_size, batch=batch_size, context=context, prefill_len=None,
-                               logits_rows=batch_size, n_ops=decode_step_ops(spec, batch_size, greedy), **common)
+        decode = _pass_seconds(spec, gpu, request, tokens=batch_size, context=context, prefill_len=None,
+                               logits_rows=batch_size, n_ops=decode_step_ops(spec, batch_size, greedy))
         step_seconds = decode["total"]
     else:                                            # step j re-runs prompt + j tokens; the mean over the steps
-        steps = [_pass_seconds(spec, gpu, tokens=batch_size * (prompt_len + j), batch=batch_size,
-                               context=prompt_len + j, prefill_len=prompt_len + j,
-                               logits_rows=batch_size * (prompt_len + j),
-                               n_ops=forward_ops(spec, False, batch_size, prompt_len + j) + 4, **common)
+        steps = [_pass_seconds(spec, gpu, request, tokens=batch_size * (prompt_len + j), context=prompt_len + j,
+                               prefill_len=prompt_len + j, logits_rows=batch_size * (prompt_len + j),
+                               n_ops=forward_ops(spec, False, batch_size, prompt_len + j) + 4)
                  for j in _sample_steps(gen_len)]
         decode = {key: sum(s[key] for s in steps) / len(steps) for key in steps[0]}
         step_seconds = decode["total"]

@@ -24,19 +24,20 @@ from trainledger.account.time import eager, mla
 
 from trainledger.account.time import torchtitan
 from trainledger.account.counting.experts import expert_token_share
-from trainledger.account.memory.activations import recipe_bytes
 from trainledger.account.time.compiled import edges as compiled_edges, layer as compiled_layer
-from trainledger.account.time.eager import EAGER_FRAMEWORKS, ew, gemm, host, linear_kernels as _linear, unaligned
+from trainledger.account.time.eager import (EAGER_FRAMEWORKS, ew, gemm, head_widths, host, linear_kernels as _linear,
+                                            norm_output_bytes)
 from trainledger.account.time.moe_loop import per_expert_ops
 from trainledger.account.time.optimizer_kernels import (CLIP_PASSES, FOREACH_PASSES, STEP_COUNT,  # noqa: F401 (re-exported)
                                                    foreach_optimizer_kernels, megatron_optimizer_kernels,
                                                    optimizer_kernels)
 from trainledger.account.time.roofline import Kernel
+from trainledger.account.time.shard import Shard
 from trainledger.errors import TrainledgerError
-from trainledger.specs.recipes import get_recipe
+from trainledger.specs.run import FRAMEWORKS, Kernels
 
-from trainledger.specs.run import FRAMEWORKS  # noqa: E402 (the run's vocabulary)
 FP32 = 4
+KERNELS = Kernels()      # the run's default kernels: flash, causal attention, our torch Transformer, eager
 
 
 # Transformer Engine's GroupedLinear (Megatron's TEGroupedMLP) runs one cuBLAS GEMM per local expert,
@@ -45,24 +46,11 @@ FP32 = 4
 TE_GROUPED_GEMM_STREAMS = 4
 
 
-def _expert_linear(name: str, per_expert: float, fan_in: float, fan_out: float, a: int, dtype: str, amp: bool,
-                   w: int, backward: bool, fused: bool, local: int, streams: int | None) -> list[Kernel]:
-    """The `local` experts' Linears: one batched GEMM (streams None), or groups of `streams` concurrent GEMMs
-    (each group wave-quantized as one batched GEMM of `streams`; TE_GROUPED_GEMM_STREAMS)."""
-    def one(batch):
-        return _linear(name, per_expert, fan_in, fan_out, a, dtype, amp, w, backward=backward,
-                       fused_accumulation=fused, batch=batch)
-    if not streams or local <= streams:
-        return one(local)
-    full, rest = divmod(local, streams)
-    return [k for _ in range(full) for k in one(streams)] + (one(rest) if rest else [])
-
-
-def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: int, fused: bool,
-             loop: bool = False, ep: int = 1, streams: int | None = None, etp: int | None = None,
-             share: float = 1.0):
-    """Forward and backward kernels of one mixture-of-experts MLP over n tokens on one GPU (n_experts/ep experts on
-    it, each expert's d_ff split over tp: tensor-parallel experts, with expert parallelism over ep GPUs).
+def _moe_mlp(spec, shard: Shard, *, ep: int = 1, etp: int | None = None, fused: bool = False, loop: bool = False,
+             streams: int | None = None):
+    """Forward and backward kernels of one mixture-of-experts MLP over the n tokens of micro-batch `shard` on one GPU
+    (n_experts/ep experts on it, each expert's d_ff split over tp: tensor-parallel experts, with expert parallelism
+    over ep GPUs). `fused`: weight gradients accumulated into fp32 main_grad inside the GEMMs (Megatron).
     Under balanced routing the n·k token copies this GPU sends out equal the ones it receives: each of its E/ep
     experts runs n·k·ep/E tokens (ep × the tokens of ep = 1: bigger, more efficient grouped GEMMs); the
     all-to-all that moves them is account.time.expert_parallel's.
@@ -74,8 +62,8 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     n tokens (Qwen2-MoE). GEMM FLOPs = account.counting.flops's router + k experts + shared expert per token.
     `streams`: Megatron's TEGroupedMLP runs the experts' GEMMs `streams` at a time (TE_GROUPED_GEMM_STREAMS), not
     as one batched GEMM: each group fills the GPU's waves on its own.
-    `etp` (default tp), `share`: MoE Parallel Folding (account.counting.experts): the experts' d_ff is split over
-    etp, and they run `share` × the n·k routed copies (expert_token_share: etp/tp under sequence parallelism), so
+    `etp` (default tp): MoE Parallel Folding (account.counting.experts): the experts' d_ff is split over etp, and
+    they run `share` × the n·k routed copies (expert_token_share: etp/tp under sequence parallelism), so
     with etp 1 < tp each expert GEMM is tp/etp × narrower in tokens and wider in d_ff, the same FLOPs.
     `loop`: our torch MoE runs the experts one by one (select the tokens, index_select, the expert's Linears,
     scale, index_put): its ops per expert as counted (account/time/moe_loop.py) are topped up with zero-byte
@@ -83,12 +71,26 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     are marked as a loop that synchronizes once per expert (Kernel.loop); Megatron's grouped GEMM runs them at once.
     """
     E, k = spec.n_experts, spec.experts_per_token
+    n, tp, d, dt = shard.tokens, shard.tp, spec.d_model, shard.dtypes
+    a, amp = dt.a, dt.amp
+    share = expert_token_share(tp, shard.sp, etp)
     f = spec.d_ff / (tp if etp is None else etp)
     local = E // ep                                   # experts on this GPU
     copies = n * k * share                            # routed token copies this GPU's experts run
     per_expert = copies / local
-    fwd = _linear("router", n, d, E, a, dtype, amp, w, backward=False)
-    bwd = _linear("router", n, d, E, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+
+    def experts(name: str, fan_in: float, fan_out: float, backward: bool) -> list[Kernel]:
+        """The `local` experts' Linears: one batched GEMM (streams None), or groups of `streams` concurrent GEMMs
+        (each group wave-quantized as one batched GEMM of `streams`; TE_GROUPED_GEMM_STREAMS)."""
+        def one(batch):
+            return _linear(name, per_expert, fan_in, fan_out, dt, backward, fused_accumulation=fused, batch=batch)
+        if not streams or local <= streams:
+            return one(local)
+        full, rest = divmod(local, streams)
+        return [k for _ in range(full) for k in one(streams)] + (one(rest) if rest else [])
+
+    fwd = _linear("router", n, d, E, dt, backward=False)
+    bwd = _linear("router", n, d, E, dt, backward=True, fused_accumulation=fused)
     fwd.append(ew("router_softmax_topk", n * E * (a + 2 * FP32) + n * k * 2 * FP32, count=3))
     bwd.append(ew("router_softmax_backward", n * E * 3 * FP32, count=2))
     loop_f, loop_b = len(fwd), len(bwd)               # where the experts' part starts
@@ -97,12 +99,12 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
     ups = ("expert_gate", "expert_up") if spec.gated_mlp else ("expert_up",)
     for name in ups:
         for backward, out in ((False, fwd), (True, bwd)):
-            out += _expert_linear(name, per_expert, d, f, a, dtype, amp, w, backward, fused, local, streams)
+            out += experts(name, d, f, backward)
     hidden = copies * f * a
     fwd += _activation(spec, hidden, "expert_")[0]
     bwd += _activation(spec, hidden, "expert_")[1]
     for backward, out in ((False, fwd), (True, bwd)):
-        out += _expert_linear("expert_down", per_expert, f, d, a, dtype, amp, w, backward, fused, local, streams)
+        out += experts("expert_down", f, d, backward)
     fwd.append(ew("moe_combine", copies * d * a + copies * FP32 + n * share * d * a, count=2))
     bwd.append(ew("moe_combine_backward", 2 * copies * d * a + n * share * d * a, count=2))
     if loop:    # our MoE's ops per expert as counted (account/time/moe_loop.py), forward in a synchronizing loop
@@ -119,15 +121,15 @@ def _moe_mlp(spec, n: float, d: int, tp: int, a: int, dtype: str, amp: bool, w: 
         fs = spec.shared_expert_d_ff / tp
         names = ("shared_gate", "shared_up") if spec.gated_mlp else ("shared_up",)
         for name in names:
-            fwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=False)
-            bwd += _linear(name, n, d, fs, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+            fwd += _linear(name, n, d, fs, dt, backward=False)
+            bwd += _linear(name, n, d, fs, dt, backward=True, fused_accumulation=fused)
         fwd += _activation(spec, n * fs * a, "shared_")[0]
         bwd += _activation(spec, n * fs * a, "shared_")[1]
-        fwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=False)
-        bwd += _linear("shared_down", n, fs, d, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+        fwd += _linear("shared_down", n, fs, d, dt, backward=False)
+        bwd += _linear("shared_down", n, fs, d, dt, backward=True, fused_accumulation=fused)
         if spec.shared_expert_gate:
-            fwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=False)
-            bwd += _linear("shared_expert_gate", n, d, 1, a, dtype, amp, w, backward=True, fused_accumulation=fused)
+            fwd += _linear("shared_expert_gate", n, d, 1, dt, backward=False)
+            bwd += _linear("shared_expert_gate", n, d, 1, dt, backward=True, fused_accumulation=fused)
             fwd.append(ew("shared_expert_sigmoid_mul", 3 * n * d * a, count=2))
             bwd.append(ew("shared_expert_sigmoid_mul_backward", 4 * n * d * a, count=3))
         fwd.append(ew("shared_expert_add", 3 * n * d * a))
@@ -142,46 +144,35 @@ def _activation(spec, hidden_bytes: float, prefix: str = "") -> tuple[list[Kerne
     return [ew(f"{prefix}gelu", 2 * hidden_bytes)], [ew(f"{prefix}gelu_backward", 3 * hidden_bytes)]
 
 
-def layer_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
-                  cp: int = 1, flash: bool = True, causal: bool = True, framework: str = "trainledger",
-                  dropout: bool | None = None, layer: int = 0, compiled: bool = False, ep: int = 1,
+def layer_kernels(spec, shard: Shard, kernels: Kernels = KERNELS, *, layer: int = 0, ep: int = 1,
                   etp: int | None = None) -> dict[str, list[Kernel]]:
     """{"forward": [...], "backward": [...]} kernels of transformer layer `layer` (0-based; a representative of one
-    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch on one GPU.
+    of spec.layer_groups(): MoE or dense MLP, sliding-window or global attention) for one micro-batch `shard` on
+    one GPU, as the run's `kernels` (specs.run.Kernels: flash, causal, framework, dropout, compile) run it.
     `ep`: expert parallelism (the GPU runs n_experts/ep experts over ep × their tokens: `_moe_mlp`); `etp`: expert
-    tensor parallelism (default tp; `_moe_mlp`).
-    `compiled`: our Transformer under torch.compile (account/time/compiled.py)."""
+    tensor parallelism (default tp; `_moe_mlp`). `kernels.compile`: our Transformer under torch.compile
+    (account/time/compiled.py)."""
+    framework = kernels.framework
     if framework not in FRAMEWORKS:
         raise TrainledgerError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    recipe = get_recipe(precision)
-    a, r, w = recipe_bytes(recipe.name)
-    amp = w > 0
-    dtype = recipe.compute_dtype
-    dropout = (framework == "megatron") if dropout is None else dropout
-    n = batch_size * seq_len / cp                  # tokens of this rank (TP-replicated work)
-    n_sp = n / tp if sp else n                     # tokens of the norms / residual stream on this rank
-    d, dh = spec.d_model, spec.head_dim
-    f = spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff      # a dense layer's MLP width
-    h, kv = spec.n_heads / tp, spec.kv_heads / tp
-    q_dim, kv_dim = h * dh, kv * dh
-    mlp_mats = 3 if spec.gated_mlp else 2
     window = spec.sliding_window if spec.is_sliding(layer) else None
-    core = _attention_core(spec, batch_size, seq_len, cp, tp, a, dtype, flash, causal, framework, dropout, window)
-    moe = (_moe_mlp(spec, n, d, tp, a, dtype, amp, w, fused=framework == "megatron", loop=framework == "trainledger",
-                    ep=ep, streams=TE_GROUPED_GEMM_STREAMS if framework == "megatron" else None, etp=etp,
-                    share=expert_token_share(tp, sp, etp))
+    core = _attention_core(spec, shard, kernels, window)
+    moe = (_moe_mlp(spec, shard, ep=ep, etp=etp, fused=framework == "megatron", loop=framework == "trainledger",
+                    streams=TE_GROUPED_GEMM_STREAMS if framework == "megatron" else None)
            if spec.is_moe_layer(layer) else None)
     if framework == "megatron":
-        latent = mla.megatron_mla(spec, n, n_sp, tp, a, dtype, core) if spec.is_mla else None
-        return _megatron(spec, n, n_sp, d, f / tp, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe, latent)
+        latent = mla.megatron_mla(spec, shard, core) if spec.is_mla else None
+        return _megatron(spec, shard, core, dropout_masks(kernels), moe, latent)
     rope = torchtitan.rope if framework == torchtitan.FRAMEWORK else None
-    if compiled:   # (multi-head latent attention compiled is timed as ordinary attention: not modelled)
-        return compiled_layer(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe,
-                              rope_kernels=rope)
-    latent = (mla.eager_mla(spec, n, tp, a, amp, dtype, FP32 if amp else r, core, rope or eager.rope)
-              if spec.is_mla else None)
-    return eager.layer(spec, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype, core=core, moe=moe,
-                       rope_kernels=rope, attention=latent)
+    if kernels.compile:   # (multi-head latent attention compiled is timed as ordinary attention: not modelled)
+        return compiled_layer(spec, shard, core, moe=moe, rope_kernels=rope)
+    latent = mla.eager_mla(spec, shard, core, rope or eager.rope) if spec.is_mla else None
+    return eager.layer(spec, shard, core, moe=moe, rope_kernels=rope, attention=latent)
+
+
+def dropout_masks(kernels: Kernels) -> bool:
+    """Whether the layer runs dropout masks: as the run says, else as its framework runs (Megatron-LM's GPT: on)."""
+    return (kernels.framework == "megatron") if kernels.dropout is None else kernels.dropout
 
 
 def _attention_blocks(s: int, cp: int, causal: bool, split: bool) -> list[tuple[float, float, bool]]:
@@ -202,9 +193,9 @@ def _attention_blocks(s: int, cp: int, causal: bool, split: bool) -> list[tuple[
     return [(1 - 1 / (2 * cp), (4 * cp - 1) * chunk / 3, False), (1 / (2 * cp), chunk, True)]
 
 
-def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, flash: bool, causal: bool,
-                    framework: str, dropout: bool, window: int | None = None) -> dict[str, list[Kernel]]:
-    """The attention core (QKᵀ, softmax, A·V) of one micro-batch: a flash kernel, or the math path's T×T tensors.
+def _attention_core(spec, shard: Shard, kernels: Kernels, window: int | None = None) -> dict[str, list[Kernel]]:
+    """The attention core (QKᵀ, softmax, A·V) of micro-batch `shard` as the run's `kernels` run it (flash, causal,
+    framework, dropout): a flash kernel, or the math path's T×T tensors.
 
     With context parallelism each rank holds s/cp queries against all s keys (K, V all-gathered: Llama 3
     Sec. 3.3.2). Executed FLOPs: 2·b·h·(s/cp)·s·dh (QKᵀ) + 2·b·h·(s/cp)·s·dv (A·V) forward, dv the value head
@@ -218,6 +209,9 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     scores, softmax in fp32) even with --flash; Megatron-style fused kernels cap inside the kernel
     (FlashAttention-2 ≥ 2.6), free.
     """
+    b, s, cp, tp = shard.batch_size, shard.seq_len, shard.cp, shard.tp
+    dt, framework, causal = shard.dtypes, kernels.framework, kernels.causal
+    a, dtype, masks = dt.a, dt.dtype, dropout_masks(kernels)
     h, kv, dh, dv = spec.n_heads / tp, spec.kv_heads / tp, spec.head_dim, spec.value_dim
     q = s / cp
     full_flops = 2 * b * h * q * s * (dh + dv)      # QKᵀ over the qk head dim, A·V over the value head dim
@@ -225,7 +219,7 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     windowed = window is not None and window < s
     eager_torch = framework in EAGER_FRAMEWORKS
     softcap = spec.attn_softcap is not None and eager_torch
-    flash = flash and not softcap
+    flash = kernels.flash and not softcap
     if flash:
         skips_masked = False                       # a causal kernel that skips the masked blocks (_attention_blocks)
         if eager_torch and (windowed or spec.position == "alibi"):
@@ -256,8 +250,8 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
         return {"forward": fwd, "backward": bwd}
     heads = int(b * h)
     scores = heads * q * s                                  # elements of the T×T scores on this rank
-    qk = gemm("scores_qk", q, s, dh, a, dtype, batch=heads, part="attention", core=True)
-    av = gemm("probs_v", q, dv, s, a, dtype, batch=heads, part="attention", core=True)
+    qk = _core_gemm("scores_qk", q, s, dh, a, dtype, heads)
+    av = _core_gemm("probs_v", q, dv, s, a, dtype, heads)
     if framework == "megatron":   # one fused scale-mask-softmax kernel: read and write the scores
         fwd = [qk, ew("scale_mask_softmax", 2 * scores * a, part="attention", core=True)]
     else:                         # SDPA's math path: add the causal mask, then softmax
@@ -265,26 +259,39 @@ def _attention_core(spec, b: int, s: int, cp: int, tp: int, a: int, dtype: str, 
     if softcap:   # scores / c, tanh, · c (Gemma 2), then the softmax in fp32 and a cast back
         fwd.append(ew("attention_softcap", 3 * 2 * scores * a + scores * (a + 2 * FP32 + FP32 + a), count=5,
                       part="attention", core=True))
-    if dropout:
+    if masks:
         fwd.append(ew("attention_dropout", scores * (2 * a + 1), part="attention", core=True))
     fwd += [av, ew("context_copy", 2 * b * q * h * dv * a, part="attention", core=True)]
-    bwd = [gemm("probs_v_dgrad", q, s, dv, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
-           gemm("probs_v_wgrad", s, dv, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+    bwd = [_core_gemm("probs_v_dgrad", q, s, dv, a, dtype, heads, "dgrad"),
+           _core_gemm("probs_v_wgrad", s, dv, q, a, dtype, heads, "dgrad"),
            ew("softmax_backward", scores * 3 * a, part="attention", core=True, role="dgrad"),
-           gemm("scores_dgrad_q", q, dh, s, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
-           gemm("scores_dgrad_k", s, dh, q, a, dtype, batch=heads, part="attention", role="dgrad", core=True),
+           _core_gemm("scores_dgrad_q", q, dh, s, a, dtype, heads, "dgrad"),
+           _core_gemm("scores_dgrad_k", s, dh, q, a, dtype, heads, "dgrad"),
            ew("context_copy_backward", 2 * b * q * h * dv * a, part="attention", core=True, role="dgrad")]
     if softcap:   # the fp32 softmax's backward and tanh's (1 − t²) chain over the square
         bwd.append(ew("attention_softcap_backward", scores * (3 * FP32 + 3 * 3 * a), count=4, part="attention",
                       core=True, role="dgrad"))
-    if dropout:
+    if masks:
         bwd.append(ew("attention_dropout_backward", scores * (2 * a + 1), part="attention", core=True, role="dgrad"))
     return {"forward": fwd, "backward": bwd}
 
 
-def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_mats, moe=None, latent=None):
-    """Megatron-LM's GPT layer (fused kernels; weight gradients accumulated into fp32 main_grad in the GEMM).
+def _core_gemm(name: str, m: float, n: float, k: float, a: int, dtype: str, heads: int,
+               role: str = "forward") -> Kernel:
+    """A batched GEMM of the attention core's math path, one per head (account.time.eager.gemm)."""
+    return replace(gemm(name, m, n, k, a, dtype, batch=heads, role=role), part="attention", core=True)
+
+
+def _megatron(spec, shard: Shard, core: dict, dropout: bool, moe=None, latent=None):
+    """Megatron-LM's GPT layer for micro-batch `shard` (fused kernels; weight gradients accumulated into fp32
+    main_grad in the GEMM), given the attention core's kernels `core` and a MoE MLP's (forward, backward) `moe`.
     `latent`: (forward, backward) of multi-head latent attention (account/time/mla.py) in place of QKV, core, proj."""
+    n, n_sp, tp, d = shard.tokens, shard.stream_tokens, shard.tp, spec.d_model
+    dt = shard.dtypes.without_autocast()              # Megatron's model is 16-bit: its Linears cast nothing
+    a = dt.a
+    f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff) else spec.d_ff) / tp      # a dense layer's MLP width
+    q_dim, kv_dim = head_widths(spec, tp)
+    mlp_mats = 3 if spec.gated_mlp else 2
     fwd, bwd = [], []
     mask = 1 if dropout else 0
     ln = ([ew("layernorm", 2 * n_sp * d * a)], [ew("layernorm_backward", 5 * n_sp * d * a, count=2)])
@@ -297,23 +304,23 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
             fwd += latent[0]
             bwd += latent[1]
         elif block == "attention":
-            fwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=False)
+            fwd += _linear("qkv", n, d, qkv_out, dt, backward=False)
             fwd += core["forward"]
-            fwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=False)
-            bwd += _linear("proj", n, q_dim, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            fwd += _linear("proj", n, q_dim, d, dt, backward=False)
+            bwd += _linear("proj", n, q_dim, d, dt, backward=True, fused_accumulation=True)
             bwd += core["backward"]
-            bwd += _linear("qkv", n, d, qkv_out, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd += _linear("qkv", n, d, qkv_out, dt, backward=True, fused_accumulation=True)
         elif moe:
             fwd += moe[0]
             bwd += moe[1]
         else:
             up = f * (mlp_mats - 1)
-            fwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=False)
+            fwd += _linear("fc1", n, d, up, dt, backward=False)
             fwd.append(ew("bias_gelu", n * up * 2 * a))
-            fwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=False)
-            bwd += _linear("fc2", n, f, d, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            fwd += _linear("fc2", n, f, d, dt, backward=False)
+            bwd += _linear("fc2", n, f, d, dt, backward=True, fused_accumulation=True)
             bwd.append(ew("bias_gelu_backward", n * up * 3 * a))
-            bwd += _linear("fc1", n, d, up, a, dtype, False, 0, backward=True, fused_accumulation=True)
+            bwd += _linear("fc1", n, d, up, dt, backward=True, fused_accumulation=True)
         fwd.append(bda)
         bwd.append(bda_bwd)
         bwd += ln[1]
@@ -321,10 +328,9 @@ def _megatron(spec, n, n_sp, d, f, q_dim, kv_dim, a, dtype, dropout, core, mlp_m
     return {"forward": fwd, "backward": bwd}
 
 
-def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-bf16", tp: int = 1, sp: bool = False,
-                 cp: int = 1, framework: str = "trainledger", compiled: bool = False,
-                 loss_upcast: bool = True) -> dict[str, list[Kernel]]:
-    """Kernels outside the layers: {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
+def edge_kernels(spec, shard: Shard, kernels: Kernels = KERNELS) -> dict[str, list[Kernel]]:
+    """Kernels outside the layers for micro-batch `shard`, as the run's `kernels` run them (framework, compile,
+    loss_upcast): {"embedding_forward", "embedding_backward", "head_forward", "head_backward"}.
 
     Embedding: a gather (+ learned positions: arange, gather, add; RoPE: its cos/sin tables, a dozen tiny ops);
     its backward sorts the token ids and writes the dense fp32 table gradient (CUDA's deterministic embedding
@@ -335,19 +341,16 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     the 16-bit logits as they come, with no cast either way (NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False);
     account.memory.activations.loss_bytes).
     """
-    recipe = get_recipe(precision)
-    a, r, w = recipe_bytes(recipe.name)
-    amp = w > 0
-    dtype = recipe.compute_dtype
-    n = batch_size * seq_len / cp
-    n_sp = n / tp if sp else n
-    d, v = spec.d_model, spec.vocab_size / tp
+    framework, loss_upcast = kernels.framework, kernels.loss_upcast
+    n, n_sp, dt = shard.tokens, shard.stream_tokens, shard.dtypes
+    a, r, amp = dt.a, dt.r, dt.amp
+    d, v = spec.d_model, spec.vocab_size / shard.tp
     logits = n * v
     if framework == "megatron":
         emb_fwd = [ew("embedding", n_sp * d * (r + a) + n_sp * 8, count=2 if spec.position == "learned" else 1)]
         emb_bwd = [ew("embedding_backward", v * d * FP32 * 2 + n_sp * d * (r + FP32), count=2)]
-        head_fwd = [ew("final_layernorm", 2 * n_sp * d * a)] + _linear("lm_head", n, d, v, a, dtype, amp, w, backward=False)
-        head_bwd = _linear("lm_head", n, d, v, a, dtype, amp, w, backward=True, fused_accumulation=True)
+        head_fwd = [ew("final_layernorm", 2 * n_sp * d * a)] + _linear("lm_head", n, d, v, dt, backward=False)
+        head_bwd = _linear("lm_head", n, d, v, dt, backward=True, fused_accumulation=True)
         if spec.final_softcap is not None:
             head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
             head_bwd.append(ew("final_softcap_backward", 3 * 3 * logits * a, count=3))
@@ -360,17 +363,17 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     emb_fwd = [ew("embedding", n_sp * d * 2 * table + n_sp * 8)]
     emb_bwd = [ew("embedding_backward", v * d * FP32 + n_sp * d * (r + FP32) + n_sp * 16, count=8, role="wgrad")]
     if spec.position == "learned":
-        t = seq_len / cp
+        t = shard.seq_len / shard.cp
         emb_fwd.append(ew("position_embedding", t * d * 2 * table + n_sp * d * 3 * r, count=3))
         emb_bwd.append(ew("position_embedding_backward", n_sp * d * (r + FP32) + t * d * FP32, count=8, role="wgrad"))
     if spec.position == "rope":
-        emb_fwd.append(ew("rope_tables", 24 * seq_len * spec.rotary_dim * FP32, count=11))
+        emb_fwd.append(ew("rope_tables", 24 * shard.seq_len * spec.rotary_dim * FP32, count=11))
     if spec.tied_embeddings:       # the LM head's and the embedding's fp32 weight gradients summed
         emb_bwd.append(ew("tied_weight_grad_sum", v * d * 3 * FP32, role="wgrad"))
     emb_bwd += eager.host("embedding_grad_handover", 1 + (spec.position == "learned"), "wgrad")
-    norm_out = FP32 if amp else r
+    norm_out = norm_output_bytes(dt)
     norm_fwd, norm_bwd = eager.norm(spec, n_sp, d, r, norm_out, "final")
-    lm_fwd, lm_bwd = eager.linear("lm_head", n, d, v, a, dtype, amp=amp, input_fp32=norm_out == FP32)
+    lm_fwd, lm_bwd = eager.linear("lm_head", n, d, v, dt, input_fp32=norm_out == FP32)
     head_fwd, head_bwd = norm_fwd + lm_fwd, []
     if spec.final_softcap is not None:   # Gemma 2: logits / c, tanh, · c over the [tokens, vocab/tp] logits
         head_fwd.append(ew("final_softcap", 3 * 2 * logits * a, count=3))
@@ -388,6 +391,6 @@ def edge_kernels(spec, *, batch_size: int, seq_len: int, precision: str = "amp-b
     head_bwd += eager.host("logits_view_backward", 1, "dgrad") + lm_bwd + norm_bwd
     out = {"embedding_forward": emb_fwd, "embedding_backward": emb_bwd, "head_forward": head_fwd,
            "head_backward": head_bwd}
-    if compiled and framework == "trainledger":     # torchtitan compiles each block only: its edges run eager
-        return compiled_edges(spec, out, n=n, n_sp=n_sp, tp=tp, a=a, r=r, amp=amp, dtype=dtype)
+    if kernels.compile and framework == "trainledger":     # torchtitan compiles each block only: its edges run eager
+        return compiled_edges(spec, out, shard)
     return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from trainledger.account.time import eager
 from trainledger.account.time.eager import ew, linear_kernels
+from trainledger.account.time.shard import Dtypes, Shard
 
 FP32 = 4
 
@@ -38,33 +39,36 @@ def mla_dims(spec, tp: int) -> dict:
             "q_rank": spec.q_lora_rank or 0, "latent": spec.kv_lora_rank}
 
 
-def _te_linear(name: str, n: float, fan_in: float, fan_out: float, a: int, dtype: str) -> tuple[list, list]:
+def _te_linear(name: str, n: float, fan_in: float, fan_out: float, dt: Dtypes) -> tuple[list, list]:
     """A Transformer Engine Linear: one GEMM forward; dgrad + wgrad backward, the weight gradient accumulated into
-    fp32 main_grad inside the GEMM (gradient_accumulation_fusion): account.time.eager.linear_kernels."""
-    common = dict(a=a, dtype=dtype, amp=False, w_bytes=a)
-    return (linear_kernels(name, n, fan_in, fan_out, backward=False, **common),
-            linear_kernels(name, n, fan_in, fan_out, backward=True, fused_accumulation=True, **common))
+    fp32 main_grad inside the GEMM (gradient_accumulation_fusion): account.time.eager.linear_kernels, no autocast."""
+    dt = dt.without_autocast()
+    return (linear_kernels(name, n, fan_in, fan_out, dt, backward=False),
+            linear_kernels(name, n, fan_in, fan_out, dt, backward=True, fused_accumulation=True))
 
 
-def megatron_mla(spec, n: float, n_sp: float, tp: int, a: int, dtype: str, core: dict) -> tuple[list, list]:
-    """(forward, backward) kernels of Megatron-Core's MLASelfAttention after the input norm (module docstring)."""
-    m = mla_dims(spec, tp)
+def megatron_mla(spec, shard: Shard, core: dict) -> tuple[list, list]:
+    """(forward, backward) kernels of Megatron-Core's MLASelfAttention after the input norm for micro-batch `shard`
+    (module docstring), given the attention core's kernels `core`."""
+    n, n_sp, dt = shard.tokens, shard.stream_tokens, shard.dtypes
+    a = dt.a
+    m = mla_dims(spec, shard.tp)
     h, nope, rope, v, q_rank, latent = m["h"], m["nope"], m["rope"], m["v"], m["q_rank"], m["latent"]
     d, qk = spec.d_model, nope + rope
     ops = []                                              # (forward, backward) pairs in forward order
     if q_rank:
-        ops.append(_te_linear("q_down_proj", n_sp, d, q_rank, a, dtype))
-    ops.append(_te_linear("kv_down_proj", n_sp, d, latent + rope, a, dtype))
+        ops.append(_te_linear("q_down_proj", n_sp, d, q_rank, dt))
+    ops.append(_te_linear("kv_down_proj", n_sp, d, latent + rope, dt))
     if q_rank:   # the down-projections' input gradients summed (both read the input norm's output)
         ops.append(([], [ew("mla_down_proj_grad_add", 3 * n_sp * d * a, role="dgrad")]))
         ops.append(([ew("q_layernorm", 2 * n_sp * q_rank * a)],
                     [ew("q_layernorm_backward", 5 * n_sp * q_rank * a, count=2, role="dgrad")]))
-        ops.append(_te_linear("q_up_proj", n, q_rank, h * qk, a, dtype))
+        ops.append(_te_linear("q_up_proj", n, q_rank, h * qk, dt))
     else:
-        ops.append(_te_linear("q_proj", n, d, h * qk, a, dtype))
+        ops.append(_te_linear("q_proj", n, d, h * qk, dt))
     ops.append(([ew("kv_layernorm", 2 * n_sp * latent * a)],
                 [ew("kv_layernorm_backward", 5 * n_sp * latent * a, count=2, role="dgrad")]))
-    ops.append(_te_linear("kv_up_proj", n, latent, h * (nope + v), a, dtype))
+    ops.append(_te_linear("kv_up_proj", n, latent, h * (nope + v), dt))
     # fused RoPE: q read and written; kv and the shared key read, key and value written (backward the reverse)
     q_bytes = 2 * n * h * qk * a
     kv_bytes = n * (h * (nope + v) + rope) * a + n * h * (qk + v) * a
@@ -72,28 +76,31 @@ def megatron_mla(spec, n: float, n_sp: float, tp: int, a: int, dtype: str, core:
                 [ew("mla_rope_q_backward", q_bytes, role="dgrad"),
                  ew("mla_rope_kv_backward", kv_bytes, role="dgrad")]))
     ops.append((core["forward"], core["backward"]))
-    ops.append(_te_linear("proj", n, h * v, d, a, dtype))
+    ops.append(_te_linear("proj", n, h * v, d, dt))
     return [k for f, _ in ops for k in f], [k for _, b in reversed(ops) for k in b]
 
 
-def eager_mla(spec, n: float, tp: int, a: int, amp: bool, dtype: str, norm_out: int, core: dict,
-              rope_kernels) -> list[tuple[list, list]]:
-    """(forward, backward) pairs of our torch LatentAttention (models/mla.py) after the input norm, in forward
-    order (eager.layer runs the backward in reverse). `norm_out`: the input norm's output dtype (fp32 under AMP)."""
-    m = mla_dims(spec, tp)
+def eager_mla(spec, shard: Shard, core: dict, rope_kernels) -> list[tuple[list, list]]:
+    """(forward, backward) pairs of our torch LatentAttention (models/mla.py) after the input norm for micro-batch
+    `shard`, in forward order (eager.layer runs the backward in reverse), given the attention core's kernels `core`
+    and the RoPE's `rope_kernels` (account/time/eager.py rope). The input norm's output is fp32 under autocast."""
+    n, dt = shard.tokens, shard.dtypes
+    a = dt.a
+    norm_out = eager.norm_output_bytes(dt)
+    m = mla_dims(spec, shard.tp)
     h, nope, rope, v, q_rank, latent = m["h"], m["nope"], m["rope"], m["v"], m["q_rank"], m["latent"]
     d, qk = spec.d_model, nope + rope
     fp32_in = norm_out == FP32
     pairs = [([], eager.grad_sum("mla_input_grad_sum", n * d, norm_out, 2))]     # x feeds q and kv
     if q_rank:
-        pairs.append(eager.linear("q_a_proj", n, d, q_rank, a, dtype, amp=amp, input_fp32=fp32_in))
+        pairs.append(eager.linear("q_a_proj", n, d, q_rank, dt, input_fp32=fp32_in))
         pairs.append(eager.norm(spec, n, q_rank, a, norm_out, "q_a"))
-        pairs.append(eager.linear("q_b_proj", n, q_rank, h * qk, a, dtype, amp=amp, input_fp32=fp32_in))
+        pairs.append(eager.linear("q_b_proj", n, q_rank, h * qk, dt, input_fp32=fp32_in))
     else:
-        pairs.append(eager.linear("q_proj", n, d, h * qk, a, dtype, amp=amp, input_fp32=fp32_in))
-    pairs.append(eager.linear("kv_a_proj", n, d, latent + rope, a, dtype, amp=amp, input_fp32=fp32_in))
+        pairs.append(eager.linear("q_proj", n, d, h * qk, dt, input_fp32=fp32_in))
+    pairs.append(eager.linear("kv_a_proj", n, d, latent + rope, dt, input_fp32=fp32_in))
     pairs.append(eager.norm(spec, n, latent, a, norm_out, "kv_a"))
-    pairs.append(eager.linear("kv_b_proj", n, latent, h * (nope + v), a, dtype, amp=amp, input_fp32=fp32_in))
+    pairs.append(eager.linear("kv_b_proj", n, latent, h * (nope + v), dt, input_fp32=fp32_in))
     pairs.append(rope_kernels(n, h * qk, h * rope, a))        # q's rope slices, rotated and concatenated back
     pairs.append(rope_kernels(n, rope, rope, a))              # the one shared key
     # the shared key expanded to every head (a view) and concatenated after k's nope dims; backward the nope slice
@@ -103,5 +110,5 @@ def eager_mla(spec, n: float, tp: int, a: int, amp: bool, dtype: str, norm_out: 
                       role="dgrad")]))
     pairs.append((eager.host("head_rearranges", 8) + core["forward"],
                   core["backward"] + eager.host("head_rearranges_backward", 8, "dgrad")))
-    pairs.append(eager.linear("o_proj", n, h * v, d, a, dtype, amp=amp))
+    pairs.append(eager.linear("o_proj", n, h * v, d, dt))
     return pairs

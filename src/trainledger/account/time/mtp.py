@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from trainledger.specs.run_checks import mtp_modules  # noqa: F401 (moved to specs: the run's checks)
 
-from trainledger.account.memory.activations import recipe_bytes
-from trainledger.account.time.eager import ew, gemm
-from trainledger.specs.recipes import get_recipe
+from trainledger.account.time.eager import ew, gemm, main_grad_gemm
+from trainledger.account.time.shard import Shard
 
 FP32 = 4
 
@@ -39,16 +38,13 @@ def last_stage_layers(n_layers: int, pp: int, n_mtp: int) -> int:
     return max(n_layers - (pp - 1) * per_stage, 0)
 
 
-def mtp_kernels(spec, n_mtp: int, layer: dict, head: dict, *, batch_size: int, seq_len: int, precision: str,
-                tp: int = 1, sp: bool = False, cp: int = 1) -> dict[str, list]:
-    """{"mtp_forward", "mtp_backward"} kernels of the `n_mtp` modules for one micro-batch on one GPU, given the
+def mtp_kernels(spec, n_mtp: int, layer: dict, head: dict, shard: Shard) -> dict[str, list]:
+    """{"mtp_forward", "mtp_backward"} kernels of the `n_mtp` modules for micro-batch `shard` on one GPU, given the
     kernels of one layer like the model's last (`layer`: {"forward", "backward"}) and of the head (`head`:
     {"head_forward", "head_backward"}, account.time.kernels.edge_kernels)."""
-    recipe = get_recipe(precision)
-    a, r, _ = recipe_bytes(recipe.name)
-    dtype = recipe.compute_dtype
-    n = batch_size * seq_len / cp
-    n_sp = n / tp if sp else n
+    dt, tp = shard.dtypes, shard.tp
+    a, r, dtype = dt.a, dt.r, dt.dtype
+    n, n_sp = shard.tokens, shard.stream_tokens
     d = spec.d_model
     # the shared embedding: a gather forward; backward the gradient scattered into the table (fp32)
     fwd = [ew("mtp_embedding", n_sp * d * (r + a) + n_sp * 8),
@@ -57,7 +53,7 @@ def mtp_kernels(spec, n_mtp: int, layer: dict, head: dict, *, batch_size: int, s
     # eh_proj: 2d -> d, column-parallel over tp (its output gathered back into the sequence-parallel stream)
     fwd.append(gemm("mtp_eh_proj", n, d / tp, 2 * d, a, dtype))
     bwd = [gemm("mtp_eh_proj_dgrad", n, 2 * d, d / tp, a, dtype, role="dgrad"),
-           gemm("mtp_eh_proj_wgrad", d / tp, 2 * d, n, a, dtype, role="wgrad", out_bytes=FP32 * 2),
+           main_grad_gemm("mtp_eh_proj_wgrad", d / tp, 2 * d, n, a, dtype),
            ew("mtp_concat_backward", 2 * 2 * n_sp * d * a, role="dgrad"),
            ew("mtp_norms_backward", 2 * 5 * n_sp * d * a, count=4, role="dgrad"),
            ew("mtp_embedding_backward", spec.vocab_size / tp * d * FP32 * 2 + n_sp * d * (r + FP32), count=2,

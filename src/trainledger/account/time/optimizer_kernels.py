@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from trainledger.account.time.eager import EAGER_FRAMEWORKS
 from trainledger.account.time.roofline import Kernel
-from trainledger.specs.recipes import get_recipe
+from trainledger.specs.recipes import get_optimizer, get_recipe
 
 CHUNK_ELEMENTS = 65536                              # kChunkSize
 MAX_BLOCKS = 320                                    # depth_to_max_blocks (4 KB kernel arguments)
@@ -50,29 +50,31 @@ def multi_tensor_launches(numels: tuple, depth: int, scalar_list: bool = False, 
     return launches + (blocks > 0)
 
 
-def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", n_states: int = 2,
-                      state_bytes: float = 4, clip: bool = True, framework: str = "trainledger",
-                      optimizer: str | None = None, tensor_numels: tuple | None = None) -> list[Kernel]:
-    """The optimizer step over `n_params` parameters in `n_tensors` tensors, as memory traffic.
+def optimizer_kernels(n_params: float, n_tensors: int, precision: str = "amp-bf16", optimizer: str = "adamw", *,
+                      framework: str = "trainledger", clip: bool = True,
+                      tensor_numels: tuple | None = None) -> list[Kernel]:
+    """The `optimizer` step (specs/recipes.py: its states, each of the recipe's state dtype unless the optimizer
+    fixes its own) over `n_params` parameters in `n_tensors` tensors under recipe `precision`, as memory traffic.
 
     `tensor_numels` (the elements of each parameter tensor on this GPU): the step runs on a GPU, each foreach call
     as multi-tensor kernels (`multi_tensor_launches`); None: on a CPU, one op per tensor and call.
 
-    `optimizer` named and implemented in trainledger.optim (framework "trainledger"; torchtitan's torch.optim.AdamW
-    with foreach=True runs the same passes: torch/optim/adamw.py _multi_tensor_adamw): its foreach passes one by
-    one (`FOREACH_PASSES`). Megatron's mixed-precision optimizer: `megatron_optimizer_kernels`. Otherwise (an
+    An optimizer implemented in trainledger.optim (framework "trainledger"; torchtitan's torch.optim.AdamW with
+    foreach=True runs the same passes: torch/optim/adamw.py _multi_tensor_adamw): its foreach passes one by one
+    (`FOREACH_PASSES`). Megatron's mixed-precision optimizer: `megatron_optimizer_kernels`. Otherwise (an
     optimizer we only account for, e.g. adafactor, adam-8bit) the least traffic: read the gradient and the
     weight (the fp32 master copy when there is one), read and write each state and the weight, write the
     16-bit model copy of a mixed-precision recipe, read the gradients once more for clipping.
     """
-    recipe = get_recipe(precision)
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    n_states = opt.n_states
+    state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     if framework == "megatron" and recipe.master_params_bytes_per_param:
         return megatron_optimizer_kernels(n_params, n_tensors, recipe, n_states, state_bytes)
     grad, master = recipe.grads_bytes_per_param, recipe.master_params_bytes_per_param
     weight = master if master else recipe.params_bytes_per_param
-    if framework in EAGER_FRAMEWORKS and optimizer in FOREACH_PASSES:
-        return foreach_optimizer_kernels(n_params, n_tensors, optimizer, grad, weight, state_bytes, clip,
-                                         model_copy_bytes=recipe.params_bytes_per_param if master else 0,
+    if framework in EAGER_FRAMEWORKS and opt.name in FOREACH_PASSES:
+        return foreach_optimizer_kernels(n_params, n_tensors, opt.name, recipe, state_bytes, clip=clip,
                                          tensor_numels=tensor_numels)
     per_param = grad + 2 * weight + 2 * n_states * state_bytes + (recipe.params_bytes_per_param if master else 0)
     if clip:
@@ -111,10 +113,11 @@ FOREACH_DEPTH = {"addcmul_": 3, "addcmul": 3, "addcdiv_": 3, "sqrt": 2, "norm": 
 SCALAR_LIST_OPS = {"div_", "addcdiv_"}
 
 
-def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, grad_bytes: float,
-                              weight_bytes: float, state_bytes: float, clip: bool = True,
-                              model_copy_bytes: float = 0.0, tensor_numels: tuple | None = None) -> list[Kernel]:
-    """trainledger.optim's `optimizer` step (+ clip_grad_norm_) pass by pass, as memory traffic.
+def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, recipe, state_bytes: float, *,
+                              clip: bool = True, tensor_numels: tuple | None = None) -> list[Kernel]:
+    """trainledger.optim's `optimizer` step (+ clip_grad_norm_) pass by pass, as memory traffic, for a precision
+    `recipe` (specs/recipes.py: gradients in its gradient dtype, the updated weight its fp32 master copy when it has
+    one, then cast into the 16-bit model weights) with states of `state_bytes` per element.
 
     Each torch._foreach_* pass reads and writes its tensors for every parameter. On a CPU it runs tensor by tensor
     (one op per tensor); on a GPU (`tensor_numels` given) as multi-tensor kernels over chunks of the tensors
@@ -124,6 +127,9 @@ def foreach_optimizer_kernels(n_params: float, n_tensors: int, optimizer: str, g
     the next pass comes back to the same tensor, unless the whole pass fits. AdamW in fp32: 80 bytes per
     parameter (+ 12 for clipping), against the 28 a fused kernel needs.
     """
+    master = recipe.master_params_bytes_per_param
+    grad_bytes, weight_bytes = recipe.grads_bytes_per_param, master if master else recipe.params_bytes_per_param
+    model_copy_bytes = recipe.params_bytes_per_param if master else 0
     size = {"g": grad_bytes, "w": weight_bytes, "s": state_bytes}
     launches = max(1, int(n_tensors))
     passes = (CLIP_PASSES if clip else ()) + FOREACH_PASSES[optimizer]

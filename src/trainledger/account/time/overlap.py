@@ -21,9 +21,10 @@ from trainledger.errors import TrainledgerError
 DDP_BUCKET_BYTES = 25 * 2**20   # torch DistributedDataParallel(bucket_cap_mb=25), the default
 
 
-def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd: float, stage_bwd: float, pp: int,
-                          n_layers: int, style: str) -> float:
-    """Exposed seconds of one data-parallel collective (`seconds` for all its calls in a step).
+def data_parallel_exposed(gpu, c, micro_batches: int, stage_fwd: float, stage_bwd: float, pp: int, n_layers: int,
+                          style: str) -> float:
+    """Exposed seconds of one data-parallel collective `c` (all its calls in a step: `collective_seconds`), given a
+    micro-batch's forward and backward compute seconds on the stage (`stage_fwd`, `stage_bwd`).
 
     DDP / ZeRO-1/2 gradient reduction runs in buckets during the last micro-batch's backward: hidden behind it
     except the last bucket (25 MB in torch DDP); with pipelining it starts after the flush (Megatron-LM 2022) and
@@ -37,6 +38,7 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     else the measured average of arXiv:2507.03114; overlapped_exposed).
     """
     from trainledger.account.time.roofline import memory_seconds
+    seconds = collective_seconds(gpu, c)
     slow = overlap_slowdown(gpu, link(gpu, c.link))     # NCCL's SMs, or the measured average (interference.py)
 
     def exposed(comm: float, hidden: float) -> float:
@@ -58,14 +60,17 @@ def data_parallel_exposed(gpu, c, seconds: float, micro_batches: int, stage_fwd:
     return copies + seconds
 
 
-def fsdp_step(spec, gpu, settings, fwd: dict, bwd: dict, rec: dict, *, tp: int, cp: int, pp: int, dp: int,
-               micro_batches: int, ep: int = 1) -> dict:
-    """FSDP2's part of a step (account.memory.fsdp): exposed seconds of its collectives unit by unit, the copies on the
-    compute stream, the CPU time of its hooks and what of it the GPU waits for, and (collective, seconds) records.
+def fsdp_step(spec, gpu, settings, layer: tuple, layout, *, micro_batches: int) -> dict:
+    """FSDP2's part of a step (account.memory.fsdp `settings`) on `layout` (specs.run.Layout: its tp, cp, pp, dp,
+    ep): exposed seconds of its collectives unit by unit, the copies on the compute stream, the CPU time of its
+    hooks and what of it the GPU waits for, and (collective, seconds) records.
 
-    One block's compute is the mean layer's forward, and its backward with the recomputation; a running
-    collective holds its link's NCCL SMs, slowing the compute it hides behind (overlapped_exposed).
+    `layer`: the mean layer's (forward, backward, recomputation) seconds by part. One block's compute is its
+    forward, and its backward with the recomputation; a running collective holds its link's NCCL SMs, slowing the
+    compute it hides behind (overlapped_exposed).
     """
+    fwd, bwd, rec = layer
+    tp, cp, pp, dp, ep = layout.tp, layout.cp, layout.pp, layout.dp, layout.ep
     from trainledger.account.time.roofline import memory_seconds
     from trainledger.account.counting.placement import params_per_gpu
     # units of this rank: its 1/ep of the routed experts (as account.memory.per_gpu places them), not all of them

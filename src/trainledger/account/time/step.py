@@ -1,12 +1,15 @@
 """Seconds of one training iteration, by part, from the hardware and the layout. Pure, no torch.
 
-API: `step_time(spec, gpu, *, batch_size, seq_len, global_batch_size, num_gpus, precision, optimizer, tp, sp, pp,
-interleave, cp, dp, zero, recompute, flash, attention, causal, framework, dropout) -> dict` with
-step_seconds, tokens_per_s, mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part:
-compute, attention, memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble;
-they sum to step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory.per_gpu) and assumptions.
-`gpu` is a GPUSpec (a datasheet entry or a calibrated device); `batch_size` is the micro-batch per GPU and
-global_batch_size / (dp · batch_size) micro-batches are accumulated per step.
+API: `step_time(spec, hardware, run, *, cache=None, with_memory=True) -> dict` with step_seconds, tokens_per_s,
+mfu, hfu, model_flops_per_step, hardware_flops_per_step, breakdown (seconds by part: compute, attention,
+memory_bound, overhead, optimizer, tp_comm, dp_comm, pp_comm, cp_comm, pipeline_bubble, ep_comm; they sum to
+step_seconds), bottleneck (words), dp, micro_batches, memory (account.memory.per_gpu), assumptions and the resolved
+`run`. `hardware` is a specs.run.Hardware (a GPUSpec, a datasheet entry or a calibrated device, and the GPU count);
+`run` a specs.run.Run, resolved first (specs.run_checks.resolve: every default decided, every check passed). Its
+batch.batch_size is the micro-batch per GPU; global_batch_size / (dp · batch_size) micro-batches are accumulated
+per step. The helpers below take what they need of it: the micro-batch's `Shard` (account/time/shard.py: tokens,
+compute precision, tp, sp, cp), the run or one of its groups (run.layout, run.kernels), never a spread of keywords.
+`layer_pass_seconds(spec, gpu, run)`: one layer's forward and backward (Korthikanti et al. 2022, Table 4).
 
 How a step is built (each piece is a small function a test checks by hand):
 1. The kernels of one layer of each kind (spec.layer_groups(): MoE or dense, sliding or global; weighted by how
@@ -35,6 +38,7 @@ Not modelled: data loading, evaluation, step-to-step jitter, imbalanced stages b
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from trainledger.account.time import comm as comm_mod
 from trainledger.account.time import fp8 as fp8_mod
@@ -57,6 +61,7 @@ from trainledger.account.counting.placement import params_per_gpu
 from trainledger.account.time.expert_parallel import expert_parallel_per_micro_batch
 from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
+from trainledger.account.time.shard import Shard
 from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_share, derive_layout,  # noqa: F401
                                                dualpipe_bubble_seconds, dualpipe_problem, even_chunks)
 from trainledger.account.time import folding
@@ -162,25 +167,19 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     resolved = resolve(spec, hardware, run)
     hardware, run, m = resolved.hardware, resolved.run, resolved.micro_batches
     gpu, num_gpus = hardware.gpu, hardware.num_gpus
-    b, lay, k = run.batch, run.layout, run.kernels
-    batch_size, seq_len, global_batch_size = b.batch_size, b.seq_len, b.global_batch_size
-    tp, sp, pp, interleave, cp, dp, zero = lay.tp, lay.sp, lay.pp, lay.interleave, lay.cp, lay.dp, lay.zero
-    ep, etp, schedule = lay.ep, lay.etp, lay.schedule
-    ex = lay.experts
-    recompute = run.levers.recompute
-    flash, attention, causal, framework, dropout = k.flash, k.attention, k.causal, k.framework, k.dropout
-    attention_kernel, compiled, loop, loss_upcast = k.attention_kernel, k.compile, k.loop, k.loss_upcast
-    tp_overlap, dp_overlap = k.tp_overlap, k.dp_overlap
+    b, lay, kernels = run.batch, run.layout, run.kernels
+    tp, pp, interleave, cp, dp, zero, ep, etp = lay.tp, lay.pp, lay.interleave, lay.cp, lay.dp, lay.zero, lay.ep, lay.etp
+    recompute, framework, compiled = run.levers.recompute, kernels.framework, kernels.compile
     if not isinstance(spec, TransformerSpec):
         raise TrainledgerError(f"step times a Transformer; '{spec.name}' is a {getattr(spec, 'kind', 'model')}",
                                "--model")
     share = chunk_share(spec.n_layers, pp, interleave)
-    n_mtp = mtp_modules(spec, k.mtp, framework)
-    pp_hidden = bool(k.pp_overlap) and pp > 1
+    n_mtp = mtp_modules(spec, kernels.mtp, framework)
+    pp_hidden = bool(kernels.pp_overlap) and pp > 1
     recipe, opt = get_recipe(run.numerics.precision), get_optimizer(run.numerics.optimizer)
     fp8_mod.check_gpu_supports(recipe.name, gpu)          # FP8 / MXFP8 tensor cores (specs/fp8.py)
     peak = gpu.peak(recipe.compute_dtype)
-    style = "megatron" if framework == "megatron" else "torch"
+    style = comm_mod.style_of(framework)
     settings = None
     if zero == 3 and style == "torch" and dp > 1:
         if lay.fsdp.impl != "fsdp2":
@@ -191,30 +190,26 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         raise TrainledgerError(f"--dp-replicate {lay.fsdp.replicate} needs --zero 3 in PyTorch (HSDP is FSDP2 "
                                "sharding inside each replica group), with dp > 1")
     compute = fsdp_mod.compute_precision(recipe.name, settings, zero)
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=sp and tp > 1, cp=cp)
+    shard = Shard.of(run, compute)
 
     # 1. kernels of one layer and of the edges, for one micro-batch
-    if flash:
-        gpu.attention_table(attention_kernel)          # an unknown kernel name is an error naming the flag
+    if kernels.flash:
+        gpu.attention_table(kernels.attention_kernel)  # an unknown kernel name is an error naming the flag
     gpn = gpu.gpus_per_node
     narrow_sms = sms_beside_tp_comm(gpu, tp, cp, pp)
     cpu_op = eager_cpu_op_seconds(gpu, framework)
     layer_cpu = compiled_launch_seconds(gpu) if (compiled and cpu_op is not None) else cpu_op
-    key = (batch_size, seq_len, compute, tp, shard["sp"], cp, flash, causal, framework, dropout, attention_kernel,
-           recompute, narrow_sms, compiled, ep, etp, n_mtp, loss_upcast)
+    key = _layer_key(shard, run, narrow_sms, n_mtp)
     if cache is not None and key in cache:
         groups, edges = cache[key]
     else:
-        groups, edges = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, attention_kernel,
-                                     recompute, narrow_sms, spec.layer_groups(), layer_cpu, compiled, ep, etp,
-                                     n_mtp, loss_upcast)
+        groups, edges = _layer_times(spec, gpu, shard, run, spec.layer_groups(), narrow_sms=narrow_sms,
+                                     cpu_op=layer_cpu, n_mtp=n_mtp)
         if cache is not None:
             cache[key] = (groups, edges)
 
     # 2. communication inside a layer pass (TP, CP): per layer and micro-batch
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=compute, tp=tp, sp=shard["sp"], cp=cp,
-                  recompute=recompute, style=style, gpus_per_node=gpn, tp_overlap=tp_overlap)
-    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, common, groups, framework, etp)
+    fwd, bwd, rec, per_layer, records = _average_layer(spec, gpu, shard, run, groups)
 
     layer = {}
     for part in (fwd, bwd, rec):
@@ -239,17 +234,14 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
     placement = params_per_gpu(spec, tp, pp, ep, etp)
     dense, experts_pg = expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
-    step_comm = comm_mod.step_collectives(spec, **common, micro_batches=m, pp=pp, interleave=interleave, dp=dp,
-                                          zero=zero, layers_per_stage=layers_per_stage, params_per_gpu=dense,
-                                          dp_overlap=dp_overlap) + folding.expert_dp_collectives(
-        recipe, experts_pg, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, zero=zero, micro_batches=m, style=style,
-        gpus_per_node=gpn, dp_overlap=dp_overlap)
+    step_comm = comm_mod.step_collectives(spec, shard, run, style=style, micro_batches=m, gpus_per_node=gpn,
+                                          layers_per_stage=layers_per_stage, params_per_gpu=dense
+                                          ) + folding.expert_dp_collectives(
+        recipe, experts_pg, run, micro_batches=m, style=style, gpus_per_node=gpn)
     per_mb = dict(stage)
-    experts = expert_parallel_per_micro_batch(
-        spec, gpu, batch_size=batch_size, seq_len=seq_len, tp=tp, sp=shard["sp"], cp=cp, ep=ep, etp=etp,
-        moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers, bytes_per_element=recipe_bytes(compute)[0],
-        recompute=recompute, compute_seconds=stage.get("compute", 0.0), imbalance=ex.imbalance,
-        capacity_factor=ex.capacity_factor, overlap=ex.overlap, dispatcher=ex.dispatcher)
+    experts = expert_parallel_per_micro_batch(spec, gpu, shard, run,
+                                              moe_layers=stage_layers * spec.n_moe_layers / spec.n_layers,
+                                              compute_seconds=stage.get("compute", 0.0))
     per_mb["ep_comm"] = experts["ep_comm"]
     per_mb["compute"] = per_mb.get("compute", 0.0) + experts["expert_wait"]
     after = {"pp_comm": 0.0, "dp_comm": 0.0}
@@ -259,8 +251,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     fsdp_detail = None
     if settings is not None:
         step_comm = [c for c in step_comm if c.part != "dp_comm"]
-        fsdp_detail = _fsdp_step(spec, gpu, settings, fwd, bwd, rec, tp=tp, cp=cp, pp=pp, dp=dp, micro_batches=m,
-                                 ep=ep)
+        fsdp_detail = _fsdp_step(spec, gpu, settings, (fwd, bwd, rec), lay, micro_batches=m)
         after["dp_comm"] += fsdp_detail["exposed_seconds"] + fsdp_detail["copy_seconds"]
         records += fsdp_detail.pop("records")
     for c in step_comm:
@@ -272,13 +263,13 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
             per_mb["pp_comm"] = per_mb.get("pp_comm", 0.0) + (
                 pp_exposed(gpu, c, seconds / m, stage.get("compute", 0.0)) if pp_hidden else seconds / m)
         elif c.part == "dp_comm":
-            after["dp_comm"] += data_parallel_exposed(gpu, c, seconds, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
+            after["dp_comm"] += data_parallel_exposed(gpu, c, m, stage_fwd, stage_bwd, pp, spec.n_layers, style)
         else:
             after[c.part] += seconds
 
     ideal = {k: v * m for k, v in per_mb.items()}
     bubble = pipeline_bubble_fraction(pp, m, interleave, share) * sum(ideal.values())
-    if schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
+    if lay.schedule == "dualpipe":   # W: the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs
         bubble = dualpipe_bubble_seconds(pp, sum(per_mb.values()), stage_bwd, stage_layers * fwd["compute"])
 
     # 4. the optimizer on this GPU's shard (HSDP: the shard of one replica group)
@@ -286,10 +277,9 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     # ZeRO shards the dense states over dp, an expert's over the EDP ranks that hold it (folding.py)
     shard_params = folding.zero_shard_params(placement, tp=tp, cp=cp, dp=sharded_over, ep=ep, etp=etp, zero=zero)
     n_tensors = parameter_tensors(spec) / pp / sharded_over
-    state_bytes = opt.state_bytes_per_element if opt.state_bytes_per_element is not None else recipe.state_bytes_per_element
     numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
-    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.n_states, state_bytes,
-                                      framework=framework, optimizer=opt.name, tensor_numels=numels)
+    optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.name,
+                                      framework=framework, tensor_numels=numels)
     optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
     # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
     accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
@@ -309,35 +299,37 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     if cpu_op is not None and pp == 1:    # eager on an accelerator: the CPU and GPU timelines (account/time/timeline.py)
         norm = [k for k in optim_kernels if k.name.endswith("_norm")]
         clip, update = (_time(gpu, ks, cpu_op=cpu_op) for ks in (norm, [k for k in optim_kernels if k not in norm]))
-        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, loop)
+        synced = synchronized_step_seconds(groups, edges, per_layer, m, accumulate, clip, update, kernels.loop)
         breakdown["overhead"] = exposed_cpu_seconds(synced, breakdown)
     if fsdp_detail is not None:
         breakdown["overhead"] += fsdp_detail["cpu_exposed_seconds"]
     step_seconds = sum(breakdown.values())
 
-    tokens = global_batch_size * seq_len
+    seq_len, attention = b.seq_len, kernels.attention
+    tokens = b.global_batch_size * seq_len
     model_flops = train_flops_per_token(spec, seq_len, attention, mtp=n_mtp > 0) * tokens
     hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute, mtp=n_mtp > 0) * tokens
+    ex = lay.experts
     result = {
         "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
         "tokens_per_step": tokens, "tokens_per_s": tokens / step_seconds,
         "mfu": model_flops / (step_seconds * num_gpus * peak), "hfu": hardware_flops / (step_seconds * num_gpus * peak),
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops, "peak_flops_per_s": peak,
         "breakdown": breakdown, "bottleneck": "", "dp": dp, "tp": tp, "run": run,
-        "sp": bool(sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
-        "batch_size": batch_size, "global_batch_size": global_batch_size, "micro_batches": m, "seq_len": seq_len,
-        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": flash,
-        "framework": framework, "attention": attention, "attention_kernel": attention_kernel, "compiled": compiled,
-        "loop": loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
+        "sp": bool(lay.sp and tp > 1), "pp": pp, "interleave": interleave, "cp": cp, "zero": zero,
+        "batch_size": b.batch_size, "global_batch_size": b.global_batch_size, "micro_batches": m, "seq_len": seq_len,
+        "precision": recipe.name, "optimizer": opt.name, "recompute": recompute, "flash": kernels.flash,
+        "framework": framework, "attention": attention, "attention_kernel": kernels.attention_kernel,
+        "compiled": compiled, "loop": kernels.loop, "cpu_op_seconds": cpu_op, "launch_seconds": layer_cpu if compiled else None,
         "unaligned_vocabulary": (framework in EAGER_FRAMEWORKS and not compiled
                                  and unaligned(recipe_bytes(recipe.name)[0], spec.vocab_size / tp)),
-        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave, share) if schedule == "1f1b"
+        "per_micro_batch_seconds": sum(per_mb.values()), "bubble_fraction": (pipeline_bubble_fraction(pp, m, interleave, share) if lay.schedule == "1f1b"
                                                                else bubble / max(sum(ideal.values()), 1e-30)),
         "kernels_per_layer": round(fwd["kernels"] + bwd["kernels"] + rec["kernels"]),
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
-        "tp_overlap": tp_overlap, "dp_overlap": dp_overlap, "pp_overlap": pp_hidden,
-        "schedule": schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
+        "tp_overlap": kernels.tp_overlap, "dp_overlap": kernels.dp_overlap, "pp_overlap": pp_hidden,
+        "schedule": lay.schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
         "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=ex.imbalance, capacity_factor=ex.capacity_factor, overlap=ex.overlap,
@@ -349,7 +341,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         result["fsdp"] = dict(fsdp_detail, settings=dict(settings.__dict__), assumption=settings.describe())
     if with_memory:
         memory = memory_per_gpu(spec, hardware, run)
-        if schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
+        if lay.schedule == "dualpipe":   # its second copy of the parameters (DeepSeek-V3 report, Table 2)
             memory["peak_bytes"] += memory["params_bytes"]
             memory["headroom_bytes"] -= memory["params_bytes"]
             memory["fits"] = memory["headroom_bytes"] >= 0
@@ -358,7 +350,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
-        one_layer = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, ep=ep, etp=etp)
+        one_layer = layer_kernels(spec, shard, replace(kernels, compile=False), ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
@@ -367,34 +359,35 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
 def optimizer_dispatch_seconds(spec, gpu, precision: str, optimizer: str) -> float:
     """CPU seconds the optimizer step adds on a device that runs ops in turn (a calibrated CPU): its launches,
     views and Python, as step_time charges them to "overhead" (measure/profile.py moves them to "optimizer")."""
-    opt = get_optimizer(optimizer)
-    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, opt.n_states, optimizer=opt.name)
+    kernels = optimizer_kernels(1.0, parameter_tensors(spec), precision, optimizer)
     return _time(gpu, kernels)["overhead"]
 
 
-def _average_layer(spec, gpu, common: dict, groups: list, framework: str, etp: int | None = None):
+def _average_layer(spec, gpu, shard: Shard, run, groups: list):
     """The mean layer of the model over its kinds of layers (spec.layer_groups(): MoE or dense, sliding or global):
-    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer, each kind weighted by
-    how many layers it has; O(kinds of layers). Each kind hides its own collectives behind its own GEMMs. A
-    pipeline stage is assumed to hold the same mix (its layers × this mean). A MoE layer with etp 1 has no TP
-    collectives in its MLP block (account/time/folding.py)."""
+    forward, backward, recomputation seconds by part and the exposed TP/CP comm per layer of micro-batch `shard`
+    under `run`, each kind weighted by how many layers it has; O(kinds of layers). Each kind hides its own
+    collectives behind its own GEMMs. A pipeline stage is assumed to hold the same mix (its layers × this mean). A
+    MoE layer with etp 1 has no TP collectives in its MLP block (account/time/folding.py)."""
     total = sum(count for count, *_ in groups)
     fwd, bwd, rec, comm = {}, {}, {}, {}
     records = None
     for (count, f, b, r), (layer, _) in zip(groups, spec.layer_groups()):
-        mlp_tp = folding.mlp_tensor_parallel(spec, layer, common["tp"], etp)
-        per_layer, recs = _layer_comm(spec, gpu, common, b, framework, mlp_tp)
+        mlp_tp = folding.mlp_tensor_parallel(spec, layer, shard.tp, run.layout.etp)
+        per_layer, recs = _layer_comm(spec, gpu, shard, run, b, mlp_tp)
         records = records if records is not None else recs
         for mean, part in ((fwd, f), (bwd, b), (rec, r), (comm, per_layer)):
             _add(mean, {k: v for k, v in part.items() if k != "gemms"}, count / total)
     return fwd, bwd, rec, comm, records
 
 
-def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool = True) -> tuple[dict, list]:
+def _layer_comm(spec, gpu, shard: Shard, run, bwd: dict, mlp_tp: bool = True) -> tuple[dict, list]:
     """Exposed seconds of one layer pass's TP and CP collectives ({"tp_comm", "cp_comm"}) and (collective, seconds)
-    records, given the layer's backward times `bwd` (what the overlapped collectives hide behind)."""
-    layer_comm = comm_mod.step_collectives(spec, **common, micro_batches=1, pp=1, dp=1, zero=0, layers_per_stage=1,
-                                           mlp_tp=mlp_tp)
+    records of micro-batch `shard` under `run`, given the layer's backward times `bwd` (what the overlapped
+    collectives hide behind)."""
+    framework = run.kernels.framework
+    layer_comm = comm_mod.layer_collectives(spec, shard, run, style=comm_mod.style_of(framework),
+                                            gpus_per_node=gpu.gpus_per_node, mlp_tp=mlp_tp)
     per_layer = {"tp_comm": 0.0, "cp_comm": 0.0}
     hide = {"wgrad": [0.0, bwd["wgrad"], bwd["wgrad_narrow"]], "dgrad": [0.0, bwd["dgrad"], bwd["dgrad_narrow"]]}
     column = COLUMN_PARALLEL.get(framework, ())[:None if mlp_tp else 1]
@@ -417,22 +410,16 @@ def _layer_comm(spec, gpu, common: dict, bwd: dict, framework: str, mlp_tp: bool
     return per_layer, records
 
 
-def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: str = "mixed-fp16", tp: int = 1,
-                       sp: bool = False, recompute: str = "none", flash: bool = False, causal: bool = True,
-                       framework: str = "megatron", dropout: bool | None = None, layer: int = 0) -> dict:
-    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch on one GPU, with its
-    exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward includes the
-    recomputation (and a full recompute's forward collectives)."""
-    recipe = get_recipe(precision)
-    sp = sp and tp > 1
-    shard = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1)
-    narrow_sms = sms_beside_tp_comm(gpu, tp, 1, 1)
-    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, flash, causal, framework, dropout, None, recompute,
-                                           narrow_sms, [(layer, 1)])
-    common = dict(batch_size=batch_size, seq_len=seq_len, precision=recipe.name, tp=tp, sp=sp, cp=1,
-                  style="megatron" if framework == "megatron" else "torch", gpus_per_node=gpu.gpus_per_node)
-    total, _ = _layer_comm(spec, gpu, dict(common, recompute=recompute), bwd, framework)
-    _, records = _layer_comm(spec, gpu, dict(common, recompute="none"), bwd, framework)
+def layer_pass_seconds(spec, gpu, run, *, layer: int = 0) -> dict:
+    """{"forward", "backward"} seconds of ONE layer (`layer`, 0-based) for one micro-batch of `run` (specs.run.Run:
+    its micro-batch, sequence length and recipe, its layout's tp, sp and cp, recomputation and kernels) on one GPU,
+    with its exposed TP comm: what Korthikanti et al. 2022, Table 4 measures for one 22B layer. The backward
+    includes the recomputation (and a full recompute's forward collectives)."""
+    shard = Shard.of(run, get_recipe(run.numerics.precision).name)
+    narrow_sms = sms_beside_tp_comm(gpu, shard.tp, shard.cp, 1)
+    [(_, fwd, bwd, rec)], _ = _layer_times(spec, gpu, shard, run, [(layer, 1)], narrow_sms=narrow_sms)
+    total, _ = _layer_comm(spec, gpu, shard, run, bwd)
+    _, records = _layer_comm(spec, gpu, shard, run.with_(recompute="none"), bwd)
     forward_comm = sum(seconds for c, seconds in records if c.name.endswith("_forward"))
     kernels = ("compute", "attention", "memory_bound", "overhead")
     forward = sum(fwd[k] for k in kernels) + forward_comm
@@ -440,31 +427,37 @@ def layer_pass_seconds(spec, gpu, *, batch_size: int, seq_len: int, precision: s
     return {"forward": forward, "backward": backward}
 
 
-def _layer_times(spec, gpu, shard: dict, flash: bool, causal: bool, framework: str, dropout, ak, recompute: str,
-                 narrow_sms: int | None, layers: list[tuple[int, int]], cpu_op: float | None = None,
-                 compiled: bool = False, ep: int = 1, etp: int | None = None, n_mtp: int = 0,
-                 loss_upcast: bool = True):
+def _layer_key(shard: Shard, run, narrow_sms: int | None, n_mtp: int) -> tuple:
+    """What the kernel times of a layer and of the edges (`_layer_times`) depend on, for step_time's cache of one
+    spec and gpu: the micro-batch's shard, the kernel settings that shape them, the recomputation, the expert
+    layout, the SMs a TP collective leaves to the GEMMs and the multi-token-prediction modules."""
+    k = run.kernels
+    return (shard, k.flash, k.causal, k.framework, k.dropout, k.attention_kernel, k.compile, k.loss_upcast,
+            run.levers.recompute, run.layout.ep, run.layout.etp, narrow_sms, n_mtp)
+
+
+def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *, narrow_sms: int | None = None,
+                 cpu_op: float | None = None, n_mtp: int = 0):
     """([(count, forward, backward, recomputation)] seconds by part for each (representative layer, count) of
-    `layers`, and the embedding and head kernels' seconds. The backward is also timed on `narrow_sms` SMs: what
-    its GEMMs take while a TP collective holds the others. `cpu_op`: eager launches (see _time)."""
+    `layers`, and the embedding and head kernels' seconds, for micro-batch `shard` as `run` runs it (its kernels,
+    recomputation, ep and etp). The backward is also timed on `narrow_sms` SMs: what its GEMMs take while a TP
+    collective holds the others. `cpu_op`: eager launches (see _time); `n_mtp`: multi-token-prediction modules."""
+    k, ep, etp = run.kernels, run.layout.ep, run.layout.etp
+    ak, recompute, a = k.attention_kernel, run.levers.recompute, shard.dtypes.a
     groups = []
     for layer, count in layers:
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout, layer=layer,
-                           compiled=compiled, ep=ep, etp=etp)
-        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
+        lk = fp8_mod.layer_kernels(layer_kernels(spec, shard, k, layer=layer, ep=ep, etp=etp), shard.precision, a)
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
         timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
-        rec = {k: v * weight for k, v in timed.items() if k not in ("gemms", "block")}
+        rec = {key: v * weight for key, v in timed.items() if key not in ("gemms", "block")}
         if cpu_op is not None:
             rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
-    edge = edge_kernels(spec, **shard, framework=framework, compiled=compiled, loss_upcast=loss_upcast)
+    edge = edge_kernels(spec, shard, k)
     if n_mtp:   # the multi-token-prediction modules: a layer like the last, the head again (account/time/mtp.py)
-        lk = layer_kernels(spec, **shard, flash=flash, causal=causal, framework=framework, dropout=dropout,
-                           layer=spec.n_layers - 1, compiled=compiled, ep=ep, etp=etp)
-        lk = fp8_mod.layer_kernels(lk, shard["precision"], recipe_bytes(shard["precision"])[0])
-        edge.update(mtp_kernels(spec, n_mtp, lk, edge, **shard))
+        lk = layer_kernels(spec, shard, k, layer=spec.n_layers - 1, ep=ep, etp=etp)
+        edge.update(mtp_kernels(spec, n_mtp, fp8_mod.layer_kernels(lk, shard.precision, a), edge, shard))
     return groups, {name: _time(gpu, ks, ak, cpu_op=cpu_op) for name, ks in edge.items()}
 
 

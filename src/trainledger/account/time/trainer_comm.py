@@ -33,6 +33,7 @@ from __future__ import annotations
 from trainledger.account.counting.experts import routed_expert_params
 from trainledger.account.time.comm import Collective, step_collectives
 from trainledger.account.time.expert_parallel import CALLS_BACKWARD, CALLS_FORWARD, dispatch_bytes
+from trainledger.account.time.shard import Shard
 from trainledger.account.counting.placement import params_per_gpu
 from trainledger.account.counting.params import norm_params, norm_params_per_layer, param_counts
 from trainledger.specs.dtypes import bytes_per_element
@@ -45,13 +46,15 @@ FP32_UNDER_AUTOCAST = ("tp_allreduce_backward", "sp_allgather_forward", "sp_redu
                        "sp_head_allgather_forward", "sp_head_reducescatter_backward")
 
 
-def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: int = 1, precision: str = "fp32",
-                       tp: int = 1, sp: bool = False, pp: int = 1, pp_rank: int = 0, dp: int = 1,
-                       zero: int = 0, stage_blocks: int | None = None, ep: int = 1) -> dict:
-    """{part: bytes} this rank sends in one step, plus "total". `batch_size` is the micro-batch (sequences);
-    `stage_blocks` the blocks on this rank's pipeline stage (default: ceil(n_layers / pp)). `ep`: expert
-    parallelism (train/expert_parallel.py; tp = pp = 1), whose experts data parallelism leaves alone: an
-    "ep_comm" part (`expert_parallel_bytes`)."""
+def trainer_bytes_sent(spec, run, *, micro_batches: int = 1, pp_rank: int = 0, stage_blocks: int | None = None) -> dict:
+    """{part: bytes} this rank sends in one step of `run` (specs.run.Run: the trainer's micro-batch, sequence
+    length and recipe; its layout's tp, sp, pp, dp (None: 1), zero (None: 0) and ep), plus "total". The step runs
+    `micro_batches` micro-batches; `pp_rank` is this rank's pipeline stage and `stage_blocks` the blocks on it
+    (default: ceil(n_layers / pp)). `ep`: expert parallelism (train/expert_parallel.py; tp = pp = 1), whose experts
+    data parallelism leaves alone: an "ep_comm" part (`expert_parallel_bytes`)."""
+    lay, b, precision = run.layout, run.batch, run.numerics.precision
+    batch_size, seq_len = b.batch_size, b.seq_len
+    tp, sp, pp, dp, ep = lay.tp, lay.sp, lay.pp, lay.dp or 1, lay.ep
     first, last = pp_rank == 0, pp_rank == pp - 1
     blocks = stage_blocks if stage_blocks is not None else -(-spec.n_layers // pp)
     stage_root = _outside_blocks(spec, tp, first, last) if pp > 1 else _outside_blocks(spec, tp)
@@ -60,9 +63,9 @@ def trainer_bytes_sent(spec, *, batch_size: int, seq_len: int, micro_batches: in
     if ep > 1:                 # DDP / FSDP2 hold, gather and reduce only the dense parameters
         whole -= routed_expert_params(spec)
         stage_params = whole
-    collectives = step_collectives(spec, batch_size=batch_size, seq_len=seq_len, micro_batches=micro_batches,
-                                   precision=precision, tp=tp, sp=sp, pp=pp, dp=dp, zero=zero, style="torch",
-                                   layers_per_stage=blocks if pp > 1 else None, params_per_gpu=stage_params)
+    collectives = step_collectives(spec, Shard(batch_size, seq_len, precision, tp, sp), run, style="torch",
+                                   micro_batches=micro_batches, layers_per_stage=blocks if pp > 1 else None,
+                                   params_per_gpu=stage_params)
     if tp > 1:
         collectives += _vocab_parallel(spec, batch_size * seq_len, micro_batches, precision, tp, sp)
     recipe = get_recipe(precision)

@@ -103,11 +103,12 @@ def korthikanti_cases() -> list[dict]:
 def korthikanti_layer_cases() -> list[dict]:
     """Every row of Korthikanti Table 4 (one 22B layer) with the predicted forward/backward ms and overhead."""
     from trainledger.account.time.step import layer_pass_seconds
+    from trainledger.specs.run import Run
     gpu, spec = get_gpu("a100-80gb"), megatron_gpt("22B", 6144, 64, 48)
     rows, base = [], None
     for label, sp, recompute, fwd_ms, bwd_ms, overhead in KORTHIKANTI_TABLE4:
-        r = layer_pass_seconds(spec, gpu, batch_size=4, seq_len=2048, precision="mixed-fp16", tp=8, sp=sp,
-                               recompute=recompute, flash=False, framework="megatron")
+        r = layer_pass_seconds(spec, gpu, Run().with_(batch_size=4, seq_len=2048, precision="mixed-fp16", tp=8, sp=sp,
+                                                      recompute=recompute, flash=False, framework="megatron"))
         total = r["forward"] + r["backward"]
         base = total if base is None else base
         rows.append({"setting": label, "published_forward_ms": fwd_ms, "published_backward_ms": bwd_ms,
