@@ -204,7 +204,8 @@ def test_a_trained_run_writes_the_run_that_step_predicts(tmp_path, capsys, calib
 
 @pytest.mark.parametrize("change, words", [
     ("[layout]\ncp = 2\n", "layout.cp = 2 asks for context parallelism"),
-    ("[levers]\nrecompute = \"full\"\n", "levers.recompute = 'full' asks for activation recomputation"),
+    ("[levers]\nrecompute = \"selective\"\n", "levers.recompute = 'selective' asks for selective activation "
+                                               "recomputation"),     # full: train --recompute full (issue 41)
     ("[layout]\nzero = 1\n", "layout.zero = 1"),
     ("[hardware]\nnum_gpus = 8\n", "a run on 8 GPUs"),
 ])

@@ -49,7 +49,7 @@ adafactor and adam-8bit, plus adamw-8bit (torchao) and paged-adamw-8bit (bitsand
 Fine-tuning: --finetune lora|qlora trains LoRA adapters beside the frozen base of --init-from (NF4 for qlora),
 checkpoints the adapters only (the base's sha256s are checked on resume), and `export --adapter` / `--merge` hand
 them to PEFT / transformers. Memory levers (full training too): --optimizer adamw-8bit, --optimizer-in-backward,
---activation-offload, --cpu-offload, --chunked-loss (docs/train.md, "Fine-tuning").
+--activation-offload, --cpu-offload, --chunked-loss, --recompute full (docs/train.md, "Fine-tuning").
 
 examples:
   trainledger train                                          # tiny GPT on the stdlib corpus
@@ -195,6 +195,10 @@ def _add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cpu-offload", choices=["optimizer", "params"],
                    help="optimizer: states and step on the host (torchao CPUOffloadOptimizer, CUDA); params: FSDP2's "
                         "CPUOffloadPolicy (--parallel fsdp on CUDA)")
+    g.add_argument("--recompute", choices=["none", "full"],
+                   help="full: one torch.utils.checkpoint per transformer block (non-reentrant): only each block's "
+                        "input is kept for backward, which re-runs the block's forward (about a third more compute, "
+                        "the same losses); what `layout` picks when the activations would not fit (default: none)")
     g.add_argument("--chunked-loss", metavar="N", type=common.positive_int,
                    help="cross-entropy over N chunks of the sequence, so the logits never exist whole (default: 1)")
 

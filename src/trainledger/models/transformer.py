@@ -66,6 +66,18 @@ class Block(nn.Module):
         return x + m
 
 
+def run_block(block: nn.Module, x: Tensor, cos: Tensor | None, sin: Tensor | None, mask: Tensor | None,
+              full: bool) -> Tensor:
+    """block(x, cos, sin, mask); with `full`, under one torch.utils.checkpoint(use_reentrant=False): only the block's
+    input is kept for backward, which re-runs the block's forward. Early stop is off, so backward re-runs the whole
+    block (every matmul, as Megatron-LM's full recompute counts it) rather than stopping after the last saved tensor
+    (before MLP `down`). Transformer.forward and the pipeline stages (train/pipeline.py) run their blocks here."""
+    if not full:
+        return block(x, cos, sin, mask)
+    with set_checkpoint_early_stop(False):
+        return checkpoint(block, x, cos, sin, mask, use_reentrant=False)
+
+
 class Transformer(nn.Module):
     """Decoder-only language model for `spec`: embeddings, n_layers pre-norm blocks, final norm, LM head.
 
@@ -126,6 +138,10 @@ class Transformer(nn.Module):
         self._recompute = value
         for block in self.blocks:
             block.attn.selective = value == "selective"
+
+    def recomputes_blocks(self) -> bool:
+        """Whether this forward checkpoints each block (recompute "full" while autograd records)."""
+        return self._recompute == "full" and torch.is_grad_enabled()
 
     def output_weight(self) -> Float[Tensor, "vocab d_model"]:
         """The LM-head matrix (vocab, d_model): the token embedding when tied."""
@@ -188,17 +204,11 @@ class Transformer(nn.Module):
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(torch.arange(seq_len, device=idx.device))
         rope, masks = self._layer_inputs(seq_len, idx.device, x.dtype)
-        full = self._recompute == "full" and torch.is_grad_enabled()
+        full = self.recomputes_blocks()
         for i, block in enumerate(self.blocks):
             cos, sin = rope.get(spec.layer_rope_theta(i), (None, None))
             mask = masks.get(spec.is_sliding(i) and seq_len > spec.sliding_window)
-            if full:
-                # Early stop off: the backward re-runs the whole block forward (every matmul, as Megatron-LM's
-                # full recompute counts it) rather than stopping after the last saved tensor (before MLP `down`).
-                with set_checkpoint_early_stop(False):
-                    x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
-            else:
-                x = block(x, cos, sin, mask)
+            x = run_block(block, x, cos, sin, mask, full)
         h = self.norm(x)
         if targets is not None and self.loss_chunks > 1:     # models/losses.py: the logits never exist whole
             return None, chunked_cross_entropy(h, targets, self.head, self.loss_chunks)

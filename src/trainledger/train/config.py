@@ -25,6 +25,7 @@ OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "rmsprop-centered", "adam
 FINETUNE = ("full", "lora", "qlora")    # train/finetune.py
 QUANTIZE = ("none", "nf4", "nf4-dq", "int8")     # models/quantize.py (the frozen base weights)
 CPU_OFFLOAD = ("optimizer", "params")            # optim/levers.py
+RECOMPUTE = ("none", "full")     # full: one torch.utils.checkpoint per block (models/transformer.py run_block)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class TrainConfig:
     activation_offload: bool = False    # saved activations to host memory (models/offload.py)
     cpu_offload: str | None = None      # optimizer (torchao CPUOffloadOptimizer) | params (FSDP2 CPUOffloadPolicy)
     chunked_loss: int = 1               # cross-entropy over this many chunks of the sequence (models/losses.py)
+    recompute: str = "none"             # full: each block's forward re-run in backward (only its input is kept)
 
     def resolved_checkpoint_dir(self) -> Path:
         return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.out_dir) / "checkpoints"
@@ -114,7 +116,7 @@ IDENTITY = ("model", "text", "data", "dataset", "text_column", "vocab_multiple",
 # Fields a --resume takes from the checkpoint when not given, but may name differently: the tokenizer's path
 # may move; its identity (tokenizer_sha256) is what must not change (check_resume). The activation levers change
 # no state: a resumed run may switch them.
-INHERITED = ("tokenizer", "special_tokens", "activation_offload", "chunked_loss")
+INHERITED = ("tokenizer", "special_tokens", "activation_offload", "chunked_loss", "recompute")
 # Fields the trainer records; never read from flags or --config.
 RECORDED = ("tokenizer_name", "tokenizer_sha256", "model_vocab_size", "model_sha256", "data_bytes", "data_sha256")
 DATA_SOURCES = ("text", "data", "dataset")
@@ -294,6 +296,11 @@ def validate_levers(config: TrainConfig) -> None:
     for name, allowed in (("finetune", FINETUNE), ("quantize", QUANTIZE)):
         if getattr(config, name) not in allowed:
             raise TrainledgerError(f"unknown {_flag(name)} {getattr(config, name)!r}. Known: {', '.join(allowed)}")
+    if config.recompute not in RECOMPUTE:
+        raise TrainledgerError(f"unknown --recompute {config.recompute!r}. Known: {', '.join(RECOMPUTE)} (train "
+                               "recomputes whole blocks or nothing; selective recomputation is accounted, not trained)")
+    if config.recompute != "none" and config.model.lower() == "cruncher":
+        raise TrainledgerError("--recompute full checkpoints each block of a language model: not the cruncher")
     if config.cpu_offload is not None and config.cpu_offload not in CPU_OFFLOAD:
         raise TrainledgerError(f"unknown --cpu-offload {config.cpu_offload!r}. Known: {', '.join(CPU_OFFLOAD)}")
     tuned = config.finetune != "full"

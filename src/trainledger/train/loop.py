@@ -134,7 +134,8 @@ class Trainer(Checkpointing):
             check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,
                              precision=config.precision, optimizer=accounted_optimizer(config.optimizer),
                              flag="micro-batch", hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
-                             dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum)
+                             dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum,
+                             recompute=config.recompute)
         model = self._make_model()                        # fp32 init on CPU: identical on every device
         self._fp32_init = ([p.detach().clone() for p in model.parameters() if p.requires_grad]
                            if config.precision in MASTER_COPY else None)
@@ -159,6 +160,7 @@ class Trainer(Checkpointing):
                 init_from(model, config.init_from)        # a Hugging Face checkpoint's weights (safetensors only)
         if self.is_lm:
             model.loss_chunks = config.chunked_loss       # models/losses.py
+            model.recompute = config.recompute            # --recompute full: a checkpoint per block
         return model
 
     def _data(self, generator):
@@ -413,7 +415,7 @@ class Trainer(Checkpointing):
             self.spec, micro_batch=self.micro, global_batch=config.batch_size, seq_len=self.seq_len,
             precision=config.precision, optimizer=accounted_optimizer(config.optimizer), device=world.device,
             world_size=world.world_size, zero=3 if config.parallel == "fsdp" and world.distributed else 0,
-            tp=config.tp, pp=config.pp, compiled=config.compile)
+            tp=config.tp, pp=config.pp, compiled=config.compile, recompute=config.recompute)
         if predicted and predicted.get("warning") and world.is_main:
             print(f"warning: {predicted['warning']}", file=sys.stderr)
         saved_at, started = None, time.perf_counter()

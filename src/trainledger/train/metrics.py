@@ -254,7 +254,7 @@ def plot_loss(records: list[dict], path: str | Path, title: str = "", fmt: str |
 # --- predicted step time beside the measured one (issue 11, item 7) ------------------------------------------
 def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, precision: str, optimizer: str,
                    device, world_size: int = 1, zero: int = 0, tp: int = 1, pp: int = 1,
-                   compiled: bool = False) -> dict | None:
+                   compiled: bool = False, recompute: str = "none") -> dict | None:
     """account.time.step's prediction of one training step on this device, or None when there is nothing to base it on.
 
     CPU and CUDA use this machine's cached calibration (`trainledger bench --calibrate`; training never starts
@@ -285,7 +285,7 @@ def predicted_step(spec, *, micro_batch: int, global_batch: int, seq_len: int, p
             return None
         from trainledger.specs.run import Hardware, Run
         run = Run().with_(batch_size=micro_batch, seq_len=seq_len, global_batch_size=global_batch, precision=precision,
-                          optimizer=optimizer, zero=zero, compile=compiled, param_dtype="stored")
+                          optimizer=optimizer, zero=zero, compile=compiled, param_dtype="stored", recompute=recompute)
         result = step_time(spec, Hardware(gpu, world_size), run, with_memory=False)
     except (TrainledgerError, ArithmeticError, ValueError):   # a prediction must never stop a training run
         return None

@@ -23,6 +23,7 @@ from torch import nn
 
 from trainledger.account.counting.flops import forward_flops_breakdown
 from trainledger.errors import TrainledgerError
+from trainledger.models.transformer import run_block
 from trainledger.tensors import local
 
 
@@ -89,9 +90,11 @@ class Stage(nn.Module):
         else:
             h, seq_len = x, x.shape[1]
         rope, masks = m._layer_inputs(seq_len, h.device, h.dtype)
+        full = m.recomputes_blocks()          # --recompute full: one checkpoint per block, as Transformer.forward
         for i in self.layers:
             cos, sin = rope.get(spec.layer_rope_theta(i), (None, None))
-            h = m.blocks[i](h, cos, sin, masks.get(spec.is_sliding(i) and seq_len > spec.sliding_window))
+            h = run_block(m.blocks[i], h, cos, sin, masks.get(spec.is_sliding(i) and seq_len > spec.sliding_window),
+                          full)
         if not self.is_last:
             return h
         logits = F.linear(m.norm(h), m.output_weight(), m.output_bias())

@@ -6,9 +6,10 @@ The run's groups map onto the trainer's settings (train/config.py TrainConfig):
   world size (torchrun --nproc_per_node), checked against it;
 - [batch] batch_size (the micro-batch per rank), global_batch_size, seq_len; [numerics] precision, optimizer;
 - [layout] dp, zero (0: DDP or one process, 3: --parallel fsdp), tp, sp, pp, ep; [kernels] compile;
+  [levers] recompute (none, or full: --recompute full);
 - [train]: the trainer's own settings (steps, lr, the data, the output directory...), keys as in a --config TOML.
 A setting of the run the trainer does not implement (ZeRO 1 or 2, context parallelism, the interleaved or DualPipe
-schedule, another framework's kernels, recomputation, ...) is refused in one line naming its key, never ignored.
+schedule, another framework's kernels, selective recomputation, ...) is refused in one line naming its key, never ignored.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ONLY = {
     "layout.experts.capacity_factor": (None, "a capacity factor (the trainer's MoE is dropless)"),
     "layout.experts.overlap": (0.0, "an overlapped all-to-all"),
     "layout.experts.dispatcher": ("alltoall", "another token dispatcher"),
-    "levers.recompute": ("none", "activation recomputation"),
+    "levers.recompute": (("none", "full"), "selective activation recomputation"),   # full: train --recompute full
     "kernels.framework": ("trainledger", "another framework's kernels"),
     "kernels.flash": (True, "attention without a flash kernel"),
     "kernels.loss_upcast": (True, "the cross-entropy on 16-bit logits"),
@@ -65,9 +66,11 @@ def values_of(path) -> dict:
     read = run_file.load(path)
     run, where = read.run, f"--config {path}"
     for key, (value, what) in ONLY.items():
-        if _at(run, key) != value and not (key == "kernels.mtp" and _at(run, key) is None):
+        allowed = value if isinstance(value, tuple) else (value,)
+        if _at(run, key) not in allowed and not (key == "kernels.mtp" and _at(run, key) is None):
+            runs = " or ".join(f"{key} = {v!r}" for v in allowed)
             raise TrainledgerError(f"{where}: {key} = {_at(run, key)!r} asks for {what}, which `train` does not run "
-                                   f"(it runs {key} = {value!r}); `trainledger step --config` predicts it", "--config")
+                                   f"(it runs {runs}); `trainledger step --config` predicts it", "--config")
     lay = run.layout
     if lay.etp not in (None, lay.tp):
         raise TrainledgerError(f"{where}: layout.etp = {lay.etp} differs from layout.tp = {lay.tp}: `train` gives the "
@@ -87,7 +90,8 @@ def values_of(path) -> dict:
         values["device"] = "cpu" if str(gpu).lower() == "cpu" else "cuda"
     b = run.batch
     values.update(batch_size=b.batch_size, seq_len=b.seq_len, optimizer=run.numerics.optimizer,
-                  tp=lay.tp, sp=lay.sp, pp=lay.pp, ep=lay.ep, compile=run.kernels.compile)
+                  tp=lay.tp, sp=lay.sp, pp=lay.pp, ep=lay.ep, compile=run.kernels.compile,
+                  recompute=run.levers.recompute)
     if b.global_batch_size is not None:
         values["global_batch_size"] = b.global_batch_size
     if run.numerics.precision is not None:
@@ -120,7 +124,7 @@ def trained_run(config, world, micro_batch: int, seq_len: int) -> Run:
                        zero=3 if fsdp else 0,
                        tp=world.tp, sp=config.sp, pp=world.pp, ep=config.ep, compile=config.compile,
                        param_dtype="stored",        # --parallel fsdp: no mixed-precision policy (autocast over the shards)
-                       reserve="auto", mtp=False)
+                       reserve="auto", mtp=False, recompute=config.recompute)
 
 
 def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | None = None) -> dict:
@@ -131,8 +135,10 @@ def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | N
 
     from trainledger.train.config import RECORDED
     mapped = {"model", "batch_size", "grad_accum", "seq_len", "precision", "optimizer", "tp", "sp", "pp", "ep",
-              "compile", "parallel", "device"}
+              "compile", "parallel", "device", "recompute"}
     run = trained_run(config, world, micro_batch, config.seq_len)
+    if config.finetune == "full":        # the adapters' settings mean nothing there; `train --config` refuses them
+        mapped |= {"lora_rank", "lora_alpha", "lora_targets", "lora_dropout"}
     train = {k: v for k, v in asdict(config).items() if k not in mapped and k not in RECORDED and v is not None}
     train = {k: list(v) if isinstance(v, tuple) else v for k, v in train.items()}
     model = {"name": config.model, **({"vocab_size": vocab_size} if vocab_size is not None else {})}
