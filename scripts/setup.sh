@@ -2,8 +2,8 @@
 # Set up trainledger on a fresh machine, in a virtualenv at .venv:
 #   bash scripts/setup.sh          the main job: the CPU build of PyTorch and trainledger itself (editable)
 #   bash scripts/setup.sh --test   also the test and web extras (pytest, transformers, fastapi, playwright)
-#                                  and Debian's Chromium for the browser tests
-# Idempotent: a second run only checks. Needs python3 >= 3.10; Chromium needs apt-get and root (or sudo).
+#                                  and Debian's Chromium (browser tests) and shellcheck (launch scripts)
+# Idempotent: a second run only checks. Needs python3 >= 3.10; Chromium and shellcheck need apt-get and root (or sudo).
 # Afterwards `source .venv/bin/activate` puts `trainledger` on PATH (or call .venv/bin/trainledger).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,9 @@ if [ "$TEST" = 1 ]; then
   fi
   if [ ! -x /usr/bin/chromium ] && [ "${TRAINLEDGER_NO_BROWSER:-0}" != 1 ]; then
     bash scripts/install_chromium.sh || echo "setup: Chromium not installed; the browser tests will be skipped (see scripts/install_chromium.sh)"
+  fi
+  if ! command -v shellcheck >/dev/null 2>&1; then     # lints the launch scripts of `layout --launch`
+    bash scripts/install_shellcheck.sh || echo "setup: shellcheck not installed; its test will be skipped (see scripts/install_shellcheck.sh)"
   fi
 fi
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')$([ "$TEST" = 1 ] && echo ', with test tooling'));" \

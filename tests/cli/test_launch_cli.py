@@ -152,7 +152,7 @@ def test_fastest_runnable_layout_is_launched_and_why_the_faster_are_not():
 
 
 def test_no_runnable_layout_prints_reasons_and_a_commented_command():
-    texts = launch.launch_texts(RESULT, [layout(cp=2, dp=4), layout(recompute="full")], model="tiny",
+    texts = launch.launch_texts(RESULT, [layout(cp=2, dp=4), layout(recompute="selective")], model="tiny",
                                 gpus_per_node=8)
     assert texts["layout"] == 1 and not texts["runnable"]
     for kind in launch.KINDS:

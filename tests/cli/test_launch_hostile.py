@@ -77,7 +77,9 @@ def test_the_printed_texts_run_only_the_trainer(capsys, tmp_path, name, kind):
     if kind == "slurm":
         lines = text.splitlines()
         first_command = next(i for i, line in enumerate(lines) if not line.startswith("#"))
-        assert sum(line.startswith("#SBATCH ") for line in lines[:first_command]) == 5
+        # all nine directives before the first command (job name, nodes, tasks, GPUs, CPUs, time, output, error,
+        # exclusive: issue 41 added --cpus-per-task, --time, --output, --error to issue 40's five)
+        assert sum(line.startswith("#SBATCH ") for line in lines[:first_command]) == 9
         assert "#SBATCH --job-name=trainledger-config" in lines
     assert "PWNED" not in text.replace(launch.shell_word(str(config)), "")     # only inside --model's own word
     assert str(tmp_path) not in text.replace(launch.shell_word(str(config)), "")

@@ -178,16 +178,18 @@ def test_killed_worker_restarts_from_last_checkpoint_and_a_second_run_is_refused
 @pytest.mark.slow
 def test_launch_torchrun_line_of_a_two_gpu_layout_trains_as_two_nodes(token_file, tmp_path, capsys):
     from trainledger.cli.main import main
+    # (the run's length is the launch's since issue 41: --steps and --checkpoint-every go to layout)
     assert main(["layout", "--model", "tiny", "--num-gpus", "2", "--gpus-per-node", "1", "--global-batch-size", "4",
-                 "--seq-len", "16", "--precision", "fp32", "--launch", "torchrun"]) == 0
+                 "--seq-len", "16", "--precision", "fp32", "--launch", "torchrun", "--steps", "3",
+                 "--checkpoint-every", "3"]) == 0
     text = capsys.readouterr().out
     [line] = [line for line in text.splitlines() if not line.startswith("#")]
-    assert line.startswith("torchrun --nnodes 2 --nproc-per-node 1 --node-rank $NODE_RANK")
+    assert line.startswith('torchrun --nnodes 2 --nproc-per-node 1 --node-rank "$NODE_RANK"')
     # the placeholders as a user fills them; torchrun is the module the venv runs, the port a free one
     line = line.replace("torchrun ", f"{shlex.quote(sys.executable)} -m torch.distributed.run ", 1)
     line = line.replace(":29500", f":{free_port()}")
     out = tmp_path / "run"
-    quick = "--steps 3 --checkpoint-every 3 --eval-every 0 --no-plot --quiet"
+    quick = "--eval-every 0 --no-plot --quiet"
     nodes = [subprocess.Popen(["bash", "-c", f"{line} {quick}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**env(), "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
                                               "DATA": str(token_file), "RUN_DIR": str(out)})
@@ -196,3 +198,38 @@ def test_launch_torchrun_line_of_a_two_gpu_layout_trains_as_two_nodes(token_file
         assert status == 0, err[-2000:]
     assert sorted(losses(out / "metrics.jsonl")) == [1, 2, 3]
     assert [r.step for r in ckpt.list_checkpoints(out / "checkpoints")] == [3]
+
+
+@pytest.mark.slow
+def test_launch_torchrun_line_with_its_training_settings_runs_two_agents_of_two(token_file, tmp_path, capsys):
+    """Issue 41: the line `layout --launch torchrun` prints for 4 GPUs on nodes of 2, training settings included
+    (here --steps 4 --checkpoint-every 2; lr and warmup as the launch chose them), run as printed by two agents of
+    --nproc-per-node 2 on 127.0.0.1 (gloo): four workers train the four steps with the printed learning rate."""
+    from trainledger.cli.main import main
+    from trainledger.train.metrics import read_metrics
+    capsys.readouterr()
+    assert main(["layout", "--model", "tiny", "--num-gpus", "4", "--gpus-per-node", "2", "--global-batch-size", "8",
+                 "--seq-len", "16", "--precision", "fp32", "--launch", "torchrun", "--steps", "4",
+                 "--checkpoint-every", "2", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["launch"]
+    [line] = [line for line in printed["torchrun"].splitlines() if not line.startswith("#")]
+    assert line.startswith('torchrun --nnodes 2 --nproc-per-node 2 --node-rank "$NODE_RANK"')
+    settings = printed["settings"]
+    assert (settings["steps"], settings["checkpoint_every"], settings["warmup_steps"]) == (4, 2, 0)
+    line = line.replace("torchrun ", f"{shlex.quote(sys.executable)} -m torch.distributed.run ", 1)
+    line = line.replace(":29500", f":{free_port()}")
+    out = tmp_path / "run"
+    nodes = [subprocess.Popen(["bash", "-c", f"{line} --eval-every 0 --no-plot --quiet"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**env(), "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
+                                   "DATA": str(token_file), "RUN_DIR": str(out)})
+             for node in (0, 1)]
+    for status, err in finish(nodes):
+        assert status == 0, err[-2000:]
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert records[0]["lr"] == pytest.approx(settings["lr"])        # no warmup in a 4-step run: the peak first
+    assert settings["min_lr"] <= records[-1]["lr"] < settings["lr"]
+    assert [r.step for r in ckpt.list_checkpoints(out / "checkpoints")] == [2, 4]
+    import tomllib
+    assert tomllib.loads((out / "run.toml").read_text())["hardware"]["num_gpus"] == 4

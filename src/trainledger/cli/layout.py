@@ -9,6 +9,7 @@ from trainledger import units
 from trainledger.cli import common
 from trainledger.cli.interval import interval_of, with_interval
 from trainledger.cli.plan import model_of, seq_len_assumption, seq_len_warnings
+from trainledger.cli import launch_args
 from trainledger.cli.launch import KINDS, launch_texts
 from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError
@@ -23,6 +24,7 @@ recomputation that fits is timed (recomputation costs time and only saves memory
 examples:
   trainledger layout --model gpt2 --gpu h100 --num-gpus 8 --global-batch-size 64
   trainledger layout --model llama-3-8b --gpu h100 --num-gpus 16 --launch slurm > job.sbatch
+  trainledger layout --model llama-3-70b --gpu h100 --num-gpus 64 --launch slurm --rank 2 --tokens 100B --time 2d
   trainledger layout --model gpt3-175b --gpu a100 --num-gpus 64 --global-batch-size 64 --seq-len 2048 \\
       --precision mixed-fp16 --optimizer adam --framework megatron --no-flash
 """
@@ -47,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_calibration_flag(parser)
     common.add_hardware_flags(parser)
     parser.add_argument("--launch", choices=KINDS, type=str.lower,
-                        help="print, instead of the table, what runs the fastest listed layout that `trainledger "
-                             "train` implements: torchrun = the line to start on each node, slurm = an sbatch script "
-                             "(cli/launch.py; both in --json as launch)")
+                        help="print, instead of the table, what runs a layout with `trainledger train`: the fastest "
+                             "it implements, or --rank N / a --config candidate; torchrun = the line to start on each "
+                             "node, slurm = an sbatch script; with the training settings (cli/launch.py; both in "
+                             "--json as launch)")
+    launch_args.add_arguments(parser)
     common.add_json_flag(parser)
 
 
@@ -61,6 +65,7 @@ def compute(args) -> dict:
     if args.model is None:
         raise TrainledgerError("layout needs --model (a preset or a config.json), or --config FILE with a [model]",
                                "--model")
+    asked_settings = launch_args.asked(args)             # (--lr, --steps... without --launch: one line)
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = model_of(args)
     run = asked(args)
@@ -90,6 +95,7 @@ def compute(args) -> dict:
         "times are the model's predictions (`trainledger step` explains one); layouts within a few percent are "
         "equal within its accuracy",
     ]
+    runs = [layout["run"] for layout in found["layouts"]]     # (specs.run.Run values, before they become documents)
     for layout in found["layouts"]:           # the error bar of each time (account/validation/interval.py)
         layout.update(interval_of(layout["step_seconds"], global_batch * seq_len, k.framework, gpu.name,
                                   args.num_gpus, moe=spec.is_moe))
@@ -99,8 +105,13 @@ def compute(args) -> dict:
                                                                                     "interval_"))})
         result["run"] = found["layouts"][0]["run"]
     if args.launch:     # search() raises when none fits
-        result["launch"] = launch_texts(result, found["layouts"], model=args.model, gpus_per_node=gpu.gpus_per_node,
-                                        compile_model=k.compile)
+        from trainledger.account.planning.launch_settings import settings
+        ranked = found["layouts"]
+        pinned = launch_args.pinned_rank(args, ranked, run)         # a --config candidate's layout
+        result["launch"] = launch_texts(
+            result, ranked, model=args.model, gpus_per_node=gpu.gpus_per_node, compile_model=k.compile,
+            rank=pinned or args.launch_rank, cpus_per_task=args.launch_cpus_per_task,
+            settings_of=lambda rank: settings(spec, hardware, runs[rank - 1], ranked[rank - 1], asked_settings))
         result["layouts"] = found["layouts"][:args.top]
     warnings = seq_len_warnings(spec, seq_len) + common.outlandish(num_gpus=args.num_gpus)
     if found["layouts"] and found["layouts"][0]["near_limit"]:

@@ -134,8 +134,7 @@ class Trainer(Checkpointing):
             check_gpu_memory(self.spec, self.world.device, batch_size=self.micro, seq_len=self.seq_len,
                              precision=config.precision, optimizer=accounted_optimizer(config.optimizer),
                              flag="micro-batch", hint=" (raise --grad-accum)", zero=3 if config.parallel == "fsdp" else 0,
-                             dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum,
-                             recompute=config.recompute)
+                             dp=self.world.dp_size, tp=self.world.tp, pp=self.world.pp, grad_accum=config.grad_accum, recompute=config.recompute)
         model = self._make_model()                        # fp32 init on CPU: identical on every device
         self._fp32_init = ([p.detach().clone() for p in model.parameters() if p.requires_grad]
                            if config.precision in MASTER_COPY else None)
@@ -158,9 +157,8 @@ class Trainer(Checkpointing):
             if config.init_from and not (config.resume and ckpt.list_checkpoints(config.resolved_checkpoint_dir())):
                 from trainledger.train.hf_io import init_from
                 init_from(model, config.init_from)        # a Hugging Face checkpoint's weights (safetensors only)
-        if self.is_lm:
-            model.loss_chunks = config.chunked_loss       # models/losses.py
-            model.recompute = config.recompute            # --recompute full: a checkpoint per block
+        if self.is_lm:      # models/losses.py; --recompute full: a checkpoint per block
+            model.loss_chunks, model.recompute = config.chunked_loss, config.recompute
         return model
 
     def _data(self, generator):
