@@ -78,6 +78,23 @@ def test_70b_texts_pass_shellcheck(slurm_70b, tmp_path, kind):
     assert done.returncode == 0, done.stdout
 
 
+@pytest.mark.skipif(shutil.which("shellcheck") is None,
+                    reason="shellcheck is not installed (bash scripts/install_shellcheck.sh; setup.sh --test does it)")
+@pytest.mark.parametrize("argv, runnable", [
+    (["--model", "tiny", "--num-gpus", "9"], False),               # 9 GPUs do not split over nodes: commented out
+    (["--model", "gpt2", "--num-gpus", "16", "--rank", "3"], True),  # a skipped layout's note first
+])
+def test_other_texts_pass_shellcheck(capsys, tmp_path, argv, runnable):
+    data = json.loads(run(capsys, "layout", "--gpu", "h100", *argv, "--launch", "slurm", "--json"))["launch"]
+    assert data["runnable"] == runnable
+    for kind in launch.KINDS:
+        path = tmp_path / f"launch.{kind}"
+        path.write_text(data[kind])
+        done = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", str(path)], capture_output=True,
+                              text=True)
+        assert done.returncode == 0, (kind, done.stdout)
+
+
 def test_70b_header_names_the_published_settings(slurm_70b):
     """Llama 3 (arXiv:2407.21783) Table 3: 70B's peak lr 1.5e-4; Sec. 3.4.1: warmup 8,000 steps, cosine to 8e-7 from
     8e-5 (1 %); Chinchilla: 20 tokens per parameter at 64 sequences of 8,192 tokens per step."""

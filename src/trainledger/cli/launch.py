@@ -277,7 +277,7 @@ def slurm_text(layout: dict, rank: int, title: str, flags: list[str], nodes: int
              'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
              "# c10d rendezvous at the first node of the allocation: torchrun numbers the nodes itself (no NODE_RANK "
              "or MASTER_ADDR to set)",
-             'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+             f'{off}head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
              f'{off}srun torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-id "$SLURM_JOB_ID" '
              f'--rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" --max-restarts {MAX_RESTARTS} '
              + _command(flags)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainledger import units
 from trainledger.account.planning import failures
 from trainledger.errors import TrainledgerError
 from trainledger.specs.pretraining import CHINCHILLA_TOKENS_PER_PARAM, RECIPES, Recipe
@@ -94,7 +95,7 @@ def settings(spec, hardware, run, timing: dict, asked: Asked = Asked()) -> dict:
         steps, sources["steps"] = math.ceil(asked.tokens / tokens_per_step), "--tokens"
     else:
         steps = math.ceil(CHINCHILLA_TOKENS_PER_PARAM * n / tokens_per_step)
-        sources["steps"] = (f"{CHINCHILLA_TOKENS_PER_PARAM:g} tokens per parameter × {n / 1e9:.3g}B parameters "
+        sources["steps"] = (f"{CHINCHILLA_TOKENS_PER_PARAM:g} tokens per parameter × {units.format_count(n)} parameters "
                             "(Chinchilla: Hoffmann et al. 2022, Table 3)")
     lr = float(asked.lr) if asked.lr is not None else recipe.lr
     sources["lr"] = "--lr" if asked.lr is not None else recipe.lr_source
@@ -113,8 +114,8 @@ def settings(spec, hardware, run, timing: dict, asked: Asked = Asked()) -> dict:
         warmup = min(published, int(WARMUP_CAP_FRACTION * steps))
         words = (f"{recipe.warmup_steps:,} steps" if recipe.warmup_steps is not None
                  else f"{recipe.warmup_tokens / 1e6:g}M tokens ({published:,} steps of {tokens_per_step:,} tokens)")
-        sources["warmup_steps"] = (f"{words}" + (f", capped at a tenth of the {steps:,} steps" if warmup < published
-                                                  else "") + f": {recipe.schedule_source}")
+        sources["warmup_steps"] = (f"{words}" + (f", capped at a tenth of the run's {units.count_of(steps, 'step')}"
+                                                  if warmup < published else "") + f": {recipe.schedule_source}")
     ckpt_bytes = checkpoint_bytes(spec, run)
     plan = failures.failure_plan(max(steps * step_s, 1e-9), hardware.num_gpus, ckpt_bytes,
                                  gpus_per_node=hardware.gpu.gpus_per_node)
@@ -134,7 +135,8 @@ def settings(spec, hardware, run, timing: dict, asked: Asked = Asked()) -> dict:
     else:
         time_s = (run_high_s + writes_s) * (1 + TIME_MARGIN_FRACTION) + STARTUP_SECONDS
         bar = "at the error bar's high end" if high_s > step_s else "as predicted (no error bar)"
-        sources["time"] = (f"{steps:,} steps × {high_s:.3g} s {bar} + {steps // every:,} checkpoint writes, "
+        sources["time"] = (f"{units.count_of(steps, 'step')} × {high_s:.3g} s {bar} + "
+                           f"{units.count_of(steps // every, 'checkpoint write')}, "
                            f"+ {100 * TIME_MARGIN_FRACTION:g} % + {STARTUP_SECONDS / 60:g} min to start")
     return {"lr": lr, "min_lr": min_lr, "warmup_steps": warmup, "steps": steps, "tokens": steps * tokens_per_step,
             "tokens_per_step": tokens_per_step, "checkpoint_every": every,
