@@ -4,8 +4,9 @@
 A layout (account/planning/layout.py) maps onto train's flags one to one where the trainer implements the part:
 tp -> --tp, sp -> --sp, pp -> --pp, dp > 1 with ZeRO 0 -> --parallel ddp, with ZeRO 3 -> --parallel fsdp
 (FSDP2 fully_shard), the micro-batch -> --batch-size, the global batch -> --global-batch-size (train derives
---grad-accum = global / (micro × dp)), and --seq-len, --precision, --optimizer, --compile as searched. The parts
-train does not implement (context parallelism, interleaved 1F1B, ZeRO-1/2, recomputation, --tp with --pp, ...)
+--grad-accum = global / (micro × dp)), full recomputation -> --recompute full, and --seq-len, --precision,
+--optimizer, --compile as searched. The parts train does not implement (context parallelism, interleaved 1F1B,
+ZeRO-1/2, selective recomputation, --tp with --pp, ...)
 are named in comment lines and the command is left commented out, instead of a command that fails or runs
 another layout. train/distributed.py check_layout and train/config.py validate are the rules mirrored here.
 
