@@ -133,7 +133,12 @@ def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | N
     mapped = {"model", "batch_size", "grad_accum", "seq_len", "precision", "optimizer", "tp", "sp", "pp", "ep",
               "compile", "parallel", "device"}
     run = trained_run(config, world, micro_batch, config.seq_len)
-    train = {k: v for k, v in asdict(config).items() if k not in mapped and k not in RECORDED and v is not None}
+    # not the run's settings: --resume and --allow-new-data say how this launch continues; the adapters' settings
+    # do not apply to a run that trains every weight
+    skip = {"resume", "allow_new_data"} | ({"lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "quantize"}
+                                           if getattr(config, "finetune", "full") == "full" else set())
+    train = {k: v for k, v in asdict(config).items()
+             if k not in mapped and k not in RECORDED and k not in skip and v is not None}
     train = {k: list(v) if isinstance(v, tuple) else v for k, v in train.items()}
     model = {"name": config.model, **({"vocab_size": vocab_size} if vocab_size is not None else {})}
     return run_file.document(model, {"gpu": gpu_name, "num_gpus": world.world_size}, run, {"train": train})
