@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainledger.account.counting.flops import flops_per_step
 from trainledger.account.counting.params import n_params
-from trainledger.account.memory.activations import activations_bytes
+from trainledger.account.memory.activations import ActivationShard, activations_bytes
 from trainledger.measure.memory import track_step
 from trainledger.models import Transformer
 from trainledger.specs.hf_config import spec_from_config_dict
@@ -46,7 +46,7 @@ def _measured_activations(spec, batch_size, seq_len, precision, recompute):
     SPECS, RECIPES, ("none", "selective", "full"))), ids=str)
 def test_saved_activations_equal_the_prediction(name, precision, recompute, one_torch_thread):
     spec = SPECS[name]
-    predicted = activations_bytes(spec, 2, 24, precision=precision, recompute=recompute)["total"]
+    predicted = activations_bytes(spec, ActivationShard(2, 24, precision=precision, recompute=recompute))["total"]
     assert predicted == _measured_activations(spec, 2, 24, precision, recompute)
 
 

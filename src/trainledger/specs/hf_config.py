@@ -107,7 +107,7 @@ def spec_from_config_dict(config: dict, name: str = "config", flag: str = "--mod
               "gpt_oss": _moe, "phi": _parallel, "falcon": _parallel}.get(model_type, _llama_like)
     try:
         spec = reader(config, get, model_type, flag).with_(name=name, source=source, family=model_type)
-        hf_run_fields(config, flag)           # its dropout probabilities in [0, 1), as training would read them
+        hf_run_fields(config, flag, for_impl=False)   # its dropout probabilities in [0, 1), as training reads them
         return check_bounds(spec, flag)
     except TypeError as error:  # a value of the wrong JSON type (a string where a number belongs)
         raise TrainledgerError(f"config has a value of the wrong type ({flag}): {error}") from None
@@ -403,13 +403,14 @@ _DROPOUT_KEYS = {"gpt2": ("embd_pdrop", "resid_pdrop", "attn_pdrop"),       # GP
 _DROPOUT_DEFAULTS = {"gpt2": 0.1}
 
 
-def hf_run_fields(config: dict, flag: str = "--model") -> dict:
+def hf_run_fields(config: dict, flag: str = "--model", for_impl: bool = True) -> dict:
     """How transformers runs a config.json in training (for account.memory.hf_activations.HfImpl): model_type,
-    use_cache (default true), the activation as written, and the dropout probabilities (train mode)."""
+    use_cache (default true), the activation as written, and the dropout probabilities (train mode). `for_impl`
+    False: only the checks every reader of the config makes (its dropout probabilities in [0, 1)), for any family."""
     model_type = config.get("model_type")
     if model_type not in SUPPORTED:
         raise TrainledgerError(f"unsupported model_type {model_type!r} in config ({flag}); supported: {', '.join(SUPPORTED)}")
-    if model_type in PARALLEL_MODEL_TYPES:      # account/memory/hf_activations.py has no rules for their code yet
+    if for_impl and model_type in PARALLEL_MODEL_TYPES:   # account/memory/hf_activations.py has no rules for them yet
         raise TrainledgerError(f"--impl hf does not describe transformers' {model_type} code yet; leave --impl at its "
                                "default (trainledger's Transformer)")
     get = _getter(config, flag, model_type)

@@ -106,7 +106,6 @@ class Trainer(Checkpointing):
         self.locks = self._lock()                       # before anything under --out-dir is written
         try:
             self._setup()
-            write_run_file(self)                        # <out_dir>/run.toml: this run, as `step --config` reads it
         except BaseException:
             self.release()
             raise
@@ -322,7 +321,7 @@ class Trainer(Checkpointing):
     def _memory(self) -> dict:
         """account.memory.per_gpu's bytes per device of this run (params, grads, optimizer, activations, total_bytes)."""
         from trainledger.train.run_file import trained_run     # the ZeRO paper's sharding, no reserve: the tensors
-        run = trained_run(self.config, self.world, self.micro, self.seq_len).with_(impl="paper", reserve=0.0)
+        run = trained_run(self.config, self.world, self.micro, self.seq_len).with_(impl="paper", reserve=0.0, ep=1)
         return memory_per_gpu(self.spec, None, run)
 
     def _check_fits(self) -> None:
@@ -375,6 +374,7 @@ class Trainer(Checkpointing):
         world = self.world
         self._build()
         resume_from = self._resume()
+        write_run_file(self)            # <out_dir>/run.toml: this run, as `step --config` reads it (once resume is checked)
         config = self.config          # on --resume: with the checkpoint's values for settings not given
         if resume_from:
             self.log(f"resumed from {resume_from} at step {self.step} ({units.format_count(self.tokens)} tokens seen)")

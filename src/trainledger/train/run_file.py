@@ -9,7 +9,8 @@ The run's groups map onto the trainer's settings (train/config.py TrainConfig):
   [levers] recompute (none, or full: --recompute full);
 - [train]: the trainer's own settings (steps, lr, the data, the output directory...), keys as in a --config TOML.
 A setting of the run the trainer does not implement (ZeRO 1 or 2, context parallelism, the interleaved or DualPipe
-schedule, another framework's kernels, selective recomputation, ...) is refused in one line naming its key, never ignored.
+schedule, another framework's kernels, selective recomputation, ...) is refused in one line naming its key, never
+ignored.
 """
 
 from __future__ import annotations
@@ -137,9 +138,12 @@ def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | N
     mapped = {"model", "batch_size", "grad_accum", "seq_len", "precision", "optimizer", "tp", "sp", "pp", "ep",
               "compile", "parallel", "device", "recompute"}
     run = trained_run(config, world, micro_batch, config.seq_len)
-    if config.finetune == "full":        # the adapters' settings mean nothing there; `train --config` refuses them
-        mapped |= {"lora_rank", "lora_alpha", "lora_targets", "lora_dropout"}
-    train = {k: v for k, v in asdict(config).items() if k not in mapped and k not in RECORDED and v is not None}
+    # not the run's settings: --resume and --allow-new-data say how this launch continues; the adapters' settings
+    # do not apply to a run that trains every weight
+    skip = {"resume", "allow_new_data"} | ({"lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "quantize"}
+                                           if getattr(config, "finetune", "full") == "full" else set())
+    train = {k: v for k, v in asdict(config).items()
+             if k not in mapped and k not in RECORDED and k not in skip and v is not None}
     train = {k: list(v) if isinstance(v, tuple) else v for k, v in train.items()}
     model = {"name": config.model, **({"vocab_size": vocab_size} if vocab_size is not None else {})}
     return run_file.document(model, {"gpu": gpu_name, "num_gpus": world.world_size}, run, {"train": train})

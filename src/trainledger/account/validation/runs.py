@@ -64,7 +64,7 @@ def megatron_gpt(name: str, hidden: int, heads: int, layers: int) -> Transformer
     return TransformerSpec(name=f"megatron-gpt-{name}", vocab_size=51200, d_model=hidden, n_layers=layers,
                            n_heads=heads, d_ff=4 * hidden, max_seq_len=2048, pretrain_seq_len=2048,
                            position="learned", norm="layernorm", norm_bias=True, mlp="gelu", qkv_bias=True,
-                           attn_out_bias=True, mlp_bias=True, tied_embeddings=True,
+                           attn_out_bias=True, mlp_bias=True, tied_embeddings=True, family="gpt2",
                            source="Korthikanti et al. 2022 (arXiv:2205.05198), Table 3")
 
 
