@@ -218,13 +218,19 @@ class Experts:
                                            "dropless)",
                                            label="Capacity factor: an expert's cap, × the mean load (> 0; blank = dropless)",
                                            web={"placeholder": "dropless"}, commands={'step'})
-    overlap: float = _field(0.0, "--ep-overlap", "fraction",
-                            "fraction of the all-to-all hidden behind other micro-batches' compute (default 0: exposed)",
-                            label="Share of the all-to-all hidden (0 … 1)", commands={'step'})
-    dispatcher: str = _field("alltoall", "--ep-dispatcher", "choice",
-                             "token dispatcher: alltoall (one copy per routed expert, Megatron's default) or deepep / "
-                             "hybridep (token-based: one copy per GPU, one per node across nodes)", choices=DISPATCHERS,
-                             label="Token dispatcher (alltoall, deepep or hybridep)", commands={'step'})
+    overlap: float | None = _field(None, "--ep-overlap", "fraction?",
+                                   "fraction of the all-to-all hidden behind other micro-batches' compute (default: 1 "
+                                   "with --schedule dualpipe, which pairs each forward chunk with a backward chunk to "
+                                   "hide it, DeepSeek-V3 Sec. 3.2.1; else 0: exposed)",
+                                   label="Share of the all-to-all hidden (0 … 1; blank: 1 with DualPipe, else 0)",
+                                   web={"placeholder": "0; 1 with dualpipe"}, commands={'step'})
+    dispatcher: str | None = _field(None, "--ep-dispatcher", "choice?",
+                                    "token dispatcher: alltoall (one copy per routed expert, Megatron's default) or "
+                                    "deepep / hybridep (token-based: one copy per GPU, one per node across nodes; "
+                                    "default: deepep with --schedule dualpipe, the dispatch of DeepSeek-V3 Sec. 3.2.2, "
+                                    "else alltoall)", choices=DISPATCHERS,
+                                    label="Token dispatcher (alltoall, deepep or hybridep; blank: deepep with DualPipe)",
+                                    web={"placeholder": "alltoall; deepep with dualpipe"}, commands={'step'})
 
     def __post_init__(self):
         _check_fields(self)

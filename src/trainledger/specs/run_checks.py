@@ -229,6 +229,18 @@ class Resolved:
     micro_batches: int         # micro-batches per optimizer step on each data-parallel rank
 
 
+def experts_defaults(experts, schedule: str):
+    """`experts` (specs.run.Experts) with the all-to-all's overlap and dispatcher decided: DualPipe's by default with
+    --schedule dualpipe (DeepSeek-V3, arXiv:2412.19437: Sec. 3.2.1, each forward chunk paired with a backward chunk of
+    the other direction "hides most of the communication", so the all-to-all is hidden, overlap 1; Sec. 3.2.2, the
+    token-based dispatch, each token over IB once per node then over NVLink: deepep), else exposed with Megatron's
+    alltoall dispatcher. What the user gave is kept."""
+    dual = schedule == "dualpipe"
+    overlap = experts.overlap if experts.overlap is not None else (1.0 if dual else 0.0)
+    dispatcher = experts.dispatcher if experts.dispatcher is not None else ("deepep" if dual else "alltoall")
+    return replace(experts, overlap=overlap, dispatcher=dispatcher)
+
+
 def default_precision(gpu) -> str:
     """The recipe a run gets when --precision is not given: amp-bf16; amp-fp16 on a GPU without bf16 but with fp16
     tensor cores (Turing, Volta: PyTorch AMP's fp16 with a grad scaler, what runs there); fp32 on a device without
@@ -273,6 +285,7 @@ def resolve(model, hardware, run) -> Resolved:
         pp_overlap = pp_overlap_default(k.framework, lay.pp, lay.interleave)
     resolved = replace(run, batch=replace(b, seq_len=seq_len, global_batch_size=global_batch),
                        numerics=replace(run.numerics, precision=precision),
-                       layout=replace(lay, dp=dp, zero=zero, etp=lay.tp if lay.etp is None else lay.etp),
+                       layout=replace(lay, dp=dp, zero=zero, etp=lay.tp if lay.etp is None else lay.etp,
+                                      experts=experts_defaults(lay.experts, lay.schedule)),
                        kernels=replace(k, mtp=bool(mtp) if mtp is not None else False, pp_overlap=pp_overlap))
     return Resolved(replace(hardware, num_gpus=num_gpus), resolved, micro_batches)

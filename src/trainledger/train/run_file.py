@@ -34,6 +34,8 @@ ONLY = {
     "kernels.loss_upcast": (True, "the cross-entropy on 16-bit logits"),
     "kernels.mtp": (False, "multi-token-prediction modules"),
 }
+# unset in a run file: decided by the run's other settings (specs/run_checks.py), the trainer's value without them
+DECIDED_LATER = {"kernels.mtp", "layout.experts.overlap", "layout.experts.dispatcher"}
 
 
 def _at(run, path: str):
@@ -65,7 +67,7 @@ def values_of(path) -> dict:
     read = run_file.load(path)
     run, where = read.run, f"--config {path}"
     for key, (value, what) in ONLY.items():
-        if _at(run, key) != value and not (key == "kernels.mtp" and _at(run, key) is None):
+        if _at(run, key) != value and not (key in DECIDED_LATER and _at(run, key) is None):
             raise TrainledgerError(f"{where}: {key} = {_at(run, key)!r} asks for {what}, which `train` does not run "
                                    f"(it runs {key} = {value!r}); `trainledger step --config` predicts it", "--config")
     lay = run.layout
