@@ -24,6 +24,8 @@ RUN_TOML = "run.toml"
 ONLY = {
     "layout.cp": (1, "context parallelism"), "layout.interleave": (1, "the interleaved pipeline schedule"),
     "layout.schedule": ("1f1b", "another pipeline schedule"), "layout.uneven_chunks": (False, "uneven pipeline chunks"),
+    "layout.account_for_embedding_in_pipeline_split": (False, "Megatron's split with the embedding as a layer"),
+    "layout.account_for_loss_in_pipeline_split": (False, "Megatron's split with the loss as a layer"),
     "layout.experts.imbalance": (1.0, "a routing imbalance (the trainer routes as its model does)"),
     "layout.experts.capacity_factor": (None, "a capacity factor (the trainer's MoE is dropless)"),
     "layout.experts.overlap": (0.0, "an overlapped all-to-all"),
