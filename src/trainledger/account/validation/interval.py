@@ -25,8 +25,8 @@ study: Higgins, Thompson & Spiegelhalter 2009, JRSS A 172:137-159, Sec. 5, the p
   run's framework, GPU generation or software era has no published neighbour: by as much as such matches missed.
 The range of ℓ is c ± t(0.95, k) · √(τ² (1 + 1/P) + s² (1 + 1/n)) (the new source's own offset τ², the centre's
 uncertainty τ²/P + s²/n from P sources and n runs, a run's own scatter s²; Student's t with k degrees of freedom, k
-deviations about zero), never narrower than the neighbours' own errors; the step lies in step·e^(−ℓ_high) … step·e^(−ℓ_low), and the
-range always holds the estimate itself (`step_interval`).
+deviations about zero), never narrower than the neighbours' own errors; the step lies in step·e^(−ℓ_high) …
+step·e^(−ℓ_low), and the range always holds the estimate itself (`step_interval`).
 
 The headline is the model's estimate, not moved by the neighbours' mean: moved by it, the published sources' mean
 errors held out one source at a time grow (interval_check.headline_check; docs/time.md has the table), so a
@@ -94,20 +94,21 @@ def similar_rows(framework: str, gpu_name: str, num_gpus: int, rows=None, moe: b
 
 def match(asked: dict, rows) -> dict:
     """The neighbours of the run `asked` ({framework, gpu, num_gpus, era, moe}) among `rows`: {rows, level, matched,
-    era_matched, centre, within, sources} (centre: the mean of their ℓ; within: its pooled within-source standard
+    era, era_matched, centre, within, sources} (centre: the mean of their ℓ; within: its pooled within-source standard
     deviation, each source's runs about their own mean; sources: how many publications; matched: a close match, level
     ≤ 1 with a neighbour of the asked era)."""
     found, level = similar_rows(asked["framework"], asked["gpu"], asked["num_gpus"], rows, asked.get("moe", False))
     errors = [log_error(r) for r in found]
-    era_matched = any(era_of(r["software_year"]) == asked.get("era", CURRENT_ERA) for r in found)
+    era = asked.get("era", CURRENT_ERA)
+    era_matched = any(era_of(r["software_year"]) == era for r in found)
     by_source = {}
     for r in found:
         by_source.setdefault(r["publication"], []).append(log_error(r))
     free = len(errors) - len(by_source)        # pooled within-source variance: each source about its own mean
     within = (math.sqrt(sum((e - mean(g)) ** 2 for g in by_source.values() for e in g) / free) if free > 0
               else (stdev(errors) if len(errors) > 1 else 0.0))
-    return {"rows": found, "level": level, "era_matched": era_matched, "matched": level <= 1 and era_matched,
-            "centre": mean(errors), "within": within, "sources": len(by_source)}
+    return {"rows": found, "level": level, "era": era, "era_matched": era_matched,
+            "matched": level <= 1 and era_matched, "centre": mean(errors), "within": within, "sources": len(by_source)}
 
 
 def asked_as_row(row: dict, moe: bool) -> dict:
@@ -188,7 +189,7 @@ def interval_from(step_seconds: float, tokens_per_step: float, m: dict, deviatio
     out = {"step_seconds_low": low, "step_seconds_high": high, "tokens_per_s_low": tokens_per_step / high,
            "tokens_per_s_high": tokens_per_step / low, "interval_rows": len(m["rows"]), "interval_sources": sources,
            "interval_basis": ("published MoE runs: " if moe else "") + LEVELS[m["level"]]
-           + ("" if m["era_matched"] else f", none running {CURRENT_ERA}"),
+           + ("" if m["era_matched"] else f", none running {m['era']}"),
            "interval_widened": not m["matched"], "interval_low_fraction": low / step_seconds - 1,
            "interval_high_fraction": high / step_seconds - 1, "interval_observed_low": min(observed),
            "interval_observed_high": max(observed), "interval_between_sources": math.expm1(r["tau"])}
@@ -204,11 +205,11 @@ def interval_words(out: dict, m: dict, moe: bool) -> str:
             else f"no published {runs[:-1]} this near: widened to {LEVELS[m['level']]}, the nearest")
     if not m["era_matched"]:
         theirs = ", ".join(sorted({era_of(r["software_year"]) for r in m["rows"]}))
-        lead += f" (none runs {CURRENT_ERA}: theirs is {theirs})"
+        lead += f" (none runs {m['era']}: theirs is {theirs})"
     n, k = out["interval_rows"], out["interval_sources"]
     return (f"{lead} took {took(out['interval_observed_low'], out['interval_observed_high'])} than this model's "
-            f"estimate ({n} published run{'s' * (n != 1)}, {k} source{'s' * (k != 1)}); the range adds how far one source's runs "
-            f"land from another's (±{100 * out['interval_between_sources']:.0f} %"
+            f"estimate ({n} published run{'s' * (n != 1)}, {k} source{'s' * (k != 1)}); the range adds how far one "
+            f"source's runs land from another's (±{100 * out['interval_between_sources']:.0f} %"
             f"{', as far as widened matches missed' if not m['matched'] else ''})")
 
 
