@@ -34,7 +34,7 @@ def test_step_json_interval(capsys):
 def test_step_table_prints_interval(capsys):
     assert cli_main.main(TORCHTITAN_13B) == 0
     out = capsys.readouterr().out
-    assert "runs like this:" in out and "8" in out and "published" in out
+    assert "runs like this one took" in out and "(8 published runs, 1 source)" in out and "expect" in out
 
 
 def test_torchtitan_llama2_13b_without_ac_fits(capsys):

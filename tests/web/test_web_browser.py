@@ -372,6 +372,12 @@ def test_step_time_and_layout(page):
     # the error bar of every time answer (issue 27): the range the most similar published runs were off by
     assert {"step_seconds_low", "step_seconds_high"} <= set(step_values)
     assert expected["interval_words"] in page.text_content("#calc-step .interval")
+    # issue 41: the step lies in its range, in seconds and in tokens/s
+    assert float(step_values["step_seconds_low"]) <= float(step_values["step_seconds"]) <= \
+        float(step_values["step_seconds_high"])
+    assert float(step_values["tokens_per_s_low"]) <= float(step_values["tokens_per_s"]) <= \
+        float(step_values["tokens_per_s_high"])
+    assert page.text_content("#calc-step .interval").startswith("expect ")
     layout = cli_json(["layout", *common, "--top", "5"])
     assert_shown_equals(layout_values, layout)
     assert sum(1 for path in layout_values if path.endswith(".step_seconds")) == len(layout["layouts"]) == 5
@@ -456,6 +462,11 @@ def test_plan_with_mfu_auto(page):
     values = shown(page, "plan")
     assert_shown_equals(values, expected)
     assert float(values["mfu"]) == expected["layout"]["mfu"] and "layout.step_seconds" in values
+    # issue 41: the time to train lies in its range, shown in days and GPU-hours with the CLI's words
+    assert float(values["train_days_low"]) <= float(values["train_days"]) <= float(values["train_days_high"])
+    assert {"gpu_hours_low", "gpu_hours_high"} <= set(values)
+    text = page.text_content("#calc-plan .interval")
+    assert text.startswith("expect ") and " days" in text and expected["interval_words"] in text
     before = updates(page, "plan")
     page.uncheck("#plan-mfu-auto")
     wait_for_answer(page, "plan", before)
@@ -580,7 +591,8 @@ def test_step_with_expert_tensor_parallel_and_a_dispatcher(browser, base_url):
     page = context.new_page()
     page.goto(base_url)
     page.wait_for_selector("body[data-ready=true]", state="attached", timeout=30000)
-    assert page.input_value("#step-ep-dispatcher") == "alltoall" and page.input_value("#step-etp") == ""
+    # issue 41: blank = decided by the schedule (alltoall; deepep with --schedule dualpipe)
+    assert page.input_value("#step-ep-dispatcher") == "" and page.input_value("#step-etp") == ""
     assert page.get_attribute("#step-etp", "placeholder") == "= tp"
     before = updates(page, "step")
     page.select_option("#step-model", "qwen3-30b-a3b")

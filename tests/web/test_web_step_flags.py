@@ -162,7 +162,9 @@ def test_schema_gives_the_page_its_choices_and_defaults(client):
     """The selects fill from /api/schema: the dispatchers (checked in compute, not by argparse), the frameworks and
     schedules; blank etp and capacity factor are the CLI's own defaults (tp, dropless)."""
     flags = {f["param"]: f for f in client.get("/api/schema").json()["step"]["flags"]}
-    assert flags["ep-dispatcher"]["choices"] == list(DISPATCHERS) and flags["ep-dispatcher"]["default"] == "alltoall"
+    # issue 41: blank = decided by the schedule (deepep with --schedule dualpipe, DeepSeek-V3 Sec. 3.2.2; else alltoall)
+    assert flags["ep-dispatcher"]["choices"] == list(DISPATCHERS) and flags["ep-dispatcher"]["default"] is None
+    assert flags["ep-overlap"]["default"] is None
     assert flags["framework"]["choices"] == ["trainledger", "torchtitan", "megatron"]
     assert flags["schedule"]["choices"] == ["1f1b", "dualpipe"] and flags["schedule"]["default"] == "1f1b"
     assert flags["etp"]["default"] is None and flags["capacity-factor"]["default"] is None

@@ -60,4 +60,8 @@ def expert_assumption(result: dict) -> str | None:
             f"{experts['per_step_calls']:g} all-to-alls per step of "
             f"{experts['payload_bytes'] / 2**20:.1f} MiB per rank, {where}; busiest expert {experts['load']:g} × the mean"
             + (f", {experts['dropped_fraction']:.0%} of its tokens dropped" if experts["dropped_fraction"] else "")
-            + f"; {experts['overlap']:.0%} of the all-to-all hidden")
+            + f"; {experts['overlap']:.0%} of the all-to-all hidden"
+            + ("" if result.get("schedule") != "dualpipe" else
+               " (DualPipe's default with --schedule dualpipe: hidden behind the paired forward and backward chunks, "
+               "DeepSeek-V3 Sec. 3.2.1, dispatched token-based, Sec. 3.2.2; --ep-overlap 0 / --ep-dispatcher alltoall "
+               "to expose it)"))

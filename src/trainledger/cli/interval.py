@@ -1,5 +1,6 @@
-"""The error bar every time answer carries (`step`, `layout`, `plan --mfu auto`): the range the most similar
-published runs were off by (account/validation/interval.py), as JSON keys and one line of words."""
+"""The error bar every time answer carries (`step`, `layout`, `plan --mfu auto`, `optimal --mfu auto`): the range a
+run like it takes, from the published runs most like it and the spread between sources (account/validation/
+interval.py), as JSON keys, a range in the answer's own unit and one line of words."""
 
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ def interval_of(step_seconds: float, tokens_per_step: float, framework: str, gpu
 
 
 def with_interval(seconds_text: str, result: dict) -> str:
-    """'8.36 s (runs like this: −3 … +12 %, 14 published)'."""
-    return f"{seconds_text} ({result['interval_words']})" if "interval_words" in result else seconds_text
+    """'8.36 s (expect 8.10 s … 9.40 s)': the estimate and its range in seconds (the words: interval_line)."""
+    return f"{seconds_text} (expect {range_text(result)})" if "interval_words" in result else seconds_text
 
 
-def range_text(result: dict) -> str:
-    """'8.1 s … 9.4 s' from step_seconds_low/high."""
-    return f"{units.format_seconds(result['step_seconds_low'])} … {units.format_seconds(result['step_seconds_high'])}"
+def range_text(result: dict, key: str = "step_seconds", fmt=units.format_seconds) -> str:
+    """'8.10 s … 9.40 s' from `key`_low/high (the step's seconds by default), each end in its own unit."""
+    return f"{fmt(result[key + '_low'])} … {fmt(result[key + '_high'])}"
+
+
+def interval_line(what: str, estimate_text: str, range_words: str, result: dict) -> str:
+    """'step 8.36 s, expect 8.10 s … 9.40 s: published runs like this one took …': the estimate, the range it lies in
+    (in the answer's unit) and why, in one line (tests/cli/test_interval_ranges.py reads it back)."""
+    return f"{what} {estimate_text}, expect {range_words}: {result['interval_words']}"

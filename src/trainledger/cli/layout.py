@@ -7,7 +7,7 @@ import sys
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.interval import interval_of, with_interval
+from trainledger.cli.interval import interval_line, interval_of, range_text
 from trainledger.cli.plan import model_of, seq_len_assumption, seq_len_warnings
 from trainledger.cli import launch_args
 from trainledger.cli.launch import KINDS, launch_texts
@@ -150,5 +150,7 @@ def render(result: dict, args) -> None:
     out.print(table)
     if result["layouts"]:
         best = result["layouts"][0]
-        out.print(f"step of #1: {with_interval(units.format_seconds(best['step_seconds']), best)}", soft_wrap=True)
+        out.print(interval_line("step of #1:", units.format_seconds(best["step_seconds"]), range_text(best), best)
+                  if "interval_words" in best else f"step of #1: {units.format_seconds(best['step_seconds'])}",
+                  soft_wrap=True)
         out.print(f"bottleneck of #1: {result['layouts'][0]['bottleneck']}", soft_wrap=True)

@@ -6,6 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.interval import interval_line, range_text
 from trainledger.cli.plan import duration, mfu_or_auto, print_table
 from trainledger.errors import TrainledgerError
 
@@ -156,11 +157,18 @@ def render(result: dict, args) -> None:
     ]
     if "interval_words" in result:   # --mfu auto: the error bar of its step (cli/interval.py)
         rows[0:3] = [
-            ("budget", f"{units.format_flops(result['budget_flops'])} FLOPs ({units.format_flops(result['budget_flops_low'])}"
-                       f" … {units.format_flops(result['budget_flops_high'])}: {result['interval_words']})"),
+            ("budget", f"{units.format_flops(result['budget_flops'])} FLOPs (expect "
+                       f"{range_text(result, 'budget_flops', units.format_flops)})"),
             ("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_low'])} … "
                            f"{units.format_count(result['n_params_high'])})"),
             ("tokens", f"{units.format_count(result['n_tokens'])} ({units.format_count(result['n_tokens_low'])} … "
                        f"{units.format_count(result['n_tokens_high'])})")]
         rows.insert(3, ("MFU (--mfu auto)", f"{result['mfu']:.3f} ({result['mfu_low']:.3f} … {result['mfu_high']:.3f})"))
     print_table(f"Compute-optimal size ({result['law']})", rows, result["assumptions"])
+    if "interval_words" in result:
+        common.console().print(interval_line(
+            "budget", f"{units.format_flops(result['budget_flops'])} FLOPs (MFU {result['mfu']:.3f}; "
+                      f"{units.format_count(result['n_params'])} parameters; {units.format_count(result['n_tokens'])} tokens)",
+            f"{range_text(result, 'budget_flops', units.format_flops)} FLOPs (MFU {result['mfu_low']:.3f} … "
+            f"{result['mfu_high']:.3f}; {range_text(result, 'n_params', units.format_count)} parameters, "
+            f"{range_text(result, 'n_tokens', units.format_count)} tokens)", result), soft_wrap=True)

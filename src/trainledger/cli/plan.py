@@ -11,6 +11,7 @@ import math
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.cli.interval import interval_line, range_text
 from trainledger.errors import TrainledgerError
 
 HELP = "time to train: FLOPs, days and GPU-hours for a model (or parameter count) on N GPUs"
@@ -204,7 +205,10 @@ def layout_interval(layout: dict, args, seq_len: int, gpu_name: str, train_secon
     global_batch = args.global_batch_size if args.global_batch_size is not None else args.num_gpus
     out = interval_of(layout["step_seconds"], global_batch * seq_len, "trainledger", gpu_name, args.num_gpus, moe=moe)
     scale = train_seconds / layout["step_seconds"]
-    return dict(out, train_seconds_low=out["step_seconds_low"] * scale, train_seconds_high=out["step_seconds_high"] * scale)
+    low, high = out["step_seconds_low"] * scale, out["step_seconds_high"] * scale     # the same ratio to the estimate
+    return dict(out, train_seconds_low=low, train_seconds_high=high, train_days_low=low / 86400,
+                train_days_high=high / 86400, gpu_hours_low=low * args.num_gpus / 3600,
+                gpu_hours_high=high * args.num_gpus / 3600)
 
 
 def trials(text: str) -> int:
@@ -388,8 +392,7 @@ def render(result: dict, args) -> None:
         ("MFU", f"{result['mfu']:g}"),
         ("FLOPs per day", units.format_flops(result["flops_per_day"])),
         ("time without failures", format_days(result["train_seconds"]) + (
-            f" ({format_days(result['train_seconds_low'])} … {format_days(result['train_seconds_high'])}: "
-            f"{result['interval_words']})" if "interval_words" in result else "")),
+            f" (expect {range_text(result, 'train_seconds', format_days)})" if "interval_words" in result else "")),
         ("GPU-hours", units.format_count(result["gpu_hours"])),
         ("interruptions: one every", units.format_seconds(result["mtbf_seconds"])),
         ("checkpoint write (δ)", units.format_seconds(result["checkpoint_seconds"])),
@@ -411,6 +414,12 @@ def render(result: dict, args) -> None:
     if "gpus_needed" in result:
         rows.append((f"GPUs for {units.format_seconds(result['deadline_seconds'])}", f"{result['gpus_needed']:,}"))
     print_table("Time to train", rows, result["assumptions"] + result["failure_assumptions"])
+    if "interval_words" in result:      # --mfu auto: the range of its layout's step, in days and GPU-hours
+        common.console().print(interval_line(
+            "time without failures", f"{format_days(result['train_seconds'])} "
+                                     f"({units.format_count(result['gpu_hours'])} GPU-hours)",
+            f"{range_text(result, 'train_seconds', format_days)} ({range_text(result, 'gpu_hours', units.format_count)}"
+            " GPU-hours)", result), soft_wrap=True)
 
 
 def format_interruptions(count: float) -> str:

@@ -6,7 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.interval import interval_of, with_interval
+from trainledger.cli.interval import interval_line, interval_of, range_text, with_interval
 from trainledger.cli.experts import expert_assumption
 from trainledger.cli.plan import model_of, print_table, seq_len_assumption, seq_len_warnings
 from trainledger.cli.reserve import near_limit_warning
@@ -200,6 +200,10 @@ def render(result: dict, args) -> None:
                  f"of {units.format_bytes(result['memory_per_gpu_bytes'])}: {'fits' if result['fits'] else 'does NOT fit'}"))
     print_table(f"One training step of {result['model']}", rows, result["assumptions"])
     out = common.console()       # the advice in whole lines under the table, as `layout` prints its bottleneck
+    if "interval_words" in result:
+        out.print(interval_line("step", f"{units.format_seconds(total)} ({units.format_count(result['tokens_per_s'])}"
+                                " tokens/s)", f"{range_text(result)} ({range_text(result, 'tokens_per_s', units.format_count)}"
+                                " tokens/s)", result), soft_wrap=True)
     out.print(f"bottleneck: {result['bottleneck']}", soft_wrap=True)
     if result.get("suggestion"):
         label = "faster" if result["suggestion"]["why"] == "faster" else "fits with"

@@ -218,13 +218,15 @@ class Experts:
                                            "dropless)",
                                            label="Capacity factor: an expert's cap, × the mean load (> 0; blank = dropless)",
                                            web={"placeholder": "dropless"}, commands={'step'})
-    overlap: float = _field(0.0, "--ep-overlap", "fraction",
-                            "fraction of the all-to-all hidden behind other micro-batches' compute (default 0: exposed)",
-                            label="Share of the all-to-all hidden (0 … 1)", commands={'step'})
-    dispatcher: str = _field("alltoall", "--ep-dispatcher", "choice",
-                             "token dispatcher: alltoall (one copy per routed expert, Megatron's default) or deepep / "
-                             "hybridep (token-based: one copy per GPU, one per node across nodes)", choices=DISPATCHERS,
-                             label="Token dispatcher (alltoall, deepep or hybridep)", commands={'step'})
+    overlap: float | None = _field(None, "--ep-overlap", "fraction?", "fraction of the all-to-all hidden behind other "
+                                   "micro-batches' compute (default 1 with --schedule dualpipe, DeepSeek-V3 Sec. 3.2.1; else "
+                                   "0: exposed)", label="Share of the all-to-all hidden (0 … 1; blank: 1 with DualPipe)",
+                                   commands={'step'})
+    dispatcher: str | None = _field(None, "--ep-dispatcher", "choice?", "token dispatcher: alltoall (one copy per routed "
+                                    "expert, Megatron's default) or deepep / hybridep (token-based: one copy per GPU, one "
+                                    "per node across nodes; deepep by default with --schedule dualpipe, DeepSeek-V3 Sec. "
+                                    "3.2.2)", choices=DISPATCHERS, label="Token dispatcher (blank: alltoall; deepep with "
+                                    "DualPipe)", commands={'step'})
 
     def __post_init__(self):
         _check_fields(self)
@@ -247,29 +249,31 @@ class Layout:
     pp: int = _field(1, "--pp", "count", "pipeline stages, 1F1B schedule", unit="stages", label="Pipeline stages",
                      web={"type": "pow2", "min": 0, "max": 6}, commands={'step', 'memory'})
     interleave: int = _field(1, "--interleave", "count", "virtual pipeline chunks per GPU, Megatron-LM's interleaved "
-                             "schedule (1 = 1F1B)", unit="chunks",
-                             label="Interleaved chunks per stage", commands={'step'})
-    schedule: str = _field("1f1b", "--schedule", "choice",
-                           "pipeline schedule: 1f1b (interleaved with --interleave > 1) or dualpipe (DeepSeek-V3's "
-                           "bidirectional pipeline: a smaller bubble, a second copy of the parameters; even --pp and "
-                           "micro-batches)", choices=SCHEDULES,
-                           label="Pipeline schedule (dualpipe: an even pp ≥ 2 and an even number of micro-batches)",
-                           commands={'step'})
-    uneven_chunks: bool = _field(False, "--uneven-chunks", "flag",
-                                 "let the interleaved schedule's chunks hold unequal numbers of layers, as Megatron-Core's "
-                                 "--pipeline-model-parallel-layout or torch.distributed.pipelining stages do (e.g. "
-                                 "DeepSeek-V3's 61 layers over --pp 4 --interleave 8); each --pp × --interleave chunk "
-                                 "holds at least one layer, and the bubble waits for the largest chunk",
-                                 label="Chunks of unequal size (Megatron's pipeline layout, e.g. DeepSeek-V3's 61 layers)",
-                                 commands={'step'})
+                             "schedule (1 = 1F1B)", unit="chunks", label="Interleaved chunks per stage", commands={'step'})
+    schedule: str = _field("1f1b", "--schedule", "choice", "pipeline schedule: 1f1b (interleaved with --interleave > 1) "
+                           "or dualpipe (DeepSeek-V3's bidirectional pipeline: a smaller bubble, a second copy of the "
+                           "parameters; even --pp and micro-batches)", choices=SCHEDULES, commands={'step'},
+                           label="Pipeline schedule (dualpipe: an even pp ≥ 2 and an even number of micro-batches)")
+    uneven_chunks: bool = _field(False, "--uneven-chunks", "flag", "let the interleaved schedule's chunks hold unequal "
+                                 "numbers of layers, as Megatron-Core's --pipeline-model-parallel-layout or "
+                                 "torch.distributed.pipelining stages do (e.g. DeepSeek-V3's 61 layers over --pp 4 "
+                                 "--interleave 8); each --pp × --interleave chunk holds at least one layer, and the bubble "
+                                 "waits for the largest chunk", commands={'step'},
+                                 label="Chunks of unequal size (Megatron's pipeline layout, e.g. DeepSeek-V3's 61 layers)")
+    account_for_embedding_in_pipeline_split: bool = _field(False, "--account-for-embedding-in-pipeline-split", "flag", (
+        "Megatron-LM's flag: the input embedding counts as a layer of the pipeline split, the first stage holds one layer "
+        "fewer (e.g. 126 layers over --pp 16 --interleave 8)"), commands={'step'})     # not on the web form (yet)
+    account_for_loss_in_pipeline_split: bool = _field(False, "--account-for-loss-in-pipeline-split", "flag", (
+        "Megatron-LM's flag: the output layer and loss count as a layer of the pipeline split, the last stage holds one "
+        "layer fewer"), commands={'step'})
     cp: int = _field(1, "--cp", "count", "context-parallel ranks splitting the sequence", unit="GPUs",
                      label="Context-parallel ranks", web={"type": "pow2", "min": 0, "max": 5}, commands={'step'})
     ep: int = _field(1, "--ep", "count", "expert-parallel size: each GPU holds n_experts/ep routed experts; must divide "
                      "the experts, and ep × etp must divide tp·cp·dp", unit="GPUs",
                      label="Expert-parallel ranks (mixture of experts)", web={"type": "pow2", "min": 0, "max": 8},
                      commands={'step', 'memory'})
-    etp: int | None = _field(None, "--etp", "count?",
-                             "expert tensor-parallel size (Megatron's expert_tensor_parallel_size; default: --tp): each "
+    etp: int | None = _field(None, "--etp", "count?", "expert tensor-parallel size (Megatron's "
+                             "expert_tensor_parallel_size; default: --tp): each "
                              "expert's d_ff split over etp GPUs; with --framework megatron it may differ from --tp and "
                              "ep may reach tp·cp·dp (MoE Parallel Folding)", unit="GPUs",
                              label="Expert tensor-parallel ranks (blank = tp; another value with the Megatron framework)",
@@ -296,8 +300,7 @@ class Levers:
                             "activation recomputation: none, selective (the attention core, Korthikanti), full (each "
                             "block), selective-op (torchtitan's per-op policy: every second matmul and the elementwise "
                             "ops re-run), selective-layer (torchtitan's per-layer policy: every second block fully)",
-                            choices=RECOMPUTE_POLICIES, label="Activation recomputation",
-                            commands={'step', 'memory', 'fit'})
+                            choices=RECOMPUTE_POLICIES, label="Activation recomputation", commands={'step', 'memory', 'fit'})
     reserve: str | float = _field(
         "auto", "--reserve", "reserve",
         "bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (on NVIDIA and AMD GPUs what a "
@@ -347,9 +350,8 @@ class Kernels:
                               "with --framework megatron: reduce data-parallel gradients beside the last micro-batch's "
                               "backward (default: --overlap-grad-reduce, as Megatron Bridge's and NeMo's recipes set "
                               "it); --no-dp-overlap: after the last micro-batch, exposed (Megatron-LM's own default "
-                              "and its 2021 code)",
-                              label="Megatron: DP gradient reduce beside the last backward (off: --no-dp-overlap)",
-                              commands={'step'})
+                              "and its 2021 code)", commands={'step'},
+                              label="Megatron: DP gradient reduce beside the last backward (off: --no-dp-overlap)")
     pp_overlap: bool | None = _field(
         None, "--pp-overlap", "switch?", "run the pipeline's point-to-point sends beside the next chunk's computation "
         "(default: with --framework megatron and --interleave > 1, as Megatron Bridge sets overlap_p2p_comm and "

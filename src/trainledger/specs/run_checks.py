@@ -5,12 +5,14 @@ or the machine is here, and `resolve(model, hardware, run)` applies all of it at
 (account/) and every command receive a run that is whole and valid:
 - the layout against the model: tp divides the heads, pp at most the layers (`check_parallel`), ep and etp against
   the experts and the grid (`check_ep`), the pipeline schedule's divisibility rules (`schedule_problem`, with the
-  sources of each rule), DualPipe's (`dualpipe_problem`), cp dividing the sequence;
+  sources of each rule; with Megatron's --account-for-embedding/loss-in-pipeline-split, `split_problem` and
+  `pipeline_stage_layers`), DualPipe's (`dualpipe_problem`), cp dividing the sequence;
 - the layout against the GPU count: dp = num_gpus / (tp · pp · cp) and the micro-batches per step (`derive_layout`);
 - defaults that follow from the rest: the sequence length (the model's pre-training context), the precision recipe
   (amp-bf16; fp32 on a device without a bf16 peak), the ZeRO stage a user of the layout runs (`default_zero`), the
-  pipeline-send overlap (`pp_overlap_default`), whether the multi-token-prediction modules train (`mtp_modules`) and
-  the expert tensor parallelism (etp = tp).
+  pipeline-send overlap (`pp_overlap_default`), whether the multi-token-prediction modules train (`mtp_modules`),
+  the all-to-all's overlap and dispatcher (DualPipe's with --schedule dualpipe: `experts_defaults`) and the expert
+  tensor parallelism (etp = tp).
 Every error names the flag a user typed. account/ modules re-export these functions where they were first written.
 """
 
@@ -113,9 +115,12 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
 
 
 def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int,
-                     uneven_chunks: bool = False) -> str | None:
+                     uneven_chunks: bool = False, extras: int = 0) -> str | None:
     """Why (pp, interleave, micro_batches) is not a valid pipeline schedule for `n_layers` layers, or None if it is.
-    `uneven_chunks`: the interleaved schedule's chunks may hold unequal numbers of layers (module docstring)."""
+    `uneven_chunks`: the interleaved schedule's chunks may hold unequal numbers of layers (module docstring);
+    `extras`: how many of the embedding and the loss count as layers of the split (`split_problem`)."""
+    if extras:
+        return split_problem(n_layers, pp, interleave, micro_batches, uneven_chunks, extras)
     if pp > n_layers:
         return f"--pp {pp} stages need at least one layer each, but the model has {n_layers} layers"
     if interleave == 1:
@@ -138,21 +143,67 @@ def schedule_problem(n_layers: int, pp: int, interleave: int, micro_batches: int
     return None
 
 
+SPLIT_FLAGS = "--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split"
+
+
+def split_problem(n_layers: int, pp: int, interleave: int, micro_batches: int, uneven_chunks: bool,
+                  extras: int) -> str | None:
+    """schedule_problem with `extras` (1 or 2) of the embedding and the loss counted as layers of the split, as
+    Megatron-Core's TransformerConfig checks it (megatron/core/transformer/transformer_config.py: n_layers + extras
+    a multiple of pp · vp; transformer_block.py get_num_layers_to_build: the split is even, the first stage builds
+    one layer fewer for the embedding, the last one fewer for the loss): every chunk holds one of the n_layers + extras
+    units or more, so a chunk may hold the embedding or the loss alone (Llama 3.1 405B: 126 + 2 over PP 16 × VP 8)."""
+    units, chunks = n_layers + extras, pp * interleave
+    if pp < 2:
+        return f"{SPLIT_FLAGS} place the embedding or the loss in a pipeline split: they need --pp 2 or more"
+    if uneven_chunks:
+        return (f"{SPLIT_FLAGS} split the layers evenly; --uneven-chunks lays each chunk itself (Megatron-Core's "
+                "--pipeline-model-parallel-layout, which Megatron does not combine with them): use one or the other")
+    if units % chunks:
+        valid = [v for v in range(1, units // pp + 1) if units % (pp * v) == 0]
+        return (f"--pp {pp} × --interleave {interleave} = {chunks} model chunks must divide the {n_layers} layers + "
+                f"{extras} ({'the embedding and the loss' if extras == 2 else 'the embedding or the loss'}) = {units} "
+                f"units of the split ({SPLIT_FLAGS}, Megatron-Core); with --pp {pp} use --interleave "
+                f"{' or '.join(map(str, valid)) or '(none)'}")
+    if interleave > 1 and micro_batches % pp:
+        return (f"--interleave {interleave} needs a number of micro-batches that is a multiple of --pp {pp} "
+                f"(Megatron-LM's interleaved schedule), got {micro_batches} = global batch / (dp × --batch-size)")
+    return None
+
+
+def pipeline_stage_layers(n_layers: int, pp: int, embedding: bool = False, loss: bool = False) -> dict:
+    """Transformer layers on the first, a middle and the last pipeline stage, and the most any stage holds.
+
+    Without Megatron's split flags every stage is paced as ceil(n_layers / pp) layers (the embedding beside the first
+    stage's, the head and loss beside the last's). With --account-for-embedding-in-pipeline-split (`embedding`) and
+    --account-for-loss-in-pipeline-split (`loss`) the embedding and the output layer with the loss count as a layer
+    each: (n_layers + extras) / pp units per stage, the first stage one transformer layer fewer, the last one fewer
+    (megatron/core/transformer/transformer_block.py, get_num_layers_to_build)."""
+    if pp == 1:
+        return {"first": n_layers, "middle": n_layers, "last": n_layers, "most": n_layers}
+    per = -(-(n_layers + int(embedding) + int(loss)) // pp)
+    return {"first": per - int(embedding), "middle": per, "last": per - int(loss), "most": per}
+
+
 def _even_chunks(n_layers: int, chunks: int) -> bool:
     """Whether `n_layers` split into `chunks` equal model chunks, counting the embedding and the loss as a layer
     each where that helps (Megatron-LM's --account-for-embedding/loss-in-pipeline-split), never more chunks than layers."""
     return chunks <= n_layers and any((n_layers + extra) % chunks == 0 for extra in (0, 1, 2))
 
 
-def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int, uneven_chunks: bool = False) -> None:
+def check_schedule(n_layers: int, pp: int, interleave: int, micro_batches: int, uneven_chunks: bool = False,
+                   extras: int = 0) -> None:
     """Raise a TrainledgerError naming the flag when the schedule is invalid (`schedule_problem`)."""
-    problem = schedule_problem(n_layers, pp, interleave, micro_batches, uneven_chunks)
+    problem = schedule_problem(n_layers, pp, interleave, micro_batches, uneven_chunks, extras)
     if problem:
         raise TrainledgerError(problem)
 
 
-def even_chunks(n_layers: int, pp: int, interleave: int) -> bool:
-    """Whether the interleaved schedule's pp · v chunks hold equal numbers of layers (always with one chunk per stage)."""
+def even_chunks(n_layers: int, pp: int, interleave: int, extras: int = 0) -> bool:
+    """Whether the interleaved schedule's pp · v chunks hold equal numbers of layers (always with one chunk per stage;
+    with `extras` of the embedding and loss in the split, of n_layers + extras units)."""
+    if extras:
+        return (n_layers + extras) % (pp * interleave) == 0
     return interleave == 1 or _even_chunks(n_layers, pp * interleave)
 
 
@@ -229,6 +280,23 @@ class Resolved:
     micro_batches: int         # micro-batches per optimizer step on each data-parallel rank
 
 
+def split_extras(layout) -> int:
+    """How many of the embedding and the loss a layout counts as layers of its pipeline split (0, 1 or 2)."""
+    return int(layout.account_for_embedding_in_pipeline_split) + int(layout.account_for_loss_in_pipeline_split)
+
+
+def experts_defaults(experts, schedule: str):
+    """`experts` (specs.run.Experts) with the all-to-all's overlap and dispatcher decided: DualPipe's by default with
+    --schedule dualpipe (DeepSeek-V3, arXiv:2412.19437: Sec. 3.2.1, each forward chunk paired with a backward chunk of
+    the other direction "hides most of the communication", so the all-to-all is hidden, overlap 1; Sec. 3.2.2, the
+    token-based dispatch, each token over IB once per node then over NVLink: deepep), else exposed with Megatron's
+    alltoall dispatcher. What the user gave is kept."""
+    dual = schedule == "dualpipe"
+    overlap = experts.overlap if experts.overlap is not None else (1.0 if dual else 0.0)
+    dispatcher = experts.dispatcher if experts.dispatcher is not None else ("deepep" if dual else "alltoall")
+    return replace(experts, overlap=overlap, dispatcher=dispatcher)
+
+
 def default_precision(gpu) -> str:
     """The recipe a run gets when --precision is not given: amp-bf16; amp-fp16 on a GPU without bf16 but with fp16
     tensor cores (Turing, Volta: PyTorch AMP's fp16 with a grad scaler, what runs there); fp32 on a device without
@@ -260,7 +328,7 @@ def resolve(model, hardware, run) -> Resolved:
     check_ep(spec, lay.ep, dp, lay.tp, lay.cp, lay.etp, lay.sp, k.framework)
     mtp, pp_overlap = k.mtp, k.pp_overlap
     if transformer:
-        check_schedule(model.n_layers, lay.pp, lay.interleave, micro_batches, lay.uneven_chunks)
+        check_schedule(model.n_layers, lay.pp, lay.interleave, micro_batches, lay.uneven_chunks, split_extras(lay))
         mtp = mtp_modules(model, k.mtp, k.framework) > 0
     if lay.schedule == "dualpipe" and dualpipe_problem(lay.pp, lay.interleave, micro_batches):
         raise TrainledgerError(dualpipe_problem(lay.pp, lay.interleave, micro_batches), "--schedule")
@@ -273,6 +341,7 @@ def resolve(model, hardware, run) -> Resolved:
         pp_overlap = pp_overlap_default(k.framework, lay.pp, lay.interleave)
     resolved = replace(run, batch=replace(b, seq_len=seq_len, global_batch_size=global_batch),
                        numerics=replace(run.numerics, precision=precision),
-                       layout=replace(lay, dp=dp, zero=zero, etp=lay.tp if lay.etp is None else lay.etp),
+                       layout=replace(lay, dp=dp, zero=zero, etp=lay.tp if lay.etp is None else lay.etp,
+                                      experts=experts_defaults(lay.experts, lay.schedule)),
                        kernels=replace(k, mtp=bool(mtp) if mtp is not None else False, pp_overlap=pp_overlap))
     return Resolved(replace(hardware, num_gpus=num_gpus), resolved, micro_batches)

@@ -26,6 +26,8 @@ RUN_TOML = "run.toml"
 ONLY = {
     "layout.cp": (1, "context parallelism"), "layout.interleave": (1, "the interleaved pipeline schedule"),
     "layout.schedule": ("1f1b", "another pipeline schedule"), "layout.uneven_chunks": (False, "uneven pipeline chunks"),
+    "layout.account_for_embedding_in_pipeline_split": (False, "Megatron's split with the embedding as a layer"),
+    "layout.account_for_loss_in_pipeline_split": (False, "Megatron's split with the loss as a layer"),
     "layout.experts.imbalance": (1.0, "a routing imbalance (the trainer routes as its model does)"),
     "layout.experts.capacity_factor": (None, "a capacity factor (the trainer's MoE is dropless)"),
     "layout.experts.overlap": (0.0, "an overlapped all-to-all"),
@@ -36,6 +38,8 @@ ONLY = {
     "kernels.loss_upcast": (True, "the cross-entropy on 16-bit logits"),
     "kernels.mtp": (False, "multi-token-prediction modules"),
 }
+# unset in a run file: decided by the run's other settings (specs/run_checks.py), the trainer's value without them
+DECIDED_LATER = {"kernels.mtp", "layout.experts.overlap", "layout.experts.dispatcher"}
 
 
 def _at(run, path: str):
@@ -68,7 +72,7 @@ def values_of(path) -> dict:
     run, where = read.run, f"--config {path}"
     for key, (value, what) in ONLY.items():
         allowed = value if isinstance(value, tuple) else (value,)
-        if _at(run, key) not in allowed and not (key == "kernels.mtp" and _at(run, key) is None):
+        if _at(run, key) not in allowed and not (key in DECIDED_LATER and _at(run, key) is None):
             runs = " or ".join(f"{key} = {v!r}" for v in allowed)
             raise TrainledgerError(f"{where}: {key} = {_at(run, key)!r} asks for {what}, which `train` does not run "
                                    f"(it runs {runs}); `trainledger step --config` predicts it", "--config")

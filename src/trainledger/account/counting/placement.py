@@ -20,12 +20,17 @@ from trainledger.specs.run_checks import check_positive_int, check_parallel  # n
 from trainledger.account.counting.experts import routed_expert_params
 from trainledger.account.counting.params import norm_params, param_counts
 from trainledger.specs.model import CruncherSpec
+from trainledger.specs.run_checks import pipeline_stage_layers
 
 ZERO_STAGES = (0, 1, 2, 3)
 
-def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None) -> dict:
+def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None,
+                   split: tuple = (False, False)) -> dict:
     """Parameters (a count) one GPU holds before ZeRO: the heaviest pipeline stage, tensor-parallel parts divided by tp,
-    the routed experts' by etp·ep (expert tensor- and expert-parallel sizes; etp None: tp).
+    the routed experts' by etp·ep (expert tensor- and expert-parallel sizes; etp None: tp). `split`: (embedding, loss)
+    counted as layers of the pipeline split (Megatron's --account-for-*-in-pipeline-split: the first stage holds one
+    layer fewer beside the embedding, the last one fewer beside the head, a middle stage the (L + extras)/pp layers;
+    specs.run_checks.pipeline_stage_layers).
 
     Returns {"n_params_per_gpu", "stage", "layers_per_stage", "sharded", "replicated", "expert_params_per_gpu"}.
     """
@@ -46,18 +51,22 @@ def params_per_gpu(spec, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None 
     expert_down_biases = spec.n_moe_layers * spec.n_experts * d if spec.mlp_bias else 0
     experts_per_layer = (routed_expert_params(spec) - expert_down_biases) / L
     sharded_per_layer -= experts_per_layer * (1 - tp / (etp * ep))
-    per_stage = -(-L // pp)
+    counts = pipeline_stage_layers(L, pp, *split)
+    per_stage = counts["most"]
     embedding = c["token_embedding"]
     head = embedding if spec.tied_embeddings else c["lm_head"]
+    first, last = counts["first"], counts["last"]
     stages = {
-        "first": (per_stage * sharded_per_layer + embedding, per_stage * replicated_per_layer + c["position_embedding"]),
-        "last": (per_stage * sharded_per_layer + head, per_stage * replicated_per_layer + norm_params(spec)),
+        "first": (first * sharded_per_layer + embedding, first * replicated_per_layer + c["position_embedding"]),
+        "last": (last * sharded_per_layer + head, last * replicated_per_layer + norm_params(spec)),
     }
+    if any(split) and pp > 2:
+        stages["middle"] = (per_stage * sharded_per_layer, per_stage * replicated_per_layer)
     if pp == 1:
         stages = {"all": (L * sharded_per_layer + embedding + c["lm_head"],
                           L * replicated_per_layer + c["position_embedding"] + norm_params(spec))}
     name, (sharded, replicated) = max(stages.items(), key=lambda item: item[1][0] / tp + item[1][1])
-    layers = L if pp == 1 else per_stage
+    layers = L if pp == 1 else counts[name]
     return {"n_params_per_gpu": sharded / tp + replicated, "stage": name, "layers_per_stage": per_stage,
             "sharded": sharded, "replicated": replicated, "expert_params_per_gpu": layers * experts_per_layer / (etp * ep)}
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainledger.errors import TrainledgerError
+from trainledger.specs.run_checks import pipeline_stage_layers
 
 from trainledger.specs.run import RECOMPUTE_POLICIES as RECOMPUTE  # noqa: E402 (the run's vocabulary)
 
@@ -73,6 +74,7 @@ class ActivationShard:
     sp: bool = False
     pp: int = 1
     loss_upcast: bool = True
+    split: tuple = (False, False)       # (embedding, loss) as layers of the pipeline split (Megatron's flags)
 
     def __post_init__(self):
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--tp", self.tp),
@@ -90,7 +92,8 @@ class ActivationShard:
         sequence: a Cruncher's one "token"), recompute, flash, tp, sp, pp and loss upcast, computed in `precision`."""
         seq_len = run.batch.seq_len // run.layout.cp if run.batch.seq_len is not None else 1
         return cls(run.batch.batch_size, seq_len, precision, run.levers.recompute, run.kernels.flash, run.layout.tp,
-                   run.layout.sp, run.layout.pp, run.kernels.loss_upcast)
+                   run.layout.sp, run.layout.pp, run.kernels.loss_upcast,
+                   (run.layout.account_for_embedding_in_pipeline_split, run.layout.account_for_loss_in_pipeline_split))
 
     @property
     def n_tokens(self) -> int:
@@ -112,13 +115,16 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
     by tp; with sp everything is divided by tp. This is an extrapolation: only tp = 1 is measured.
     Pipeline (pp > 1), 1F1B schedule (Korthikanti Sec. 4.2.3): the first stage holds pp micro-batches of
     ceil(L/pp) layers (≈ L layers' worth, of the largest layer when layers differ) plus the embeddings; the
-    head and loss live on the last stage; the total is the larger of the two stages.
+    head and loss live on the last stage; the total is the larger of the two stages. With Megatron's
+    --account-for-embedding/loss-in-pipeline-split (`shard.split`) the first and the last stage hold one layer fewer
+    (specs.run_checks.pipeline_stage_layers), and the second stage, pp − 1 micro-batches of a full stage's layers,
+    may then hold more than the first (it counts as the first stage's part).
     `loss_upcast` False: the cross-entropy runs on the logits in the matmul dtype, as the model returns them
     (NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False): F.cross_entropy without logits.float()), so the
     log-softmax it saves is N·V·a bytes instead of N·V·4 (`loss_bytes`).
     """
     batch_size, seq_len, precision, recompute = shard.batch_size, shard.seq_len, shard.precision, shard.recompute
-    tp, sp, pp, flash, loss_upcast = shard.tp, shard.sp, shard.pp, shard.flash, shard.loss_upcast
+    tp, sp, pp, flash, loss_upcast, split = shard.tp, shard.sp, shard.pp, shard.flash, shard.loss_upcast, shard.split
     if getattr(spec, "kind", None) == "cruncher":
         return _cruncher(spec, batch_size, precision)
     a, r, w = recipe_bytes(precision)
@@ -132,9 +138,12 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
     layer = _Layer(spec, batch_size, seq_len, precision, recompute, flash)
     per_group = [(layer.bytes(i, shard), count) for i, count in spec.layer_groups()]
     per_layer = max(b for b, _ in per_group)
-    layers_per_stage = -(-spec.n_layers // pp)                # ceil(L / pp)
-    # 1F1B: stage 0 holds pp micro-batches of its layers; with pp = 1 that is every layer, each as it is
+    counts = pipeline_stage_layers(spec.n_layers, pp, *split)       # ceil(L / pp) each without the split flags
+    layers_per_stage = counts["first"]
+    # 1F1B: stage 0 holds pp micro-batches of its layers; with pp = 1 that is every layer, each as it is. With the
+    # embedding as a layer of the split, stage 1 (pp − 1 micro-batches of one layer more) may hold more
     layers = sum(b * count for b, count in per_group) if pp == 1 else per_layer * layers_per_stage * pp
+    second = per_layer * counts["middle"] * (pp - 1) if pp > 2 and split[0] else 0.0
 
     # --- outside the layers ----------------------------------------------------------------------
     embeddings = T * _INDEX if spec.position == "learned" else 0            # position ids arange(T)
@@ -150,13 +159,13 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
     # blocks (full recompute) they are remade in backward, so only the LM head's copy stays
     copied = spec.d_model * spec.vocab_size if recompute == "full" else _matmul_params(spec)
     weight_copies = shard(w * copied) / pp if w else 0
-    first_stage = layers + embeddings + rope + masks
-    last_stage = per_layer * layers_per_stage + rope + masks + final_norm + head_input + head_logits + loss
+    first_stage = max(layers + embeddings, second) + rope + masks
+    last_stage = per_layer * counts["last"] + rope + masks + final_norm + head_input + head_logits + loss
     if pp == 1:
         first_stage, last_stage = first_stage + final_norm + head_input + head_logits + loss, 0
     parts = {
         "per_layer": per_layer,
-        "layers": layers,
+        "layers": max(layers, second),
         "embeddings": embeddings,
         "rope": rope,
         "masks": masks,

@@ -198,7 +198,8 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         spec = None
     else:
         total_params = param_counts(spec)["n_params"]
-        placement = params_per_gpu(spec, tp, pp, ep, etp)
+        placement = params_per_gpu(spec, tp, pp, ep, etp, (lay.account_for_embedding_in_pipeline_split,
+                                                           lay.account_for_loss_in_pipeline_split))
         per_gpu = placement["n_params_per_gpu"]
         # what divided by dp gives this GPU's ZeRO shard, dense/dp + experts/EDP
         sharded_per_gpu = dp * zero_shard_params(placement, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)

@@ -75,6 +75,7 @@ CALLS_FORWARD, CALLS_BACKWARD = 2, 2
 SYNCS_FORWARD = 1
 # "alltoall": Megatron's MoEAlltoAllTokenDispatcher (one copy per routed expert); the others token-based (docstring)
 from trainledger.specs.run import DISPATCHERS  # noqa: E402 (the run's vocabulary)
+from trainledger.specs.run_checks import experts_defaults  # noqa: E402 (unset overlap/dispatcher: the schedule's)
 # SMs DeepEP's kernels hold while they run: "DeepEP uses 20 SMs per GPU" (arXiv:2603.07685 Sec. 4.2.3), as
 # DeepSeek-V3's own dispatch ("only 20 SMs are sufficient", arXiv:2412.19437 Sec. 3.2.2). HybridEP's is not published.
 DEEPEP_SMS = 20
@@ -212,7 +213,7 @@ def expert_parallel_per_micro_batch(spec, gpu, shard, run, *, moe_layers: float,
     "overlap_seconds" (compute lost beside the hidden all-to-alls, included in ep_comm)}.
     """
     lay, recompute = run.layout, run.levers.recompute
-    ep, etp, ex = lay.ep, lay.etp, lay.experts
+    ep, etp, ex = lay.ep, lay.etp, experts_defaults(lay.experts, lay.schedule)   # an unresolved run: as resolve() does
     imbalance, capacity_factor, overlap, dispatcher = ex.imbalance, ex.capacity_factor, ex.overlap, ex.dispatcher
     check_expert_options(imbalance, capacity_factor, overlap, dispatcher)
     load = imbalance if capacity_factor is None else min(imbalance, capacity_factor)

@@ -27,24 +27,33 @@ searches one. The rules, with where each is enforced in Megatron-LM (github.com/
   NeMo Automodel's `layers_per_stage` (torch.distributed.pipelining stages of any size) lift the equal-chunk rule:
   every chunk holds at least one layer, pp · v ≤ n_layers; the other rules stay. The fullest stage still holds
   ceil(n_layers / pp) layers (a balanced split), and the largest chunk ceil(n_layers / (pp · v)).
+- Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (`split_problem`): the
+  embedding and the loss count as a layer each, n_layers + extras must divide into pp · v equal chunks, and a chunk
+  may then hold the embedding or the loss alone (more chunks than transformer layers: Llama 3.1 405B's 126 layers
+  over PP 16 × VP 8; Llama 3, arXiv:2407.21783 Sec. 3.3.2: "the first model chunk on the first stage has only the
+  embedding, and the last model chunk on the last stage has only output projection and loss calculation"). The
+  first stage holds one transformer layer fewer, the last one fewer (`pipeline_stage_layers`), and the step is
+  paced by the slowest of the first (its layers and the embedding), a middle (all its layers) and the last stage
+  (its layers, the head and the loss).
 """
 
 from __future__ import annotations
 
 # the rules are checked with the run (specs/run_checks.py), where these functions now live
 from trainledger.specs.run_checks import (_even_chunks, check_schedule, derive_layout, dualpipe_problem,  # noqa: F401
-                                          even_chunks, schedule_problem)
+                                          even_chunks, pipeline_stage_layers, schedule_problem, split_problem)
 
 
 
-def chunk_share(n_layers: int, pp: int, interleave: int) -> float:
-    """The largest model chunk's share of its stage's layers: 1/v when the layers split into equal chunks
-    (`_even_chunks`), else ceil(n_layers / (pp·v)) / ceil(n_layers / pp) (a balanced uneven split).
+def chunk_share(n_layers: int, pp: int, interleave: int, extras: int = 0) -> float:
+    """The largest model chunk's share of its stage's layers: 1/v when the layers (with `extras` of the embedding and
+    the loss counted in the split: the units) split into equal chunks (`even_chunks`), else ceil(n_layers / (pp·v)) /
+    ceil(n_layers / pp) (a balanced uneven split).
 
     Each of the pp − 1 hops that fill and drain an interleaved pipeline waits for one chunk's forward or backward
     (Narayanan et al. 2021, Sec. 2.2.2: a bubble of (p − 1)/v stage-passes per step with equal chunks); with
     unequal chunks we charge every hop the largest chunk, an upper bound."""
-    if even_chunks(n_layers, pp, interleave):
+    if even_chunks(n_layers, pp, interleave, extras):
         return 1 / interleave
     return -(-n_layers // (pp * interleave)) / -(-n_layers // pp)
 

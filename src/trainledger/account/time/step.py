@@ -63,7 +63,9 @@ from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.account.time.roofline import kernel_seconds
 from trainledger.account.time.shard import Shard
 from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_share, derive_layout,  # noqa: F401
-                                               dualpipe_bubble_seconds, dualpipe_problem, even_chunks)
+                                               dualpipe_bubble_seconds, dualpipe_problem, even_chunks,
+                                               pipeline_stage_layers)
+from trainledger.specs.run_checks import split_extras
 from trainledger.account.time import folding
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
@@ -173,7 +175,8 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     if not isinstance(spec, TransformerSpec):
         raise TrainledgerError(f"step times a Transformer; '{spec.name}' is a {getattr(spec, 'kind', 'model')}",
                                "--model")
-    share = chunk_share(spec.n_layers, pp, interleave)
+    extras = split_extras(lay)          # Megatron's --account-for-embedding/loss-in-pipeline-split (schedule.py)
+    share = chunk_share(spec.n_layers, pp, interleave, extras)
     n_mtp = mtp_modules(spec, kernels.mtp, framework)
     pp_hidden = bool(kernels.pp_overlap) and pp > 1
     recipe, opt = get_recipe(run.numerics.precision), get_optimizer(run.numerics.optimizer)
@@ -216,12 +219,16 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         _add(layer, {k: part[k] for k in ("compute", "attention", "memory_bound", "overhead")})
     _add(layer, per_layer)
 
-    # 3. the pipeline: the slower of the first and the last stage sets the pace
-    layers_per_stage = -(-spec.n_layers // pp)
-    stage_layers = spec.n_layers if pp == 1 else layers_per_stage
-    first, last = {}, {}
+    # 3. the pipeline: the slowest of the first, a middle and the last stage sets the pace (a middle stage holds more
+    # layers than the ends only when the embedding or the loss counts as a layer of the split: pipeline_stage_layers)
+    split = (lay.account_for_embedding_in_pipeline_split, lay.account_for_loss_in_pipeline_split)
+    counts = pipeline_stage_layers(spec.n_layers, pp, *split)
+    layers_per_stage = counts["most"]
+    stage_layers = spec.n_layers if pp == 1 else counts["first"]
+    first, last, middle = {}, {}, {}
     _add(first, layer, stage_layers)
-    _add(last, layer, stage_layers)
+    _add(last, layer, counts["last"])
+    _add(middle, layer, counts["middle"])
     for name in ("embedding_forward", "embedding_backward"):
         _add(first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
     if pp > 1 and spec.n_mtp_layers and framework == "megatron":
@@ -231,8 +238,11 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         _add(last, layer, last_stage_layers(spec.n_layers, pp, spec.n_mtp_layers))
     for name in ("head_forward", "head_backward") + (("mtp_forward", "mtp_backward") if n_mtp else ()):
         _add(last if pp > 1 else first, {k: edges[name][k] for k in ("compute", "attention", "memory_bound", "overhead")})
-    stage = max((first, last) if pp > 1 else (first,), key=lambda s: sum(s.values()))
-    placement = params_per_gpu(spec, tp, pp, ep, etp)
+    stages = [(first, stage_layers)] + ([(last, counts["last"])] if pp > 1 else []) + (
+        [(middle, counts["middle"])] if pp > 2 and extras else [])
+    stage, paced = max(stages, key=lambda item: sum(item[0].values()))
+    stage_layers = paced if extras else stage_layers     # without the split flags: ceil(L/pp), as every stage
+    placement = params_per_gpu(spec, tp, pp, ep, etp, split)
     dense, experts_pg = expert_params_split(placement, ep, etp, tp)    # over DP, and over EDP
     step_comm = comm_mod.step_collectives(spec, shard, run, style=style, micro_batches=m, gpus_per_node=gpn,
                                           layers_per_stage=layers_per_stage, params_per_gpu=dense
@@ -329,7 +339,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         "collectives": [dict(c.to_dict(), seconds=s) for c, s in records],
         "compute_precision": compute, "straggler_slowdown": straggler, "ep": ep, "etp": tp if etp is None else etp,
         "tp_overlap": kernels.tp_overlap, "dp_overlap": kernels.dp_overlap, "pp_overlap": pp_hidden,
-        "schedule": lay.schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave),
+        "schedule": lay.schedule, "uneven_chunks": not even_chunks(spec.n_layers, pp, interleave, extras),
         "mtp_modules": n_mtp, "mla": spec.is_mla,
         "expert_parallel": dict(experts, per_step_calls=experts["calls"] * m, bytes_sent_per_step=experts["bytes_sent"] * m,
                                 imbalance=ex.imbalance, capacity_factor=ex.capacity_factor, overlap=ex.overlap,

@@ -4,7 +4,8 @@ source: the table of docs/time.md ("Time at scale") and the rows account/validat
 A row: source, label, framework kind ("megatron", "pytorch", or "deepspeed" for Megatron-DeepSpeed, which no
 --framework models: its rows count in the table but never in the interval of a `--framework megatron` answer), gpu, gpu_kind (a100, hopper), num_gpus,
 predicted_step_seconds, published_step_seconds and error = predicted / published − 1 of the step (positive: the
-prediction is slower than the run; negative: optimistic). Steps come from the published figure as printed:
+prediction is slower than the run; negative: optimistic), publication (the document: a source of the dense table, the
+document of an MoE set) and software_year (the year of the code it ran). Steps come from the published figure as printed:
 seconds per iteration (Korthikanti Table 5), tokens/s per GPU (torchtitan: step = tokens per step / (tokens/s per
 GPU · GPUs)), TFLOP/s per GPU (Narayanan: step = their Eq. 3 FLOPs / (TFLOP/s · GPUs)), MFU (Llama 3 Table 4: the step error is published MFU / predicted MFU − 1).
 """
@@ -23,6 +24,19 @@ SOURCES = {
     "torchtitan-a100": "pytorch/torchtitan docs/performance.md (A100 version, 2024-08): FSDP2 on 64 A100 80GB",
     "torchtitan-h100": "pytorch/torchtitan docs/performance.md (2024-12; arXiv:2410.06511): H100 96GB HBM2e at 500 W",
 }
+# The year of the code each source ran (its software era, account/validation/interval.py ERAS): Narayanan's Megatron-LM
+# of 2021 (commit aed2f75 era), MT-NLG's Megatron-DeepSpeed of 2021, Korthikanti's Megatron-LM of 2022, Llama 3's
+# and torchtitan's stacks of 2024, the MoE runs' Megatron Bridge / Megatron-Core / NeMo Automodel of 2025-26.
+SOFTWARE_YEAR = {"korthikanti": 2022, "narayanan": 2021, "mt-nlg": 2021, "llama3": 2024, "torchtitan-a100": 2024,
+                 "torchtitan-h100": 2024}
+MOE_SOFTWARE_YEAR = 2025
+# The publication each MoE set comes from: rows of one document share its biases, so the interval's check holds a
+# whole document out at once (interval_check.leave_one_source_out). The Megatron Bridge summary's 25.11 and 26.02
+# tables are one document.
+MOE_PUBLICATION = {"TAKEN": "megatron-bridge summary", "ASIDE": "megatron-bridge summary",
+                   "FP8_TAKEN": "megatron-bridge summary", "FP8_ASIDE": "megatron-bridge summary",
+                   "DEEPSEEK_MTP": "megatron-bridge summary", "SKILL_RUN": "megatron-bridge SKILL.md",
+                   "AUTOMODEL": "nemo automodel", "REPORT": "megatron-core moe report"}
 
 
 def gpu_kind(gpu_name: str) -> str:
@@ -77,10 +91,11 @@ def moe_rows() -> tuple[dict, ...]:
     Framework kind "megatron", but "pytorch" for Automodel's (PyTorch FSDP2, set AUTOMODEL). Kept apart from
     published_rows (dense), whose table issue 27 reports."""
     from trainledger.account.validation import moe
-    return tuple(_row(f"moe {r['set']}", f"{r['model']} on {r['num_gpus']} {r['gpu']}, {r['precision']}",
-                      "pytorch" if r["set"] == "AUTOMODEL" else "megatron",
-                      r["gpu"], r["num_gpus"], 1 / r["predicted_tokens_per_s_per_gpu"],
-                      1 / r["published_tokens_per_s_per_gpu"]) for r in moe.all_cases())
+    return tuple(dict(_row(f"moe {r['set']}", f"{r['model']} on {r['num_gpus']} {r['gpu']}, {r['precision']}",
+                           "pytorch" if r["set"] == "AUTOMODEL" else "megatron",
+                           r["gpu"], r["num_gpus"], 1 / r["predicted_tokens_per_s_per_gpu"],
+                           1 / r["published_tokens_per_s_per_gpu"]),
+                      publication=MOE_PUBLICATION[r["set"]], software_year=MOE_SOFTWARE_YEAR) for r in moe.all_cases())
 
 
 def published_runs() -> list:
@@ -114,9 +129,12 @@ def every_run() -> list:
 
 
 def _row(source, label, framework, gpu, num_gpus, predicted, published, cli=None) -> dict:
+    """A row (module docstring); `publication` (the document, for holding a source out) and `software_year` (the
+    year of the code it ran) of a dense source are its own."""
     return {"source": source, "label": label, "framework_kind": framework, "gpu": gpu, "gpu_kind": gpu_kind(gpu),
             "num_gpus": num_gpus, "predicted_step_seconds": predicted, "published_step_seconds": published,
-            "error": predicted / published - 1, "cli": cli}
+            "error": predicted / published - 1, "cli": cli, "publication": source,
+            "software_year": SOFTWARE_YEAR.get(source, MOE_SOFTWARE_YEAR)}
 
 
 def per_source(rows=None, within: float = 0.15) -> dict:

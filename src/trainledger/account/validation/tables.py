@@ -49,21 +49,46 @@ def per_source() -> str:
 
 
 def published() -> str:
-    """Every dense published run: its step, ours, the error and the interval built without it (leave-one-out)."""
+    """Every dense published run: its step, ours, the error and the interval built without its source (the honest
+    check: interval_check.leave_one_source_out), with the leave-one-row-out coverage beside it."""
     from trainledger.account.validation.interval import leave_one_out
+    from trainledger.account.validation.interval_check import leave_one_source_out
     from trainledger.account.validation.published import published_rows
     runs = published_rows()
-    checks = leave_one_out(runs)
+    held = {c["label"]: c for g in leave_one_source_out(runs) if g["by"] == "source" for c in g["checks"]}
+    checks = [held[run["label"]] for run in runs]
     rows = [[run["source"], run["label"], f"{run['num_gpus']:,}", _seconds(run["published_step_seconds"]),
              _seconds(run["predicted_step_seconds"]), _pct(run["error"]),
              f"{_seconds(check['low'])} … {_seconds(check['high'])} ({check['rows']} runs)",
              "yes" if check["inside"] else "no"] for run, check in zip(runs, checks)]
     inside = sum(c["inside"] for c in checks)
     width = statistics.median(c["width"] for c in checks)
+    loo = leave_one_out(runs)
     return (_rows(["source", "run", "GPUs", "published step", "predicted", "error",
-                   "interval built without this row", "inside"], rows)
-            + f"\n\nLeave-one-out: the published step lies inside its interval for {inside} of {len(checks)} "
-              f"({100 * inside / len(checks):.0f} %), median width {100 * width:.0f} % of the step.")
+                   "interval built without this row's source", "inside"], rows)
+            + f"\n\nLeave-one-source-out: the published step lies inside its interval for {inside} of {len(checks)} "
+              f"({100 * inside / len(checks):.0f} %), median width {100 * width:.0f} % of the step. Leave-one-row-out "
+              f"(its source's other rows in): {sum(c['inside'] for c in loo)} of {len(loo)}, median width "
+              f"{100 * statistics.median(c['width'] for c in loo):.0f} %.")
+
+
+def interval_sources() -> str:
+    """Leave-one-source-out coverage of the interval: every publication, then every framework kind, held out in
+    turn, dense and MoE pools; and whether a headline moved by the neighbours' mean would have helped."""
+    from trainledger.account.validation.interval_check import headline_check, leave_one_source_out
+    rows = []
+    for pool, moe in (("dense", False), ("MoE", True)):
+        for g in leave_one_source_out(moe=moe):
+            rows.append([pool, g["by"], g["held_out"], str(g["n"]), f"{g['inside']} ({100 * g['coverage']:.0f} %)",
+                         f"{100 * g['median_width']:.0f} %", str(g["widened"])])
+    lines = []
+    for pool, moe in (("dense", False), ("MoE", True)):
+        h = headline_check(moe=moe)
+        lines.append(f"{pool}: the {h['publications']} publications' mean ln(predicted / published), rms "
+                     f"{100 * h['raw']:.1f} % about the model's own estimate, {100 * h['moved']:.1f} % about the estimate "
+                     f"moved by the other publications' neighbours' mean")
+    return (_rows(["pool", "held out by", "held out", "runs", "inside", "median width", "widened"], rows)
+            + "\n\nHeadline check (interval_check.headline_check): " + "; ".join(lines) + ".")
 
 
 def korthikanti() -> str:
@@ -119,6 +144,7 @@ def moe() -> str:
     """The published mixture-of-experts runs, by set: how many within 20 % of the published tokens/s per GPU."""
     from trainledger.account.validation import moe as v
     from trainledger.account.validation.interval import leave_one_out
+    from trainledger.account.validation.interval_check import leave_one_source_out
     cases = v.all_cases()
     rows = []
     for name in dict.fromkeys(c["set"] for c in cases):
@@ -131,12 +157,15 @@ def moe() -> str:
     checks = leave_one_out(moe=True)
     inside = sum(c["inside"] for c in checks)
     width = statistics.median(c["width"] for c in checks)
+    held = [c for g in leave_one_source_out(moe=True) if g["by"] == "source" for c in g["checks"]]
     return (_rows(["set", "runs", "within 20 %", "median error", "range"], rows)
             + f"\n\nLeave-one-out over the {len(checks)}: inside for {inside} ({100 * inside / len(checks):.0f} %), "
-              f"median width {100 * width:.0f} % of the step.")
+              f"median width {100 * width:.0f} % of the step; each publication held out in turn: inside for "
+              f"{sum(c['inside'] for c in held)} of {len(held)}, median width "
+              f"{100 * statistics.median(c['width'] for c in held):.0f} %.")
 
 
-TABLES = {"per-source": per_source, "published": published, "korthikanti": korthikanti, "llama3": llama3,
+TABLES = {"per-source": per_source, "published": published, "interval-sources": interval_sources, "korthikanti": korthikanti, "llama3": llama3,
           "torchtitan": torchtitan, "fp8": fp8, "moe": moe}
 
 

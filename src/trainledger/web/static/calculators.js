@@ -67,7 +67,13 @@
     render(calc, body) {
       const out = clear(calc.out);
       const best = body.layout && typeof body.layout === "object" ? body.layout : null;
-      out.append(headline("Time to train:", "train_days", body.train_days, (d) => `${Fmt.sig(d, 4)} days`),
+      const days = (d) => `${Fmt.sig(d, 4)} days`;
+      out.append(headline("Time to train:", "train_days", body.train_days, days),
+        ...(body.interval_words ? [el("p", { class: "interval" }, [  // --mfu auto: the error bar of its layout's step
+          "expect ", valueNode("train_days_low", body.train_days_low, days), " … ",
+          valueNode("train_days_high", body.train_days_high, days), " (",
+          valueNode("gpu_hours_low", body.gpu_hours_low, Fmt.count), " … ",
+          valueNode("gpu_hours_high", body.gpu_hours_high, Fmt.count), ` GPU-hours): ${body.interval_words}`])] : []),
         resultList([
           { label: "MFU of the fastest layout (--mfu auto)", path: "mfu", value: best ? body.mfu : undefined, format: Fmt.percent },
           { label: "parameters", path: "n_params", value: body.n_params, format: Fmt.count },
@@ -81,7 +87,8 @@
           { label: "deadline", path: "deadline_seconds", value: body.deadline_seconds, format: Fmt.seconds },
           { label: "GPUs needed for the deadline", path: "gpus_needed", value: body.gpus_needed, format: Fmt.exact },
           ...otherNumbers(body, ["n_params", "n_tokens", "flops_per_token", "train_flops", "peak_flops_per_s", "flops_per_day",
-                                 "train_seconds", "train_days", "gpu_hours", "num_gpus", "mfu", "seq_len", "deadline_seconds", "gpus_needed"]),
+                                 "train_seconds", "train_days", "gpu_hours", "num_gpus", "mfu", "seq_len", "deadline_seconds", "gpus_needed",
+                                 "train_days_low", "train_days_high", "gpu_hours_low", "gpu_hours_high"]),
         ]), ...(best ? [layoutLine(best, "layout.", "fastest layout:")] : []), assumptions(body));
       calc.section.querySelector(".formula-numbers").textContent =
         `${Fmt.flops(body.train_flops)} FLOPs = ${Fmt.flops(body.flops_per_token)} × ${Fmt.count(body.n_tokens)} tokens;  ` +
@@ -555,8 +562,10 @@
       const parts = Object.entries(body.breakdown || {}).map(([k, v]) => ({ label: partOf(k), value: v }));
       out.append(headline("One step:", "step_seconds", body.step_seconds, Fmt.seconds),
         ...(body.interval_words ? [el("p", { class: "interval" }, [  // the error bar of account/validation/interval.py
-          valueNode("step_seconds_low", body.step_seconds_low, Fmt.seconds), " … ",
-          valueNode("step_seconds_high", body.step_seconds_high, Fmt.seconds), ` (${body.interval_words})`])] : []),
+          "expect ", valueNode("step_seconds_low", body.step_seconds_low, Fmt.seconds), " … ",
+          valueNode("step_seconds_high", body.step_seconds_high, Fmt.seconds), " per step (",
+          valueNode("tokens_per_s_low", body.tokens_per_s_low, Fmt.count), " … ",
+          valueNode("tokens_per_s_high", body.tokens_per_s_high, Fmt.count), ` tokens/s): ${body.interval_words}`])] : []),
         el("p", { class: body.fits ? "verdict-fits" : "verdict-oom" },
           [valueNode("memory_bytes", body.memory_bytes, Fmt.bytes), ` per GPU of ${Fmt.bytes(body.memory_per_gpu_bytes)}: `,
            valueNode("fits", body.fits, (f) => (f ? "fits" : "does not fit"))]),
