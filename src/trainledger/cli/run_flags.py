@@ -63,7 +63,7 @@ def _type(setting):
     from trainledger.cli.experts import unit_interval
     kind = setting.kind.rstrip("?")
     return {"count": common.positive_int, "positive": common.positive_float, "at_least_one": common.positive_float,
-            "fraction": unit_interval, "reserve": reserve_choice, "zero": int, "name": str,
+            "fraction": unit_interval, "reserve": reserve_choice, "zero": int, "name": str, "roles": str,
             "choice": str.lower if setting.choices and all(isinstance(c, str) for c in setting.choices) else None}[kind]
 
 
@@ -172,7 +172,8 @@ def _metavar(s) -> str | None:
     kind = s.kind.rstrip("?")
     if kind == "choice" and len(s.choices) > 5:
         return "NAME"
-    return {"reserve": "SIZE", "count": "N", "positive": "X", "at_least_one": "X", "fraction": "F"}.get(kind)
+    return {"reserve": "SIZE", "count": "N", "positive": "X", "at_least_one": "X", "fraction": "F",
+            "roles": "ROLES"}.get(kind)
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:

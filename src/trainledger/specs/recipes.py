@@ -104,6 +104,7 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in [
 # second moment. Shazeer & Stern 2018, "Adafactor" (arXiv:1804.04235), Sec. 3 and Alg. 4.
 # 8-bit Adam: both states in 1 byte with block-wise quantization, one fp32 absmax scale per block of
 # 2048 elements. Dettmers et al. 2021, "8-bit Optimizers via Block-wise Quantization" (arXiv:2110.02861), Sec. 2.
+ADAMW8_BLOCK_SIZE = 256     # torchao AdamW8bit and bitsandbytes' 8-bit optimizers (optimizer.py: blocksize = 256)
 ADAM8_BLOCK_SIZE = 2048
 
 OPTIMIZERS: dict[str, OptimizerRecipe] = {o.name: o for o in [
@@ -126,6 +127,17 @@ OPTIMIZERS: dict[str, OptimizerRecipe] = {o.name: o for o in [
     OptimizerRecipe("adam-8bit", 2, state_bytes_per_element=1, overhead_bytes_per_element=4 / ADAM8_BLOCK_SIZE,
                     description="8-bit Adam: 2 states × 1 byte + one fp32 scale per 2048-element block",
                     source="Dettmers et al. 2021 (arXiv:2110.02861), block-wise quantization, block size 2048"),
+    OptimizerRecipe("adamw-8bit", 2, state_bytes_per_element=1, overhead_bytes_per_element=4 / ADAMW8_BLOCK_SIZE,
+                    description="8-bit AdamW as the libraries store it: 2 states × 1 byte + one fp32 absmax per "
+                                "256-element block of each (tensors under 4096 values keep fp32 states)",
+                    source="torchao.optim.AdamW8bit (OptimState8bit, block_size=256, quantizes tensors >= 4096 "
+                           "values); bitsandbytes AdamW8bit (init_state: absmax1/absmax2 per 256-block, "
+                           "min_8bit_size=4096)"),
+    OptimizerRecipe("paged-adamw-8bit", 2, state_bytes_per_element=1, overhead_bytes_per_element=4 / ADAMW8_BLOCK_SIZE,
+                    description="bitsandbytes' PagedAdamW8bit: adamw-8bit's states in CUDA unified memory, which "
+                                "the driver pages out to host memory under GPU memory pressure",
+                    source="bitsandbytes PagedAdamW8bit (is_paged=True: get_state_buffer -> cuda managed memory); "
+                           "Dettmers et al. 2023 (arXiv:2305.14314) Sec. 3, paged optimizers"),
 ]}
 
 

@@ -7,7 +7,9 @@ Every question trainledger answers is about one run: a model (specs.model.Transf
 - `Numerics`: the precision recipe and the optimizer (specs/recipes.py);
 - `Layout`: data parallelism (dp, ZeRO and FSDP2's options), tensor (tp, sp), pipeline (pp, interleave, schedule,
   uneven chunks), context (cp) and expert parallelism (ep, etp and the routing options);
-- `Levers`: what trades time for memory (activation recomputation) and the memory kept back (reserve);
+- `Finetune`: what is trained: every weight, or LoRA adapters beside a frozen (maybe quantized) base;
+- `Levers`: what trades time for memory (recomputation, the optimizer step in backward, offloading to the host,
+  a chunked loss) and the memory kept back (reserve);
 - `Kernels`: which kernels run and how: flash attention, the FLOP convention, torch.compile, the framework, the
   overlap switches, the loss upcast, the multi-token-prediction modules and whose synchronizations end a step.
 
@@ -28,8 +30,8 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from trainledger.errors import TrainledgerError
 from trainledger.specs.recipes import OPTIMIZERS, RECIPES
 from trainledger.specs.run_setting import (  # noqa: F401 (the settings' vocabularies and checks, re-exported)
-    DISPATCHERS, FRAMEWORKS, FSDP_ACCUMULATE, FSDP_IMPLS, FSDP_PARAM_DTYPES, FSDP_REDUCE_DTYPES, LARGEST_INT, LOOPS,
-    RECOMPUTE_POLICIES, RESERVE_WORDS, RUN_COMMANDS, RUN_FILE_VERSION, SCHEDULES, Setting, _check_fields, _field,
+    CPU_OFFLOAD, DISPATCHERS, FINETUNE_METHODS, FRAMEWORKS, FSDP_ACCUMULATE, FSDP_IMPLS, FSDP_PARAM_DTYPES, FSDP_REDUCE_DTYPES, LARGEST_INT, LOOPS,
+    LORA_ROLES, QUANTIZE, RECOMPUTE_POLICIES, RESERVE_WORDS, RUN_COMMANDS, RUN_FILE_VERSION, SCHEDULES, Setting, _check_fields, _field,
     _is_int, _is_number, check_value, setting)
 
 
@@ -195,15 +197,76 @@ class Layout:
         return self.tp * self.pp * self.cp
 
 
+_FT = {'step', 'memory', 'layout', 'plan', 'fit', 'profile'}
+
+
+@dataclass(frozen=True)
+class Finetune:
+    """What the run trains: every weight (full), or LoRA adapters (Hu et al. 2021, arXiv:2106.09685) beside the
+    frozen base, which QLoRA stores in 4 bits (Dettmers et al. 2023, arXiv:2305.14314)."""
+
+    method: str = _field("full", "--finetune", "choice", "full: train every weight (default); lora: low-rank adapters "
+                         "beside the frozen base; qlora: LoRA on a double-quantized NF4 base (--quantize nf4-dq)",
+                         choices=FINETUNE_METHODS, commands=_FT)
+    lora_rank: int = _field(8, "--lora-rank", "count", "adapter rank r (with --finetune lora/qlora)", unit="rank",
+                            commands=_FT)
+    lora_alpha: float = _field(16.0, "--lora-alpha", "positive", "alpha: the adapters are scaled by alpha / r",
+                               commands=_FT)
+    lora_targets: str = _field("q,v", "--lora-targets", "roles", "the Linears that get adapters: comma-separated "
+                               f"roles {','.join(LORA_ROLES)} mapped onto the family's modules, or all-linear (every "
+                               "Linear but the output head, as PEFT)", commands=_FT)
+    quantize: str | None = _field(None, "--quantize", "choice?", "storage of the frozen base weights: nf4 (4-bit, an "
+                                  "fp32 absmax per 64), nf4-dq (absmax double-quantized), int8 (default: nf4-dq with "
+                                  "--finetune qlora, else none)", choices=QUANTIZE, commands=_FT)
+
+    def __post_init__(self):
+        for name in ("method", "lora_targets", "quantize"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, value.strip().lower().replace(" ", ""))
+        _check_fields(self)
+        if self.quantize not in (None, "none") and self.method == "full":
+            raise TrainledgerError(f"--quantize {self.quantize}: quantized weights cannot be trained; quantize the "
+                                   "frozen base of --finetune lora or qlora", "--quantize")
+
+    @property
+    def adapters(self) -> bool:
+        """Whether LoRA adapters are trained (lora or qlora)."""
+        return self.method != "full"
+
+    @property
+    def base_storage(self) -> str:
+        """How the base weights are stored: the quantization (qlora's default nf4-dq), or 'none'."""
+        if self.quantize is not None:
+            return self.quantize
+        return "nf4-dq" if self.method == "qlora" else "none"
+
+
 @dataclass(frozen=True)
 class Levers:
-    """What a run trades for memory: activation recomputation, and the memory kept back per GPU."""
+    """What a run trades for memory: activation recomputation, the optimizer step in backward, offloading to the
+    host, a chunked loss, and the memory kept back per GPU."""
 
     recompute: str = _field("none", "--recompute", "choice",
                             "activation recomputation: none, selective (the attention core, Korthikanti), full (each "
                             "block), selective-op (torchtitan's per-op policy: every second matmul and the elementwise "
                             "ops re-run), selective-layer (torchtitan's per-layer policy: every second block fully)",
                             choices=RECOMPUTE_POLICIES, label="Activation recomputation", commands={'step', 'memory', 'fit'})
+    optimizer_in_backward: bool = _field(
+        False, "--optimizer-in-backward", "flag", "step each parameter and free its gradient as soon as it is ready "
+        "(register_post_accumulate_grad_hook, as torchtune's optimizer_in_bwd); no gradient accumulation",
+        commands={'step', 'memory', 'layout', 'fit', 'profile'})
+    activation_offload: bool = _field(
+        False, "--activation-offload", "flag", "keep what autograd saves for backward in pinned host memory "
+        "(saved_tensors_hooks, as torchtune's enable_activation_offloading)",
+        commands={'step', 'memory', 'layout', 'fit', 'profile'})
+    cpu_offload: str = _field("none", "--cpu-offload", "choice", "optimizer: states and step on the host (torchao's "
+                              "CPUOffloadOptimizer, ZeRO-Offload); params: parameters, gradients and states on the "
+                              "host (FSDP2's CPUOffloadPolicy); host memory and PCIe time counted",
+                              choices=CPU_OFFLOAD, commands={'step', 'memory', 'layout', 'fit', 'profile'})
+    chunked_loss: int = _field(1, "--chunked-loss", "count", "cross-entropy over this many chunks of the sequence, so "
+                               "the fp32 logits never exist whole (torchtune's CEWithChunkedOutputLoss: 8); 1 = whole",
+                               unit="chunks", commands={'step', 'memory', 'layout', 'fit', 'profile'})
     reserve: str | float = _field(
         "auto", "--reserve", "reserve",
         "bytes per GPU kept back besides the training step's peak, e.g. 2GiB; 'auto' (on NVIDIA and AMD GPUs what a "
@@ -214,8 +277,9 @@ class Levers:
         "context and workspaces only)", unit="bytes", commands={'step', 'memory', 'layout', 'plan'})
 
     def __post_init__(self):
-        if isinstance(self.reserve, str):
-            object.__setattr__(self, "reserve", self.reserve.strip().lower())
+        for name in ("reserve", "cpu_offload"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, getattr(self, name).strip().lower())
         _check_fields(self)
 
 
@@ -298,7 +362,8 @@ class Kernels:
                 raise TrainledgerError(f"kernels.{name} must be true or false, got {value!r}")
 
 
-GROUPS = {"batch": Batch, "numerics": Numerics, "layout": Layout, "levers": Levers, "kernels": Kernels}
+GROUPS = {"batch": Batch, "numerics": Numerics, "layout": Layout, "finetune": Finetune, "levers": Levers,
+          "kernels": Kernels}
 
 
 def _group(name: str):    # GROUPS[name] as it is when a Run is made: a group put there (a test's) is the one it holds
@@ -312,6 +377,7 @@ class Run:
     batch: Batch = _group("batch")
     numerics: Numerics = _group("numerics")
     layout: Layout = _group("layout")
+    finetune: Finetune = _group("finetune")
     levers: Levers = _group("levers")
     kernels: Kernels = _group("kernels")
 

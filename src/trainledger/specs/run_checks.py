@@ -309,6 +309,30 @@ def default_precision(gpu) -> str:
     return "fp32"
 
 
+def check_finetune(model, finetune):
+    """`finetune` (specs.run.Finetune) for `model`, its base storage decided (qlora: nf4-dq): LoRA needs the model's
+    Linears (not a bare parameter count), and a rank above the model width is no low-rank update (Hu et al. 2021:
+    r << min(d_in, d_out))."""
+    if not finetune.adapters:
+        return replace(finetune, quantize=finetune.base_storage)
+    if not isinstance(model, TransformerSpec):
+        raise TrainledgerError(f"--finetune {finetune.method} adapts the model's Linears: give --model (or --config "
+                               "with [model] name), not a parameter count", "--finetune")
+    if finetune.lora_rank > model.d_model:
+        raise TrainledgerError(f"--lora-rank {finetune.lora_rank} is above the model width d_model = {model.d_model}: "
+                               f"a LoRA rank is at most {model.d_model} (usually 8 to 64)", "--lora-rank")
+    return replace(finetune, quantize=finetune.base_storage)
+
+
+def check_levers(run, micro_batches: int) -> None:
+    """The memory levers' own conditions: the optimizer step in backward frees each gradient as it is made, so there
+    is nothing to accumulate (torchtune refuses optimizer_in_bwd with gradient_accumulation_steps > 1)."""
+    if run.levers.optimizer_in_backward and micro_batches > 1:
+        raise TrainledgerError(f"--optimizer-in-backward steps on each micro-batch's gradients; this run accumulates "
+                               f"{micro_batches} micro-batches per step (--global-batch-size): make it one micro-batch "
+                               "per GPU, or drop --optimizer-in-backward", "--optimizer-in-backward")
+
+
 def resolve(model, hardware, run) -> Resolved:
     """`run` on `hardware` for `model` with every default filled in and every check of the module docstring passed.
 
@@ -339,7 +363,9 @@ def resolve(model, hardware, run) -> Resolved:
                                "each replica group)", "--dp-replicate")
     if pp_overlap is None:
         pp_overlap = pp_overlap_default(k.framework, lay.pp, lay.interleave)
+    check_levers(run, micro_batches)
     resolved = replace(run, batch=replace(b, seq_len=seq_len, global_batch_size=global_batch),
+                       finetune=check_finetune(model, run.finetune),
                        numerics=replace(run.numerics, precision=precision),
                        layout=replace(lay, dp=dp, zero=zero, etp=lay.tp if lay.etp is None else lay.etp,
                                       experts=experts_defaults(lay.experts, lay.schedule)),

@@ -25,6 +25,10 @@ FSDP_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 FSDP_ACCUMULATE = ("sharded", "unsharded")
 FSDP_IMPLS = ("fsdp2", "paper")
 RESERVE_WORDS = ("auto", "cuda", "expandable")
+FINETUNE_METHODS = ("full", "lora", "qlora")    # qlora: LoRA on a double-quantized NF4 base (arXiv:2305.14314)
+QUANTIZE = ("none", "nf4", "nf4-dq", "int8")    # the frozen base weights (account/finetune/quant.py)
+LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down", "head")    # account/finetune/targets.py maps them per family
+CPU_OFFLOAD = ("none", "optimizer", "params")
 LARGEST_INT = 2**63 - 1
 
 # Commands that take run settings (specs/run_table.py: each setting lists those it appears on).
@@ -99,6 +103,8 @@ def check_value(s: Setting, value) -> None:
         if value not in RESERVE_WORDS and not (_is_number(value) and value >= 0):
             raise TrainledgerError(f"{flag} must be 'auto', 'cuda', 'expandable' or a non-negative size in bytes, "
                                    f"got {value!r}", flag)
+    elif kind == "roles":
+        _check_roles(flag, value)
     elif kind == "name":
         if not isinstance(value, str) or not value.strip():
             raise TrainledgerError(f"{flag} must be a name, got {value!r}", flag)
@@ -111,3 +117,17 @@ def _check_fields(group) -> None:
         s = f.metadata.get("setting")
         if s is not None:
             check_value(s, getattr(group, f.name))
+
+
+def _check_roles(flag: str, value) -> None:
+    """A LoRA target list: comma-separated role names (LORA_ROLES), each once, or all-linear (PEFT's meaning)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TrainledgerError(f"{flag} must be comma-separated roles ({','.join(LORA_ROLES)}) or all-linear, "
+                               f"got {value!r}", flag)
+    if value.strip().lower() == "all-linear":
+        return
+    roles = [r.strip().lower() for r in value.split(",")]
+    unknown = [r for r in roles if r not in LORA_ROLES]
+    if unknown or len(set(roles)) != len(roles):
+        what = f"unknown role {unknown[0]!r}" if unknown else "a role named twice"
+        raise TrainledgerError(f"{flag}: {what}; allowed: comma-separated {','.join(LORA_ROLES)}, or all-linear", flag)

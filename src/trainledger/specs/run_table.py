@@ -63,6 +63,7 @@ def _check_type(path: str, f, value, source: str):
           "zero": lambda v: isinstance(v, int) and not isinstance(v, bool),
           "flag": lambda v: isinstance(v, bool), "switch": lambda v: isinstance(v, bool),
           "choice": lambda v: isinstance(v, str), "name": lambda v: isinstance(v, str),
+          "roles": lambda v: isinstance(v, str),
           "positive": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
           "at_least_one": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
           "fraction": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),

@@ -6,7 +6,8 @@ The run's groups map onto the trainer's settings (train/config.py TrainConfig):
   world size (torchrun --nproc_per_node), checked against it;
 - [batch] batch_size (the micro-batch per rank), global_batch_size, seq_len; [numerics] precision, optimizer;
 - [layout] dp, zero (0: DDP or one process, 3: --parallel fsdp), tp, sp, pp, ep; [kernels] compile;
-  [levers] recompute (none, or full: --recompute full);
+  [levers] recompute (none, or full: --recompute full), optimizer_in_backward, activation_offload, cpu_offload,
+  chunked_loss; [finetune] method (--finetune), lora_rank, lora_alpha, lora_targets, quantize;
 - [train]: the trainer's own settings (steps, lr, the data, the output directory...), keys as in a --config TOML.
 A setting of the run the trainer does not implement (ZeRO 1 or 2, context parallelism, the interleaved or DualPipe
 schedule, another framework's kernels, selective recomputation, ...) is refused in one line naming its key, never
@@ -94,9 +95,15 @@ def values_of(path) -> dict:
     if gpu is not None:
         values["device"] = "cpu" if str(gpu).lower() == "cpu" else "cuda"
     b = run.batch
+    ft, lev = run.finetune, run.levers
     values.update(batch_size=b.batch_size, seq_len=b.seq_len, optimizer=run.numerics.optimizer,
                   tp=lay.tp, sp=lay.sp, pp=lay.pp, ep=lay.ep, compile=run.kernels.compile,
-                  recompute=run.levers.recompute)
+                  recompute=lev.recompute, finetune=ft.method, optimizer_in_backward=lev.optimizer_in_backward,
+                  activation_offload=lev.activation_offload, chunked_loss=lev.chunked_loss,
+                  cpu_offload=None if lev.cpu_offload == "none" else lev.cpu_offload)
+    if ft.adapters:
+        values.update(lora_rank=ft.lora_rank, lora_alpha=ft.lora_alpha, lora_targets=ft.lora_targets,
+                      quantize=ft.base_storage)
     if b.global_batch_size is not None:
         values["global_batch_size"] = b.global_batch_size
     if run.numerics.precision is not None:
@@ -129,7 +136,13 @@ def trained_run(config, world, micro_batch: int, seq_len: int) -> Run:
                        zero=3 if fsdp else 0,
                        tp=world.tp, sp=config.sp, pp=world.pp, ep=config.ep, compile=config.compile,
                        param_dtype="stored",        # --parallel fsdp: no mixed-precision policy (autocast over the shards)
-                       reserve="auto", mtp=False, recompute=config.recompute)
+                       reserve="auto", mtp=False, recompute=config.recompute, method=config.finetune,
+                       lora_rank=config.lora_rank, lora_alpha=float(config.lora_alpha),
+                       lora_targets=config.lora_targets,
+                       quantize=config.quantize if config.finetune != "full" else None,
+                       optimizer_in_backward=bool(config.optimizer_in_backward),
+                       activation_offload=bool(config.activation_offload), chunked_loss=config.chunked_loss,
+                       cpu_offload=config.cpu_offload or "none")
 
 
 def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | None = None) -> dict:
@@ -140,12 +153,12 @@ def document(config, world, micro_batch: int, gpu_name: str, vocab_size: int | N
 
     from trainledger.train.config import RECORDED
     mapped = {"model", "batch_size", "grad_accum", "seq_len", "precision", "optimizer", "tp", "sp", "pp", "ep",
-              "compile", "parallel", "device", "recompute"}
+              "compile", "parallel", "device", "recompute", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+              "quantize", "optimizer_in_backward", "activation_offload", "chunked_loss", "cpu_offload"}
     run = trained_run(config, world, micro_batch, config.seq_len)
     # not the run's settings: --resume and --allow-new-data say how this launch continues; the adapters' settings
     # do not apply to a run that trains every weight
-    skip = {"resume", "allow_new_data"} | ({"lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "quantize"}
-                                           if getattr(config, "finetune", "full") == "full" else set())
+    skip = {"resume", "allow_new_data"} | ({"lora_dropout"} if config.finetune == "full" else set())
     train = {k: v for k, v in asdict(config).items()
              if k not in mapped and k not in RECORDED and k not in skip and v is not None}
     train = {k: list(v) if isinstance(v, tuple) else v for k, v in train.items()}
