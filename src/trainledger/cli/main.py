@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
+                                 usage=getattr(module, "USAGE", None),    # a synopsis where the flags are many
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
         command.set_defaults(_module=module, _parser=command)

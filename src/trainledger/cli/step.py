@@ -13,6 +13,7 @@ from trainledger.cli.reserve import near_limit_warning
 from trainledger.errors import TrainledgerError
 
 HELP = "time of one training iteration of --model on --num-gpus GPUs under a parallel layout, by part, with MFU"
+USAGE = "%(prog)s --model NAME [--gpu GPU] [--num-gpus N] [settings below] [--config FILE] [--json]"
 DESCRIPTION = """One iteration predicted by account/time/step.py: every kernel of a layer (GEMMs on a shape-dependent
 roofline with measured matmul efficiency, the attention core, memory-bound ops), recomputation, the exposed part
 of each collective (α–β ring costs on the link it crosses), the pipeline bubble and the optimizer step.

@@ -205,19 +205,17 @@ class Finetune:
     """What the run trains: every weight (full), or LoRA adapters (Hu et al. 2021, arXiv:2106.09685) beside the
     frozen base, which QLoRA stores in 4 bits (Dettmers et al. 2023, arXiv:2305.14314)."""
 
-    method: str = _field("full", "--finetune", "choice", "full: train every weight (default); lora: low-rank adapters "
-                         "beside the frozen base; qlora: LoRA on a double-quantized NF4 base (--quantize nf4-dq)",
+    method: str = _field("full", "--finetune", "choice", "full: every weight; lora: adapters on a frozen base; qlora: LoRA on "
+                         "an nf4-dq base",
                          choices=FINETUNE_METHODS, commands=_FT)
-    lora_rank: int = _field(8, "--lora-rank", "count", "adapter rank r (with --finetune lora/qlora)", unit="rank",
+    lora_rank: int = _field(8, "--lora-rank", "count", "LoRA rank r", unit="rank",
                             commands=_FT)
-    lora_alpha: float = _field(16.0, "--lora-alpha", "positive", "alpha: the adapters are scaled by alpha / r",
+    lora_alpha: float = _field(16.0, "--lora-alpha", "positive", "LoRA scale alpha / r",
                                commands=_FT)
-    lora_targets: str = _field("q,v", "--lora-targets", "roles", "the Linears that get adapters: comma-separated "
-                               f"roles {','.join(LORA_ROLES)} mapped onto the family's modules, or all-linear (every "
-                               "Linear but the output head, as PEFT)", commands=_FT)
-    quantize: str | None = _field(None, "--quantize", "choice?", "storage of the frozen base weights: nf4 (4-bit, an "
-                                  "fp32 absmax per 64), nf4-dq (absmax double-quantized), int8 (default: nf4-dq with "
-                                  "--finetune qlora, else none)", choices=QUANTIZE, commands=_FT)
+    lora_targets: str = _field("q,v", "--lora-targets", "roles", "adapted Linears: roles "
+                               f"{','.join(LORA_ROLES)} or all-linear (PEFT's)", commands=_FT)
+    quantize: str | None = _field(None, "--quantize", "choice?", "frozen base weights' storage (default nf4-dq "
+                                  "with qlora, else none)", choices=QUANTIZE, commands=_FT)
 
     def __post_init__(self):
         for name in ("method", "lora_targets", "quantize"):
@@ -253,19 +251,15 @@ class Levers:
                             "ops re-run), selective-layer (torchtitan's per-layer policy: every second block fully)",
                             choices=RECOMPUTE_POLICIES, label="Activation recomputation", commands={'step', 'memory', 'fit'})
     optimizer_in_backward: bool = _field(
-        False, "--optimizer-in-backward", "flag", "step each parameter and free its gradient as soon as it is ready "
-        "(register_post_accumulate_grad_hook, as torchtune's optimizer_in_bwd); no gradient accumulation",
+        False, "--optimizer-in-backward", "flag", "each parameter steps and frees its gradient in backward (no accumulation)",
         commands={'step', 'memory', 'layout', 'fit', 'profile'})
     activation_offload: bool = _field(
-        False, "--activation-offload", "flag", "keep what autograd saves for backward in pinned host memory "
-        "(saved_tensors_hooks, as torchtune's enable_activation_offloading)",
+        False, "--activation-offload", "flag", "saved activations to pinned host memory",
         commands={'step', 'memory', 'layout', 'fit', 'profile'})
-    cpu_offload: str = _field("none", "--cpu-offload", "choice", "optimizer: states and step on the host (torchao's "
-                              "CPUOffloadOptimizer, ZeRO-Offload); params: parameters, gradients and states on the "
-                              "host (FSDP2's CPUOffloadPolicy); host memory and PCIe time counted",
+    cpu_offload: str = _field("none", "--cpu-offload", "choice", "host holds the optimizer states (and with params "
+                              "the weights, FSDP2's)",
                               choices=CPU_OFFLOAD, commands={'step', 'memory', 'layout', 'fit', 'profile'})
-    chunked_loss: int = _field(1, "--chunked-loss", "count", "cross-entropy over this many chunks of the sequence, so "
-                               "the fp32 logits never exist whole (torchtune's CEWithChunkedOutputLoss: 8); 1 = whole",
+    chunked_loss: int = _field(1, "--chunked-loss", "count", "cross-entropy in N sequence chunks (torchtune: 8)",
                                unit="chunks", commands={'step', 'memory', 'layout', 'fit', 'profile'})
     reserve: str | float = _field(
         "auto", "--reserve", "reserve",
