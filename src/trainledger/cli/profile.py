@@ -17,8 +17,9 @@ The prediction is `trainledger step` (account/time/step.py) on this machine's ca
 shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `trainledger bench --calibrate`
 (run automatically the first time, seconds on a CPU and about 40 s on a GPU, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
-optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
-add up to their wall time (the profiler's own cost shows as the difference). When other processes kept the
+optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the
+categories are those of the median profiled step (on a CPU each profiled step follows an unprofiled one, so both
+see the same machine) and add up to its time (the profiler's own cost shows as the difference). When other processes kept the
 machine busy (fewer idle CPUs than threads, read from /proc/stat) the first line says so: on --threads 1 the
 step and its parts are then the thread's CPU time; on more threads, rerun with --threads 1 or when idle.
 Without --threads, profile takes the cores other processes leave idle (as `train` does; OMP_NUM_THREADS is kept)
@@ -259,7 +260,8 @@ def render(result: dict, args) -> None:
                f") + idle: the unprofiled step less that (under the profiler idle was "
                f"{units.format_seconds(meas['profiled_idle_seconds'])})")
     else:
-        how = (f"categories: {units.count_of(steps, 'profiled step')}, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
+        how = (f"categories: the median of {units.count_of(steps, 'profiled step')}, each taken right after an "
+               f"unprofiled one, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
                f"({100 * result['categories_sum_error']:+.0f}% vs the step)")
     clock = ("median CPU time of this thread over" if meas.get("clock") == "thread_cpu" else "median of")
     caption = [f"measured step: {clock} {units.count_of(steps, 'unprofiled step')}; {how}",
