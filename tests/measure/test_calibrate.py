@@ -229,16 +229,17 @@ def test_a_profile_from_before_the_flag_is_judged_by_its_readings():
 
 
 def test_machine_idle_now_reads_the_others_cpus(monkeypatch):
-    monkeypatch.setattr(cal.time, "sleep", lambda s: None)
-    monkeypatch.setattr(cal.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(cal.OthersCpu, "cpus", lambda self: 1.2)          # 0.8 CPU free: enough for one thread
-    assert cal.machine_idle_now({"threads": 2}) is False and cal.machine_idle_now({"threads": 1}) is True
-    monkeypatch.setattr(cal.OthersCpu, "cpus", lambda self: 1.6)
-    assert cal.machine_idle_now({"threads": 1}) is False
-    monkeypatch.setattr(cal.OthersCpu, "cpus", lambda self: 0.1)
-    assert cal.machine_idle_now({"threads": 2}) is True
-    monkeypatch.setattr(cal.OthersCpu, "cpus", lambda self: None)         # no /proc/stat: stays as cached
-    assert cal.machine_idle_now({"threads": 1}) is False
+    from trainledger.measure import cpu_load
+    monkeypatch.setattr(cpu_load.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cpu_load.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.2)          # 0.8 CPU free: enough for one thread
+    assert cpu_load.machine_idle_now({"threads": 2}) is False and cpu_load.machine_idle_now({"threads": 1}) is True
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.6)
+    assert cpu_load.machine_idle_now({"threads": 1}) is False
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 0.1)
+    assert cpu_load.machine_idle_now({"threads": 2}) is True
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: None)         # no /proc/stat: stays as cached
+    assert cpu_load.machine_idle_now({"threads": 1}) is False
 
 
 def test_a_busy_machine_is_named():

@@ -55,7 +55,7 @@ import torch
 from trainledger.account.time.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import json_format_problem, replace_output
-from trainledger.measure.cpu_load import OthersCpu, busy_warning  # noqa: F401  (busy_warning: part of this API)
+from trainledger.measure.cpu_load import OthersCpu, busy_warning, is_busy, machine_idle_now  # noqa: F401  (this API)
 from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, check_profile, gpu_from_profile, read_profile  # noqa: F401
@@ -164,22 +164,6 @@ def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None
     if busy is not None and is_busy(profile):
         busy.append(busy_warning(profile) or "the machine was busy while calibrating: the measured rates understate it")
     return gpu_from_profile(profile)
-
-
-def is_busy(profile: dict) -> bool:
-    """Whether `profile` was measured while other processes kept the machine busy: its `busy` flag (written by
-    calibrate), or, for a profile from before the flag, busy_warning's reading of its others_cpus / load average."""
-    return profile.get("busy") is True or busy_warning(profile) is not None
-
-
-def machine_idle_now(profile: dict) -> bool:
-    """Whether other processes now leave the CPUs that `profile`'s calibration used free: measure.cpu_load's
-    reading over MIN_WINDOW_S (half a second); False when /proc/stat cannot be read (then the busy profile stays)."""
-    from trainledger.measure.cpu_load import MIN_WINDOW_S, busy_during
-    meter = OthersCpu()
-    time.sleep(MIN_WINDOW_S)
-    others = meter.cpus()
-    return others is not None and not busy_during(others, os.cpu_count() or 1, profile.get("threads") or 1)
 
 
 def _check_device(device: str) -> None:

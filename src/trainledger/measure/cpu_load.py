@@ -70,6 +70,21 @@ def busy_warning(profile: dict) -> str | None:
             "understate it")
 
 
+def is_busy(profile: dict) -> bool:
+    """Whether calibration `profile` was measured while other processes kept the machine busy: its `busy` flag
+    (written by measure.calibrate.calibrate), or, for a profile from before the flag, busy_warning's reading."""
+    return profile.get("busy") is True or busy_warning(profile) is not None
+
+
+def machine_idle_now(profile: dict) -> bool:
+    """Whether other processes now leave free the CPUs that calibration `profile` used (its threads): a reading
+    over MIN_WINDOW_S (half a second); False when /proc/stat cannot be read (then a busy profile stays)."""
+    meter = OthersCpu()
+    time.sleep(MIN_WINDOW_S)
+    others = meter.cpus()
+    return others is not None and not busy_during(others, os.cpu_count() or 1, profile.get("threads") or 1)
+
+
 # --- how many threads a run should take ---------------------------------------------------------------------
 MIN_WINDOW_S = 0.5      # /proc/stat counts in 10 ms ticks: half a second resolves 0.02 CPU per core of 2
 
