@@ -266,6 +266,13 @@ def render(result: dict, args) -> None:
     clock = ("median CPU time of this thread over" if meas.get("clock") == "thread_cpu" else "median of")
     caption = [f"measured step: {clock} {units.count_of(steps, 'unprofiled step')}; {how}",
                f"prediction: account/time/step.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
+    if meas.get("peak_memory_bytes"):      # RSS (the whole process) on a CPU vs the predicted tensors: said so
+        from trainledger.measure.timing import PEAK_MEMORY_WORDS
+        caption.append(f"memory: {PEAK_MEMORY_WORDS.get(meas['peak_memory_kind'], 'peak')} "
+                       f"{units.format_bytes(meas['peak_memory_bytes'])}"
+                       + (" (the whole process: Python, torch, data)" if meas["peak_memory_kind"] == "rss" else
+                          " (tensors)")
+                       + f" vs predicted {units.format_bytes(result['predicted']['memory_bytes'])} of tensors")
     if result.get("trace"):
         caption.append(f"trace: {result['trace']} (open in ui.perfetto.dev or chrome://tracing)")
     where = (f"{result['device']}{', ' + units.count_of(result['threads'], 'thread') if result.get('threads') else ''}")

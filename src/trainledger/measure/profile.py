@@ -221,7 +221,9 @@ def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash
                       flash=flash, compile=compiled, loop="profile")
     prediction = step_time(spec, Hardware(gpu, 1), run, with_memory=False)
     moved = optimizer_overhead_seconds(spec, gpu, precision, optimizer) if device == "cpu" else 0.0
-    return {"predicted": {"step_seconds": prediction["step_seconds"],
+    from trainledger.account.memory.per_gpu import memory_per_gpu       # the tensors, as train predicts them
+    tensors = memory_per_gpu(spec, None, run.with_(impl="paper", reserve=0.0))["total_bytes"]
+    return {"predicted": {"step_seconds": prediction["step_seconds"], "memory_bytes": tensors,
                           "categories": predicted_categories(prediction["breakdown"], moved, device)},
             "assumptions": prediction["assumptions"], "kernels_per_layer": prediction["kernels_per_layer"]}
 
@@ -307,9 +309,10 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
 
     for _ in range(warmup):
         step()
-    if dev.type == "cpu":
-        return _cpu_result(step, steps, trace_path, torch.get_num_threads())
-    return _cuda_result(step, steps, dev, trace_path)
+    from trainledger.measure.timing import peak_memory_bytes, peak_memory_kind
+    result = (_cpu_result(step, steps, trace_path, torch.get_num_threads()) if dev.type == "cpu" else
+              _cuda_result(step, steps, dev, trace_path))
+    return {**result, "peak_memory_bytes": peak_memory_bytes(dev), "peak_memory_kind": peak_memory_kind(dev)}
 
 
 def _cpu_result(step, steps: int, trace_path, threads: int) -> dict:
@@ -457,7 +460,7 @@ MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds
                  "step_wall_seconds", "profiled_categories", "step_thread_seconds", "profiled_step_thread_seconds",
                  "load", "profiled_step_seconds", "profiled_step_times_s", "categories_sum_seconds", "flash_used", "optimizer_impl", "compiled",
                  "n_ops_per_step", "top_ops", "busy_seconds", "idle_seconds", "profiled_idle_seconds",
-                 "overlap_seconds", "n_kernels_per_step")
+                 "overlap_seconds", "n_kernels_per_step", "peak_memory_bytes", "peak_memory_kind")
 
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,
