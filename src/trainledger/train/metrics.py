@@ -2,7 +2,8 @@
 
 Record keys carry their units (torchtitan's habit): step, loss, lr, grad_norm, tokens (seen so far),
 step_time_s, predicted_step_time_s (account/time/step.py on this device; None without a prediction), tokens_per_s,
-flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
+flops_per_s, mfu, peak_memory_bytes with peak_memory_kind ("rss": the whole process on a CPU; "cuda_allocated":
+tensors), and eval_loss on evaluation steps.
 
 A resumed run appends to the same file, so a step can appear twice (written, then the process was killed
 before its checkpoint, then trained again after resume): readers keep the LAST record of each step.
