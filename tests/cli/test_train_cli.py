@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -168,6 +169,10 @@ def test_text_run_prints_plan_and_writes_outputs(tmp_path, capsys):
     keys = {"step", "loss", "lr", "grad_norm", "tokens", "step_time_s", "tokens_per_s", "flops_per_s", "mfu",
             "peak_memory_bytes"}
     assert [r["step"] for r in records] == [1, 2, 3, 4] and all(keys <= set(r) for r in records)
+    # issue 41: the step lines' peak is the process's RSS, the prediction counts tensors; each line says which
+    assert all(r["peak_memory_kind"] == "rss" for r in records)
+    assert re.search(r"memory per device [\d.]+ [KMG]iB of tensors \(params", stdout)
+    assert re.search(r"^step 1 .* peak RSS [\d.]+ [KMG]iB$", stdout, re.M), stdout
 
 
 def test_json_summary_for_the_cruncher(tmp_path, capsys):

@@ -183,20 +183,63 @@ def test_cuda_calibration(monkeypatch, tmp_path):
     assert cal.gpu_seconds_per_call(lambda: torch.mm(a, b)) < wall
 
 
-def test_a_busy_calibration_is_not_cached_and_a_cached_one_is_named(tmp_path, monkeypatch):
-    """Rates measured under load understate the machine for good once cached: first use does not cache them."""
+def test_a_busy_calibration_is_cached_as_busy_and_reused_with_a_warning(tmp_path, monkeypatch):
+    """Issue 41: a calibration measured while the machine was busy was never cached, so on a machine that stays
+    busy every command measured it again. Now it is cached with its busy flag and reused with one warning line."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    busy = synthetic_profile(load_average=3.0, cpu_count=2)
+    busy = synthetic_profile(others_cpus=1.6, cpu_count=2, threads=2)
     calls, lines = [], []
-    monkeypatch.setattr(cal, "calibrate", lambda device: calls.append(device) or busy)
-    cal.calibrated_device("cpu", log=lines.append)
-    assert not cal.profile_path("cpu").exists() and "not cached" in lines[-1]
-    cal.calibrated_device("cpu", log=lines.append)                 # measured again, as promised
-    assert calls == ["cpu", "cpu"]
-    cal.save_profile(busy, cal.profile_path("cpu"))                # an explicit bench --calibrate under load
+    monkeypatch.setattr(cal, "calibrate", lambda device: calls.append(device) or dict(busy, busy=True))
+    def still_busy(profile):
+        return False
+
+    cal.calibrated_device("cpu", log=lines.append, idle_now=still_busy)
+    assert calls == ["cpu"] and json.loads(cal.profile_path("cpu").read_text())["busy"] is True
+    assert "cached as busy" in lines[-1] and "other processes used 1.6 of 2 CPUs" in lines[-1]
     lines.clear()
-    cal.calibrated_device("cpu", log=lines.append)
-    assert calls == ["cpu", "cpu"] and len(lines) == 1 and "load average 3.0 on 2 CPUs" in lines[0]
+    named: list[str] = []
+    gpu = cal.calibrated_device("cpu", log=lines.append, busy=named, idle_now=still_busy)    # reused, not re-run
+    assert calls == ["cpu"] and len(lines) == 1 and lines[0].startswith("warning: the cached calibration")
+    assert "other processes used 1.6 of 2 CPUs" in named[0] and gpu.peak("fp32") == 100e9
+
+
+def test_a_planted_busy_cache_entry_is_reused_until_an_idle_calibration_replaces_it(tmp_path, monkeypatch):
+    """A busy entry in the cache (planted: a bench --calibrate --force under load) is used with a warning while
+    the machine stays busy; once it is idle the next use measures again, and the idle profile replaces it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cal.save_profile(synthetic_profile(others_cpus=1.6, cpu_count=2, threads=2, busy=True), cal.profile_path("cpu"))
+    idle = synthetic_profile(others_cpus=0.0, cpu_count=2, threads=2, busy=False, peak_flops_per_s={"fp32": 200e9})
+    calls, lines = [], []
+    monkeypatch.setattr(cal, "calibrate", lambda device: calls.append(device) or idle)
+    gpu = cal.calibrated_device("cpu", log=lines.append, idle_now=lambda profile: False)
+    assert calls == [] and len(lines) == 1 and "busy" in lines[0] and gpu.peak("fp32") == 100e9
+    lines.clear()
+    gpu = cal.calibrated_device("cpu", log=lines.append, idle_now=lambda profile: True)    # idle now: measured
+    assert calls == ["cpu"] and "idle now: measuring again" in lines[0] and gpu.peak("fp32") == 200e9
+    assert json.loads(cal.profile_path("cpu").read_text())["busy"] is False
+    lines.clear()
+    cal.calibrated_device("cpu", log=lines.append, idle_now=lambda profile: pytest.fail("asked of an idle profile"))
+    assert calls == ["cpu"] and lines == []                       # the idle one is used quietly
+
+
+def test_a_profile_from_before_the_flag_is_judged_by_its_readings():
+    assert cal.is_busy(synthetic_profile(load_average=3.0, cpu_count=2)) is True
+    assert cal.is_busy(synthetic_profile(others_cpus=0.1, cpu_count=2, threads=2)) is False
+    assert cal.is_busy(synthetic_profile(busy="yes")) is False            # only a JSON true is the flag
+
+
+def test_machine_idle_now_reads_the_others_cpus(monkeypatch):
+    from trainledger.measure import cpu_load
+    monkeypatch.setattr(cpu_load.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cpu_load.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.2)          # 0.8 CPU free: enough for one thread
+    assert cpu_load.machine_idle_now({"threads": 2}) is False and cpu_load.machine_idle_now({"threads": 1}) is True
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.6)
+    assert cpu_load.machine_idle_now({"threads": 1}) is False
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 0.1)
+    assert cpu_load.machine_idle_now({"threads": 2}) is True
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: None)         # no /proc/stat: stays as cached
+    assert cpu_load.machine_idle_now({"threads": 1}) is False
 
 
 def test_a_busy_machine_is_named():

@@ -5,6 +5,7 @@ that the pieces fit together on torch's own events. No assertion depends on how 
 """
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -158,12 +159,20 @@ def test_cli_json(capsys, cached_calibration, tmp_path):
     assert result["measured"]["optimizer_impl"] == "foreach"           # our AdamW: never told to use a foreach one
     assert "use a foreach" not in " ".join(result["diagnosis"])
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert result["measured"]["peak_memory_kind"] == "rss" and result["measured"]["peak_memory_bytes"] > 0
+    from trainledger.account.memory.per_gpu import memory_per_gpu
+    from trainledger.specs.run import Run
+    run_ = Run().with_(batch_size=2, seq_len=16, precision="fp32", optimizer="adamw", zero=0, impl="paper")
+    assert result["predicted"]["memory_bytes"] == memory_per_gpu(PRESETS["tiny"], None, run_)["total_bytes"]
 
 
 def test_cli_table(capsys, cached_calibration):
     status, out, _ = run(capsys, "profile", "--model", "tiny", "--batch-size", "1", "--seq-len", "8", "--steps", "1",
                          "--warmup", "0")
     assert status == 0 and "predicted" in out and "measured" in out and "diagnosis:" in out
+    # issue 41: the process's RSS beside the predicted tensors, each named on the line
+    assert re.search(r"memory: peak RSS [\d.]+ [KMG]iB \(the whole process: Python, torch, data\) vs predicted "
+                     r"[\d.]+ [KMG]iB of tensors", " ".join(out.split())), out
 
 
 @pytest.mark.parametrize("argv, flag", [

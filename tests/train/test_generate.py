@@ -146,3 +146,25 @@ def test_cuda_generation_gives_the_cpu_tokens_and_kv_bytes(run, tmp_path, capsys
     _, cpu, _ = generate(capsys, *args)
     _, gpu, _ = generate(capsys, *args, "--device", "cuda")
     assert gpu["tokens"] == cpu["tokens"] and gpu["kv_cache_bytes"] == cpu["kv_cache_bytes"] > 0
+
+
+def test_threads_default_to_the_idle_cores_and_generate_says_so(run, tmp_path, monkeypatch, capsys):
+    """Issue 41: with no --threads, generate takes the cores other processes leave idle, as train does (a decode
+    prediction was 5× off on a busy 2-core machine with torch's two threads); --threads is kept, at most 4 per core."""
+    from trainledger.measure import cpu_load
+    fake_calibration(monkeypatch, tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_load.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_load.OthersCpu, "cpus", lambda self: 1.6)       # another process keeps 1.6 CPUs busy
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    status, r, _ = generate(capsys, run, "--prompt-ids", "5,17", "--max-new-tokens", "3", "--json")
+    assert status == 0 and calls == [1]
+    assert r["threads_choice"].startswith("threads: 1 (0.4 of 2 CPUs idle: other processes used 1.6")
+    status, _, _ = generate(capsys, run, "--prompt-ids", "5,17", "--max-new-tokens", "3")
+    assert status == 0 and calls == [1, 1]
+    status, r, _ = generate(capsys, run, "--prompt-ids", "5,17", "--max-new-tokens", "3", "--threads", "2", "--json")
+    assert status == 0 and calls == [1, 1, 2] and r["threads_choice"] is None
+    status, _, err = generate(capsys, run, "--prompt-ids", "5,17", "--threads", "9")
+    assert status == 2 and "--threads must be an integer in 1..8" in err and calls == [1, 1, 2]

@@ -41,3 +41,17 @@ def test_loss_curve_png(tmp_path):
     records = [record(s, 5.0 / s, **({"eval_loss": 5.5 / s} if s % 5 == 0 else {})) for s in range(1, 21)]
     path = plot_loss(records, tmp_path / "loss.png", "tiny")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_the_step_line_names_what_its_peak_measured():
+    """Issue 41: "peak 545 MiB" beside "predicted 150 MiB" compared the process's RSS with tensors unsaid."""
+    from trainledger.train.metrics import describe
+    record = {"step": 3, "loss": 4.2, "lr": 1e-3, "tokens_per_s": 2e4, "peak_memory_bytes": 545 * 2**20}
+    assert describe({**record, "peak_memory_kind": "rss"}).endswith("peak RSS 545 MiB")
+    assert describe({**record, "peak_memory_kind": "cuda_allocated"}).endswith("peak allocated 545 MiB")
+    assert describe(record).endswith("peak 545 MiB")          # a record from before the kind: as it was
+
+
+def test_peak_memory_kind_follows_the_device():
+    from trainledger.measure.timing import peak_memory_kind
+    assert peak_memory_kind("cpu") == "rss" and peak_memory_kind("cuda:0") == "cuda_allocated"

@@ -25,6 +25,8 @@ on first use by themselves. --calibrate re-measures and replaces the cache; --ou
 instead, for `--calibration FILE` on another machine (plan on a laptop with what the GPU box measured).
 A calibration measured while other processes kept the cores busy understates the machine: it is not saved
 unless --force. Calibrate on a quiet machine, or with one thread (--threads 1) when only a core is free.
+Without --threads, bench takes the cores other processes leave idle (as `train` does; OMP_NUM_THREADS is kept)
+and prints its choice.
 
 examples:
   trainledger bench --dtype fp32 --size 1024
@@ -41,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=common.positive_int, default=5, help="timed runs; the median is reported (default 5)")
     parser.add_argument("--warmup", type=common.nonnegative_int, default=2, help="untimed runs first (default 2)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
-                        help="torch intra-op threads on CPU (default: torch's); a calibration is kept per thread count")
+                        help="torch intra-op threads on CPU, at most 4 per core (default: the cores other processes "
+                             "leave idle, as `train` picks them, or OMP_NUM_THREADS when set; printed); a "
+                             "calibration is kept per thread count")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure this machine for the time model and save the profile (see above)")
     parser.add_argument("--out", metavar="FILE", default=None,
@@ -52,13 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute(args) -> dict:
-    if args.threads is not None and args.device == "cpu":
-        import torch
-        torch.set_num_threads(args.threads)
-    if args.calibrate:
-        return calibrate(args)
+    from trainledger.measure.cpu_load import OthersCpu, check_threads, set_threads
+    others = OthersCpu()          # other processes' CPU use while torch loads: which cores are idle (as train)
+    if args.threads is not None:
+        check_threads(args.threads)
+    if not args.calibrate:
+        _check_size_fits(args.size, args.dtype, args.device)
+    threads_line = set_threads(args.threads, args.device, others)   # a calibration is kept per thread count
+    result = calibrate(args) if args.calibrate else _bench(args)
+    import torch
+    result["threads"] = torch.get_num_threads() if args.device == "cpu" else None
+    result["threads_choice"] = threads_line
+    return result
+
+
+def _bench(args) -> dict:
     from trainledger.measure.timing import bench_matmul
-    _check_size_fits(args.size, args.dtype, args.device)
     show = not getattr(args, "json", False) and args.size >= 2048
     if not show:
         return bench_matmul(args.size, args.dtype, args.device, warmup=args.warmup, repeats=args.repeats)
@@ -121,6 +134,8 @@ def calibrate(args) -> dict:
 
 
 def render(result: dict, args) -> None:
+    if result.get("threads_choice"):          # the thread count bench picked (as train does), and why
+        common.console().print(result["threads_choice"], soft_wrap=True)
     if "calibration" in result:
         return render_calibration(result)
     rows = [

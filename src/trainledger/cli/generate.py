@@ -22,7 +22,8 @@ Measured: prefill tokens/s (the prompt's forward) and decoding tokens/s (one new
 untimed warm-up; the KV cache's bytes (its key and value tensors). Predicted: account/time/inference.py for the same
 model and lengths on this machine's calibrated device (`trainledger bench --calibrate`, measured once and cached;
 `trainledger infer` gives the same prediction for any GPU). Timings on a busy machine are slower: the 1-minute
-load average is reported beside them.
+load average is reported beside them. Without --threads, generate takes the cores other processes leave idle (as
+`train` does; OMP_NUM_THREADS is kept) and prints its choice.
 
 examples:
   trainledger generate runs/tiny-stdlib --prompt "def " --max-new-tokens 200
@@ -50,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=common.seed, default=0, help="seed of the sampling (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
-                        help="torch intra-op threads on CPU (default: torch's); the calibration is per thread count")
+                        help="torch intra-op threads on CPU, at most 4 per core (default: the cores other processes "
+                             "leave idle, as `train` picks them, or OMP_NUM_THREADS when set; printed); the "
+                             "calibration is per thread count")
     parser.add_argument("--no-cache", dest="cache", action="store_false",
                         help="no KV cache: every step re-runs the whole sequence")
     parser.add_argument("--no-predict", dest="predict", action="store_false",
@@ -73,14 +76,18 @@ def _top_p(text: str) -> float:
 
 
 def run(args) -> int:
+    from trainledger.measure.cpu_load import OthersCpu, check_threads, set_threads
+    others = OthersCpu()          # other processes' CPU use while torch loads: which cores are idle (as train)
+    if args.threads is not None:
+        check_threads(args.threads)
     import torch  # noqa: F401  (after argument checks: the help and bad flags stay fast)
 
     from trainledger.train.generate import run as generate
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads_line = set_threads(args.threads, args.device, others)
     result = generate(args.run, prompt=args.prompt, prompt_ids=args.prompt_ids, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                       device=args.device, use_cache=args.cache, predict=args.predict, allowed_special=args.allow_special)
+    result["threads_choice"] = threads_line
     if args.json:
         common.print_json(result)
         return 0
@@ -113,6 +120,8 @@ def render(r: dict) -> None:
                f"{'KV cache' if r['cache'] else 'no cache'}, {r['dtype']} on {r['device']} ({r['threads']} thread{'s' if r['threads'] > 1 else ''}), "
                f"load average {r['load_average']:.2f}" if r["load_average"] is not None else ""]
     console = common.console()
+    if r.get("threads_choice"):               # the thread count generate picked (as train does), and why
+        console.print(r["threads_choice"], soft_wrap=True)
     console.print(common.table("generation: measured vs predicted", ["", "measured", "predicted"], rows))
     for line in caption + r["assumptions"]:
         if line:

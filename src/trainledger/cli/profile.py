@@ -17,10 +17,13 @@ The prediction is `trainledger step` (account/time/step.py) on this machine's ca
 shape, memory bandwidth by op size, SDPA rates and per-op overhead measured by `trainledger bench --calibrate`
 (run automatically the first time, seconds on a CPU and about 40 s on a GPU, then cached). The diagnosis names the largest part first,
 then the largest gaps between prediction and measurement, with what to try (checked against the set-up: the
-optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the categories come from the profiled ones and
-add up to their wall time (the profiler's own cost shows as the difference). When other processes kept the
+optimizer's kind, flash attention, torch.compile). The measured step is the median of the unprofiled steps; the
+categories are those of the median profiled step (on a CPU each profiled step follows an unprofiled one, so both
+see the same machine) and add up to its time (the profiler's own cost shows as the difference). When other processes kept the
 machine busy (fewer idle CPUs than threads, read from /proc/stat) the first line says so: on --threads 1 the
 step and its parts are then the thread's CPU time; on more threads, rerun with --threads 1 or when idle.
+Without --threads, profile takes the cores other processes leave idle (as `train` does; OMP_NUM_THREADS is kept)
+and prints its choice first.
 
 examples:
   trainledger profile --model tiny --batch-size 8 --seq-len 128
@@ -66,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="where to run (default: cuda when available, else cpu)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
-                        help="torch intra-op threads on CPU (default: torch's, one per core); the calibration is per thread count")
+                        help="torch intra-op threads on CPU, at most 4 per core (default: the cores other processes "
+                             "leave idle, as `train` picks them, or OMP_NUM_THREADS when set; printed); the "
+                             "calibration is per thread count")
     parser.add_argument("--trace", metavar="FILE", default=None,
                         help="write the profiled steps as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev)")
     g = parser.add_argument_group("a recorded trace instead of running steps")
@@ -95,6 +100,10 @@ def compute(args) -> dict:
     for key, value in LIVE_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    from trainledger.measure.cpu_load import OthersCpu, check_threads, set_threads
+    others = OthersCpu()          # other processes' CPU use while torch loads: which cores are idle (as train)
+    if args.threads is not None:
+        check_threads(args.threads)
     import torch
 
     from trainledger.measure.calibrate import calibrated_device
@@ -104,8 +113,6 @@ def compute(args) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise TrainledgerError("--device cuda: no CUDA device is available here (use --device cpu)")
-    if args.threads is not None and device == "cpu":
-        torch.set_num_threads(args.threads)
     precision = args.precision or ("fp32" if device == "cpu" else "amp-bf16")
     from trainledger.cli.plan import model_of
     spec, seq_len = model_of(args)
@@ -116,6 +123,7 @@ def compute(args) -> dict:
     if args.trace is not None:        # before the steps run: never a link, a device, a directory or a foreign file
         from trainledger.files import check_output, chrome_trace_problem
         check_output(args.trace, "--trace", "a profiler trace", chrome_trace_problem)
+    threads_line = set_threads(args.threads, device, others)   # before the calibration: it is per thread count
     busy: list[str] = []
     gpu = calibrated_device(device, busy=busy)
     if not _calibrated_for(gpu, precision):
@@ -126,6 +134,7 @@ def compute(args) -> dict:
                      optimizer=args.optimizer, steps=args.steps, warmup=args.warmup, device=device,
                      trace_path=args.trace, compiled=args.compile, calibration_busy=busy[0] if busy else None)
     result["threads"] = torch.get_num_threads() if device == "cpu" else None
+    result["threads_choice"] = threads_line
     from trainledger.cli.run_flags import asked, document_of
     run = asked(args).with_(batch_size=args.batch_size, seq_len=seq_len, precision=precision, zero=0)
     args.gpu = device
@@ -244,16 +253,26 @@ def render(result: dict, args) -> None:
     meas = result["measured"]
     steps = result["steps"]
     console = common.console()
+    if result.get("threads_choice"):          # the thread count `profile` picked (as train does), and why
+        console.print(result["threads_choice"], soft_wrap=True)
     if result["device"] == "cuda":
         how = (f"categories: GPU kernels of {units.count_of(steps, 'profiled step')} (busy {units.format_seconds(meas['busy_seconds'])}"
                f") + idle: the unprofiled step less that (under the profiler idle was "
                f"{units.format_seconds(meas['profiled_idle_seconds'])})")
     else:
-        how = (f"categories: {units.count_of(steps, 'profiled step')}, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
+        how = (f"categories: the median of {units.count_of(steps, 'profiled step')}, each taken right after an "
+               f"unprofiled one, summing to {units.format_seconds(meas['categories_sum_seconds'])} "
                f"({100 * result['categories_sum_error']:+.0f}% vs the step)")
     clock = ("median CPU time of this thread over" if meas.get("clock") == "thread_cpu" else "median of")
     caption = [f"measured step: {clock} {units.count_of(steps, 'unprofiled step')}; {how}",
                f"prediction: account/time/step.py on the calibrated {result['gpu']} ({result['assumptions'][1]})"]
+    if meas.get("peak_memory_bytes"):      # RSS (the whole process) on a CPU vs the predicted tensors: said so
+        from trainledger.measure.timing import PEAK_MEMORY_WORDS
+        caption.append(f"memory: {PEAK_MEMORY_WORDS.get(meas['peak_memory_kind'], 'peak')} "
+                       f"{units.format_bytes(meas['peak_memory_bytes'])}"
+                       + (" (the whole process: Python, torch, data)" if meas["peak_memory_kind"] == "rss" else
+                          " (tensors)")
+                       + f" vs predicted {units.format_bytes(result['predicted']['memory_bytes'])} of tensors")
     if result.get("trace"):
         caption.append(f"trace: {result['trace']} (open in ui.perfetto.dev or chrome://tracing)")
     where = (f"{result['device']}{', ' + units.count_of(result['threads'], 'thread') if result.get('threads') else ''}")

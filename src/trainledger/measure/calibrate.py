@@ -4,7 +4,8 @@
     profile_path(device) -> Path               $XDG_CACHE_HOME/trainledger/calibration-<key>.json (~/.cache/...)
     load_profile(path, device) -> dict | None  JSON only (never unpickled), validated with bounds; bad counts as absent
     save_profile(profile, path)                atomic: a temporary file in the same folder, then os.replace
-    calibrated_device(device) -> GPUSpec       the cached profile, calibrating once on first use (a notice on stderr)
+    calibrated_device(device) -> GPUSpec       the cached profile, calibrating once on first use (a notice on stderr);
+                                               one measured busy is cached as such and reused with a warning
 
 What is measured, each the fastest of 3 timed samples after a warm-up (other processes can only slow a sample
 down, so the fastest is the machine's own rate), every sample long enough (≥ 2 ms, repeating the call) that the
@@ -33,7 +34,9 @@ long `torch.cuda._sleep` kernel, so that the GPU runs them back to back however 
 the GPU back to back (`kernel_overhead_seconds`) is measured the same way and taken out of the other rates.
 The profile is keyed by device, its name, the host, torch's version and its thread count: any change
 re-calibrates. Numbers measured on a busy machine are slower: `bench --calibrate` refuses to save them without
---force; calibrate with one thread (`--threads 1`) or on a quiet machine.
+--force; calibrate with one thread (`--threads 1`) or on a quiet machine. The first use by another command
+caches such a calibration with `"busy": true` and reuses it with a warning (measuring again only once the
+machine is idle), rather than measuring a busy machine again on every command.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import torch
 from trainledger.account.time.roofline import FLASH_BACKWARD_FLOPS_RATIO
 from trainledger.errors import TrainledgerError
 from trainledger.files import json_format_problem, replace_output
-from trainledger.measure.cpu_load import OthersCpu, busy_warning  # noqa: F401  (busy_warning: part of this API)
+from trainledger.measure.cpu_load import OthersCpu, busy_warning, is_busy, machine_idle_now  # noqa: F401  (this API)
 from trainledger.measure.decode_overhead import decode_op_overhead_seconds
 from trainledger.measure.timing import DTYPES, cpu_peak_flops_per_s, peak_flops_per_s, synchronize
 from trainledger.specs.calibration import FORMAT, VERSION, check_profile, gpu_from_profile, read_profile  # noqa: F401
@@ -124,13 +127,15 @@ def save_profile(profile: dict, path, flag: str | None = None) -> Path:
     return path
 
 
-def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None):
+def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None, idle_now=None):
     """The GPUSpec of this machine's `device` from its cached profile, calibrating first when there is none.
     `busy` (a list) gets busy_warning's text when the profile used was measured while the machine was busy.
 
     `log` (default: stderr) gets one line when a calibration runs. A calibration measured while the machine was
-    busy is used for this run but not cached (a later, quieter run measures again), and a cached busy one (from
-    an explicit `bench --calibrate`) is named every time it is used: its rates understate the machine."""
+    busy is cached with `"busy": true` and reused, with a one-line warning each time (its rates understate the
+    machine), instead of being measured again by every command on a machine that stays busy. When the machine
+    is idle now (`idle_now()`, default machine_idle_now: other processes leave the calibration's threads free
+    over half a second), a busy cached one is measured again and the idle calibration replaces it."""
     _check_device(device)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     path = profile_path(device)
@@ -140,21 +145,24 @@ def calibrated_device(device: str = "cpu", *, log=None, busy: list | None = None
             profile = read_profile(path, device)
         except TrainledgerError as error:      # damaged, forged or out of bounds: named, then measured again
             say(f"warning: {error}; measuring this machine again")
+    if profile is not None and is_busy(profile) and (idle_now or machine_idle_now)(profile):
+        say(f"the cached calibration {path} was measured while the machine was busy; it is idle now: measuring again")
+        profile = None
     if profile is None:
         # an H200 spent 32.9 s in the stages before the decoding one (tests/data/h200_2026_11_28/calibration_stages.txt)
         how_long = "about 40 s on a GPU" if device == "cuda" else "a few seconds"
         say(f"calibrating this machine's {device} once ({how_long}; cached in {path}; "
             f"`trainledger bench --calibrate` to refresh)")
         profile = calibrate(device)
-        if busy_warning(profile) is None:
-            save_profile(profile, path)
-        else:
-            say(f"warning: {busy_warning(profile)} (not cached: the next run measures again)")
-    elif busy_warning(profile):
-        say(f"warning: the cached calibration {path}: {busy_warning(profile)}; re-run `trainledger bench "
-            "--calibrate` when the machine is quiet (or with --threads 1)")
-    if busy is not None and busy_warning(profile):
-        busy.append(busy_warning(profile))
+        save_profile(profile, path)
+        if is_busy(profile):
+            say(f"warning: {busy_warning(profile) or 'measured while busy'}; cached as busy and reused (with this "
+                "warning) until a calibration on an idle machine replaces it")
+    elif is_busy(profile):
+        say(f"warning: the cached calibration {path}: {busy_warning(profile) or 'measured while busy'}; re-run "
+            "`trainledger bench --calibrate` when the machine is quiet (or with --threads 1)")
+    if busy is not None and is_busy(profile):
+        busy.append(busy_warning(profile) or "the machine was busy while calibrating: the measured rates understate it")
     return gpu_from_profile(profile)
 
 
@@ -475,4 +483,5 @@ def calibrate(device: str = "cpu", progress=None) -> dict:
     profile["load_average"] = load
     profile["others_cpus"] = others.cpus()
     profile["cpu_count"] = os.cpu_count()
+    profile["busy"] = busy_warning(profile) is not None     # the flag the cache keeps (calibrated_device)
     return check_profile(profile)

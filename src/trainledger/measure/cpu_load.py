@@ -70,6 +70,21 @@ def busy_warning(profile: dict) -> str | None:
             "understate it")
 
 
+def is_busy(profile: dict) -> bool:
+    """Whether calibration `profile` was measured while other processes kept the machine busy: its `busy` flag
+    (written by measure.calibrate.calibrate), or, for a profile from before the flag, busy_warning's reading."""
+    return profile.get("busy") is True or busy_warning(profile) is not None
+
+
+def machine_idle_now(profile: dict) -> bool:
+    """Whether other processes now leave free the CPUs that calibration `profile` used (its threads): a reading
+    over MIN_WINDOW_S (half a second); False when /proc/stat cannot be read (then a busy profile stays)."""
+    meter = OthersCpu()
+    time.sleep(MIN_WINDOW_S)
+    others = meter.cpus()
+    return others is not None and not busy_during(others, os.cpu_count() or 1, profile.get("threads") or 1)
+
+
 # --- how many threads a run should take ---------------------------------------------------------------------
 MIN_WINDOW_S = 0.5      # /proc/stat counts in 10 ms ticks: half a second resolves 0.02 CPU per core of 2
 
@@ -111,3 +126,41 @@ def choose_threads(max_threads: int, meter: OthersCpu | None = None, environ=Non
     idle = max(0.0, cpu_count - others)
     shared = f", shared by {ranks_here} ranks" if ranks_here > 1 else ""
     return threads, f"threads: {threads} ({idle:.1f} of {cpu_count} CPUs idle{shared}: {how}; --threads N to choose)"
+
+
+# --- --threads of the commands that run torch on this CPU (train, profile, generate, bench) ------------------
+THREADS_PER_CORE = 4    # torch.set_num_threads(10**6) crashed torch (SIGSEGV); beyond a few per core only slows
+
+
+def most_threads() -> int:
+    """The most --threads a command takes: THREADS_PER_CORE per core of this machine."""
+    return THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_threads(threads: int) -> int:
+    """`threads` if it is in 1..most_threads(), else the one-line error naming --threads (as train's)."""
+    if not 0 < threads <= most_threads():
+        from trainledger.errors import TrainledgerError
+        raise TrainledgerError(f"--threads must be an integer in 1..{most_threads()} ({THREADS_PER_CORE} × the "
+                               f"{os.cpu_count()} cores here: more threads than cores only slow a step), got {threads}",
+                               "--threads")
+    return threads
+
+
+def set_threads(threads: int | None, device: str = "cpu", meter: OthersCpu | None = None) -> str | None:
+    """Sets torch's intra-op threads for a command that runs on `device`, as `train` does: `threads` when given
+    (--threads, checked by check_threads), else choose_threads over the CPUs other processes leave idle since
+    `meter` started (start it before torch is imported: the import is the window). Returns choose_threads' line
+    (None when --threads was given, or on CUDA, where one thread launches the kernels and torch's are left)."""
+    import torch
+
+    if threads is not None:
+        check_threads(threads)
+        if device == "cpu":
+            torch.set_num_threads(threads)
+        return None
+    if device != "cpu":
+        return None
+    chosen, line = choose_threads(torch.get_num_threads(), meter)
+    torch.set_num_threads(chosen)
+    return line

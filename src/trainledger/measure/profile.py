@@ -221,7 +221,9 @@ def _predict(spec, gpu, batch_size, seq_len, precision, optimizer, device, flash
                       flash=flash, compile=compiled, loop="profile")
     prediction = step_time(spec, Hardware(gpu, 1), run, with_memory=False)
     moved = optimizer_overhead_seconds(spec, gpu, precision, optimizer) if device == "cpu" else 0.0
-    return {"predicted": {"step_seconds": prediction["step_seconds"],
+    from trainledger.account.memory.per_gpu import memory_per_gpu       # the tensors, as train predicts them
+    tensors = memory_per_gpu(spec, None, run.with_(impl="paper", reserve=0.0))["total_bytes"]
+    return {"predicted": {"step_seconds": prediction["step_seconds"], "memory_bytes": tensors,
                           "categories": predicted_categories(prediction["breakdown"], moved, device)},
             "assumptions": prediction["assumptions"], "kernels_per_layer": prediction["kernels_per_layer"]}
 
@@ -237,23 +239,29 @@ def _relative_errors(predicted: dict, measured: dict) -> dict:
 def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32", optimizer: str = "adamw",
                   steps: int = 3, warmup: int = 2, device: str = "cpu", trace_path=None, seed: int = 0,
                   compiled: bool = False) -> dict:
-    """Runs `warmup` + `steps` timed steps, then `steps` steps under torch.profiler (after one profiler warm-up step).
+    """Runs `warmup` untimed steps, then `steps` unprofiled (timed) and `steps` profiled steps: on a CPU in turn
+    (measure/profile_cpu.py: the two sides see the same machine), on CUDA one block after the other.
 
-    Returns {step_seconds (median of the timed steps), step_times_s, step_min_seconds (the fastest: the least
+    Returns {step_seconds (median of the unprofiled steps), step_times_s, step_min_seconds (the fastest: the least
     disturbed by other processes, as the calibration's samples are), step_cpu_seconds (the process's CPU time per
-    step, median: on one thread, the step's time without what other processes took), profiled_step_seconds,
-    categories (seconds per step), categories_sum_seconds, flash_used, optimizer_impl, compiled, n_ops_per_step,
-    top_ops, trace, load, clock, step_thread_seconds, profiled_step_thread_seconds}. Data: random tokens drawn
-    with trainledger.data.get_batch from an in-memory token array, as the training loop draws them.
+    step, median: on one thread, the step's time without what other processes took), profiled_step_seconds
+    (median), categories (seconds per step), categories_sum_seconds, flash_used, optimizer_impl, compiled,
+    n_ops_per_step, top_ops, trace, load, clock, step_thread_seconds, profiled_step_thread_seconds}; on a CPU also
+    profiled_step_times_s and profiled_categories (the parts averaged over the profiled steps, wall clock: what a
+    replay of the trace gives). Data: random tokens drawn with trainledger.data.get_batch from an in-memory token
+    array, as the training loop draws them.
 
-    `load` (machine_load) is how many CPUs other processes kept busy while the timed and the profiled steps ran
-    (measure.cpu_load: /proc/stat less this process's CPU time) and whether that left fewer idle than the
-    threads needed. Then wall time counts the others' turns. On one CPU thread (torch runs every op and the
-    backward on the calling thread) the step is measured by that thread's CPU time instead (time.thread_time;
-    clock "thread_cpu", the wall-clock median kept as step_wall_seconds), and the profiled parts are scaled to
-    the profiled steps' thread CPU time (scaled_to; their wall-clock grouping kept as wall_categories, what a
-    replay of the trace, which has only wall-clock spans, gives). With more threads the main thread's CPU time misses the
-    others' work, so the clock stays "wall" and the diagnosis says to rerun with --threads 1.
+    On a CPU the parts are those of the median profiled step (profile_cpu.middle_parts), so that the step and its
+    parts are reduced the same way and add up within the profiler's own cost (issue 41: in two blocks, the
+    tiny model's parts summed to 156.7 ms beside a 128.5 ms step on a quiet 2-core machine).
+
+    `load` (machine_load) is how many CPUs other processes kept busy while the steps ran (measure.cpu_load:
+    /proc/stat less this process's CPU time) and whether that left fewer idle than the threads needed. Then wall
+    time counts the others' turns. On one CPU thread (torch runs every op and the backward on the calling thread)
+    the step and its parts are both measured by that thread's CPU time instead (time.thread_time; clock
+    "thread_cpu", the wall-clock median kept as step_wall_seconds): each profiled step's parts scaled to its
+    thread CPU time (scaled_to). With more threads the main thread's CPU time misses the others' work, so the
+    clock stays "wall" and the diagnosis says to rerun with --threads 1.
 
     On CPU the categories group the profiled steps' CPU ops (measured_categories). On CUDA they are the GPU
     timeline of the profiled steps, read from their Kineto trace (measure.trace.gpu_breakdown: kernels by part,
@@ -263,10 +271,9 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
     """
     import numpy as np
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import record_function
 
     from trainledger.data import get_batch
-    from trainledger.measure.native_stderr import dropping_native_lines
     from trainledger.models import build_model
     from trainledger.optim import build_optimizer, clip_grad_norm_
     from trainledger.models.precision import autocast, grad_scaler, param_dtype
@@ -300,10 +307,62 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
                 opt.step()
             opt.zero_grad(set_to_none=True)
 
-    from trainledger.measure.cpu_load import OthersCpu
-    from trainledger.measure.timing import synchronize
     for _ in range(warmup):
         step()
+    from trainledger.measure.timing import peak_memory_bytes, peak_memory_kind
+    result = (_cpu_result(step, steps, trace_path, torch.get_num_threads()) if dev.type == "cpu" else
+              _cuda_result(step, steps, dev, trace_path))
+    return {**result, "peak_memory_bytes": peak_memory_bytes(dev), "peak_memory_kind": peak_memory_kind(dev)}
+
+
+def _cpu_result(step, steps: int, trace_path, threads: int) -> dict:
+    """profile_steps on a CPU: the unprofiled and the profiled steps in turn (measure/profile_cpu.py), both
+    reduced the same way (the median step, by the same clock)."""
+    from trainledger.measure import trace as tr
+    from trainledger.measure.profile_cpu import interleaved_steps, mean_parts, middle_parts
+
+    run = interleaved_steps(step, steps, trace_path)
+    load = machine_load([run["others_cpus"]], threads)
+    walls, events = run["walls"], [e for cycle in run["events"] for e in cycle]
+    per_step = [measured_categories(cycle, wall, 1) for cycle, wall in zip(run["events"], walls)]
+    names = {e.name for e in events}
+    result = {"step_seconds": statistics.median(run["times"]), "step_times_s": run["times"],
+              "step_cpu_seconds": statistics.median(run["cpu_times"]), "step_min_seconds": min(run["times"]),
+              "profiled_step_seconds": statistics.median(walls), "profiled_step_times_s": walls,
+              "profiled_categories": mean_parts(per_step), "flash_used": tr.flash_used((), names),
+              "optimizer_impl": "foreach",            # every optimizer of trainledger.optim is a foreach optimizer
+              "compiled": tr.compiled((), names),    # a compiled model's CPU ops show its compiled regions
+              "n_ops_per_step": _n_ops(events) / steps, "top_ops": top_ops(events, steps), "trace": run["trace"],
+              "load": load, "step_thread_seconds": run["thread_times"],
+              "profiled_step_thread_seconds": statistics.median(run["profiled_thread_times"]), "clock": "wall"}
+    if load["busy"] and threads == 1:     # wall time counts the others' turns: this thread's CPU time, both sides
+        per_step = [scaled_to(parts, t) for parts, t in zip(per_step, run["profiled_thread_times"])]
+        result.update(clock="thread_cpu", step_wall_seconds=result["step_seconds"],
+                      step_seconds=statistics.median(run["thread_times"]),
+                      categories=middle_parts(per_step, run["profiled_thread_times"]))
+    else:
+        result["categories"] = middle_parts(per_step, walls)
+    result["categories_sum_seconds"] = sum(result["categories"].values())
+    return result
+
+
+def _n_ops(events) -> int:
+    """aten ops called from outside another aten op (what a step dispatches)."""
+    return sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is not None
+               and not e.cpu_parent.name.startswith("aten::"))
+
+
+def _cuda_result(step, steps: int, dev, trace_path) -> dict:
+    """profile_steps on CUDA: `steps` timed steps, then `steps` profiled ones (after one profiler warm-up step);
+    the parts are the profiled steps' GPU timeline, idle the unprofiled step less the kernels' busy time."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from trainledger.measure import trace as tr
+    from trainledger.measure.cpu_load import OthersCpu
+    from trainledger.measure.native_stderr import dropping_native_lines
+    from trainledger.measure.timing import synchronize
     times, cpu_times, thread_times = [], [], []
     others_timed = OthersCpu()           # other processes' CPU use while the timed steps run
     for _ in range(steps):
@@ -315,10 +374,8 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
         cpu_times.append(time.process_time() - cpu_start)
         thread_times.append(time.thread_time() - thread_start)
     others = [others_timed.cpus()]
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     walls, profiled_thread_times = [], []
-    with dropping_native_lines(), profile(activities=activities, acc_events=True,
+    with dropping_native_lines(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True,
                                           schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for i in range(steps + 1):
             synchronize(dev)
@@ -333,41 +390,25 @@ def profile_steps(spec, *, batch_size: int, seq_len: int, precision: str = "fp32
             prof.step()
         others.append(others_profiled.cpus())
     events = prof.events()
-    load = machine_load(others, torch.get_num_threads() if dev.type == "cpu" else 1)
     step_seconds = statistics.median(times)
     names = {e.name for e in events}
-    from trainledger.measure import trace as tr
     result = {"step_seconds": step_seconds, "step_times_s": times,
               "step_cpu_seconds": statistics.median(cpu_times), "step_min_seconds": min(times),
               "profiled_step_seconds": statistics.median(walls), "flash_used": tr.flash_used((), names),
-              "optimizer_impl": "foreach",            # every optimizer of trainledger.optim is a foreach optimizer
-              "compiled": tr.compiled((), names),    # a compiled model's CPU ops show its compiled regions
-              "n_ops_per_step": sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is not None
-                                    and not e.cpu_parent.name.startswith("aten::")) / steps, "trace": None}
-    if dev.type == "cuda":
-        import tempfile
-        with tempfile.TemporaryDirectory() as scratch:
-            path = write_trace(prof, trace_path or Path(scratch) / "trace.json")
-            gpu = tr.gpu_breakdown(tr.read_trace(path))
-        categories = unprofiled_categories(gpu, step_seconds)
-        result.update(categories=categories, top_ops=gpu["top_kernels"], busy_seconds=gpu["busy_seconds"],
-                      idle_seconds=categories["idle"], profiled_idle_seconds=gpu["idle_seconds"],
-                      overlap_seconds=gpu["overlap_seconds"], n_kernels_per_step=gpu["n_kernels_per_step"],
-                      flash_used=gpu["flash_used"], compiled=gpu["compiled"])
-        if trace_path:
-            result["trace"] = str(path)
-    else:
-        categories = measured_categories(events, sum(walls), steps)
-        if load["busy"] and load["threads"] == 1:     # wall time counts the others' turns: this thread's CPU time
-            result.update(clock="thread_cpu", step_wall_seconds=step_seconds,
-                          step_seconds=statistics.median(thread_times), wall_categories=categories)
-            categories = scaled_to(categories, sum(profiled_thread_times) / steps)
-        result.update(categories=categories, top_ops=top_ops(events, steps))
-        if trace_path:
-            result["trace"] = str(write_trace(prof, trace_path))
-    result.update(load=load, step_thread_seconds=thread_times,
-                  profiled_step_thread_seconds=sum(profiled_thread_times) / steps)
-    result.setdefault("clock", "wall")
+              "optimizer_impl": "foreach", "compiled": tr.compiled((), names),
+              "n_ops_per_step": _n_ops(events) / steps, "trace": None}
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_trace(prof, trace_path or Path(scratch) / "trace.json")
+        gpu = tr.gpu_breakdown(tr.read_trace(path))
+    categories = unprofiled_categories(gpu, step_seconds)
+    result.update(categories=categories, top_ops=gpu["top_kernels"], busy_seconds=gpu["busy_seconds"],
+                  idle_seconds=categories["idle"], profiled_idle_seconds=gpu["idle_seconds"],
+                  overlap_seconds=gpu["overlap_seconds"], n_kernels_per_step=gpu["n_kernels_per_step"],
+                  flash_used=gpu["flash_used"], compiled=gpu["compiled"])
+    if trace_path:
+        result["trace"] = str(path)
+    result.update(load=machine_load(others, 1), step_thread_seconds=thread_times,
+                  profiled_step_thread_seconds=statistics.median(profiled_thread_times), clock="wall")
     result["categories_sum_seconds"] = sum(result["categories"].values())
     return result
 
@@ -416,10 +457,10 @@ def write_trace(prof, path) -> Path:
 
 
 MEASURED_KEYS = ("step_seconds", "categories", "step_times_s", "step_cpu_seconds", "step_min_seconds", "clock",
-                 "step_wall_seconds", "wall_categories", "step_thread_seconds", "profiled_step_thread_seconds", "load",
-                 "profiled_step_seconds", "categories_sum_seconds", "flash_used", "optimizer_impl", "compiled",
+                 "step_wall_seconds", "profiled_categories", "step_thread_seconds", "profiled_step_thread_seconds",
+                 "load", "profiled_step_seconds", "profiled_step_times_s", "categories_sum_seconds", "flash_used", "optimizer_impl", "compiled",
                  "n_ops_per_step", "top_ops", "busy_seconds", "idle_seconds", "profiled_idle_seconds",
-                 "overlap_seconds", "n_kernels_per_step")
+                 "overlap_seconds", "n_kernels_per_step", "peak_memory_bytes", "peak_memory_kind")
 
 
 def compare(spec, gpu, *, batch_size: int, seq_len: int, precision: str, optimizer: str, steps: int,

@@ -4,6 +4,7 @@
     peak_flops_per_s(device, dtype) -> (FLOP/s or None, source)      CUDA: datasheet; CPU: derived from cpuinfo
     bench_matmul(size, dtype, device) -> dict                        keys of `trainledger bench --json`
     StepTimer / peak_memory_bytes / achieved_flops_per_s / mfu       cheap per-step readings for a trainer
+    peak_memory_kind(device)                                          what the peak is: "rss" or "cuda_allocated"
 
 MFU = achieved FLOP/s / peak FLOP/s (PaLM, arXiv:2204.02311, App. B), with achieved = FLOPs / seconds and
 the FLOPs of the step taken from account/ (model FLOPs, no recomputation).
@@ -224,6 +225,15 @@ def peak_memory_bytes(device="cpu", reset: bool = False) -> int:
         return int(value)
     import resource
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def peak_memory_kind(device="cpu") -> str:
+    """What peak_memory_bytes measures on `device`: "rss" (a CPU: the whole process's resident memory, Python,
+    libraries and data included) or "cuda_allocated" (the tensors torch's caching allocator handed out)."""
+    return "cuda_allocated" if torch.device(device).type == "cuda" else "rss"
+
+
+PEAK_MEMORY_WORDS = {"rss": "peak RSS", "cuda_allocated": "peak allocated"}   # how a line names each kind
 
 
 class StepTimer:

@@ -34,7 +34,7 @@ from trainledger.account.counting.flops import flops_per_step
 from trainledger.account.memory.per_gpu import memory_per_gpu
 from trainledger.data import seed_everything
 from trainledger.errors import TrainledgerError
-from trainledger.files import check_output, matplotlib_png_problem, replace_output
+from trainledger.files import matplotlib_png_problem, replace_output
 from trainledger.measure.compare import check_gpu_memory
 from trainledger.models import build_model
 from trainledger.models.offload import ActivationOffload
@@ -42,7 +42,8 @@ from trainledger.train.fp8 import TORCHAO_RECIPES, check_fp8_training, convert_t
 from trainledger.models.precision import MASTER_COPY, MasterParams, autocast, grad_scaler, param_dtype
 from trainledger.optim import CosineWithWarmup, clip_grad_norm_
 from trainledger.optim.levers import build_training_optimizer
-from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s, peak_memory_bytes
+from trainledger.measure.timing import StepTimer, achieved_flops_per_s, mfu, peak_flops_per_s
+from trainledger.measure.timing import peak_memory_bytes, peak_memory_kind
 from trainledger.specs import get_model
 from trainledger.specs.recipes import get_recipe
 from trainledger.tensors import local
@@ -59,6 +60,7 @@ from trainledger.train.vocab import data_summary, follow_tokenizer, model_sha256
 from trainledger.train.run_file import write_for as write_run_file
 from trainledger.train.metrics import (MetricsWriter, Progress, accounted_optimizer, plot_loss, predicted_line,
                                       predicted_step, read_metrics, step_time_gap)
+from trainledger.train.fresh_start import StartPaths
 from trainledger.train.runlock import unlock_all
 from trainledger.train.signals import (LAUNCHER_EXIT, install_signal_handlers, launcher_gone, launcher_pid,
                                       restore_signal_handlers)
@@ -102,12 +104,12 @@ class Trainer(Checkpointing):
         self.per_rank, self.micro = with_world(config, self.world.dp_size)
         self.seq_len = config.seq_len if self.is_lm else 1
         self._check_fits()                              # before anything is allocated
-        _check_output_paths(config)
-        self.locks = self._lock()                       # before anything under --out-dir is written
+        self.fresh = StartPaths(config)                 # what the start makes: a refusal takes it back (fresh_start.py)
+        self.locks = self.fresh.make(self._lock)        # the directories, then the locks: before anything is written
         try:
             self._setup()
         except BaseException:
-            self.release()
+            self.release(refused=True)
             raise
 
     def _setup(self) -> None:
@@ -363,11 +365,19 @@ class Trainer(Checkpointing):
             self.log(f"--parallel {config.parallel}: one process (not launched by torchrun), so no data parallelism")
         try:
             return self._train()
+        except TrainledgerError as error:       # refused before a step ran: nothing of this start stays behind
+            self.release(refused=not isinstance(error, TrainingDiverged) and self.step == 0 and not ckpt.list_checkpoints(
+                config.resolved_checkpoint_dir()))
+            raise
         finally:
             self.release()
 
-    def release(self) -> None:
-        """Releases the run's locks (idempotent): another trainer may then use its directories."""
+    def release(self, refused: bool = False) -> None:
+        """Releases the run's locks (idempotent): another trainer may then use its directories. `refused`: first
+        removes what this start created (train/fresh_start.py), while the locks still keep others out."""
+        if refused and getattr(self, "fresh", None) is not None:
+            self.fresh.undo()
+            self.fresh = None
         unlock_all(getattr(self, "locks", None))
 
     def _train(self) -> dict:
@@ -429,7 +439,8 @@ class Trainer(Checkpointing):
                           "tokens_per_s": config.batch_size * self.seq_len / seconds,
                           "flops_per_s": achieved_flops_per_s(step_flops, seconds),
                           "mfu": mfu(step_flops, seconds, peak_all),
-                          "peak_memory_bytes": peak_memory_bytes(world.device), **self.comm.record()}
+                          "peak_memory_bytes": peak_memory_bytes(world.device), "peak_memory_kind": peak_memory_kind(
+                              world.device), **self.comm.record()}
                 if out["skipped"]:
                     record["skipped"] = True
                 if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.steps):
@@ -483,18 +494,3 @@ class Trainer(Checkpointing):
                   f"(metrics {self.config.resolved_metrics()}, checkpoints)", file=sys.stderr, flush=True)
             return None
         return str(path)
-
-
-def _check_output_paths(config: TrainConfig) -> None:
-    """Creates the output directories, or raises a one-line error naming the flag whose path cannot be used."""
-    metrics = config.resolved_metrics()
-    if config.plot:           # before any work: a loss.png there that trainledger did not write is never replaced
-        check_output(Path(config.out_dir) / "loss.png", "--out-dir", "a loss curve", matplotlib_png_problem)
-    for flag, directory in (("--out-dir", Path(config.out_dir)), ("--checkpoint-dir", config.resolved_checkpoint_dir()),
-                            ("--metrics", metrics.parent)):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise TrainledgerError(f"{flag}: cannot use {directory} as a directory ({error.strerror or error})") from None
-    if metrics.is_dir():
-        raise TrainledgerError(f"--metrics {metrics} is a directory; give a file name such as {metrics / 'metrics.jsonl'}")

@@ -2,7 +2,8 @@
 
 Record keys carry their units (torchtitan's habit): step, loss, lr, grad_norm, tokens (seen so far),
 step_time_s, predicted_step_time_s (account/time/step.py on this device; None without a prediction), tokens_per_s,
-flops_per_s, mfu, peak_memory_bytes, and eval_loss on evaluation steps.
+flops_per_s, mfu, peak_memory_bytes with peak_memory_kind ("rss": the whole process on a CPU; "cuda_allocated":
+tensors), and eval_loss on evaluation steps.
 
 A resumed run appends to the same file, so a step can appear twice (written, then the process was killed
 before its checkpoint, then trained again after resume): readers keep the LAST record of each step.
@@ -182,8 +183,10 @@ def describe(record: dict) -> str:
         parts.append(units.format_rate(record["flops_per_s"]))
     if record.get("mfu") is not None:
         parts.append(f"MFU {100 * record['mfu']:.1f}%")
-    if record.get("peak_memory_bytes"):
-        parts.append(f"peak {units.format_bytes(record['peak_memory_bytes'])}")
+    if record.get("peak_memory_bytes"):      # RSS (the whole process) on a CPU, allocated tensors on CUDA
+        from trainledger.measure.timing import PEAK_MEMORY_WORDS
+        what = PEAK_MEMORY_WORDS.get(record.get("peak_memory_kind"), "peak")
+        parts.append(f"{what} {units.format_bytes(record['peak_memory_bytes'])}")
     return "  ".join(parts)
 
 
@@ -323,7 +326,7 @@ def predicted_line(plan: dict, memory: dict, finetune: bool = False) -> str:
         return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step as full training counts "
                 f"them; memory of fine-tuning not predicted yet; {peak}")
     return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
-            f"{units.format_bytes(memory['total_bytes'])} (params {units.format_bytes(memory['params_bytes'])}, "
+            f"{units.format_bytes(memory['total_bytes'])} of tensors (params {units.format_bytes(memory['params_bytes'])}, "
             f"grads {units.format_bytes(memory['grads_bytes'])}, "
             + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
             + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "

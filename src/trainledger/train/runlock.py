@@ -31,8 +31,10 @@ _APPENDED = "the run appends one record per step to it and reads it back: give a
 
 
 def _busy(what: Path, holder: str) -> TrainledgerError:
-    return TrainledgerError(f"{what} is in use by pid {holder} (another trainer); wait for it to finish, stop it, "
-                            "or pass another --out-dir/--checkpoint-dir")
+    error = TrainledgerError(f"{what} is in use by pid {holder} (another trainer); wait for it to finish, stop it, "
+                             "or pass another --out-dir/--checkpoint-dir")
+    error.held_by_another = True       # the refused trainer leaves that trainer's files alone (train/fresh_start.py)
+    return error
 
 
 def _lines(fd: int) -> list[str]:
