@@ -110,3 +110,27 @@ def test_plan_count_refusals(capsys):
     err = run_error(capsys, "plan", "--model", "llama-3-8b", "--count", "6n", "--mfu", "auto")
     assert "--count" in err and "--mfu" in err
     assert "not used" in " ".join(run_json(capsys, "plan", "--params", "8B", "--attention", "causal")["assumptions"])
+
+
+def test_infer_keeps_back_the_automatic_reserve_of_memory_and_step(capsys):
+    """`infer --reserve auto` (the default) keeps back what `memory` and `step` do on a CUDA device: the CUDA context
+    and two cuBLAS workspaces plus the caching allocator's 10 % of the peak (account/memory/per_gpu.py), the peak
+    being weights + KV cache; the largest batch is the largest that fits with it (one more does not)."""
+    from trainledger.account.memory.per_gpu import ALLOCATOR_SLACK_FRACTION, cuda_reserve_bytes
+    auto = run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100")
+    assert auto == run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100", "--reserve", "auto")
+    parts = cuda_reserve_bytes(auto["weights_bytes"] + auto["kv_cache_bytes"])
+    assert auto["reserve_bytes"] == pytest.approx(parts["total"]) and auto["reserve_parts"] == pytest.approx(parts)
+    assert parts["allocator"] == pytest.approx(ALLOCATOR_SLACK_FRACTION * (auto["weights_bytes"] + auto["kv_cache_bytes"]))
+    step = run_json(capsys, "step", "--model", "llama-3-8b", "--gpu", "h100", "--num-gpus", "8")
+    assert step["reserve_bytes"] > 0            # the same default on the training side
+    zero = run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100", "--reserve", "0")
+    assert zero["reserve_bytes"] == 0 and zero["max_batch_size"] > auto["max_batch_size"]
+    most = auto["max_batch_size"]
+    fits = run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100", "--batch-size", str(most))
+    over = run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100", "--batch-size", str(most + 1))
+    assert fits["fits"] is True and over["fits"] is False
+    assert fits["memory_bytes"] + fits["reserve_bytes"] <= fits["memory_per_gpu_bytes"]
+    assert any(a.startswith("reserve ") and "CUDA context" in a for a in auto["assumptions"])
+    expandable = run_json(capsys, "infer", "--model", "llama-3-8b", "--gpu", "h100", "--reserve", "expandable")
+    assert expandable["reserve_bytes"] == pytest.approx(parts["context"] + parts["workspaces"])

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
     add_run_flags(parser, "memory", helps={
         "--zero": "ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)",
-        "--dp": "data-parallel ranks (default: --num-gpus / (tp · pp), else 1; with --num-gpus it must agree)",
+        "--dp": "data-parallel ranks (default 1, or --num-gpus / (tp · pp) when --num-gpus is given; both given, they "
+                "must agree)",
         "--precision": "precision recipe (default amp-bf16: PyTorch autocast, fp32 weights and states; amp-fp16 on a "
                        "GPU without bf16, e.g. T4, V100)"})
     parser.add_argument("--grad-accum", type=common.positive_int, default=None,
@@ -60,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 1; the run's global batch = grad-accum × dp × batch-size)")
     parser.add_argument("--gpu", default=None, help="accelerator to check against (default h100)")
     parser.add_argument("--num-gpus", type=common.positive_int, default=None,
-                        help="GPUs of the job, as on every other command: dp = num_gpus / (tp · pp) (default: "
-                             "tp · pp · dp; --dp, if also given, must agree)")
+                        help="GPUs of the job, as on every other command: dp = num_gpus / (tp · pp); by default "
+                             "tp · pp · dp (--dp, if also given, must agree)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
@@ -155,7 +156,7 @@ def compute(args) -> dict:
         f"peak = the busiest moment of a training step after the first ({result['peak_moment'].replace('_', ' ')}; "
         f"the first step peaks at {units.format_bytes(result['first_step_peak_bytes'])}, before its optimizer states "
         "exist); total = the sum of the parts; fits = peak + reserve <= memory; communication buffers not modelled",
-        _reserve_line(result),
+        reserve_line(result),
     ]
     if result["fsdp_buffers"] is not None:
         from trainledger.account.memory.fsdp import fsdp_settings_of
@@ -195,7 +196,8 @@ def _data_parallel(args, run, spec) -> int:
     return derive_layout(args.num_gpus, lay.tp, lay.pp, lay.cp, dp, run.batch.batch_size, None)[1]
 
 
-def _reserve_line(result: dict) -> str:
+def reserve_line(result: dict) -> str:
+    """The reserve of an answer (`memory`, `infer`) in one line: its parts when automatic, else the size given."""
     parts = result.get("reserve_parts")
     if parts:
         return (f"reserve {units.format_bytes(parts['total'])} (default on {result['gpu']}): CUDA context "

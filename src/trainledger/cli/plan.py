@@ -275,7 +275,6 @@ def compute(args) -> dict:
         by_count = {"6n": F.kaplan_train_flops_per_token(n_params)}
         settings = []
     flops_per_token = by_count[count]
-    convention = convention_line(count, by_count, n_params, spec, seq_len, args)
     if args.tokens < 1:
         raise TrainledgerError(f"--tokens must be at least 1 token, got {args.tokens:g}")
     if n_params < 1:
@@ -298,6 +297,7 @@ def compute(args) -> dict:
         which = "--tokens" if args.model is not None else "--params × --tokens"
         raise TrainledgerError(f"{which} is too large: {units.format_count(n_params)} parameters × "
                                f"{units.format_count(args.tokens)} tokens overflows the training FLOPs; use realistic values")
+    convention = convention_line(count, by_count, n_params, spec, seq_len, args)
     result = {
         "n_params": n_params, "n_tokens": args.tokens, "flops_per_token": flops_per_token, "train_flops": total,
         "gpu": gpu.name, "dtype": args.dtype, "num_gpus": args.num_gpus, "peak_flops_per_s": peak, "mfu": args.mfu,
