@@ -6,6 +6,7 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
+from trainledger.errors import TrainledgerError
 from trainledger.cli.plan import print_table
 
 HELP = "inference: KV cache and weight bytes, the largest batch that fits, prefill time, decoding tokens/s, bottleneck"
@@ -59,17 +60,19 @@ def compute(args) -> dict:
     gpu = common.resolve_gpu(args.gpu)
     dtype, note = default_dtype(args.dtype, gpu)
     from trainledger.cli.reserve import reserve_of
+    context = args.prompt_len + args.gen_len
+    if spec.max_seq_len and context > spec.max_seq_len:     # positions the model has none for: no answer to give
+        flag = "--prompt-len" if args.prompt_len >= spec.max_seq_len else "--gen-len"
+        raise TrainledgerError(f"--prompt-len {args.prompt_len:,} + --gen-len {args.gen_len:,} = {context:,} tokens is "
+                               f"beyond the {spec.max_seq_len:,}-token context of '{spec.name}' (its "
+                               "max_position_embeddings): shorten the prompt or the generation", flag)
     request = InferenceRequest(batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
                                dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=reserve_of(args, gpu),
                                cache=args.cache)
     result = inference(spec, gpu, request)
     from trainledger.cli.memory import reserve_line
     result["assumptions"].append(reserve_line(result))
-    context = args.prompt_len + args.gen_len
     warnings = common.outlandish(seq_len=context)
-    if context > spec.max_seq_len:
-        warnings.append(f"prompt + new tokens = {context} exceed the {spec.max_seq_len}-token context of "
-                        f"'{spec.name}' (--prompt-len, --gen-len)")
     if result["reserve_bytes"] >= gpu.memory_bytes:
         warnings.append(f"--reserve {units.format_bytes(result['reserve_bytes'])} is all of the "
                         f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: nothing is left for the model; "

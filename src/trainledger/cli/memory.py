@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batches per optimizer step: after the first, each runs with the gradients held "
                              "(default 1; the run's global batch = grad-accum × dp × batch-size)")
     parser.add_argument("--gpu", default=None, help="accelerator to check against (default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=None,
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None,
                         help="GPUs of the job, as on every other command: dp = num_gpus / (tp · pp); by default "
                              "tp · pp · dp (--dp, if also given, must agree)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
@@ -91,6 +91,8 @@ def compute(args) -> dict:
     run = run.with_(precision=precision,
                     dp=_data_parallel(args, run, model_of(args)[0] if args.model is not None else None))
     lay = run.layout
+    from trainledger.specs.bounds import check_request
+    check_request(lay.dp * lay.tp * lay.pp, "num_gpus", "--num-gpus" if args.num_gpus is not None else "--dp")
     if args.grad_accum is not None:
         run = run.with_(global_batch_size=args.grad_accum * (lay.dp or 1) * run.batch.batch_size)
     zero, dp = lay.zero, lay.dp
@@ -137,7 +139,8 @@ def compute(args) -> dict:
     result["run"] = document_of(args, resolve(model, hardware, run).run, hardware.num_gpus)
     from trainledger.cli.sanity import check_zero_ranks
     check_zero_ranks(result["n_params"], dp, zero)
-    warnings += common.outlandish(num_gpus=dp * lay.tp * lay.pp)
+    warnings += common.outlandish({"num_gpus": "--num-gpus" if args.num_gpus is not None else "--dp"},
+                                  num_gpus=dp * lay.tp * lay.pp)
     result["gpu"], result["num_gpus"] = gpu.name, hardware.num_gpus
     if result.get("fp8"):          # what the FP8 recipe adds and saves (account/memory/fp8.py)
         f, fmt = result["fp8"], units.format_bytes

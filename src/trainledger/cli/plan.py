@@ -76,6 +76,8 @@ def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
     max_len = getattr(spec, "max_seq_len", None)
     if seq_len is None:
         seq_len = getattr(spec, "default_seq_len", 1)
+    from trainledger.specs.bounds import check_request
+    check_request(seq_len, "seq_len", "--seq-len")          # past any model's positions: an error, not a warning
     if max_len and getattr(spec, "position", None) == "learned" and seq_len > max_len:
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {max_len} learned positions of '{spec.name}'")
     return spec, seq_len
@@ -133,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 70B (6·N FLOPs per token; default 70B)")
     parser.add_argument("--tokens", type=common.positive_count, default=15e12, help="training tokens, e.g. 15T (default 15T)")
     parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="number of GPUs (default 1024)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None, help="number of GPUs (default 1024)")
     parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
                         help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout that fits "
                              "(`trainledger layout`, needs --model) (default 0.5)")
