@@ -61,10 +61,11 @@ def compute(args) -> dict:
     dtype, note = default_dtype(args.dtype, gpu)
     from trainledger.cli.reserve import reserve_of
     context = args.prompt_len + args.gen_len
-    if spec.max_seq_len and context > spec.max_seq_len:     # positions the model has none for: no answer to give
-        flag = "--prompt-len" if args.prompt_len >= spec.max_seq_len else "--gen-len"
+    max_len = getattr(spec, "max_seq_len", None)             # a transformer's; inference() refuses the others
+    if max_len and context > max_len:     # positions the model has none for: no answer to give
+        flag = "--prompt-len" if args.prompt_len >= max_len else "--gen-len"
         raise TrainledgerError(f"--prompt-len {args.prompt_len:,} + --gen-len {args.gen_len:,} = {context:,} tokens is "
-                               f"beyond the {spec.max_seq_len:,}-token context of '{spec.name}' (its "
+                               f"beyond the {max_len:,}-token context of '{spec.name}' (its "
                                "max_position_embeddings): shorten the prompt or the generation", flag)
     request = InferenceRequest(batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
                                dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=reserve_of(args, gpu),
