@@ -35,13 +35,16 @@ def test_the_smallest_meaningful_budget_still_answers(capsys):
     assert code == 2
 
 
-def test_zero_over_a_hundred_million_ranks_warns(capsys):
+def test_zero_over_a_hundred_million_ranks_is_refused(capsys):
     """The issue's case: gpt2 (124M parameters) with ZeRO-3 over 1e8 ranks stored 1.24 parameters per GPU without a
-    word. It is below the parameter count, so it answers, with one warning about the rank count."""
-    code, out, err = run(["memory", "--model", "gpt2", "--zero", "3", "--dp", "100000000", "--json"], capsys)
+    word; then it answered with a warning. 1e8 GPUs are past any machine (specs/bounds.py MAX_NUM_GPUS, issue 41):
+    an error naming --dp; half a million ranks, merely unusual, answer with one warning about the rank count."""
+    code, _, err = run(["memory", "--model", "gpt2", "--zero", "3", "--dp", "100000000", "--json"], capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: --dp 100,000,000")
+    code, out, err = run(["memory", "--model", "gpt2", "--zero", "3", "--dp", "500000", "--json"], capsys)
     result = json.loads(out)
-    assert code == 0 and result["n_params_per_gpu"] == pytest.approx(124439808 / 1e8)
-    assert len(err) == 1 and err[0].startswith("warning:") and "million GPUs" in err[0]
+    assert code == 0 and result["n_params_per_gpu"] == pytest.approx(124439808 / 5e5)
+    assert len(err) == 1 and err[0].startswith("warning:") and "200,000 GPUs" in err[0]
     assert len(result["warnings"]) == 1
     code, _, err = run(["memory", "--model", "gpt2", "--zero", "3", "--dp", "64"], capsys)
     assert code == 0 and err == []

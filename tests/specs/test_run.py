@@ -87,7 +87,8 @@ def test_resolve_fills_every_default_from_the_model_and_hardware():
     (dict(tp=3), None, "--tp"),                        # 32 heads
     (dict(pp=64), None, "--pp"),                       # 32 layers
     (dict(dp=3), 8, "--dp"),                           # 8 GPUs
-    (dict(tp=3), 8, "--num-gpus"),
+    (dict(tp=3), 8, "--tp"),                           # the heads are the cause, not the 8 GPUs (issue 41)
+    (dict(tp=2, pp=3), 8, "--num-gpus"),
     (dict(ep=2, dp=2), None, "--ep"),                  # a dense model
     (dict(cp=3, seq_len=4096), None, "--cp"),
     (dict(pp=2, interleave=3), 8, "--interleave"),

@@ -212,12 +212,25 @@ def test_transformer_parameters(page):
 
 
 def test_memory_budget(page):
+    # the calculator opens on a run that fits (issue 41): llama-2-7b on 8 H100 with ZeRO 3 (the default)
+    assert page.input_value("#memory-num-gpus") == "8" and page.input_value("#memory-model") == "llama-2-7b"
+    page.wait_for_function("document.querySelector('#calc-memory').dataset.state === 'ok'", timeout=15000)
+    opened = cli_json(["memory", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--num-gpus", "8"])
+    assert opened["fits"] is True and opened["dp"] == 8 and opened["zero"] == 3
+    assert page.inner_text("#calc-memory .results [data-path=fits]") == "fits"
+    assert_shown_equals(shown(page, "memory"), opened)
+    press(page, "memory", "#memory-num-gpus-slider", "ArrowLeft", times=3)  # 8 -> 1 GPU: AdamW's 16 B/param alone
+    assert page.input_value("#memory-num-gpus") == "1"                       # exceed an H100's 80 GB
+    one = cli_json(["memory", "--model", "llama-2-7b", "--num-gpus", "1"])
+    assert one["fits"] is False and page.inner_text("#calc-memory .results [data-path=fits]") == "does not fit"
     before = updates(page, "memory")
     page.select_option("#memory-zero", "3")
     wait_for_answer(page, "memory", before)
-    press(page, "memory", "#memory-dp-slider", "ArrowRight", times=3)  # 1 -> 8 data-parallel ranks
-    assert page.input_value("#memory-dp") == "8"
-    expected = cli_json(["memory", "--model", "llama-2-7b", "--zero", "3", "--dp", "8"])
+    press(page, "memory", "#memory-num-gpus-slider", "ArrowRight", times=3)  # 1 -> 8 GPUs, data-parallel ranks
+    assert page.input_value("#memory-num-gpus") == "8"
+    expected = cli_json(["memory", "--model", "llama-2-7b", "--zero", "3", "--num-gpus", "8"])
+    by_dp = cli_json(["memory", "--model", "llama-2-7b", "--zero", "3", "--dp", "8"])        # the same run, by --dp
+    assert {k: v for k, v in by_dp.items() if k != "run"} == {k: v for k, v in expected.items() if k != "run"}
     assert_shown_equals(shown(page, "memory"), expected)
     verdict = page.inner_text("#calc-memory .results [data-path=fits]")
     assert verdict == ("fits" if expected["fits"] else "does not fit")
@@ -233,7 +246,7 @@ def test_memory_budget(page):
     page.select_option("#memory-model", "from-params")
     wait_for_answer(page, "memory", before)
     assert_shown_equals(shown(page, "memory"), cli_json(["memory", "--model", page.input_value("#params-model"),
-                                                         "--zero", "3", "--dp", "8"]))
+                                                         "--zero", "3", "--num-gpus", "8"]))
     before = updates(page, "memory")
     page.select_option("#memory-model", "llama-2-7b")
     wait_for_answer(page, "memory", before)
@@ -657,6 +670,26 @@ def test_step_with_expert_tensor_parallel_and_a_dispatcher(browser, base_url):
                      "32", "--ep", "8", "--ep-dispatcher", "nccl"])
     assert shared.inner_text("#step-ep-dispatcher-error") == str(info.value)
     assert str(info.value).startswith("--ep-dispatcher must be one of alltoall, deepep, hybridep")
+    context.close()
+
+
+def test_step_names_the_flag_the_cli_names(browser, base_url):
+    """tp 3 on llama-2-7b (32 heads) over 8 GPUs: the CLI's own line, naming --tp (the heads it must divide), stands
+    beside the tp field, not beside the GPU count (issue 41); a tp that divides the heads answers again."""
+    context, page, errors = fresh_page(browser, base_url)
+    before = updates(page, "step")
+    page.fill("#step-tp", "3")
+    wait_for_answer(page, "step", before, state="error")
+    with pytest.raises(TrainledgerError) as info:
+        cli.compute(["step", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "3"])
+    assert str(info.value).startswith("--tp 3 must divide n_heads=32") and info.value.flag == "--tp"
+    assert page.inner_text("#step-tp-error") == str(info.value)
+    assert page.get_attribute("#step-tp", "aria-invalid") == "true"
+    assert page.inner_text("#step-num-gpus-error") == ""
+    before = updates(page, "step")
+    page.fill("#step-tp", "2")
+    wait_for_answer(page, "step", before)
+    assert page.inner_text("#step-tp-error") == "" and not errors
     context.close()
 
 

@@ -68,6 +68,17 @@ def _integer(text: str, kind: str) -> int:
     return value
 
 
+def gpu_count(text: str) -> int:
+    """An argparse type for --num-gpus: a positive integer no larger than specs.bounds.MAX_NUM_GPUS (2^20: past any
+    machine that exists, module docstring of specs/bounds.py)."""
+    from trainledger.specs.bounds import MAX_NUM_GPUS
+    value = positive_int(text)
+    if value > MAX_NUM_GPUS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUM_GPUS:,} (2^20, over 40× the 24,576-GPU clusters "
+                                         f"Llama 3 trained on: past any machine that exists), got {text!r}")
+    return value
+
+
 def positive_count(text: str) -> float:
     """A positive count: '70B', '15T', '1.5e13'."""
     value = _wrap(units.parse_count, "count")(text)
@@ -213,15 +224,26 @@ def add_optimizer_flag(parser, default: str = "adamw", names=None, refused: dict
 OUTLANDISH = {
     "tokens": (1e15, "more than 1e15 training tokens (Llama 3 405B used 15.6T)"),
     "params": (1e14, "more than 1e14 parameters (the largest published dense models have ~1e12)"),
-    "num_gpus": (1e6, "more than a million GPUs (the largest published training jobs used ~1e5)"),
+    "num_gpus": (2e5, "more than 200,000 GPUs (the largest clusters announced hold ~200,000; Llama 3 trained on "
+                      "16,384)"),      # past specs.bounds.MAX_NUM_GPUS (2^20) an error
     "mfu": (0.75, "MFU above 0.75 (published large runs reach 0.38-0.56: Llama 3, PaLM, Megatron-LM)"),
     "train_seconds": (10 * 365 * 86400.0, "more than 10 years of training"),
     "seq_len": (1 << 20, "sequences longer than 1M tokens"),
 }
 
 
-def outlandish(**values) -> list[str]:
-    """One warning per value beyond its OUTLANDISH limit, e.g. outlandish(tokens=1e30)."""
+# Past these no machine runs the request: an error naming the flag, not a warning (specs/bounds.py check_request)
+REFUSED_BEYOND = {"num_gpus": "--num-gpus", "seq_len": "--seq-len"}
+
+
+def outlandish(flags: dict | None = None, **values) -> list[str]:
+    """One warning per value beyond its OUTLANDISH limit, e.g. outlandish(tokens=1e30); a GPU count or a sequence
+    length past any machine (specs.bounds.check_request) is an error naming its flag (REFUSED_BEYOND, or `flags`:
+    {"num_gpus": "--dp"} where the command's flag is another)."""
+    from trainledger.specs.bounds import check_request
+    for name, flag in REFUSED_BEYOND.items():
+        if values.get(name) is not None:
+            check_request(values[name], name, (flags or {}).get(name, flag))
     warnings = []
     for name, value in values.items():
         limit, what = OUTLANDISH[name]
@@ -249,6 +271,24 @@ def resolve_gpu(name: str, flag: str = "--gpu", calibration: str | None = None):
         return calibrated_device(str(name).strip().lower())
     from trainledger.specs.hardware import get_gpu
     return get_gpu(name, flag)
+
+
+def check_links_before_calibrating(args, num_gpus: int | None) -> None:
+    """Refuse, before any calibration runs, a job of `num_gpus` devices on `--gpu cpu` or `--gpu cuda` (this machine,
+    measured: one device a node, no link known, specs/calibration.py) that needs a link no flag gives: between
+    nodes (--inter-node-bandwidth) once it spans more than --gpus-per-node devices, inside one (--intra-node-bandwidth)
+    when a node holds more than one. The same line account.time.overlap.link says, seconds of measuring earlier."""
+    name = str(getattr(args, "gpu", "") or "").strip().lower()
+    if name not in ("cpu", "cuda") or getattr(args, "calibration", None) or not num_gpus or num_gpus <= 1:
+        return
+    per_node = getattr(args, "gpus_per_node", None) or 1
+    needs = [("inside a node", "--intra-node-bandwidth", "intra_node_bandwidth", per_node > 1 and num_gpus > 1),
+             ("between nodes", "--inter-node-bandwidth", "inter_node_bandwidth", num_gpus > per_node)]
+    for where, flag, dest, needed in needs:
+        if needed and getattr(args, dest, None) is None:
+            raise TrainledgerError(f"no published interconnect {where} for {name} (this machine, one device a node): "
+                                   f"{num_gpus} devices need {flag} (e.g. 25GB/s), or ask about a datasheet GPU "
+                                   f"(--gpu h100)", flag)
 
 
 def add_calibration_flag(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ HARDWARE_DEFAULTS = {"num_gpus": 8}     # after --config: the defaults of --gpu 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainledger.cli.run_flags import add_config_flags, add_run_flags, bind
     parser.add_argument("--gpu", default=None, help="accelerator whose memory is used (default h100: 80 GB)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="GPUs the states are sharded over (default 8)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None, help="GPUs the states are sharded over (default 8)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     add_run_flags(parser, "fit", helps={
         "--precision": "precision recipe (default fp32: the lecture's naive AdamW; amp-bf16 and mixed-bf16 also keep "

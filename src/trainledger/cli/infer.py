@@ -6,7 +6,8 @@ import argparse
 
 from trainledger import units
 from trainledger.cli import common
-from trainledger.cli.plan import nonnegative_bytes, print_table
+from trainledger.errors import TrainledgerError
+from trainledger.cli.plan import print_table
 
 HELP = "inference: KV cache and weight bytes, the largest batch that fits, prefill time, decoding tokens/s, bottleneck"
 DESCRIPTION = """Serving --batch-size sequences of --prompt-len prompt tokens and --gen-len new tokens each (account/time/inference.py):
@@ -40,8 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       "on a device without a bf16 peak, e.g. --gpu cpu, as `step` picks)")
     parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs (default 1)")
-    parser.add_argument("--reserve", type=nonnegative_bytes, default=0.0,
-                        help="bytes per GPU kept free (CUDA context, allocator), e.g. 4GiB (default 0)")
+    from trainledger.cli.reserve import reserve_size
+    parser.add_argument("--reserve", type=reserve_size, default=None,
+                        help="bytes per GPU kept back besides weights and KV cache, e.g. 4GiB; 'auto' (the default, "
+                             "as `memory` and `step` keep back: on NVIDIA and AMD GPUs the CUDA context + two cuBLAS "
+                             "workspaces + 10%% of the peak for the caching allocator, account/memory/per_gpu.py; 0 on "
+                             "other devices); 'expandable' (context and workspaces only)")
     parser.add_argument("--no-cache", dest="cache", action="store_false",
                         help="no KV cache: each step re-runs the whole sequence (what `generate --no-cache` does)")
     common.add_json_flag(parser)
@@ -54,15 +59,21 @@ def compute(args) -> dict:
     spec = get_model(args.model)
     gpu = common.resolve_gpu(args.gpu)
     dtype, note = default_dtype(args.dtype, gpu)
+    from trainledger.cli.reserve import reserve_of
+    context = args.prompt_len + args.gen_len
+    max_len = getattr(spec, "max_seq_len", None)             # a transformer's; inference() refuses the others
+    if max_len and context > max_len:     # positions the model has none for: no answer to give
+        flag = "--prompt-len" if args.prompt_len >= max_len else "--gen-len"
+        raise TrainledgerError(f"--prompt-len {args.prompt_len:,} + --gen-len {args.gen_len:,} = {context:,} tokens is "
+                               f"beyond the {max_len:,}-token context of '{spec.name}' (its "
+                               "max_position_embeddings): shorten the prompt or the generation", flag)
     request = InferenceRequest(batch_size=args.batch_size, prompt_len=args.prompt_len, gen_len=args.gen_len,
-                               dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=args.reserve,
+                               dtype=dtype, kv_dtype=args.kv_dtype, tp=args.tp, reserve_bytes=reserve_of(args, gpu),
                                cache=args.cache)
     result = inference(spec, gpu, request)
-    context = args.prompt_len + args.gen_len
+    from trainledger.cli.memory import reserve_line
+    result["assumptions"].append(reserve_line(result))
     warnings = common.outlandish(seq_len=context)
-    if context > spec.max_seq_len:
-        warnings.append(f"prompt + new tokens = {context} exceed the {spec.max_seq_len}-token context of "
-                        f"'{spec.name}' (--prompt-len, --gen-len)")
     if result["reserve_bytes"] >= gpu.memory_bytes:
         warnings.append(f"--reserve {units.format_bytes(result['reserve_bytes'])} is all of the "
                         f"{units.format_bytes(gpu.memory_bytes)} of {gpu.name}: nothing is left for the model; "

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainledger.cli.run_flags import add_config_flags, add_run_flags
     parser.add_argument("--model", help="preset name or Hugging Face config.json path")
     parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="GPUs of the job (default 8)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None, help="GPUs of the job (default 8)")
     add_run_flags(parser, "layout", helps={"--global-batch-size": "sequences per optimizer step (default: one per GPU)"})
     parser.add_argument("--top", type=common.positive_int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB")
@@ -66,6 +66,7 @@ def compute(args) -> dict:
         raise TrainledgerError("layout needs --model (a preset or a config.json), or --config FILE with a [model]",
                                "--model")
     asked_settings = launch_args.asked(args)             # (--lr, --steps... without --launch: one line)
+    common.check_links_before_calibrating(args, args.num_gpus)      # before this machine is measured
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, seq_len = model_of(args)
     run = asked(args)

@@ -15,7 +15,7 @@ DESCRIPTION = """Bytes per GPU by named part (account/memory/per_gpu.py), under 
 
 Model states: bytes per parameter of --precision × --optimizer (specs/recipes.py), placed by --pp
 (heaviest pipeline stage), --tp (Megatron-sharded matrices and vocabulary) and ZeRO --zero over --dp
-ranks (ZeRO Sec. 3.1). Activations: what our torch Transformer saves for backward at --batch-size ×
+ranks (ZeRO Sec. 3.1), dp = --num-gpus / (tp · pp) as in `step` (--dp, the same count, also accepted). Activations: what our torch Transformer saves for backward at --batch-size ×
 --seq-len (account/memory/activations.py); with --params only, activations are not modelled (0).
 total_bytes is the sum of the parts; peak_bytes what the GPU holds at the busiest moment of a training step
 after the first (optimizer states through forward and backward, the loss's fp32 logits-sized buffers at the
@@ -26,8 +26,8 @@ allocator's cache: account/memory/per_gpu.py, with sources).
 Defaults, and why: --precision amp-bf16 (PyTorch autocast with fp32 weights and states, what a GPU run
 of `trainledger train --precision amp-bf16` does; AdamW 16 B/param as for fp32 and mixed-bf16, with
 16-bit activations); --seq-len the context the model was pre-trained at (8192 for llama-3.1-405b, not
-its 128K position range); --batch-size 1 micro-batch per GPU; --zero 3 over --dp ranks, as in `fit`
-(FSDP's full shard; with the default --dp 1 nothing is sharded; --zero 0 for plain DDP replicas).
+its 128K position range); --batch-size 1 micro-batch per GPU; --zero 3 over the data-parallel ranks, as in
+`fit` (FSDP's full shard; on one GPU, the default, nothing is sharded; --zero 0 for plain DDP replicas).
 
 recipes (bytes per parameter with AdamW: params + grads + master + 2 states):
   fp32 4+4+0+8 = 16      amp-bf16 / amp-fp16 4+4+0+8 = 16 (16-bit activations)
@@ -35,7 +35,7 @@ recipes (bytes per parameter with AdamW: params + grads + master + 2 states):
 
 examples:
   trainledger memory --model gpt2 --batch-size 8 --seq-len 1024
-  trainledger memory --params 7.5e9 --precision mixed-fp16 --optimizer adam --zero 3 --dp 64
+  trainledger memory --params 7.5e9 --precision mixed-fp16 --optimizer adam --zero 3 --num-gpus 64
   trainledger memory --model llama-2-7b --precision mixed-bf16 --tp 8 --sp --recompute selective --gpu a100
   trainledger memory --model config.json --impl hf --attn-impl eager   (transformers' own model, `measure --impl hf`)
 """
@@ -52,13 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 7.5e9 (model states only)")
     add_run_flags(parser, "memory", helps={
         "--zero": "ZeRO stage over --dp ranks (default 3, as in `fit`: FSDP full shard; 0 = DDP replicas)",
-        "--dp": "data-parallel ranks (default 1)",
+        "--dp": "data-parallel ranks (default 1, or --num-gpus / (tp · pp) when --num-gpus is given; both given, they "
+                "must agree)",
         "--precision": "precision recipe (default amp-bf16: PyTorch autocast, fp32 weights and states; amp-fp16 on a "
                        "GPU without bf16, e.g. T4, V100)"})
     parser.add_argument("--grad-accum", type=common.positive_int, default=None,
                         help="micro-batches per optimizer step: after the first, each runs with the gradients held "
                              "(default 1; the run's global batch = grad-accum × dp × batch-size)")
     parser.add_argument("--gpu", default=None, help="accelerator to check against (default h100)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None,
+                        help="GPUs of the job, as on every other command: dp = num_gpus / (tp · pp); by default "
+                             "tp · pp · dp (--dp, if also given, must agree)")
     parser.add_argument("--memory-per-gpu", type=common.positive_bytes, help="override the GPU's memory, e.g. 80GB or 80GiB")
     from trainledger.cli.measure import add_impl_flags
     add_impl_flags(parser)
@@ -84,12 +88,15 @@ def compute(args) -> dict:
     precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)
     from trainledger.specs.fp8 import check_gpu_supports
     check_gpu_supports(precision, gpu)          # FP8 / MXFP8 recipes need those tensor cores on --gpu
+    run = run.with_(precision=precision,
+                    dp=_data_parallel(args, run, model_of(args)[0] if args.model is not None else None))
     lay = run.layout
-    run = run.with_(precision=precision)
+    from trainledger.specs.bounds import check_request
+    check_request(lay.dp * lay.tp * lay.pp, "num_gpus", "--num-gpus" if args.num_gpus is not None else "--dp")
     if args.grad_accum is not None:
         run = run.with_(global_batch_size=args.grad_accum * (lay.dp or 1) * run.batch.batch_size)
     zero, dp = lay.zero, lay.dp
-    hardware = hardware_of(args, gpu)
+    hardware = hardware_of(args, gpu, lay.dp * lay.tp * lay.pp * lay.cp)
     warnings = []
     if args.model is not None:
         from trainledger.cli.measure import hf_impl_of
@@ -129,11 +136,12 @@ def compute(args) -> dict:
         warnings += common.outlandish(params=args.params)
     from trainledger.specs.run_checks import resolve
     model = spec if args.model is not None else ParameterCount(args.params)
-    result["run"] = document_of(args, resolve(model, hardware, run).run)
+    result["run"] = document_of(args, resolve(model, hardware, run).run, hardware.num_gpus)
     from trainledger.cli.sanity import check_zero_ranks
     check_zero_ranks(result["n_params"], dp, zero)
-    warnings += common.outlandish(num_gpus=dp * lay.tp * lay.pp)
-    result["gpu"] = gpu.name
+    warnings += common.outlandish({"num_gpus": "--num-gpus" if args.num_gpus is not None else "--dp"},
+                                  num_gpus=dp * lay.tp * lay.pp)
+    result["gpu"], result["num_gpus"] = gpu.name, hardware.num_gpus
     if result.get("fp8"):          # what the FP8 recipe adds and saves (account/memory/fp8.py)
         f, fmt = result["fp8"], units.format_bytes
         first.append(f"FP8 ({result['precision']}): params include {fmt(f['weight_copies_bytes'])} of FP8 weight copies"
@@ -145,12 +153,13 @@ def compute(args) -> dict:
         f"B/param unsharded (params {parts['params']:g}, grads {parts['grads']:g}, master {parts['master_params']:g}, "
         f"optimizer {parts['optimizer']:.4g})",
         f"ZeRO {zero}{' (default)' if zero == DEFAULT_ZERO else ''} over dp={dp}, tp={lay.tp}{' + sp' if lay.sp else ''}, pp={lay.pp} "
-        f"(stage reported: {result['pipeline_stage']})",
+        f"on {hardware.num_gpus:,} GPU{'s' if hardware.num_gpus > 1 else ''} (--num-gpus; stage reported: "
+        f"{result['pipeline_stage']})",
         activations,
         f"peak = the busiest moment of a training step after the first ({result['peak_moment'].replace('_', ' ')}; "
         f"the first step peaks at {units.format_bytes(result['first_step_peak_bytes'])}, before its optimizer states "
         "exist); total = the sum of the parts; fits = peak + reserve <= memory; communication buffers not modelled",
-        _reserve_line(result),
+        reserve_line(result),
     ]
     if result["fsdp_buffers"] is not None:
         from trainledger.account.memory.fsdp import fsdp_settings_of
@@ -165,7 +174,8 @@ def compute(args) -> dict:
     if args.model is not None:
         result["assumptions"] += common.approximation_notes(spec)
     if zero > 0 and dp == 1 and given(args, "layout.zero"):
-        result["assumptions"].append(f"--zero {zero} with --dp 1 shards nothing: give --dp N to split the states over N ranks")
+        result["assumptions"].append(f"--zero {zero} with --dp 1 shards nothing: give --num-gpus N (or --dp N) to split the "
+                                     "states over N ranks")
     if lay.sp and lay.tp == 1:
         result["assumptions"].append("--sp with --tp 1 changes nothing: sequence parallelism splits over the --tp ranks")
     if warnings:
@@ -173,7 +183,24 @@ def compute(args) -> dict:
     return result
 
 
-def _reserve_line(result: dict) -> str:
+def _data_parallel(args, run, spec) -> int:
+    """The data-parallel ranks of `run`: dp = --num-gpus / (tp · pp · cp) when --num-gpus is given (the vocabulary
+    of `step`, `layout`, `plan`: specs.run_checks.derive_layout), --dp otherwise (default 1); both given, they must
+    agree (one line naming both flags). A --tp or --pp the model `spec` cannot take is named before the count."""
+    from trainledger.cli.run_flags import given
+    from trainledger.specs.run_checks import check_positive_int, check_split, derive_layout
+    lay = run.layout
+    for value, flag in ((lay.tp, "--tp"), (lay.pp, "--pp")):
+        check_positive_int(value, flag)
+    check_split(spec, lay.tp, lay.pp)
+    if args.num_gpus is None:
+        return lay.dp
+    dp = lay.dp if given(args, "layout.dp") else None
+    return derive_layout(args.num_gpus, lay.tp, lay.pp, lay.cp, dp, run.batch.batch_size, None)[1]
+
+
+def reserve_line(result: dict) -> str:
+    """The reserve of an answer (`memory`, `infer`) in one line: its parts when automatic, else the size given."""
     parts = result.get("reserve_parts")
     if parts:
         return (f"reserve {units.format_bytes(parts['total'])} (default on {result['gpu']}): CUDA context "

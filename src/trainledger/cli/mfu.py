@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--model", help="preset name or Hugging Face config.json path")
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 8B (6·N FLOPs per token)")
     parser.add_argument("--gpu", default="h100", help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=1, help="GPUs the job runs on (default 1)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=1, help="GPUs the job runs on (default 1)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is the reference (default bf16)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence of the run (default: the context the model was pre-trained at)")
     parser.add_argument("--attention", choices=("full", "causal"), default="full",

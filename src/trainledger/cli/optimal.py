@@ -36,7 +36,7 @@ def tokens_per_param(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-flops", type=common.positive_count, help="training budget in FLOPs, e.g. 1e22 (overrides the GPU flags)")
     parser.add_argument("--gpu", default="h100", help="accelerator (default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=32, help="number of GPUs (default 32)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=32, help="number of GPUs (default 32)")
     parser.add_argument("--days", type=duration("d"), default=14 * 86400.0, help="wall-clock time, e.g. 14, 14d or 2w (default 14 days)")
     parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
                         help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout (`trainledger "

@@ -17,10 +17,12 @@ from trainledger.errors import TrainledgerError
 HELP = "time to train: FLOPs, days and GPU-hours for a model (or parameter count) on N GPUs"
 DESCRIPTION = """Time to train: seconds = train FLOPs / (num_gpus × peak FLOP/s × MFU).
 
-With --params N the FLOPs are 6·N per token (Kaplan et al. 2020; CS336 Lecture 2). With --model the
-FLOPs per token are the model's training FLOPs at --seq-len (default: the context the model was
-pre-trained at; every matmul incl. the LM head and the attention scores, backward = 2 × forward; see
-`trainledger flops`).
+With --params N the FLOPs are 6·N per token (--count 6n: Kaplan et al. 2020; CS336 Lecture 2; all
+parameters, no attention term). With --model the FLOPs per token are the model's training FLOPs at
+--seq-len (--count matmul; default: the context the model was pre-trained at; every matmul a token meets
+incl. the LM head, not the input-embedding lookup, plus the attention scores of --attention, backward =
+2 × forward; see `trainledger flops`). The two differ (llama-3-8b: 5.79e10 vs 4.82e10); the answer says
+both, and `--model M --count 6n` counts as `--params` does.
 No flags: the lecture's question, 70B parameters on 15T tokens on 1024 H100 at MFU 0.5 (~143.9 days).
 
 At scale the run is interrupted (account/planning/failures.py): the job's mean time between interruptions
@@ -74,6 +76,8 @@ def load_transformer(name: str, seq_len: int | None, flag: str = "--model"):
     max_len = getattr(spec, "max_seq_len", None)
     if seq_len is None:
         seq_len = getattr(spec, "default_seq_len", 1)
+    from trainledger.specs.bounds import check_request
+    check_request(seq_len, "seq_len", "--seq-len")          # past any model's positions: an error, not a warning
     if max_len and getattr(spec, "position", None) == "learned" and seq_len > max_len:
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {max_len} learned positions of '{spec.name}'")
     return spec, seq_len
@@ -131,11 +135,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--params", type=common.positive_count, help="parameter count, e.g. 70B (6·N FLOPs per token; default 70B)")
     parser.add_argument("--tokens", type=common.positive_count, default=15e12, help="training tokens, e.g. 15T (default 15T)")
     parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, default=None, help="number of GPUs (default 1024)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, default=None, help="number of GPUs (default 1024)")
     parser.add_argument("--mfu", type=mfu_or_auto, default=0.5,
                         help="model FLOPs utilization in (0, 1], or 'auto': the MFU of the fastest layout that fits "
                              "(`trainledger layout`, needs --model) (default 0.5)")
     parser.add_argument("--dtype", default="bf16", help="dtype whose dense peak FLOP/s is used (default bf16)")
+    parser.add_argument("--count", type=str.lower, choices=FLOP_COUNTS, default=None,
+                        help="how training FLOPs per token are counted: matmul = 3 × forward of every matmul a token "
+                             "meets, LM head included, input embeddings excluded, plus the attention scores of "
+                             "--attention (PaLM App. B; needs --model, its default there); 6n = 6 × all N parameters, "
+                             "no attention term (Kaplan et al. 2020, CS336 Lecture 2; the default with --params)")
     add_run_flags(parser, "plan", helps={
         "--seq-len": "context length for --model (default: the context the model was pre-trained at)",
         "--attention": "attention-score FLOPs over the full T×T (PaLM) or half of it (Megatron) (default full)",
@@ -247,23 +256,27 @@ def compute(args) -> dict:
     args.precision = args.precision if args.precision is not None else default_precision(gpu)
     peak = gpu.peak(args.dtype)
     spec, warnings = None, []
+    count = args.count or ("matmul" if args.model is not None else "6n")
     if args.model is not None:
         from trainledger.account.counting.params import param_counts
         spec, seq_len = model_of(args)
         n_params = param_counts(spec)["n_params"]
-        flops_per_token = F.train_flops_per_token(spec, seq_len, args.attention)
-        settings = [seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len),
-                    f"attention {args.attention}: {ATTENTION_WORDS[args.attention]} (--attention)"]
-        convention = (f"train FLOPs per token of '{spec.name}': 3 × forward, every matmul incl. the LM head, plus "
-                      f"the attention scores at seq_len {seq_len:,} (`trainledger flops`)")
+        by_count = {"matmul": F.train_flops_per_token(spec, seq_len, args.attention),
+                    "6n": F.kaplan_train_flops_per_token(n_params)}
+        settings = [seq_len_assumption(spec, seq_len, None if seq_len == spec.default_seq_len else seq_len)]
+        if count == "matmul":
+            settings.append(f"attention {args.attention}: {ATTENTION_WORDS[args.attention]} (--attention)")
         warnings += seq_len_warnings(spec, seq_len)
     else:
         if args.seq_len is not None:
             raise TrainledgerError("--seq-len needs --model (with --params the FLOPs are 6·N per token)")
+        if count == "matmul":
+            raise TrainledgerError("--count matmul needs --model: the matmuls a token meets and its attention scores "
+                                   "come from the architecture; with --params only 6·N is known (--count 6n)", "--count")
         n_params, seq_len = (args.params if args.params is not None else 70e9), None
-        flops_per_token = F.kaplan_train_flops_per_token(n_params)
+        by_count = {"6n": F.kaplan_train_flops_per_token(n_params)}
         settings = []
-        convention = "6·N FLOPs per token (Kaplan et al. 2020; CS336 Lecture 2), attention-score FLOPs excluded"
+    flops_per_token = by_count[count]
     if args.tokens < 1:
         raise TrainledgerError(f"--tokens must be at least 1 token, got {args.tokens:g}")
     if n_params < 1:
@@ -272,6 +285,9 @@ def compute(args) -> dict:
     if args.mfu == "auto":
         if spec is None:
             raise TrainledgerError("--mfu auto needs --model: the layout search times the model's own layers")
+        if count != "matmul":
+            raise TrainledgerError("--count 6n with --mfu auto: the layout's MFU is of the model's matmuls and "
+                                   "attention scores (--count matmul); give --mfu X to count 6·N", "--count")
         args.mfu, layout, lines = auto_mfu(args, spec, seq_len, gpu)
         settings += lines
     elif args.global_batch_size is not None:
@@ -283,14 +299,15 @@ def compute(args) -> dict:
         which = "--tokens" if args.model is not None else "--params × --tokens"
         raise TrainledgerError(f"{which} is too large: {units.format_count(n_params)} parameters × "
                                f"{units.format_count(args.tokens)} tokens overflows the training FLOPs; use realistic values")
+    convention = convention_line(count, by_count, n_params, spec, seq_len, args)
     result = {
         "n_params": n_params, "n_tokens": args.tokens, "flops_per_token": flops_per_token, "train_flops": total,
         "gpu": gpu.name, "dtype": args.dtype, "num_gpus": args.num_gpus, "peak_flops_per_s": peak, "mfu": args.mfu,
-        "seq_len": seq_len,
+        "seq_len": seq_len, "flop_count": count, "flops_per_token_by_count": by_count,
         **training_time(total, args.num_gpus, peak, args.mfu),
     }
-    if args.model is None and args.attention != "full":
-        result_note = f"--attention {args.attention} not used: with --params the FLOPs are 6·N per token (no attention term)"
+    if count == "6n" and args.attention != "full":
+        result_note = f"--attention {args.attention} not used: with --count 6n the FLOPs are 6·N per token (no attention term)"
     else:
         result_note = None
     run = asked(args).with_(seq_len=seq_len, precision=args.precision)
@@ -322,6 +339,36 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+FLOP_COUNTS = ("matmul", "6n")
+
+
+def convention_line(count: str, by_count: dict, n_params: float, spec, seq_len, args) -> str:
+    """The FLOP convention of `plan`'s answer in one line, and what the other convention gives and why, so that
+    `plan --model M` and `plan --params N` say side by side why they differ (and how to make them agree: --count).
+
+    matmul: 3 × forward of every matmul a token meets, the LM head once, plus the attention scores (PaLM,
+    arXiv:2204.02311, App. B: 6·N + 12·L·H·Q·T with N the non-embedding weights); 6n: 6·N of all N parameters, the
+    embeddings included and no attention term (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1, as CS336 Lecture 2
+    applies it to the total)."""
+    fmt, n = units.format_flops, units.format_count(n_params)
+    six_n = f"6·N of all {n} parameters, embeddings included, attention scores excluded (Kaplan et al. 2020; CS336 Lecture 2)"
+    if spec is None:
+        return (f"FLOPs per token {fmt(by_count['6n'])} by --count 6n (the default with --params): {six_n}; "
+                "`plan --model M` counts each matmul a token meets plus the attention scores instead (--count matmul; "
+                "`plan --model M --count 6n` counts as here)")
+    if count == "6n":
+        return (f"FLOPs per token {fmt(by_count['6n'])} by --count 6n: {six_n}, as `plan --params {n}` counts; the "
+                f"model's matmuls plus attention scores (--count matmul, the default with --model) give "
+                f"{fmt(by_count['matmul'])}")
+    from trainledger.account.counting.flops import matmul_params_per_token
+    other = by_count["6n"] / by_count["matmul"] - 1
+    return (f"FLOPs per token {fmt(by_count['matmul'])} by --count matmul (the default with --model): 3 × forward "
+            f"of every matmul of '{spec.name}' a token meets ({units.format_count(matmul_params_per_token(spec))} "
+            f"weights, the LM head included, the input-embedding lookup not) plus the attention scores ({args.attention}) "
+            f"at seq_len {seq_len:,} (PaLM App. B; `trainledger flops`); 6·N of all {n} parameters, as `plan --params "
+            f"{n}` counts (--count 6n), gives {fmt(by_count['6n'])} ({100 * other:+.0f} %)")
 
 
 ATTENTION_WORDS = {"full": "scores over the full T×T (PaLM App. B, nanoGPT); causal halves them (Megatron)",
@@ -385,7 +432,7 @@ def render(result: dict, args) -> None:
     rows = [
         ("parameters", units.format_count(result["n_params"])),
         ("tokens", units.format_count(result["n_tokens"])),
-        ("FLOPs per token", units.format_flops(result["flops_per_token"])),
+        ("FLOPs per token", units.format_flops(result["flops_per_token"]) + COUNT_WORDS[result["flop_count"]]),
         ("training FLOPs", units.format_flops(result["train_flops"])),
         ("GPUs", f"{result['num_gpus']:,} × {result['gpu']}"),
         ("peak per GPU", units.format_rate(result["peak_flops_per_s"])),
@@ -420,6 +467,9 @@ def render(result: dict, args) -> None:
                                      f"({units.format_count(result['gpu_hours'])} GPU-hours)",
             f"{range_text(result, 'train_seconds', format_days)} ({range_text(result, 'gpu_hours', units.format_count)}"
             " GPU-hours)", result), soft_wrap=True)
+
+
+COUNT_WORDS = {"matmul": " (matmuls + attention)", "6n": " (6·N)"}     # the --count of the row, in a few words
 
 
 def format_interruptions(count: float) -> str:

@@ -155,6 +155,21 @@ def _calibrated_for(gpu, precision: str) -> bool:
 
 
 # --- --from-trace ---------------------------------------------------------------------------------------------
+def _check_trace_file(path: str) -> None:
+    """A one-line error naming --from-trace when `path` is missing, unreadable or a directory (as the trace reader,
+    measure/trace_read.py, says it), checked before the flags that describe the traced run."""
+    import os
+    import stat
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise TrainledgerError(f"--from-trace {path}: no such file") from None
+    except OSError as error:
+        raise TrainledgerError(f"--from-trace {path}: cannot read it ({error.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TrainledgerError(f"--from-trace {path}: is a directory; give a trace file (.json or .json.gz)")
+
+
 def compute_from_trace(args) -> dict:
     """`profile --from-trace FILE`: the trace's parts and diagnosis; with --model also the prediction."""
     from trainledger.measure.profile import compare_trace, measured_from_trace
@@ -164,6 +179,7 @@ def compute_from_trace(args) -> dict:
             raise TrainledgerError(f"{flag} runs steps here; it does not apply with --from-trace FILE")
     if not args.from_trace.strip():
         raise TrainledgerError("--from-trace needs a file name, got ''")
+    _check_trace_file(args.from_trace)       # the file first: what the other flags describe is of no use without it
     if args.model is None:
         for key, flag in (("batch_size", "--batch-size"), ("seq_len", "--seq-len"), ("precision", "--precision"),
                           ("gpu", "--gpu"), ("calibration", "--calibration")):

@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainledger.cli.run_flags import add_config_flags, add_run_flags
     parser.add_argument("--model", help="preset name or Hugging Face config.json path")
     parser.add_argument("--gpu", default=None, help="accelerator (`trainledger hardware`; default h100)")
-    parser.add_argument("--num-gpus", type=common.positive_int, help="GPUs of the job (default: tp · pp · cp · dp)")
+    parser.add_argument("--num-gpus", type=common.gpu_count, help="GPUs of the job (default: tp · pp · cp · dp)")
     add_run_flags(parser, "step")
     add_config_flags(parser)
     common.add_calibration_flag(parser)
@@ -66,11 +66,15 @@ def compute(args) -> dict:
     if args.model is None:
         raise TrainledgerError("step needs --model (a preset or a config.json), or --config FILE with a [model]",
                                "--model")
+    lay = asked(args).layout          # refused before calibrating this machine: the links 8 CPUs would need
+    common.check_links_before_calibrating(args, args.num_gpus or (lay.dp or 1) * lay.tp * lay.pp * lay.cp)
     gpu = common.apply_hardware_flags(common.resolve_gpu(args.gpu, calibration=args.calibration), args)
     spec, _ = model_of(args)
     hardware = hardware_of(args, gpu, args.num_gpus)
     resolved = resolve(spec, hardware, asked(args))
     run, hardware = resolved.run, resolved.hardware
+    from trainledger.specs.bounds import check_request
+    check_request(hardware.num_gpus, "num_gpus", "--num-gpus" if args.num_gpus is not None else "--dp")
     seq_len, precision, zero = run.batch.seq_len, run.numerics.precision, run.layout.zero
     result = step_time(spec, hardware, run)
     if "fp8_gemms" in result:     # the same layout in the 16-bit recipe: what FP8 buys (account/time/fp8_compare.py)

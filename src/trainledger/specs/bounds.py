@@ -20,6 +20,15 @@ config.json; presets in specs/presets.py), rounded up to a power of two:
     context (positions)    MAX_SEQ_LEN  1,073,741,824  Llama 4 Scout: 10M (Meta, 2025)                   107×
     parameters             MAX_PARAMS      5.6e14 (2^49)  Switch-C: 1.571e12 (Fedus et al. 2021, Table 9)  358×
 
+Two bounds of a request rather than of a model, checked where a command reads them (cli/common.py):
+
+    sequence (--seq-len)   MAX_SEQ_LEN  1,073,741,824  as the context bound above: no model has positions for more
+    GPUs (--num-gpus)      MAX_NUM_GPUS     1,048,576  (2^20) over 40× the 24,576-GPU clusters Llama 3 trained on
+                                                        (arXiv:2407.21783, Sec. 3.3.1: 16,384 H100 used) and 5× the
+                                                        ~200,000-GPU clusters announced for 2025 (xAI Colossus)
+
+Past these a request is an error (exit 2): no machine runs it; below them an unusual value is a warning.
+
 The parameter bound is checked on an estimate (`params_estimate`: every matrix of every layer, both
 embeddings), not on the exact count of account/counting/params.py, so that this check needs nothing above specs/. A config beyond a bound is a one-line TrainledgerError naming the field, the bound and the flag.
 """
@@ -37,6 +46,7 @@ MAX_EXPERTS = 1 << 18
 MAX_EXPERT_LAYERS = 1 << 22
 MAX_SEQ_LEN = 1 << 30
 MAX_PARAMS = 1 << 49
+MAX_NUM_GPUS = 1 << 20     # GPUs of one job (module docstring: 40× Llama 3's 24,576-GPU clusters)
 
 # field -> (bound, the published value it is checked against, for the message)
 FIELD_BOUNDS = {
@@ -101,3 +111,16 @@ def check_bounds(spec, flag: str = "--model"):
                                f"{MAX_PARAMS:.3g} (2^49: over 100× any published model, Switch-C has 1.57e12; "
                                f"docs/specs.md \"Bounds\"); a typo or a damaged config ({flag})", flag)
     return spec
+
+
+def check_request(value, what: str, flag: str) -> None:
+    """A TrainledgerError naming `flag` when a request's `what` ("num_gpus" or "seq_len") is past its bound (module
+    docstring: MAX_NUM_GPUS, MAX_SEQ_LEN): a request no machine runs, refused rather than warned about."""
+    bound, why = {"num_gpus": (MAX_NUM_GPUS, "GPUs: over 40× the 24,576-GPU clusters Llama 3 trained on and 5× the "
+                                            "largest announced (~200,000)"),
+                  "seq_len": (MAX_SEQ_LEN, "tokens in a sequence: over 100× the longest context of any published "
+                                           "model (Llama 4 Scout: 10M)")}[what]
+    if value is not None and value > bound:
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+        raise TrainledgerError(f"{flag} {shown} is beyond any model or machine that exists: at most {bound:,} {why} "
+                               f"(docs/specs.md \"Bounds\")", flag)

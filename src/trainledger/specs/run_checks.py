@@ -39,11 +39,19 @@ def check_parallel(spec, tp: int, pp: int, dp: int, zero: int) -> None:
         check_positive_int(value, flag)
     if zero not in ZERO_STAGES:
         raise TrainledgerError(f"--zero must be one of 0, 1, 2, 3, got {zero!r}")
+    check_split(spec, tp, pp)
+
+
+def check_split(spec, tp: int, pp: int) -> None:
+    """Whether `spec` splits over --tp (its query and key/value heads: Megatron-LM shards attention by heads,
+    Shoeybi et al. 2019, Sec. 3) and --pp (at least one layer per stage); checked before the GPU count is
+    (resolve), so a tp the model cannot take is named as the cause, not the --num-gpus it does not divide."""
     if isinstance(spec, TransformerSpec):
         if spec.n_heads % tp or spec.kv_heads % tp:
-            raise TrainledgerError(f"--tp {tp} must divide n_heads={spec.n_heads} and n_kv_heads={spec.kv_heads} of '{spec.name}'")
+            raise TrainledgerError(f"--tp {tp} must divide n_heads={spec.n_heads} and n_kv_heads={spec.kv_heads} of "
+                                   f"'{spec.name}'", "--tp")
         if pp > spec.n_layers:
-            raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'")
+            raise TrainledgerError(f"--pp {pp} must be at most n_layers={spec.n_layers} of '{spec.name}'", "--pp")
     elif spec is not None and (tp > 1 or pp > 1):
         raise TrainledgerError(f"--tp/--pp need a transformer; '{spec.name}' is a {spec.kind}", "--tp")
 
@@ -97,13 +105,15 @@ def derive_layout(num_gpus: int | None, tp: int, pp: int, cp: int, dp: int | Non
     if dp is None:
         num_gpus = num_gpus if num_gpus is not None else model
         if num_gpus % model:
-            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}")
+            raise TrainledgerError(f"--num-gpus {num_gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model}",
+                                   "--num-gpus")
         dp = num_gpus // model
     else:
         check_positive_int(dp, "--dp")
         if num_gpus is not None and num_gpus != dp * model:
             raise TrainledgerError(f"--dp {dp} does not match --num-gpus {num_gpus}: dp·tp·pp·cp = {dp * model}; "
-                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out")
+                                   f"use --dp {num_gpus // model if num_gpus % model == 0 else '(none fits)'} or leave --dp out",
+                                   "--dp")
         num_gpus = dp * model
     per_step = batch_size * dp
     global_batch_size = global_batch_size if global_batch_size is not None else per_step
@@ -344,10 +354,13 @@ def resolve(model, hardware, run) -> Resolved:
     if seq_len is None and transformer:
         seq_len = model.default_seq_len
     precision = run.numerics.precision if run.numerics.precision is not None else default_precision(hardware.gpu)
+    spec = model if not isinstance(model, ParameterCount) else None
+    for value, flag in ((lay.tp, "--tp"), (lay.pp, "--pp")):
+        check_positive_int(value, flag)
+    check_split(spec, lay.tp, lay.pp)          # the model's own limit first: the cause, not the GPU count it misses
     num_gpus, dp, global_batch, micro_batches = derive_layout(hardware.num_gpus, lay.tp, lay.pp, lay.cp, lay.dp,
                                                               b.batch_size, b.global_batch_size)
     zero = lay.zero if lay.zero is not None else default_zero(dp=dp, pp=lay.pp, framework=k.framework)[0]
-    spec = model if not isinstance(model, ParameterCount) else None
     check_parallel(spec, lay.tp, lay.pp, dp, zero)
     check_ep(spec, lay.ep, dp, lay.tp, lay.cp, lay.etp, lay.sp, k.framework)
     mtp, pp_overlap = k.mtp, k.pp_overlap

@@ -24,14 +24,14 @@ from trainledger.specs import run_table
 # literal per command, as `trainledger <command> --help` lists them, without --json (implied). A command that
 # declares a run setting's flag itself (plan's --recompute, fit's --reserve) lists it here.
 WEB_FLAGS: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
-    "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "recompute", "deadline",
+    "plan": ("model", "params", "tokens", "gpu", "num-gpus", "mfu", "dtype", "count", "recompute", "deadline",
              "failures-per-gpu-day", "checkpoint-bandwidth", "restart", "simulate", "trials", "seed"),
     "fit": ("gpu", "num-gpus", "memory-per-gpu", "reserve", "model"),
     "optimal": ("budget-flops", "gpu", "num-gpus", "days", "mfu", "seq-len", "precision", "optimizer", "dtype", "law",
                 "tokens-per-param"),
     "params": ("model",),
     "flops": ("model", "batch-size", "global-batch-size", "seq-len", "attention", "recompute", "impl", "attn-impl"),
-    "memory": ("model", "params", "gpu", "memory-per-gpu", "impl", "attn-impl", "grad-accum"),
+    "memory": ("model", "params", "gpu", "num-gpus", "memory-per-gpu", "impl", "attn-impl", "grad-accum"),
     "step": ("model", "gpu", "num-gpus", "gpus-per-node", "intra-node-bandwidth", "inter-node-bandwidth"),
     "layout": ("model", "gpu", "num-gpus", "top", "memory-per-gpu", "gpus-per-node", "intra-node-bandwidth",
                "inter-node-bandwidth", "launch", "rank", "lr", "min-lr", "warmup-steps", "steps", "tokens",

@@ -14,7 +14,11 @@ what `infer` and `generate` ask; a serving request, not a training run). Per GPU
   models/kv_cache.py allocates it (the two agree to the byte: tests/models/test_generation.py).
   With tensor parallelism the KV heads are split over the tp GPUs (replicated when tp > n_kv_heads).
 - Weights: the parameters one GPU holds (account.memory.per_gpu.params_per_gpu) × bytes per element of --dtype.
-- Largest batch: floor((memory − weights − reserve) / KV cache bytes of one sequence).
+- Largest batch: floor((memory − weights − reserve) / KV cache bytes of one sequence). The reserve may be
+  automatic (`reserve_bytes` None, `infer --reserve auto`, as `memory` and `step` keep back on a CUDA device):
+  account.memory.per_gpu.cuda_reserve_bytes of the peak (weights + KV cache): the CUDA context and cuBLAS
+  workspaces plus the caching allocator's share of the peak, so the largest batch solves
+  weights + b·kv + fixed + slack·(weights + b·kv) <= memory.
 - Prefill (the prompt, all positions at once) is compute-bound: every GEMM on the roofline of account.time.roofline
   with the device's measured matmul efficiency at its shape (m = batch · prompt tokens), the causal attention
   core at its measured kernel rate, elementwise ops by their bytes; the LM head only for the last position.
@@ -46,6 +50,7 @@ from trainledger.account.time.comm import collective_seconds
 from trainledger.account.time.inference_ops import decode_step_ops, forward_ops
 from trainledger.account.time.kernels import ew, gemm
 from trainledger.account.counting.placement import check_positive_int, params_per_gpu
+from trainledger.account.memory.per_gpu import ALLOCATOR_SLACK_FRACTION, cuda_reserve_bytes
 from trainledger.account.time.roofline import Kernel, gemm_efficiency, kernel_seconds, memory_seconds
 from trainledger.errors import TrainledgerError
 from trainledger.specs.dtypes import get_dtype
@@ -69,7 +74,8 @@ WORDS = {
 class InferenceRequest:
     """What a generation asks (`infer`'s flags, `generate`'s run): `batch_size` sequences of a `prompt_len`-token
     prompt and `gen_len` new tokens each, the weights in `dtype` and the KV cache in `kv_dtype` (None: `dtype`),
-    tensor-parallel over `tp` GPUs, `reserve_bytes` per GPU kept back; `cache` False: no KV cache, every step
+    tensor-parallel over `tp` GPUs, `reserve_bytes` per GPU kept back (None: what a CUDA process holds besides its
+    tensors, account.memory.per_gpu.cuda_reserve_bytes of weights + KV cache); `cache` False: no KV cache, every step
     re-runs the whole sequence (`generate --no-cache`); `greedy`: argmax sampling, else top-k / top-p
     (account.time.inference_ops). `inference` checks each value and names the flag."""
 
@@ -79,7 +85,7 @@ class InferenceRequest:
     dtype: str = "bf16"
     kv_dtype: str | None = None
     tp: int = 1
-    reserve_bytes: float = 0.0
+    reserve_bytes: float | None = 0.0
     cache: bool = True
     greedy: bool = True
 
@@ -288,7 +294,7 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
         check_positive_int(value, flag)
     if spec.kind != "transformer":
         raise TrainledgerError(f"inference accounting needs a transformer; '{spec.name}' is a {spec.kind} (--model)")
-    if reserve_bytes < 0 or not math.isfinite(reserve_bytes):
+    if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
     dtype = check_dtype(request.dtype, DTYPES, "--dtype")
     kv_dtype = check_dtype(request.kv_dtype or dtype, KV_DTYPES, "--kv-dtype")
@@ -299,7 +305,14 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
     weights = weights_bytes(spec, w, tp)
     kv_total = kv_cache_bytes(spec, batch_size, tokens, kv, tp) if cache else 0.0
     kv_one = kv_cache_bytes(spec, 1, tokens, kv, tp)
-    free = gpu.memory_bytes - weights - reserve_bytes
+    reserve_parts = None
+    if reserve_bytes is None:                        # automatic: the CUDA reserve of this peak (module docstring)
+        reserve_parts = cuda_reserve_bytes(weights + kv_total)
+        reserve_bytes = reserve_parts["total"]
+        fixed, scale = reserve_parts["context"] + reserve_parts["workspaces"], 1.0 + ALLOCATOR_SLACK_FRACTION
+        free = (gpu.memory_bytes - fixed) / scale - weights
+    else:
+        free = gpu.memory_bytes - weights - reserve_bytes
     max_batch = max(0, math.floor(free / kv_one)) if kv_one > 0 else 0
     prefill = _pass_seconds(spec, gpu, request, tokens=batch_size * prompt_len, context=prompt_len,
                             prefill_len=prompt_len, logits_rows=batch_size * (1 if cache else prompt_len),
@@ -322,7 +335,7 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
         "model": spec.name, "gpu": gpu.name, "batch_size": batch_size, "prompt_len": prompt_len, "gen_len": gen_len,
         "dtype": dtype, "kv_dtype": kv_dtype, "tp": tp, "num_gpus": tp, "cache": cache,
         "kv_cache_bytes": kv_total, "kv_cache_bytes_per_sequence": kv_one, "weights_bytes": weights,
-        "reserve_bytes": float(reserve_bytes), "memory_bytes": weights + kv_total,
+        "reserve_bytes": float(reserve_bytes), "reserve_parts": reserve_parts, "memory_bytes": weights + kv_total,
         "memory_per_gpu_bytes": gpu.memory_bytes, "fits": weights + kv_total + reserve_bytes <= gpu.memory_bytes,
         "max_batch_size": max_batch,
         "prefill_seconds": prefill_seconds, "prefill_tokens_per_s": batch_size * prompt_len / prefill_seconds,

@@ -411,7 +411,10 @@
       { param: "recompute", label: "Activation recomputation", type: "select" },
       { param: "flash", label: "Flash attention", type: "bool" },
       { param: "zero", label: "ZeRO stage (what is sharded over the data-parallel ranks)", type: "select", value: "", options: ZERO_OPTIONS },
-      { param: "dp", label: "Data-parallel ranks", type: "pow2", min: 0, max: 12, inputmode: "numeric" },
+      // the GPU count, as on every command (dp = GPUs / tp); 8 H100 with ZeRO 3 holds llama-2-7b: the page opens on
+      // a run that fits (on one GPU its 16 B/param of AdamW states alone exceed 80 GB)
+      { param: "num-gpus", label: "Number of GPUs (data-parallel ranks = GPUs / tensor-parallel ranks)", type: "pow2",
+        min: 0, max: 12, value: "8", inputmode: "numeric" },
       { param: "tp", label: "Tensor-parallel ranks", type: "pow2", min: 0, max: 4, inputmode: "numeric" },
     ],
     prepare(calc) {
