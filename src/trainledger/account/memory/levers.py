@@ -45,12 +45,25 @@ def offload_states(parts: dict, levers, zero: int, fsdp_buffers: dict | None) ->
     return gpu, host
 
 
-def offload_activations(activations: dict) -> tuple[dict, float]:
-    """(the activations the GPU holds between forward and backward, host bytes) with --activation-offload."""
-    kept = dict(activations)
+def offload_activations(activations: dict, spec, shard, finetune) -> tuple[dict, float]:
+    """(the activations the GPU holds between forward and backward, host bytes) with --activation-offload.
+
+    The GPU keeps none (the loss's log-softmax comes back at the start of backward: `last_stage` keeps it for the
+    peak). The host holds one copy per saved tensor as autograd packs it: a tensor two ops save (the norm output
+    q, k and v save; SDPA's output that o_proj saves; the log-softmax that the NLL loss saves) is copied twice."""
+    from trainledger.account.finetune.targets import parse_lora_targets
+    from trainledger.account.memory.activations import recipe_bytes
+    a, r, w = recipe_bytes(shard.precision)
+    n, d = shard.n_tokens, spec.d_model
+    roles = set(parse_lora_targets(finetune.lora_targets)) if finetune.adapters else None
+    attn = 3 if roles is None else len({"q", "k", "v"} & roles)
+    mlp = (2 if spec.gated_mlp else 1) if roles is None else len({"gate", "up"} & roles)
+    o_saves = roles is None or "o" in roles
+    per_layer = (max(attn - 1, 0) + max(mlp - 1, 0)) * n * d * a + (n * spec.n_heads * spec.head_dim * a if o_saves else 0)
+    host = activations["total"] + (per_layer * spec.n_layers if w == 0 else 0.0) + activations.get("loss", 0.0)
     loss = activations.get("loss", 0.0)
-    host = activations["total"]
-    kept.update(total=loss, first_stage=0.0, last_stage=loss)
+    kept = dict(activations)
+    kept.update(total=0.0, first_stage=0.0, last_stage=loss, offloaded=True)
     return kept, host
 
 

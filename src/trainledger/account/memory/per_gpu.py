@@ -236,7 +236,7 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         parts, activations, ft = _finetune(spec, run, recipe, opt, parts, activations, shard,
                                            (per_gpu / total_params, divisors))
     if activations is not None and run.levers.activation_offload:
-        activations, host["activations"] = offload_activations(activations)
+        activations, host["activations"] = offload_activations(activations, spec, shard, run.finetune)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     fp8 = fp8_memory(spec, recipe.name, shard, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
                      activations=None if megatron_moe else activations)   # megatron_moe counts FP8-saved inputs
@@ -251,20 +251,31 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         parts["grads_bytes"] = in_peak["grads_bytes"]
         total = sum(parts.values())
     peaks = training_peak_bytes(spec, in_peak, activations, n_params=total_params, shard=shard, optimizer=opt,
-                                grad_accum=grad_accum, inplace_loss=megatron_moe)
+                                grad_accum=grad_accum, inplace_loss=megatron_moe,
+                                in_backward=run.levers.optimizer_in_backward)
     if ft is not None:
         # with fewer activations saved, the last layer's MLP backward (its activation's input gradient and output,
         # d_ff wide, and the residual's gradient) or a quantized Linear's dequantization can be the busiest moment
         from trainledger.account.memory.activations import recipe_bytes
         a, r, _ = recipe_bytes(shard.precision)
-        held = (in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"]
-                + activations["total"] - activations.get("loss", 0.0) - activations.get("final_norm", 0.0))
+        saved = 0.0 if activations.get("offloaded") else (activations["total"] - activations.get("loss", 0.0)
+                                                           - activations.get("final_norm", 0.0))
+        held = in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"] + saved
         moments = {"backward_mlp": held + (2 * shard.n_tokens * spec.d_ff * a + shard.n_tokens * spec.d_model * r) / tp,
                    "dequantize": held + ft["dequantize_extra_bytes"] if ft["dequantize_extra_bytes"] else 0.0}
         for name, moment in moments.items():
             if moment > peaks["later_steps"]:
                 peaks.update(later_steps=moment, moment=name)
             peaks["first_step"] = max(peaks["first_step"], moment - in_peak["optimizer_bytes"])
+    if activations is not None and activations.get("offloaded"):
+        # offloaded: what the forward holds on the GPU is the layer it runs (its residual and the norm output, the
+        # MLP's d_ff-wide intermediates until they are packed)
+        from trainledger.account.memory.activations import recipe_bytes
+        a, r, _ = recipe_bytes(shard.precision)
+        layer = (2 * shard.n_tokens * spec.d_ff * a + 2 * shard.n_tokens * spec.d_model * r) / tp
+        moment = in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"] + layer
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="forward_offload")
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -347,7 +358,7 @@ def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float,
                         shard: ActivationShard | None, optimizer, grad_accum: int = 1,
-                        inplace_loss: bool = False) -> dict:
+                        inplace_loss: bool = False, in_backward: bool = False) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu,
     for the micro-batch `shard`).
@@ -359,6 +370,8 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
+    if in_backward:     # each tensor steps alone in its hook: its temporary is within the one gradient counted
+        temporaries = 0
     memory = {**parts, "n_params": n_params, "activations": activations}
     peaks = {}
     for key, later in (("first_step", False), ("later_steps", True)):
