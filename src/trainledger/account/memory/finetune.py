@@ -128,6 +128,8 @@ def activations_delta_bytes(spec, shard, finetune) -> dict:
     layer += sum(n * rank * a for _ in adapted for _ in range(1))
     layer /= tp if tp > 1 else 1
     first_norm = n * d * r + 2 * n * r if spec.norm == "layernorm" else n * FP32 + (n * d * FP32 if r != FP32 else 0)
+    if shard.recompute != "none":     # recomputed layers keep their input (full) or as full training: not modelled
+        layer = first_norm = 0.0      # per op here; the layers' bytes are full training's (an upper bound)
     head_adapted = "head" in roles
     parts = {"per_layer": layer, "layers": layer * spec.n_layers - first_norm,
              "head_input": 0.0 if head_adapted else -n * d * a,
