@@ -29,6 +29,7 @@ the optimizer step makes a state-sized temporary). A CUDA process also holds wha
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 
 from trainledger.account.memory.activations import ActivationShard, activations_bytes as _activations_bytes
 from trainledger.account.counting.experts import zero_shard_params
@@ -250,9 +251,10 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         in_peak["grads_bytes"] = min(parts["grads_bytes"], largest * per_param["grads"] / divisors["grads"])
         parts["grads_bytes"] = in_peak["grads_bytes"]
         total = sum(parts.values())
-    peaks = training_peak_bytes(spec, in_peak, activations, n_params=total_params, shard=shard, optimizer=opt,
-                                grad_accum=grad_accum, inplace_loss=megatron_moe,
-                                in_backward=run.levers.optimizer_in_backward)
+    stepping = SimpleNamespace(name=opt.name, n_states=opt.n_states, in_backward=True) \
+        if run.levers.optimizer_in_backward else opt
+    peaks = training_peak_bytes(spec, in_peak, activations, n_params=total_params, shard=shard, optimizer=stepping,
+                                grad_accum=grad_accum, inplace_loss=megatron_moe)
     if ft is not None:
         # with fewer activations saved, the last layer's MLP backward (its activation's input gradient and output,
         # d_ff wide, and the residual's gradient) or a quantized Linear's dequantization can be the busiest moment
@@ -358,7 +360,7 @@ def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float,
                         shard: ActivationShard | None, optimizer, grad_accum: int = 1,
-                        inplace_loss: bool = False, in_backward: bool = False) -> dict:
+                        inplace_loss: bool = False) -> dict:
     """{"first_step", "later_steps", "moment"}: peak bytes of the first and of every later training step, and the
     moment of the later steps' peak (account.memory.activations.step_peak_bytes over the parts of memory_per_gpu,
     for the micro-batch `shard`).
@@ -370,7 +372,8 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
-    if in_backward:     # each tensor steps alone in its hook: its temporary is within the one gradient counted
+    if getattr(optimizer, "in_backward", False):   # each tensor steps alone in its hook: its temporary is within
+        # the one gradient counted
         temporaries = 0
     memory = {**parts, "n_params": n_params, "activations": activations}
     peaks = {}
