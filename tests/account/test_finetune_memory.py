@@ -23,6 +23,8 @@ CASES = {   # name: (spec, measure/finetune.py keywords, the run's fields)
     "lora-bf16": (TINY, {"precision": "bf16"}, {"method": "lora", "precision": "bf16"}),
     "lora-in-backward": (TINY, {"levers": {"optimizer_in_backward": True}}, {"method": "lora", "optimizer_in_backward": True}),
     "full-offload": (TINY, {"lora": None, "levers": {"activation_offload": True}}, {"activation_offload": True}),
+    "lora-r32-adamw-8bit": (TINY, {"lora": "r32", "levers": {"optimizer": "adamw-8bit"}},
+                            {"method": "lora", "lora_rank": 32, "optimizer": "adamw-8bit"}),
     "lora-chunked-v4096": (TINY.with_(vocab_size=4096), {"levers": {"chunked_loss": 4}}, {"method": "lora", "chunked_loss": 4}),
 }
 
@@ -33,6 +35,8 @@ def _measured(spec, kwargs):
     kwargs = dict(kwargs)
     if kwargs.get("lora") == "all":
         kwargs["lora"] = LoRASettings(targets=("all-linear",))
+    if kwargs.get("lora") == "r32":      # A and B of 32 × 128 = 4096 values: torchao's 8-bit states
+        kwargs["lora"] = LoRASettings(rank=32, alpha=64.0)
     if "levers" in kwargs:
         kwargs["levers"] = Levers(**kwargs["levers"])
     return finetune_step_memory(spec, batch_size=4, seq_len=64, **kwargs)
@@ -43,7 +47,7 @@ def _predicted(spec, fields):
     return memory_per_gpu(spec, Hardware(None), Run().with_(batch_size=4, seq_len=64, reserve=0, **fields))
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "8bit" in n else n for n in CASES])
 def test_predicted_equals_measured_by_category(name):
     pytest.importorskip("torchao", reason="measure/finetune.py's quantized bases are torchao's")
     spec, measure_kwargs, fields = CASES[name]
@@ -102,6 +106,7 @@ def _cli(*args):
     (["--quantize", "nf4", "--finetune", "full"], "--quantize"),
     (["--optimizer-in-backward", "--grad-accum", "4"], "--optimizer-in-backward"),
     (["--cpu-offload", "params", "--zero", "1", "--dp", "2"], "--cpu-offload"),
+    (["--finetune", "lora", "--gpu", "t4", "--precision", "bf16"], "--precision"),
 ])
 def test_bad_finetune_input_is_one_line_and_exit_2(args, flag):
     out = _cli("memory", "--model", "llama-3.2-1b", *args)
