@@ -120,3 +120,23 @@ def test_memory_json_reports_trainable_frozen_and_host_bytes():
     result = json.loads(out.stdout)
     assert result["trainable_params"] < 0.01 * result["frozen_params"]
     assert result["host_bytes"] > 0 and "--activation-offload" in result["levers"]
+
+
+@pytest.mark.parametrize("model", ["tiny", "gpt2", "llama-3.2-1b", "qwen2.5-7b", "gemma-2-9b", "phi-3-mini"])
+def test_model_tensors_are_the_transformers_parameters(model):
+    torch = pytest.importorskip("torch")
+    from trainledger.account.memory.finetune import model_tensors
+    from trainledger.models import Transformer
+    spec = get_model(model)
+    with torch.device("meta"):
+        real = sorted(p.numel() for p in Transformer(spec).parameters())
+    assert sorted(n for n, c in model_tensors(spec) for _ in range(c)) == real
+
+
+@pytest.mark.slow            # torch.compile of torchao's fused step
+def test_full_training_adamw_8bit_states_tensor_by_tensor_equal_the_measured():
+    pytest.importorskip("torchao")
+    measured = _measured(TINY, {"lora": None, "levers": {"optimizer": "adamw-8bit"}})
+    predicted = _predicted(TINY, {"optimizer": "adamw-8bit"})
+    assert predicted["optimizer_bytes"] == measured["optimizer_bytes"]
+    assert predicted["peak_bytes"] == pytest.approx(measured["peak_bytes"] - measured["inputs_bytes"], rel=0.02)

@@ -172,3 +172,31 @@ def dequantize_moment_extra_bytes(spec, shard, states: dict, param_bytes: float)
     per_weight = (INT64 + 3 * param_bytes) if states["storage"].startswith("nf4") else 2 * param_bytes
     inputs = n * d * r + n * d * a + n * spec.d_ff * a
     return (inputs + per_weight * biggest) / shard.tp
+
+
+def model_tensors(spec) -> list[tuple[int, int]] | None:
+    """(numel, count) of every parameter tensor of trainledger's dense Transformer (models/transformer.py), for the
+    optimizers that store each tensor by its size (adamw-8bit); None for a mixture of experts or latent attention."""
+    if spec.is_moe or spec.is_mla:
+        return None
+    d, L, f = spec.d_model, spec.n_layers, spec.d_ff
+    q, kv = spec.n_heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    norm = [(d, 1)] + ([(d, 1)] if spec.norm == "layernorm" and spec.norm_bias else [])
+    layer = [(d * q, 1), (d * kv, 2), (q * d, 1), (d * f, 2 if spec.gated_mlp else 1), (f * d, 1)]
+    layer += norm * (1 if spec.parallel_shared_norm else 2) + (norm * 2 if spec.sandwich_norm else [])
+    if spec.qkv_bias:
+        layer += [(q, 1), (kv, 2)]
+    if spec.attn_out_bias:
+        layer.append((d, 1))
+    if spec.mlp_bias:
+        layer += [(f, 2 if spec.gated_mlp else 1), (d, 1)]
+    if spec.qk_norm:
+        layer += [(spec.head_dim, 2)] * (2 if spec.norm == "layernorm" and spec.norm_bias else 1)
+    out = [(n, c * L) for n, c in layer] + [(spec.vocab_size * d, 1)] + norm
+    if spec.position == "learned":
+        out.append((spec.max_seq_len * d, 1))
+    if not spec.tied_embeddings:
+        out.append((spec.vocab_size * d, 1))
+    if spec.lm_head_bias:
+        out.append((spec.vocab_size, 1))
+    return out

@@ -233,6 +233,13 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         if megatron_moe:
             activations = megatron.activations_bytes(spec, shard, base=activations, etp=etp)
     ft, host = None, {}
+    if spec is not None and not run.finetune.adapters and opt.name in ("adamw-8bit", "paged-adamw-8bit"):
+        from trainledger.account.memory.finetune import model_tensors, optimizer_bytes_of
+        tensors = model_tensors(spec) if isinstance(spec, TransformerSpec) else None
+        if tensors is not None:     # tensor by tensor: small ones keep full-precision states (finetune.py)
+            unsharded = optimizer_bytes_of(tensors, opt.name, opt.n_states, 1, recipe.params_bytes_per_param)
+            placed = (per_gpu if divisors["optimizer"] == 1 else sharded_per_gpu) / total_params
+            parts["optimizer_bytes"] = unsharded * placed / divisors["optimizer"]
     if spec is not None and run.finetune.adapters:       # LoRA / QLoRA (account/memory/finetune.py)
         parts, activations, ft = _finetune(spec, run, recipe, opt, parts, activations, shard,
                                            (per_gpu / total_params, divisors))
