@@ -276,6 +276,16 @@ def memory_per_gpu(spec, hardware, run) -> dict:
             if moment > peaks["later_steps"]:
                 peaks.update(later_steps=moment, moment=name)
             peaks["first_step"] = max(peaks["first_step"], moment - in_peak["optimizer_bytes"])
+    if activations is not None and shard.loss_chunks > 1 and not run.finetune.adapters:
+        # --chunked-loss with a trained head: each chunk's backward makes a V x d weight gradient that autograd adds to
+        # the previous chunks' sum: at the second chunk's backward two partial gradients and their sum exist, and the
+        # first two chunks' saved log-softmax is freed (the tiny model at vocab 4096 measures exactly this moment,
+        # tests/account/test_finetune_memory.py)
+        head = 3 * spec.vocab_size * spec.d_model * per_param["grads"] / tp
+        moment = (in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"]
+                  + activations["last_stage"] - 2 * activations.get("loss", 0.0) / shard.loss_chunks + head)
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="backward_chunked_head")
     if activations is not None and activations.get("offloaded"):
         # offloaded: what the forward holds on the GPU is the layer it runs (its residual and the norm output, the
         # MLP's d_ff-wide intermediates until they are packed)
