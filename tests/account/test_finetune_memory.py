@@ -22,6 +22,8 @@ CASES = {   # name: (spec, measure/finetune.py keywords, the run's fields)
     "lora-all-linear": (TINY, {"lora": "all"}, {"method": "lora", "lora_targets": "all-linear"}),
     "lora-bf16": (TINY, {"precision": "bf16"}, {"method": "lora", "precision": "bf16"}),
     "lora-in-backward": (TINY, {"levers": {"optimizer_in_backward": True}}, {"method": "lora", "optimizer_in_backward": True}),
+    "full-in-backward-1x8": (TINY, {"lora": None, "levers": {"optimizer_in_backward": True}, "shape": (1, 8)},
+                             {"optimizer_in_backward": True, "shape": (1, 8)}),
     "full-offload": (TINY, {"lora": None, "levers": {"activation_offload": True}}, {"activation_offload": True}),
     "lora-r32-adamw-8bit": (TINY, {"lora": "r32", "levers": {"optimizer": "adamw-8bit"}},
                             {"method": "lora", "lora_rank": 32, "optimizer": "adamw-8bit"}),
@@ -40,12 +42,14 @@ def _measured(spec, kwargs):
         kwargs["lora"] = LoRASettings(rank=32, alpha=64.0)
     if "levers" in kwargs:
         kwargs["levers"] = Levers(**kwargs["levers"])
-    return finetune_step_memory(spec, batch_size=4, seq_len=64, **kwargs)
+    batch_size, seq_len = kwargs.pop("shape", (4, 64))
+    return finetune_step_memory(spec, batch_size=batch_size, seq_len=seq_len, **kwargs)
 
 
 def _predicted(spec, fields):
     fields = {"precision": "fp32", **fields}
-    return memory_per_gpu(spec, Hardware(None), Run().with_(batch_size=4, seq_len=64, reserve=0, **fields))
+    batch_size, seq_len = fields.pop("shape", (4, 64))
+    return memory_per_gpu(spec, Hardware(None), Run().with_(batch_size=batch_size, seq_len=seq_len, reserve=0, **fields))
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "8bit" in n else n for n in CASES])

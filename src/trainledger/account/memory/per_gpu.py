@@ -276,6 +276,13 @@ def memory_per_gpu(spec, hardware, run) -> dict:
             if moment > peaks["later_steps"]:
                 peaks.update(later_steps=moment, moment=name)
             peaks["first_step"] = max(peaks["first_step"], moment - in_peak["optimizer_bytes"])
+    if run.levers.optimizer_in_backward and activations is not None:
+        # a step inside backward: the largest tensor's gradient and the foreach step's temporary of its size (√v),
+        # while the activations of the layers not yet back-propagated are held (bounded by all of them)
+        moment = (in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"]
+                  + activations["total"] - activations.get("loss", 0.0) + 2 * in_peak["grads_bytes"])
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="backward_step")
     if activations is not None and shard.loss_chunks > 1 and not run.finetune.adapters:
         # --chunked-loss with a trained head: each chunk's backward makes a V x d weight gradient that autograd adds to
         # the previous chunks' sum: at the second chunk's backward two partial gradients and their sum exist, and the
