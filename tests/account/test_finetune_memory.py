@@ -24,6 +24,7 @@ CASES = {   # name: (spec, measure/finetune.py keywords, the run's fields)
     "lora-in-backward": (TINY, {"levers": {"optimizer_in_backward": True}}, {"method": "lora", "optimizer_in_backward": True}),
     "full-in-backward-1x8": (TINY, {"lora": None, "levers": {"optimizer_in_backward": True}, "shape": (1, 8)},
                              {"optimizer_in_backward": True, "shape": (1, 8)}),
+    "lora-offload": (TINY, {"levers": {"activation_offload": True}}, {"method": "lora", "activation_offload": True}),
     "full-offload": (TINY, {"lora": None, "levers": {"activation_offload": True}}, {"activation_offload": True}),
     "lora-r32-adamw-8bit": (TINY, {"lora": "r32", "levers": {"optimizer": "adamw-8bit"}},
                             {"method": "lora", "lora_rank": 32, "optimizer": "adamw-8bit"}),

@@ -294,11 +294,13 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         if moment > peaks["later_steps"]:
             peaks.update(later_steps=moment, moment="backward_chunked_head")
     if activations is not None and activations.get("offloaded"):
-        # offloaded: what the forward holds on the GPU is the layer it runs (its residual and the norm output, the
-        # MLP's d_ff-wide intermediates until they are packed)
+        # offloaded: what the forward holds on the GPU is the layer it runs, the tensors its Python code still
+        # references while the MLP's activation runs (Block.forward: the residual before and after attention, the two
+        # norm outputs and the attention output; the MLP's d_ff-wide input and output), packed copies aside
         from trainledger.account.memory.activations import recipe_bytes
         a, r, _ = recipe_bytes(shard.precision)
-        layer = (2 * shard.n_tokens * spec.d_ff * a + 2 * shard.n_tokens * spec.d_model * r) / tp
+        n_tok = shard.n_tokens
+        layer = (2 * n_tok * spec.d_ff * a + 2 * n_tok * spec.d_model * r + 3 * n_tok * spec.d_model * a) / tp
         moment = in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"] + layer
         if moment > peaks["later_steps"]:
             peaks.update(later_steps=moment, moment="forward_offload")
