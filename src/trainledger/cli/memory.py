@@ -171,6 +171,7 @@ def compute(args) -> dict:
                                      f"{b['blocks_held']} block{'s' if b['blocks_held'] > 1 else ''}) and grads "
                                      f"({units.format_bytes(b['root_grads'] + b['block_grads'] + b['accumulated_grads'])}); "
                                      f"activations in {result['activations_precision']}")
+    result["assumptions"] += _finetune_lines(result)
     if args.model is not None:
         result["assumptions"] += common.approximation_notes(spec)
     if zero > 0 and dp == 1 and given(args, "layout.zero"):
@@ -181,6 +182,29 @@ def compute(args) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def _finetune_lines(result: dict) -> list[str]:
+    """What fine-tuning and the levers change (account/memory/finetune.py, levers.py), one line each."""
+    fmt, lines = units.format_bytes, []
+    parts = result.get("finetune_parts")
+    if parts:
+        lines.append(f"{result['finetune']}: {result['trainable_params']:,} trainable (adapters: "
+                     f"{fmt(parts['trainable_params_bytes'])}, their grads and states), {result['frozen_params']:,} frozen "
+                     f"({fmt(parts['frozen_params_bytes'])} unquantized"
+                     + (f", {fmt(parts['quantized_weights_bytes'])} {result['quantize']} codes + "
+                        f"{fmt(parts['quantization_constants_bytes'])} quantization constants" if result["quantize"] != "none"
+                        else "") + "); frozen Linears save no input for backward")
+    if result.get("levers"):
+        lines.append(f"levers in effect: {' '.join(result['levers'])}")
+    host = result.get("host_parts") or {}
+    if result.get("host_bytes"):
+        lines.append("host memory " + fmt(result["host_bytes"]) + ": " +
+                     ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in host.items() if v))
+    if result.get("optimizer") == "paged-adamw-8bit":
+        lines.append("paged-adamw-8bit: states in CUDA unified memory, counted on the GPU while they fit; under memory "
+                     "pressure the driver pages them to the host (host_bytes)")
+    return lines
 
 
 def _data_parallel(args, run, spec) -> int:
@@ -215,13 +239,23 @@ def render(result: dict, args) -> None:
     def row(label, key):
         return (label, f"{units.format_bytes(result[key])} ({result[key]:.4g} B)")
 
-    rows = [("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_per_gpu_before_zero'])} per GPU before ZeRO, {units.format_count(result['n_params_per_gpu'])} stored)"),
+    extra = []
+    if result.get("finetune_parts"):
+        extra = [("trainable / frozen params", f"{units.format_count(result['trainable_params'])} / "
+                  f"{units.format_count(result['frozen_params'])}")]
+        for label, key in (("  frozen base", "frozen_params_bytes"), ("  quantized codes", "quantized_weights_bytes"),
+                           ("  quantization constants", "quantization_constants_bytes")):
+            if result["finetune_parts"][key]:
+                extra.append((label, units.format_bytes(result["finetune_parts"][key])))
+    rows = extra + [("parameters", f"{units.format_count(result['n_params'])} ({units.format_count(result['n_params_per_gpu_before_zero'])} per GPU before ZeRO, {units.format_count(result['n_params_per_gpu'])} stored)"),
             row("params", "params_bytes"), row("grads", "grads_bytes"), row("master params", "master_params_bytes"),
             row("optimizer states", "optimizer_bytes"),
             row("activations", "activations_bytes") if result["activations_modeled"] else ("activations", "not modelled (--params only)"),
             row("total", "total_bytes"), row("peak of a step", "peak_bytes")]
     if result["reserve_bytes"]:
         rows.append(row("reserve", "reserve_bytes"))
+    if result.get("host_bytes"):
+        rows.append(row("host memory", "host_bytes"))
     rows.append(row(f"{result['gpu']} memory", "memory_per_gpu_bytes"))
     rows.append(("fits", f"{'yes' if result['fits'] else 'NO'} (headroom {units.format_bytes(result['headroom_bytes'])})"))
     print_table("Memory per GPU", rows, result["assumptions"])

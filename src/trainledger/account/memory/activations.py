@@ -75,6 +75,7 @@ class ActivationShard:
     pp: int = 1
     loss_upcast: bool = True
     split: tuple = (False, False)       # (embedding, loss) as layers of the pipeline split (Megatron's flags)
+    loss_chunks: int = 1                # --chunked-loss: the loss's logits-sized buffers exist 1/N at a time
 
     def __post_init__(self):
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--tp", self.tp),
@@ -93,7 +94,8 @@ class ActivationShard:
         seq_len = run.batch.seq_len // run.layout.cp if run.batch.seq_len is not None else 1
         return cls(run.batch.batch_size, seq_len, precision, run.levers.recompute, run.kernels.flash, run.layout.tp,
                    run.layout.sp, run.layout.pp, run.kernels.loss_upcast,
-                   (run.layout.account_for_embedding_in_pipeline_split, run.layout.account_for_loss_in_pipeline_split))
+                   (run.layout.account_for_embedding_in_pipeline_split, run.layout.account_for_loss_in_pipeline_split),
+                   getattr(run.levers, "chunked_loss", 1))
 
     @property
     def n_tokens(self) -> int:
@@ -425,8 +427,11 @@ def step_peak_bytes(spec, shard: ActivationShard, memory: dict, *, optimizer_sta
     stages = memory.get("activations") or {}
     first_stage, last_stage = stages.get("first_stage", acts), stages.get("last_stage", acts)
     held = (states if later_steps else 0) + (grads if grad_accum > 1 else 0)
-    logits = n_tokens * vocab * (a if a == _FP32 or inplace_loss or not loss_upcast else a + _FP32)
-    loss_grads = n_tokens * vocab * (a if inplace_loss else 2 * _FP32 if loss_upcast else 3 * a)
+    # --chunked-loss N (torchtune's CEWithChunkedOutputLoss, models/losses.py): the logits, their fp32 copy and the
+    # backward's fp32 gradients exist one sequence chunk at a time; the saved log-softmax stays whole ("loss")
+    chunk = 1 / shard.loss_chunks
+    logits = chunk * n_tokens * vocab * (a if a == _FP32 or inplace_loss or not loss_upcast else a + _FP32)
+    loss_grads = chunk * n_tokens * vocab * (a if inplace_loss else 2 * _FP32 if loss_upcast else 3 * a)
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
         "backward_start": max(first_stage, last_stage + loss_grads) + held,

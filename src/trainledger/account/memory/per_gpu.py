@@ -29,6 +29,7 @@ the optimizer step makes a state-sized temporary). A CUDA process also holds wha
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 
 from trainledger.account.memory.activations import ActivationShard, activations_bytes as _activations_bytes
 from trainledger.account.counting.experts import zero_shard_params
@@ -41,6 +42,7 @@ from trainledger.specs.run import Hardware
 from trainledger.specs.run_checks import ParameterCount, resolve
 from trainledger.account.memory.fp8 import apply as apply_fp8, fp8_memory
 from trainledger.account.memory import megatron_moe as megatron
+from trainledger.account.memory.levers import in_effect, offload_activations, offload_states, paged_spill
 from trainledger.specs.recipes import adafactor_elements_per_param, bytes_per_param, get_optimizer, get_recipe
 
 # What a CUDA process holds besides its tensors (`cuda_reserve_bytes`), each with its source:
@@ -230,13 +232,78 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         activations = _activations_bytes(spec, shard)
         if megatron_moe:
             activations = megatron.activations_bytes(spec, shard, base=activations, etp=etp)
+    ft, host = None, {}
+    if spec is not None and not run.finetune.adapters and opt.name in ("adamw-8bit", "paged-adamw-8bit"):
+        from trainledger.account.memory.finetune import model_tensors, optimizer_bytes_of
+        tensors = model_tensors(spec) if isinstance(spec, TransformerSpec) else None
+        if tensors is not None:     # tensor by tensor: small ones keep full-precision states (finetune.py)
+            unsharded = optimizer_bytes_of(tensors, opt.name, opt.n_states, 1, recipe.params_bytes_per_param)
+            placed = (per_gpu if divisors["optimizer"] == 1 else sharded_per_gpu) / total_params
+            parts["optimizer_bytes"] = unsharded * placed / divisors["optimizer"]
+    if spec is not None and run.finetune.adapters:       # LoRA / QLoRA (account/memory/finetune.py)
+        parts, activations, ft = _finetune(spec, run, recipe, opt, parts, activations, shard,
+                                           (per_gpu / total_params, divisors))
+    if activations is not None and run.levers.activation_offload:
+        activations, host["activations"] = offload_activations(activations, spec, shard, run.finetune)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
     fp8 = fp8_memory(spec, recipe.name, shard, n_params_per_gpu=per_gpu, params_divisor=divisors["params"],
                      activations=None if megatron_moe else activations)   # megatron_moe counts FP8-saved inputs
     parts = apply_fp8(parts, fp8)           # FP8 weight copies, amax histories, FP8-saved inputs (account/memory/fp8.py)
+    parts, offloaded = offload_states(parts, run.levers, zero, buffers)
+    host.update(offloaded)
     total = sum(parts.values())
-    peaks = training_peak_bytes(spec, parts, activations, n_params=total_params, shard=shard, optimizer=opt,
+    in_peak = dict(parts)
+    if run.levers.optimizer_in_backward:     # the largest trainable tensor's gradient at most (account/memory/levers.py)
+        largest = ft["largest_trainable_numel"] if ft else _largest_tensor(spec, total_params)
+        in_peak["grads_bytes"] = min(parts["grads_bytes"], largest * per_param["grads"] / divisors["grads"])
+        parts["grads_bytes"] = in_peak["grads_bytes"]
+        total = sum(parts.values())
+    stepping = SimpleNamespace(name=opt.name, n_states=opt.n_states, in_backward=True) \
+        if run.levers.optimizer_in_backward else opt
+    peaks = training_peak_bytes(spec, in_peak, activations, n_params=total_params, shard=shard, optimizer=stepping,
                                 grad_accum=grad_accum, inplace_loss=megatron_moe)
+    if ft is not None:
+        # with fewer activations saved, the last layer's MLP backward (its activation's input gradient and output,
+        # d_ff wide, and the residual's gradient) or a quantized Linear's dequantization can be the busiest moment
+        from trainledger.account.memory.activations import recipe_bytes
+        a, r, _ = recipe_bytes(shard.precision)
+        saved = 0.0 if activations.get("offloaded") else (activations["total"] - activations.get("loss", 0.0)
+                                                           - activations.get("final_norm", 0.0))
+        held = in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"] + saved
+        moments = {"backward_mlp": held + (2 * shard.n_tokens * spec.d_ff * a + shard.n_tokens * spec.d_model * r) / tp,
+                   "dequantize": held + ft["dequantize_extra_bytes"] if ft["dequantize_extra_bytes"] else 0.0}
+        for name, moment in moments.items():
+            if moment > peaks["later_steps"]:
+                peaks.update(later_steps=moment, moment=name)
+            peaks["first_step"] = max(peaks["first_step"], moment - in_peak["optimizer_bytes"])
+    if run.levers.optimizer_in_backward and activations is not None:
+        # a step inside backward: the largest tensor's gradient and the foreach step's temporary of its size (√v),
+        # while the activations of the layers not yet back-propagated are held (bounded by all of them)
+        moment = (in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"]
+                  + activations["total"] - activations.get("loss", 0.0) + 2 * in_peak["grads_bytes"])
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="backward_step")
+    if activations is not None and shard.loss_chunks > 1 and not run.finetune.adapters:
+        # --chunked-loss with a trained head: each chunk's backward makes a V x d weight gradient that autograd adds to
+        # the previous chunks' sum: at the second chunk's backward two partial gradients and their sum exist, and the
+        # first two chunks' saved log-softmax is freed (the tiny model at vocab 4096 measures exactly this moment,
+        # tests/account/test_finetune_memory.py)
+        head = 3 * spec.vocab_size * spec.d_model * per_param["grads"] / tp
+        moment = (in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"]
+                  + activations["last_stage"] - 2 * activations.get("loss", 0.0) / shard.loss_chunks + head)
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="backward_chunked_head")
+    if activations is not None and activations.get("offloaded"):
+        # offloaded: what the forward holds on the GPU is the layer it runs, the tensors its Python code still
+        # references while the MLP's activation runs (Block.forward: the residual before and after attention, the two
+        # norm outputs and the attention output; the MLP's d_ff-wide input and output), packed copies aside
+        from trainledger.account.memory.activations import recipe_bytes
+        a, r, _ = recipe_bytes(shard.precision)
+        n_tok = shard.n_tokens
+        layer = (2 * n_tok * spec.d_ff * a + 2 * n_tok * spec.d_model * r + 3 * n_tok * spec.d_model * a) / tp
+        moment = in_peak["params_bytes"] + in_peak["master_params_bytes"] + in_peak["optimizer_bytes"] + layer
+        if moment > peaks["later_steps"]:
+            peaks.update(later_steps=moment, moment="forward_offload")
     reserve_parts = cuda_reserve_bytes(peaks["later_steps"]) if reserve_bytes is None else None
     reserve = reserve_parts["total"] if reserve_parts else float(reserve_bytes)
     result = {
@@ -268,8 +335,53 @@ def memory_per_gpu(spec, hardware, run) -> dict:
     if memory_per_gpu_bytes is not None:
         result["memory_per_gpu_bytes"] = float(memory_per_gpu_bytes)
         result["headroom_bytes"] = memory_per_gpu_bytes - peaks["later_steps"] - reserve
+        if opt.name == "paged-adamw-8bit":      # unified memory: what does not fit pages out to the host
+            spill = paged_spill(result, parts["optimizer_bytes"])
+            host["paged_optimizer"] = spill
+            result["peak_bytes"] -= spill
+            result["headroom_bytes"] += spill
         result["fits"] = result["headroom_bytes"] >= 0
+    result["host_bytes"] = float(sum(host.values()))
+    result["host_parts"] = host
+    result["levers"] = in_effect(run)
+    result["finetune"] = run.finetune.method
+    result["trainable_params"] = ft["trainable_params"] if ft else total_params
+    result["frozen_params"] = ft["frozen_params"] if ft else 0
+    if ft:
+        result["finetune_parts"] = {k: ft[k] for k in ("trainable_params_bytes", "frozen_params_bytes",
+                                                       "quantized_weights_bytes", "quantization_constants_bytes")}
+        result["quantize"] = ft["storage"]
     return result
+
+
+def _largest_tensor(spec, n_params: float) -> float:
+    """Elements of the largest parameter tensor of a full-training model: the token embedding (or untied head) or an
+    MLP or attention matrix; a parameter count alone: one twelfth of a layer, d² with d from d_model_estimate."""
+    if spec is None or not hasattr(spec, "d_model"):
+        return d_model_estimate(n_params) ** 2 * 4
+    d = spec.d_model
+    return float(max(spec.vocab_size * d, d * spec.d_ff, d * spec.n_heads * spec.head_dim))
+
+
+def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple):
+    """(parts, activations, states) of a LoRA / QLoRA run: account/memory/finetune.py's states placed as the full
+    model's are (the fraction of the model this GPU holds, then ZeRO's divisors), its activations changed."""
+    from trainledger.account.memory import finetune as lora
+    fraction, divisors = placement
+    states = lora.finetune_states(spec, run.finetune, recipe, opt)
+    frozen = (states["frozen_params_bytes"] + states["quantized_weights_bytes"]
+              + states["quantization_constants_bytes"]) * fraction / divisors["params"]
+    out = dict(parts)
+    out["params_bytes"] = frozen + states["trainable_params_bytes"] * fraction / divisors["params"]
+    for key in ("grads", "master_params", "optimizer"):
+        out[f"{key}_bytes"] = states[f"{key}_bytes"] * fraction / divisors[key]
+    if activations is not None:
+        activations = lora.apply_activations(activations, lora.activations_delta_bytes(spec, shard, run.finetune))
+        states["dequantize_extra_bytes"] = lora.dequantize_moment_extra_bytes(spec, shard, states,
+                                                                              recipe.params_bytes_per_param)
+    else:
+        states["dequantize_extra_bytes"] = 0.0
+    return out, activations, states
 
 
 def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params: float,
@@ -286,6 +398,9 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
+    if getattr(optimizer, "in_backward", False):   # each tensor steps alone in its hook: its temporary is within
+        # the one gradient counted
+        temporaries = 0
     memory = {**parts, "n_params": n_params, "activations": activations}
     peaks = {}
     for key, later in (("first_step", False), ("later_steps", True)):
