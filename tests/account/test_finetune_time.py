@@ -49,3 +49,28 @@ def test_the_skipped_weight_gradients_show_in_the_counted_flops():
     assert backward < 0.6 * 2 * forward
     assert lora["total"] < full["total"] * 0.72
     assert lora["skipped_weight_grad"] > 0
+
+
+def _step(method: str, **kw):
+    from trainledger.account.time.step import step_time
+    from trainledger.specs import PRESETS
+    from trainledger.specs.hardware import get_gpu
+    from trainledger.specs.run import Batch, Hardware, Numerics, Run
+    run = Run(batch=Batch(batch_size=2, seq_len=2048), numerics=Numerics(precision="bf16"),
+              finetune=Finetune(method=method, **kw))
+    return step_time(PRESETS["llama-3.1-8b"], Hardware(get_gpu("rtx-4090"), 1), run, with_memory=False)
+
+
+def test_a_lora_step_is_faster_than_full_and_qlora_slower_than_lora_by_the_dequantization():
+    full, lora, qlora = _step("full"), _step("lora"), _step("qlora")
+    assert lora["step_seconds"] < full["step_seconds"]
+    assert lora["breakdown"]["compute"] < 0.75 * full["breakdown"]["compute"]     # no weight-gradient GEMMs
+    assert lora["breakdown"]["optimizer"] < 1e-3 * full["breakdown"]["optimizer"]  # 3.4 M adapters, not 8 B
+    extra = qlora["breakdown"]["memory_bound"] - lora["breakdown"]["memory_bound"]
+    assert qlora["step_seconds"] > lora["step_seconds"] and extra > 0
+    # the dequantization reads each stored NF4 weight and writes its bf16 copy, forward and backward
+    from trainledger.account.finetune.quant import quantized_base_bytes
+    from trainledger.specs import PRESETS
+    base = quantized_base_bytes(PRESETS["llama-3.1-8b"], "nf4-dq")
+    assert lora["mfu_convention"].startswith("model FLOPs = the FLOPs the step needs")
+    assert base["quantized_weight_bytes"] > 0

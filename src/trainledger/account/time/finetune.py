@@ -100,3 +100,72 @@ def finetune_flops_per_token(spec, seq_len: int, finetune, attention: str = "ful
             "skipped_weight_grad": forward_base, "total": forward_base + core + input_grad + adapter,
             "convention": "model FLOPs = the FLOPs the step needs: forward + input gradients + the adapters' "
                           "gradients; the frozen weights' gradients are not run and not counted (not 6·N)"}
+
+
+def frozen_layer_kernels(spec, shard, finetune, kernels: dict) -> dict:
+    """A layer's (or the edges') {"forward": [...], "backward": [...]} kernels under `finetune`: with adapters every
+    weight-gradient kernel (role "wgrad": the GEMM, its casts, bias and norm-weight sums, the embedding's) is gone —
+    the base is frozen; a quantized base (--quantize) drops autocast's weight casts and dequantizes each Linear's
+    weight in forward and again in backward (torchao's LinearNF4: F.linear(input, weight.to(input.dtype)) forward,
+    grad_output @ weight.to(grad_output.dtype) backward; bitsandbytes' MatMul4Bit.backward: dequantize_4bit(B)),
+    priced as one memory-bound kernel that reads the stored bytes (account/finetune/quant.py) and writes the 16-bit
+    copy, as bitsandbytes' kDequantizeBlockwise and a compiled torchao dequantize run it (torchao's eager
+    get_original_weight, a dozen ops through int64 indices, moves about 11× more: not modelled)."""
+    from dataclasses import replace as _replace
+    from trainledger.account.finetune.quant import weight_bytes
+    from trainledger.account.time.eager import ew
+    if not finetune.adapters:
+        return kernels
+    quantized = finetune.base_storage != "none"
+    fwd = [k for k in kernels["forward"] if not (quantized and k.name.endswith("_weight_cast"))]
+    bwd = [k for k in kernels["backward"] if k.role != "wgrad"]
+    is_layer = any(k.name in ("q_proj", "qkv") for k in kernels["forward"])
+    if quantized and is_layer:
+        a = shard.dtypes.a
+        for p in _layer_projections(spec):
+            rows, cols = p.out_features / shard.tp, p.in_features
+            stored = weight_bytes(p.out_features, p.in_features, finetune.base_storage) / shard.tp
+            moved = stored + rows * cols * a
+            fwd.append(ew(f"{p.module}_dequantize", moved))
+            bwd.append(_replace(ew(f"{p.module}_dequantize_backward", moved), role="dgrad"))
+    if is_layer:
+        extra_fwd, extra_bwd = adapter_kernels(spec, shard, finetune)
+        fwd, bwd = fwd + extra_fwd, bwd + extra_bwd
+    return {"forward": fwd, "backward": bwd}
+
+
+def _layer_projections(spec):
+    from trainledger.account.finetune.targets import projections
+    return [p for p in projections(spec) if not any(role == "head" for role, _ in p.parts)]
+
+
+def adapter_kernels(spec, shard, finetune) -> tuple[list, list]:
+    """(forward, backward) kernels of one layer's adapters over the micro-batch's n tokens: A (n × d_in → r) and
+    B (→ rows) GEMMs, the α/r scale and the add into the base output; backward B's input and weight gradients, A's
+    weight and input gradients, the scale's backward and the sum of x's two gradients (base and adapter)."""
+    from trainledger.account.time.eager import ew, gemm
+    n, a, dtype, r = shard.tokens, shard.dtypes.a, shard.dtypes.dtype, finetune.lora_rank
+    fwd, bwd = [], []
+    for p, rows in targeted(spec, finetune.lora_targets):
+        if any(role == "head" for role, _ in p.parts):
+            continue
+        rows, d_in, name = rows / shard.tp, p.in_features, f"{p.module}_lora"
+        fwd += [gemm(f"{name}_A", n, r, d_in, a, dtype), gemm(f"{name}_B", n, rows, r, a, dtype),
+                ew(f"{name}_scale_add", 5 * n * rows * a, count=2)]
+        bwd += [ew(f"{name}_scale_backward", 2 * n * rows * a, role="dgrad"),
+                gemm(f"{name}_B_dgrad", n, r, rows, a, dtype, role="dgrad"),
+                gemm(f"{name}_B_wgrad", rows, r, n, a, dtype, role="wgrad"),
+                gemm(f"{name}_A_wgrad", r, d_in, n, a, dtype, role="wgrad"),
+                gemm(f"{name}_A_dgrad", n, d_in, r, a, dtype, role="dgrad"),
+                ew(f"{name}_input_grad_sum", 3 * n * d_in * a, role="dgrad")]
+    return fwd, bwd
+
+
+def trainable_tensors(spec, finetune) -> tuple[int, tuple]:
+    """(trainable parameters, the elements of each trainable tensor: A r × d_in and B rows × r of every adapted
+    module) of `finetune`; what the optimizer step walks (account/finetune/lora.py counts the same)."""
+    r = finetune.lora_rank
+    numels = []
+    for p, rows in targeted(spec, finetune.lora_targets):
+        numels += [r * p.in_features, rows * r] * p.count
+    return sum(numels), tuple(numels)
