@@ -194,7 +194,8 @@ def render(result: dict, args) -> None:
     total = result["step_seconds"]
     rows = [("step time", with_interval(units.format_seconds(total), result)),
             ("tokens/s", f"{units.format_count(result['tokens_per_s'])} ({units.format_count(result['tokens_per_step'])} per step)"),
-            ("MFU / HFU", f"{100 * result['mfu']:.1f}% / {100 * result['hfu']:.1f}%"),
+            ("MFU / HFU", f"{100 * result['mfu']:.1f}% / {100 * result['hfu']:.1f}%"
+                          + (f" ({result['mfu_convention']})" if result.get("mfu_convention") else "")),
             ("model / hardware FLOPs per step", f"{units.format_flops(result['model_flops_per_step'])} / "
                                                 f"{units.format_flops(result['hardware_flops_per_step'])}")]
     for part, seconds in sorted(result["breakdown"].items(), key=lambda kv: -kv[1]):

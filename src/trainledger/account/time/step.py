@@ -67,6 +67,7 @@ from trainledger.account.time.schedule import (SCHEDULES, check_schedule, chunk_
                                                pipeline_stage_layers)
 from trainledger.specs.run_checks import split_extras
 from trainledger.account.time import folding
+from trainledger.account.time import finetune as finetune_mod
 from trainledger.account.time.overlap import (DDP_BUCKET_BYTES, collective_seconds, data_parallel_exposed,  # noqa: F401
                                          fsdp_step as _fsdp_step, link as _link, overlapped_exposed,
                                          pp_exposed, pp_overlap_default, sms_beside_tp_comm)
@@ -288,11 +289,17 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     shard_params = folding.zero_shard_params(placement, tp=tp, cp=cp, dp=sharded_over, ep=ep, etp=etp, zero=zero)
     n_tensors = parameter_tensors(spec) / pp / sharded_over
     numels = parameter_numels(spec, tp, pp, sharded_over) if cpu_op is not None else None
+    trainable = None
+    if run.finetune.adapters:   # the step and the accumulation over the adapters only (two tensors each, A and B)
+        trainable, adapter_numels = finetune_mod.trainable_tensors(spec, run.finetune)
+        shard_params, n_tensors = trainable / pp / sharded_over, len(adapter_numels) / pp / sharded_over
+        numels = tuple(max(1, round(x / sharded_over)) for x in adapter_numels) if cpu_op is not None else None
     optim_kernels = optimizer_kernels(shard_params, max(1, round(n_tensors)), recipe.name, opt.name,
                                       framework=framework, tensor_numels=numels)
     optim = _time(gpu, optim_kernels, cpu_op=cpu_op)
     # past the first micro-batch the gradients are accumulated into .grad (FSDP2 accumulates in its own buffers)
-    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"], n_tensors * sharded_over,
+    accumulate = _time(gpu, accumulation_kernels(placement["n_params_per_gpu"] if trainable is None else trainable / pp,
+                                                 n_tensors * sharded_over,
                                                  m if settings is None else 1, recipe, framework), cpu_op=cpu_op)
     for part in ("memory_bound", "overhead"):
         ideal[part] = ideal.get(part, 0.0) + accumulate[part]
@@ -319,6 +326,11 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     tokens = b.global_batch_size * seq_len
     model_flops = train_flops_per_token(spec, seq_len, attention, mtp=n_mtp > 0) * tokens
     hardware_flops = hardware_flops_per_token(spec, seq_len, attention, recompute, mtp=n_mtp > 0) * tokens
+    finetune_flops = None
+    if run.finetune.adapters:   # the FLOPs a LoRA step needs (account/time/finetune.py: its MFU convention)
+        finetune_flops = finetune_mod.finetune_flops_per_token(spec, seq_len, run.finetune, attention)
+        hardware_flops += (finetune_flops["total"] - train_flops_per_token(spec, seq_len, attention)) * tokens
+        model_flops = finetune_flops["total"] * tokens
     ex = lay.experts
     result = {
         "model": spec.name, "gpu": gpu.name, "num_gpus": num_gpus, "step_seconds": step_seconds,
@@ -362,6 +374,10 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
         one_layer = layer_kernels(spec, shard, replace(kernels, compile=False), ep=ep, etp=etp)
         result.update(fp8_mod.convention(result), fp8_gemms=fp8_mod.fp8_gemms(one_layer, recipe.name))
+    if finetune_flops is not None:
+        result.update(mfu_convention=finetune_flops["convention"], finetune={
+            "method": run.finetune.method, "quantize": run.finetune.base_storage, "trainable_params": trainable,
+            "flops_per_token": {k: v for k, v in finetune_flops.items() if k != "convention"}})
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
 
@@ -443,7 +459,7 @@ def _layer_key(shard: Shard, run, narrow_sms: int | None, n_mtp: int) -> tuple:
     layout, the SMs a TP collective leaves to the GEMMs and the multi-token-prediction modules."""
     k = run.kernels
     return (shard, k.flash, k.causal, k.framework, k.dropout, k.attention_kernel, k.compile, k.loss_upcast,
-            run.levers.recompute, run.layout.ep, run.layout.etp, narrow_sms, n_mtp)
+            run.levers.recompute, run.layout.ep, run.layout.etp, narrow_sms, n_mtp, run.finetune)
 
 
 def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *, narrow_sms: int | None = None,
@@ -457,6 +473,7 @@ def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *,
     groups = []
     for layer, count in layers:
         lk = fp8_mod.layer_kernels(layer_kernels(spec, shard, k, layer=layer, ep=ep, etp=etp), shard.precision, a)
+        lk = finetune_mod.frozen_layer_kernels(spec, shard, run.finetune, lk)     # LoRA/QLoRA (account/time/finetune.py)
         fwd, bwd = _time(gpu, lk["forward"], ak, cpu_op=cpu_op), _time(gpu, lk["backward"], ak, narrow_sms, cpu_op)
         kernels, weight = recompute_mod.recomputed_forward(lk["forward"], recompute, spec.n_layers)
         timed = _time(gpu, kernels, ak, cpu_op=cpu_op)
@@ -465,6 +482,8 @@ def _layer_times(spec, gpu, shard: Shard, run, layers: list[tuple[int, int]], *,
             rec["block"] = timed["block"].times(weight)
         groups.append((count, fwd, bwd, rec))
     edge = edge_kernels(spec, shard, k)
+    if run.finetune.adapters:   # the frozen embedding, head and final norm: no weight gradients
+        edge = {name: [x for x in ks if x.role != "wgrad"] for name, ks in edge.items()}
     if n_mtp:   # the multi-token-prediction modules: a layer like the last, the head again (account/time/mtp.py)
         lk = layer_kernels(spec, shard, k, layer=spec.n_layers - 1, ep=ep, etp=etp)
         edge.update(mtp_kernels(spec, n_mtp, fp8_mod.layer_kernels(lk, shard.precision, a), edge, shard))
