@@ -68,8 +68,9 @@ def compute(args) -> dict:
     from trainledger.cli.run_flags import asked, document_of, given
     from trainledger.cli.sanity import custom_memory_label
     given_gpu = args.gpu is not None
-    wants_ladder = (args.model is not None and given(args, "batch.batch_size")
-                    and (args.seq_len is not None or given(args, "batch.seq_len")))
+    derived = getattr(args, "_file_derived", None) or []     # what a saved run file decided itself is not asked
+    wants_ladder = (args.model is not None and given(args, "batch.batch_size") and "batch.batch_size" not in derived
+                    and (args.seq_len is not None or given(args, "batch.seq_len")) and "batch.seq_len" not in derived)
     if wants_ladder and "num_gpus" not in getattr(args, "_hardware_given", set()) and not (
             (getattr(args, "_file", None) or {}).get("hardware", {}).get("num_gpus")):
         args.num_gpus = 1            # the ladder asks about the GPU you have (--help)
