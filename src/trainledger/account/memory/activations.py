@@ -76,6 +76,7 @@ class ActivationShard:
     loss_upcast: bool = True
     split: tuple = (False, False)       # (embedding, loss) as layers of the pipeline split (Megatron's flags)
     loss_chunks: int = 1                # --chunked-loss: the loss's logits-sized buffers exist 1/N at a time
+    compiled: bool = False              # --compile: each block under torch.compile saves what _Layer.COMPILED says
 
     def __post_init__(self):
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--tp", self.tp),
@@ -95,7 +96,7 @@ class ActivationShard:
         return cls(run.batch.batch_size, seq_len, precision, run.levers.recompute, run.kernels.flash, run.layout.tp,
                    run.layout.sp, run.layout.pp, run.kernels.loss_upcast,
                    (run.layout.account_for_embedding_in_pipeline_split, run.layout.account_for_loss_in_pipeline_split),
-                   getattr(run.levers, "chunked_loss", 1))
+                   getattr(run.levers, "chunked_loss", 1), run.kernels.compile)
 
     @property
     def n_tokens(self) -> int:
@@ -127,6 +128,7 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
     """
     batch_size, seq_len, precision, recompute = shard.batch_size, shard.seq_len, shard.precision, shard.recompute
     tp, sp, pp, flash, loss_upcast, split = shard.tp, shard.sp, shard.pp, shard.flash, shard.loss_upcast, shard.split
+    compiled, chunks_compiled = shard.compiled, compiled_loss(shard)
     if getattr(spec, "kind", None) == "cruncher":
         return _cruncher(spec, batch_size, precision)
     a, r, w = recipe_bytes(precision)
@@ -137,7 +139,7 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
             return x
         return x / tp
 
-    layer = _Layer(spec, batch_size, seq_len, precision, recompute, flash)
+    layer = _Layer(spec, batch_size, seq_len, precision, recompute, flash, compiled)
     per_group = [(layer.bytes(i, shard), count) for i, count in spec.layer_groups()]
     per_layer = max(b for b, _ in per_group)
     counts = pipeline_stage_layers(spec.n_layers, pp, *split)       # ceil(L / pp) each without the split flags
@@ -152,11 +154,14 @@ def activations_bytes(spec, shard: ActivationShard) -> dict:
     thetas = {spec.layer_rope_theta(i) for i, _ in spec.layer_groups()} if spec.position == "rope" else set()
     rope = len(thetas) * 2 * T * spec.rotary_dim * r                         # cos, sin tables (T, rotary_dim) per θ
     masks = layer.mask_bytes()
-    final_norm = shard(layer.norm(r, n, d), replicated_without_sp=True)      # its output is the head's input:
+    eager = _Layer(spec, batch_size, seq_len, precision, recompute, flash) if compiled else layer
+    final_norm = shard(eager.norm(r, n, d), replicated_without_sp=True)      # its output is the head's input:
     head_input = n * d * a                                                   # listed separately
     # the head's output is not saved (the loss saves its log-softmax), but final soft-capping saves tanh's output
     head_logits = n * v * a if spec.final_softcap is not None else 0
     loss = loss_bytes(n, v, a, loss_upcast)  # cross_entropy: its log_softmax output + total_weight
+    if chunks_compiled:
+        loss = n * v * a + 2 * n * _FP32     # the 16-bit logits chunks and each row's max and logsumexp
     # AMP: the 16-bit weight copies autocast makes are saved by their matmuls; inside checkpointed
     # blocks (full recompute) they are remade in backward, so only the LM head's copy stays
     copied = spec.d_model * spec.vocab_size if recompute == "full" else _matmul_params(spec)
@@ -195,6 +200,15 @@ def loss_bytes(n_tokens: float, vocab: float, a: int, loss_upcast: bool = True) 
     return n_tokens * vocab * (_FP32 if loss_upcast else a) + _FP32
 
 
+def compiled_loss(shard) -> bool:
+    """Whether the cross-entropy runs compiled: --compile with --chunked-loss N as torchtune runs them
+    (torchtune.training.compile_loss compiles CEWithChunkedOutputLoss.compute_cross_entropy, whose logits.float()
+    is inside the compiled graph). Inductor then saves each chunk's 16-bit logits and two fp32 values per row (the
+    max and the logsumexp) instead of an fp32 log-softmax, and its backward writes the 16-bit gradient of the
+    logits directly: measured on CPU, tests/account/test_compile_memory.py."""
+    return shard.compiled and shard.loss_chunks > 1 and shard.loss_upcast and recipe_bytes(shard.precision)[0] != _FP32
+
+
 def check_loss_upcast(loss_upcast: bool, framework: str) -> None:
     """A TrainledgerError for --no-loss-upcast with --framework megatron, whose vocab-parallel cross entropy
     (megatron/core/tensor_parallel/cross_entropy.py) always upcasts the logits to fp32."""
@@ -209,11 +223,19 @@ class _Layer:
     Each method names the op that keeps each tensor; tests/account and tests/models measure the sums.
     """
 
-    def __init__(self, spec, batch_size: int, seq_len: int, precision: str, recompute: str, flash: bool):
+    def __init__(self, spec, batch_size: int, seq_len: int, precision: str, recompute: str, flash: bool,
+                 compiled: bool = False):
         self.spec, self.B, self.T, self.recompute, self.flash = spec, batch_size, seq_len, recompute, flash
         self._precision = precision
         self.a, self.r, w = recipe_bytes(precision)
         self.amp = w > 0
+        # torch.compile (AOTAutograd's min-cut rematerialization partitioner, the default under Inductor) saves the
+        # fewest bytes it can recompute from: an RMSNorm keeps its input and rstd (the fp32 copy and the cast x̂ are
+        # recomputed in backward); a gated MLP keeps gate, up and the product (the activation's output is recomputed).
+        # Measured on CPU (same partitioner as on CUDA) on Hugging Face's Llama layer in bf16:
+        # tests/account/test_compile_memory.py. Not measured, so not changed: autocast recipes, LayerNorm (already
+        # input + statistics), GELU MLPs, Gemma's (1 + w) norm, MoE layers
+        self.compiled = compiled and not self.amp
         self.n = batch_size * seq_len
         self.eager = spec.attn_softcap is not None        # soft-capped attention, written out (Attention.softcapped_core)
 
@@ -229,6 +251,8 @@ class _Layer:
         kind, own_input = self.spec.norm, (0 if shares_input else 1)
         if kind == "layernorm":
             return own_input * rows * width * i + 2 * rows * i
+        if kind == "rmsnorm" and self.compiled:
+            return own_input * rows * width * i + rows * _FP32
         x32 = (own_input if i == _FP32 else 1) * rows * width * _FP32
         if kind == "rmsnorm":
             return x32 + rows * _FP32 + rows * width * i
@@ -280,6 +304,8 @@ class _Layer:
         if spec.is_moe_layer(layer):
             return self.n * _moe_per_token(spec, self.a, self.amp)
         f = spec.dense_d_ff if spec.is_moe else spec.d_ff
+        if spec.gated_mlp and self.compiled:
+            return self.n * 3 * f * self.a
         return self.n * (4 if spec.gated_mlp else 2) * f * self.a
 
     def bytes(self, layer: int, shard) -> float:
@@ -293,7 +319,8 @@ class _Layer:
             w = policies.checkpointed_fraction(spec.n_layers, "selective-layer" if self.recompute != "selective-op"
                                                else "none")
             args = (spec, self.B, self.T)
-            kept, full = _Layer(*args, self._precision, "none", self.flash), _Layer(*args, self._precision, "full", self.flash)
+            kept = _Layer(*args, self._precision, "none", self.flash, self.compiled)
+            full = _Layer(*args, self._precision, "full", self.flash, self.compiled)
             return w * full.bytes(layer, shard) + (1 - w) * kept.bytes(layer, shard)
         if self.recompute == "full":
             return shard(n * d * self.r, replicated_without_sp=True)   # the block's input only
@@ -432,6 +459,8 @@ def step_peak_bytes(spec, shard: ActivationShard, memory: dict, *, optimizer_sta
     chunk = 1 / shard.loss_chunks
     logits = chunk * n_tokens * vocab * (a if a == _FP32 or inplace_loss or not loss_upcast else a + _FP32)
     loss_grads = chunk * n_tokens * vocab * (a if inplace_loss else 2 * _FP32 if loss_upcast else 3 * a)
+    if compiled_loss(shard):        # the saved 16-bit chunks are the logits; the backward's gradient is 16-bit
+        logits, loss_grads = 0.0, chunk * n_tokens * vocab * a
     moments = {
         "forward": max(first_stage, last_stage + logits) + held,
         "backward_start": max(first_stage, last_stage + loss_grads) + held,
@@ -445,7 +474,7 @@ def step_peak_bytes(spec, shard: ActivationShard, memory: dict, *, optimizer_sta
         # (the loss, head and final-norm tensors are already freed; the head's weight gradient exists)
         parts = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision, "full",
                                                         loss_upcast=loss_upcast))
-        one_layer = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision))["per_layer"]
+        one_layer = activations_bytes(spec, ActivationShard(batch_size, seq_len, precision, compiled=shard.compiled))["per_layer"]
         if w:   # under autocast a rebuilt layer casts its weights to 16 bit again
             one_layer += w * (_matmul_params(spec) - spec.d_model * spec.vocab_size) / spec.n_layers
         held_acts = acts - parts["loss"] - parts["head_input"] - parts["final_norm"]

@@ -127,21 +127,26 @@ def compute_precision(precision: str, settings: FsdpSettings | None, zero: int) 
     return {"amp-bf16": "mixed-bf16", "amp-fp16": "mixed-fp16"}.get(precision, precision)
 
 
-def units(spec, placement: dict, tp: int = 1, pp: int = 1) -> dict:
+def units(spec, placement: dict, tp: int = 1, pp: int = 1, separate_embeddings: bool = False) -> dict:
     """Parameters (a count, per GPU after TP, before sharding) of one FSDP2 block unit and of the root unit on the
     busiest pipeline stage, and the blocks on it: {"block", "root", "blocks"}.
 
     `placement` is account.memory.per_gpu.params_per_gpu(spec, tp, pp). The root holds what is outside the blocks: the
     token embedding and learned positions on the first stage, the final norm and the head (a tied head: the
-    embedding) on the last; the vocabulary-split embedding and head divided by tp. Blocks share the rest equally."""
+    embedding) on the last; the vocabulary-split embedding and head divided by tp. Blocks share the rest equally.
+    `separate_embeddings` (--fsdp-separate-embeddings, torchtune's custom_sharded_layers): the embedding and the head
+    are units of their own; what is gathered beside the blocks at the start of backward is the head's unit (with the
+    final norm), the embedding's comes last, alone, at the end of backward: the root counts as the last stage's."""
     c = param_counts(spec)["components"]
     blocks = spec.n_layers if pp == 1 else placement["layers_per_stage"]
     token, head = c["token_embedding"], c["lm_head"] if not spec.tied_embeddings else c["token_embedding"]
     first = token / tp + c["position_embedding"]
     last = head / tp + norm_params(spec)
-    root = {"all": first + (c["lm_head"] / tp if not spec.tied_embeddings else 0.0) + norm_params(spec),
-            "first": first, "last": last}[placement["stage"]]
-    block = (placement["n_params_per_gpu"] - root) / blocks
+    whole = first + (c["lm_head"] / tp if not spec.tied_embeddings else 0.0) + norm_params(spec)
+    block = (placement["n_params_per_gpu"] - {"all": whole, "first": first, "last": last}[placement["stage"]]) / blocks
+    if separate_embeddings:
+        first, whole = 0.0 if pp > 1 else last, last
+    root = {"all": whole, "first": first, "last": last}[placement["stage"]]
     return {"block": block, "root": root, "blocks": blocks}
 
 

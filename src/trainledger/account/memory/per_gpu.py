@@ -220,7 +220,7 @@ def memory_per_gpu(spec, hardware, run) -> dict:
     buffers = None
     if fsdp is not None:
         from trainledger.account.memory.fsdp import buffers as fsdp_buffers, compute_precision, units
-        buffers = fsdp_buffers(units(spec, placement, tp, pp), fsdp)
+        buffers = fsdp_buffers(units(spec, placement, tp, pp, lay.fsdp.separate_embeddings), fsdp)
         parts["params_bytes"] += buffers["params_bytes"]
         parts["grads_bytes"] += buffers["grads_bytes"]
 
@@ -242,7 +242,7 @@ def memory_per_gpu(spec, hardware, run) -> dict:
             parts["optimizer_bytes"] = unsharded * placed / divisors["optimizer"]
     if spec is not None and run.finetune.adapters:       # LoRA / QLoRA (account/memory/finetune.py)
         parts, activations, ft = _finetune(spec, run, recipe, opt, parts, activations, shard,
-                                           (per_gpu / total_params, divisors))
+                                           (per_gpu / total_params, divisors), buffers)
     if activations is not None and run.levers.activation_offload:
         activations, host["activations"] = offload_activations(activations, spec, shard, run.finetune)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
@@ -258,8 +258,8 @@ def memory_per_gpu(spec, hardware, run) -> dict:
         in_peak["grads_bytes"] = min(parts["grads_bytes"], largest * per_param["grads"] / divisors["grads"])
         parts["grads_bytes"] = in_peak["grads_bytes"]
         total = sum(parts.values())
-    stepping = SimpleNamespace(name=opt.name, n_states=opt.n_states, in_backward=True) \
-        if run.levers.optimizer_in_backward else opt
+    stepping = SimpleNamespace(name=opt.name, n_states=opt.n_states, in_backward=run.levers.optimizer_in_backward,
+                               fused=run.numerics.optimizer_impl == "fused")
     peaks = training_peak_bytes(spec, in_peak, activations, n_params=total_params, shard=shard, optimizer=stepping,
                                 grad_accum=grad_accum, inplace_loss=megatron_moe)
     if ft is not None:
@@ -363,9 +363,12 @@ def _largest_tensor(spec, n_params: float) -> float:
     return float(max(spec.vocab_size * d, d * spec.d_ff, d * spec.n_heads * spec.head_dim))
 
 
-def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple):
+def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple, buffers=None):
     """(parts, activations, states) of a LoRA / QLoRA run: account/memory/finetune.py's states placed as the full
-    model's are (the fraction of the model this GPU holds, then ZeRO's divisors), its activations changed."""
+    model's are (the fraction of the model this GPU holds, then ZeRO's divisors), its activations changed. Under
+    FSDP2 (`buffers`, account/memory/fsdp.py) the gathered units hold the base as it is stored (bf16, or NF4 whose
+    all-gather moves the packed bytes: torchao's NF4Tensor.fsdp_pre_all_gather) and the adapters; only the adapters
+    have unsharded gradients."""
     from trainledger.account.memory import finetune as lora
     fraction, divisors = placement
     states = lora.finetune_states(spec, run.finetune, recipe, opt)
@@ -375,6 +378,13 @@ def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement
     out["params_bytes"] = frozen + states["trainable_params_bytes"] * fraction / divisors["params"]
     for key in ("grads", "master_params", "optimizer"):
         out[f"{key}_bytes"] = states[f"{key}_bytes"] * fraction / divisors[key]
+    if buffers is not None:
+        full = float(states["trainable_params"] + states["frozen_params"]) * recipe.params_bytes_per_param
+        stored = (states["frozen_params_bytes"] + states["quantized_weights_bytes"]
+                  + states["quantization_constants_bytes"] + states["trainable_params_bytes"])
+        out["params_bytes"] += buffers["params_bytes"] * stored / full
+        out["grads_bytes"] += buffers["grads_bytes"] * states["trainable_params"] / (
+            states["trainable_params"] + states["frozen_params"])
     if activations is not None:
         activations = lora.apply_activations(activations, lora.activations_delta_bytes(spec, shard, run.finetune))
         states["dequantize_extra_bytes"] = lora.dequantize_moment_extra_bytes(spec, shard, states,
@@ -398,6 +408,8 @@ def training_peak_bytes(spec, parts: dict, activations: dict | None, *, n_params
     # trainledger.optim's (and torch.optim's foreach) Adam/AdamW/AdaGrad/RMSProp make one state-sized temporary;
     # SGD with or without momentum none
     temporaries = 0 if optimizer.name in ("sgd", "momentum") else None
+    if getattr(optimizer, "fused", False):   # torch.optim's fused=True: _fused_adamw_ updates in place, no temporary
+        temporaries = 0                      # (measured: tests/account/test_compile_memory.py)
     if getattr(optimizer, "in_backward", False):   # each tensor steps alone in its hook: its temporary is within
         # the one gradient counted
         temporaries = 0

@@ -25,11 +25,12 @@ from trainledger.specs.model import TransformerSpec
 from trainledger.specs.run import Hardware, Run
 
 # What a table compares, read from step_time's answer for a case (the published figure is in the same unit):
-# the step (seconds per iteration), the model FLOPs utilisation, tokens/s per GPU, GPU-hours of `tokens` tokens.
+# the step (seconds per iteration), the model FLOPs utilisation, tokens/s per GPU or of all, GPU-hours of `tokens` tokens.
 METRICS = {
     "seconds": lambda r, case: r["step_seconds"],
     "mfu": lambda r, case: r["mfu"],
     "tokens_per_s_per_gpu": lambda r, case: r["tokens_per_s"] / case.num_gpus,
+    "tokens_per_s": lambda r, case: r["tokens_per_s"],
     "gpu_hours": lambda r, case: case.tokens / r["tokens_per_s"] * case.num_gpus / 3600,
 }
 

@@ -165,7 +165,29 @@ def moe() -> str:
               f"{100 * statistics.median(c['width'] for c in held):.0f} %.")
 
 
-TABLES = {"per-source": per_source, "published": published, "interval-sources": interval_sources, "korthikanti": korthikanti, "llama3": llama3,
+def finetune() -> str:
+    """torchtune's fine-tuning tables (account/validation/finetune.py): peak memory and tokens/s per row."""
+    from trainledger.account.validation import finetune as v
+    rows, cases = [], v.evaluate_all()
+
+    def gib(x):
+        return "—" if x is None else f"{x / 2**30:.1f} GiB"
+    for c in cases:
+        note = "" if c["scored"] else " (not scored)"
+        if c["refused"]:
+            note += " refused: " + c["refused"][:80]
+        rows.append([c["label"] + note, c["table"], gib(c["published_peak_bytes"]), gib(c["predicted_peak_bytes"]),
+                     "—" if c["memory_error"] is None else _pct(c["memory_error"]), f"{c['published_tokens_per_s']:,.0f}",
+                     "—" if c["predicted_tokens_per_s"] is None else f"{c['predicted_tokens_per_s']:,.0f}",
+                     "—" if c["tokens_error"] is None else _pct(c["tokens_error"])])
+    r = v.report(cases)
+    return (_rows(["row", "table", "published peak", "predicted peak", "error", "published tokens/s", "predicted",
+                   "error"], rows)
+            + f"\n\nScored rows: {r['n']}; peak memory within 10 %: {r['memory_within_10']}; tokens/s within 25 %: "
+              f"{r['tokens_within_25']}.")
+
+
+TABLES = {"finetune": finetune, "per-source": per_source, "published": published, "interval-sources": interval_sources, "korthikanti": korthikanti, "llama3": llama3,
           "torchtitan": torchtitan, "fp8": fp8, "moe": moe}
 
 
