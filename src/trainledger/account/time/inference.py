@@ -55,8 +55,10 @@ from trainledger.account.time.roofline import Kernel, gemm_efficiency, kernel_se
 from trainledger.errors import TrainledgerError
 from trainledger.specs.dtypes import get_dtype
 
-DTYPES = ("bf16", "fp16", "fp32", "fp8")
-KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+DTYPES = ("bf16", "fp16", "fp32", "fp8", "nf4", "nf4-dq", "int8", "int4")
+QUANTIZED = ("nf4", "nf4-dq", "int8", "int4")   # weights-only: account.finetune.quant.inference_weight_bytes
+KV_DTYPES = ("bf16", "fp16", "fp32", "fp8", "nf4", "nf4-dq", "int8", "int4")
+QUANTIZED = ("nf4", "nf4-dq", "int8", "int4")   # weights-only: account.finetune.quant.inference_weight_bytes
 SKINNY_ROWS = 64      # GEMMs with at most this many rows are timed without tile quantization (see _kernel_time)
 PARTS = ("weights_read", "kv_cache_read", "compute", "attention", "memory_bound", "overhead", "tp_comm")
 WORDS = {
@@ -92,7 +94,12 @@ class InferenceRequest:
 
 def check_dtype(name: str, allowed: tuple[str, ...], flag: str) -> str:
     """The canonical name of `name` ('bfloat16' -> 'bf16', 'fp8-e4m3' -> 'fp8') if it is one of `allowed`."""
-    dtype = get_dtype(name, flag)
+    if name in allowed and name in QUANTIZED:
+        return name
+    try:
+        dtype = get_dtype(name, flag)
+    except TrainledgerError:
+        raise TrainledgerError(f"{flag} must be one of {', '.join(allowed)}, got {name!r}", flag) from None
     key = "fp8" if dtype.peak_key == "fp8" else dtype.name
     if key not in allowed:
         raise TrainledgerError(f"{flag} must be one of {', '.join(allowed)}, got {name!r}")
@@ -132,9 +139,25 @@ def weights_bytes(spec, bytes_per_element: float, tp: int = 1) -> float:
     return params_per_gpu(spec, tp)["n_params_per_gpu"] * bytes_per_element
 
 
-def _element_bytes(request: InferenceRequest) -> tuple[float, float, float]:
-    """(weights, activations, KV cache) bytes per element of a checked request: its --dtype (activations at least
-    16-bit: fp8 weights compute in bf16) and its --kv-dtype."""
+def compute_dtype(dtype: str) -> str:
+    """The dtype the matmuls run in: a weights-only quantized model (nf4, nf4-dq, int8, int4) computes in bf16."""
+    return "bf16" if dtype in QUANTIZED else dtype
+
+
+def _quantized(spec, request: InferenceRequest) -> dict | None:
+    if request.dtype not in QUANTIZED:
+        return None
+    from trainledger.account.finetune.quant import inference_weight_bytes
+    return inference_weight_bytes(spec, request.dtype, request.tp)
+
+
+def _element_bytes(spec, request: InferenceRequest) -> tuple[float, float, float]:
+    """(weights of the layers' Linears, activations, KV cache) bytes per element of a checked request: its --dtype
+    (activations at least 16-bit: fp8 and quantized weights compute in bf16) and its --kv-dtype. A quantized --dtype:
+    the packed bytes + constants per weight (account.finetune.quant)."""
+    q = _quantized(spec, request)
+    if q is not None:
+        return q["quantized_weight_bytes"] / q["quantized_params"], 2, get_dtype(request.kv_dtype).bytes
     w = get_dtype(request.dtype).bytes
     return w, max(w, 2), get_dtype(request.kv_dtype).bytes
 
@@ -143,8 +166,12 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
                    prefill_len: int | None) -> list[Kernel]:
     """Kernels of one layer over `tokens` new positions (batch · 1 decoding, batch · prompt in prefill) against
     `context` cached positions, for `request`'s batch, dtypes and tp."""
-    w, a, kv = _element_bytes(request)
-    batch, tp, dtype = request.batch_size, request.tp, request.dtype
+    w, a, kv = _element_bytes(spec, request)
+    batch, tp, dtype = request.batch_size, request.tp, compute_dtype(request.dtype)
+    # prefill of a quantized weight: dequantized once per forward into a bf16 copy (written, then read by the bf16
+    # GEMM: 2 + 2 bytes a weight); decoding fuses the dequantize into the GEMV (bitsandbytes' gemv_4bit, torchao's
+    # int4 tinygemm kernel), reading only the packed bytes
+    dequant = 4.0 if (request.dtype in QUANTIZED and prefill_len is not None) else 0.0
     d, dh = spec.d_model, spec.head_dim
     h, k = spec.n_heads / tp, kv_heads_per_gpu(spec, tp)
     f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff and not spec.is_moe_layer(layer)) else spec.d_ff) / tp
@@ -154,7 +181,7 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
         """`times` Linears over `rows` tokens each: 2·rows·in·out FLOPs apiece; reads the inputs and the weights in
         --dtype (w bytes), writes the outputs (a bytes)."""
         shape = gemm(name, rows, fan_out, fan_in, a, dtype).shape           # (m, n, k, 1), rounded for the tiles
-        moved = (rows * fan_in + rows * fan_out) * a * times + fan_in * fan_out * w * times
+        moved = (rows * fan_in + rows * fan_out) * a * times + fan_in * fan_out * (w + dequant) * times
         return Kernel(name, "compute", "gemm", 2.0 * rows * fan_in * fan_out * times, moved, shape, dtype, 1)
 
     for name, width in (("q_proj", h * dh), ("k_proj", k * dh), ("v_proj", k * dh), ("o_proj", h * dh)):
@@ -196,8 +223,10 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
 
 def _edge_kernels(spec, request: InferenceRequest, tokens: float, logits_rows: float) -> list[Kernel]:
     """Embedding lookup, final norm and the LM head over `logits_rows` positions, in `request`'s dtypes and tp."""
-    w, a, _ = _element_bytes(request)
-    dtype, d, v = request.dtype, spec.d_model, spec.vocab_size / request.tp
+    w, a, _ = _element_bytes(spec, request)
+    dtype, d, v = compute_dtype(request.dtype), spec.d_model, spec.vocab_size / request.tp
+    if request.dtype in QUANTIZED:
+        w = 2                       # the LM head stays bf16 (transformers' get_keys_to_not_convert)
     head = gemm("lm_head", logits_rows, v, d, a, dtype)
     moved = d * v * w + logits_rows * (d * a + v * 4)
     return [ew("embedding", tokens * d * 2 * a), ew("final_norm", 2 * logits_rows * d * a),
@@ -235,7 +264,7 @@ def _pass_seconds(spec, gpu, request: InferenceRequest, *, tokens: float, contex
                   logits_rows: float, n_ops: int) -> dict:
     """Seconds of one forward (a decoding step or the prefill) of `request` on one GPU, by part (PARTS): `tokens`
     new positions against `context` cached ones, the logits of `logits_rows`, `n_ops` operators dispatched."""
-    tp, a = request.tp, _element_bytes(request)[1]
+    tp, a = request.tp, _element_bytes(spec, request)[1]
     kernels = []
     for layer, count in spec.layer_groups():
         kernels += [(k, count) for k in _layer_kernels(spec, layer, request, tokens=tokens, context=context,
@@ -297,12 +326,13 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
     if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
     dtype = check_dtype(request.dtype, DTYPES, "--dtype")
-    kv_dtype = check_dtype(request.kv_dtype or dtype, KV_DTYPES, "--kv-dtype")
-    gpu.peak(dtype)                                  # a device without this dtype's peak: an error naming --dtype
+    kv_dtype = check_dtype(request.kv_dtype or compute_dtype(dtype), KV_DTYPES, "--kv-dtype")
+    gpu.peak(compute_dtype(dtype))                                  # a device without this dtype's peak: an error naming --dtype
     request = replace(request, dtype=dtype, kv_dtype=kv_dtype)
-    w, a, kv = _element_bytes(request)               # fp8 weights: activations stay 16-bit
+    w, a, kv = _element_bytes(spec, request)         # fp8 weights: activations stay 16-bit
     tokens = prompt_len + gen_len
-    weights = weights_bytes(spec, w, tp)
+    quant = _quantized(spec, request)
+    weights = quant["total_bytes"] if quant else weights_bytes(spec, w, tp)
     kv_total = kv_cache_bytes(spec, batch_size, tokens, kv, tp) if cache else 0.0
     kv_one = kv_cache_bytes(spec, 1, tokens, kv, tp)
     reserve_parts = None
@@ -346,6 +376,10 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
         "prefill_breakdown": {p: prefill[p] for p in PARTS}, "decode_breakdown": {p: decode[p] for p in PARTS},
         "decode_ops": decode_step_ops(spec, batch_size, greedy) if cache else None,
         "op_overhead_seconds": op_overhead_seconds(gpu),
+        "quantized_weight_bytes": quant["quantized_weight_bytes"] if quant else None,
+        "unquantized_weight_bytes": quant["other_params_bytes"] if quant else None,
+        "quantized_params": quant["quantized_params"] if quant else None,
+        "quantization_library": quant["library"] if quant else None,
     }
     result["assumptions"] = _assumptions(spec, gpu, result)
     return result
@@ -362,8 +396,15 @@ def _sample_steps(gen_len: int, most: int = 64) -> list[int]:
 
 
 def _assumptions(spec, gpu, r: dict) -> list[str]:
-    lines = [f"weights in {r['dtype']}, KV cache in {r['kv_dtype']}, activations in "
-             f"{'bf16' if r['dtype'] == 'fp8' else r['dtype']}; positions cached = prompt + generated = "
+    if r["quantized_params"]:
+        weights = (f"weights-only {r['dtype']} ({r['quantization_library']}): the layers' Linears, "
+                   f"{8 * r['quantized_weight_bytes'] / r['quantized_params']:.3f} bits a weight with its constants; "
+                   "embeddings, norms, biases and the LM head stay bf16; matmuls in bf16 (decoding dequantizes inside "
+                   "the GEMV, prefill once per forward into a bf16 copy)")
+    else:
+        weights = f"weights in {r['dtype']}"
+    lines = [f"{weights}, KV cache in {r['kv_dtype']}, activations in "
+             f"{'bf16' if r['dtype'] in ('fp8',) + QUANTIZED else r['dtype']}; positions cached = prompt + generated = "
              f"{r['prompt_len'] + r['gen_len']} per sequence"
              + (" (sliding-window layers keep their last " f"{spec.sliding_window})" if spec.sliding_window else ""),
              "decoding reads every weight and the KV cache at the mean context once per step (bandwidth-bound: "
