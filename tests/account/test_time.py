@@ -264,7 +264,7 @@ def test_step_parts_sum_and_mfu_definition():
 
 @pytest.mark.parametrize("kwargs, flag", [
     (dict(num_gpus=8, dp=4), "--dp"),
-    (dict(num_gpus=12, tp=8), "--num-gpus"),
+    (dict(num_gpus=6, tp=4), "--num-gpus"),      # tp 4 divides gpt2's 12 heads, not the 6 GPUs
     (dict(num_gpus=8, global_batch_size=12, batch_size=1), "--global-batch-size"),
     (dict(num_gpus=8, pp=2, interleave=2, global_batch_size=4), "--interleave"),
     (dict(num_gpus=10, tp=5), "--tp"),

@@ -15,7 +15,16 @@ Model states only (params, grads, master params, optimizer states; see specs/rec
 (default) shards every state over all --num-gpus GPUs, which is what CS336 Lecture 2 computes:
 8 H100 × 80e9 B / 16 B per parameter (naive fp32 AdamW) = 4.0e10 parameters. --zero 0 replicates
 the states on every GPU (plain data parallelism). Activations are not included; give --model (with
---seq-len, --batch-size) to also find the largest micro-batch for that model on one GPU.
+--seq-len) to also find the largest micro-batch for that model on one GPU.
+
+The fine-tuning ladder: --model with both --seq-len and --batch-size also prices the rungs a fine-tuner climbs
+(account/planning/ladder.py, in torchtune's order): full bf16 (AdamW) → + activation checkpointing → + chunked
+loss (8 chunks) → + optimizer in backward → + activation offload → + 8-bit AdamW → LoRA (torchtune's defaults:
+q,v,o and the MLP, rank 8, alpha 16; --lora-rank/--lora-alpha/--lora-targets change them) → QLoRA; with
+--num-gpus > 1 the rungs above run data-parallel and FSDP (ZeRO-3), + CPU offload, sharded LoRA and QLoRA follow.
+Each rung: peak memory per GPU, the reserve (the CUDA reserve unless --reserve is given), fits or not, tokens/s;
+the fastest rung that fits is named. The ladder asks about the GPUs you have: --num-gpus defaults to 1 there.
+JSON `ladder`: each rung with `run`, a document `step --config` and `memory --config` accept.
 
 Defaults, and why: --precision fp32, the lecture's naive AdamW (4 + 4 + 4 + 4 = 16 B/param). For the
 states alone that is also what amp-bf16 (the default of `memory` and `plan`) and mixed-bf16 cost with
@@ -25,6 +34,7 @@ examples:
   trainledger fit
   trainledger fit --precision mixed-bf16 --optimizer adam --zero 1 --num-gpus 64
   trainledger fit --gpu a100-40gb --num-gpus 1 --zero 0 --model gpt2 --seq-len 1024
+  trainledger fit --model llama-3.1-8b --gpu rtx-4090 --seq-len 2048 --batch-size 2
 """
 
 
@@ -58,6 +68,12 @@ def compute(args) -> dict:
     from trainledger.cli.run_flags import asked, document_of, given
     from trainledger.cli.sanity import custom_memory_label
     given_gpu = args.gpu is not None
+    derived = getattr(args, "_file_derived", None) or []     # what a saved run file decided itself is not asked
+    wants_ladder = (args.model is not None and given(args, "batch.batch_size") and "batch.batch_size" not in derived
+                    and (args.seq_len is not None or given(args, "batch.seq_len")) and "batch.seq_len" not in derived)
+    if wants_ladder and "num_gpus" not in getattr(args, "_hardware_given", set()) and not (
+            (getattr(args, "_file", None) or {}).get("hardware", {}).get("num_gpus")):
+        args.num_gpus = 1            # the ladder asks about the GPU you have (--help)
     run = asked(args)
     gpu = get_gpu(args.gpu if args.gpu is not None else "h100")
     reserve = run.levers.reserve
@@ -99,7 +115,26 @@ def compute(args) -> dict:
     elif given(args, "batch.batch_size") or args.seq_len is not None:
         raise TrainledgerError("--batch-size and --seq-len need --model")
     result["run"] = document_of(args, run.with_(dp=args.num_gpus, impl="paper"))
+    if wants_ladder:
+        result.update(_ladder(args, spec, hardware, run))
     return result
+
+
+def _ladder(args, spec, hardware, run) -> dict:
+    """fit's `ladder` (account/planning/ladder.py): the rungs at the asked batch and sequence, each with its run file
+    document; the reserve is the CUDA reserve ('auto') unless --reserve was given."""
+    from trainledger.account.planning.ladder import ladder
+    from trainledger.cli.run_flags import document_of, given
+    from trainledger.specs.run import Hardware, Run
+    base = Run().with_(batch_size=run.batch.batch_size, seq_len=run.batch.seq_len,
+                       reserve=run.levers.reserve if given(args, "levers.reserve") else "auto")
+    lora = {name: getattr(run.finetune, name) for name in ("lora_rank", "lora_alpha", "lora_targets")
+            if given(args, f"finetune.{name}")}
+    found = ladder(spec, Hardware(hardware.gpu, args.num_gpus, hardware.memory_per_gpu_bytes), base, lora)
+    for rung in found["ladder"]:
+        rung["run"] = document_of(args, rung["run"], args.num_gpus, derived=[])   # `step --config` takes it
+    return {"ladder": found["ladder"], "fastest_fitting": found["fastest_fitting"],
+            "first_fitting": found["first_fitting"], "ladder_num_gpus": found["num_gpus"]}
 
 
 def render(result: dict, args) -> None:
@@ -119,3 +154,33 @@ def render(result: dict, args) -> None:
     if "fits" in result:
         rows.append((f"batch {result['batch_size']} fits", f"{'yes' if result['fits'] else 'no'} ({units.format_bytes(result['total_bytes'])})"))
     print_table("Largest model that fits", rows, result["assumptions"])
+    if "ladder" in result:
+        render_ladder(result)
+
+
+def render_ladder(result: dict) -> None:
+    """The ladder as a table: rung, peak + reserve per GPU, fits, tokens/s; the fastest rung that fits named."""
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"What it takes to fit: {result['model']} on {result['ladder_num_gpus']} × "
+                        f"{result.get('gpu_label', result['gpu'])} ({units.format_bytes(result['memory_per_gpu_bytes'])}),"
+                        f" batch {result['batch_size']} × {result['seq_len']:,} tokens")
+    for column in ("rung", "peak per GPU", "+ reserve", "fits", "tokens/s"):
+        table.add_column(column, justify="left" if column == "rung" else "right")
+    for rung in result["ladder"]:
+        if rung["error"]:
+            table.add_row(rung["label"], "—", "—", "refused", "—")
+            continue
+        mark = "yes" if rung["fits"] else "no"
+        if rung["key"] == result["fastest_fitting"]:
+            mark += " ← fastest that fits"
+        table.add_row(rung["label"], units.format_bytes(rung["peak_bytes"]), units.format_bytes(rung["required_bytes"]),
+                      mark, f"{rung['tokens_per_s']:,.0f}")
+    console = Console()
+    console.print(table)
+    best = next((r for r in result["ladder"] if r["key"] == result["fastest_fitting"]), None)
+    console.print(f"fastest rung that fits: {best['label']}" if best else
+                  "no rung fits: more GPUs (--num-gpus), a shorter --seq-len or a smaller --batch-size")
+    for rung in result["ladder"]:
+        if rung["error"]:
+            console.print(f"refused: {rung['label']}: {rung['error']}")

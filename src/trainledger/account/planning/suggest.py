@@ -45,7 +45,9 @@ def faster_setting(spec, hardware, result: dict) -> dict | None:
     cache: dict = {}
     best = None
     dualpipe = run.layout.schedule == "dualpipe"      # its own two stages per GPU, even micro-batches
-    for b in _micro_batches(per_rank):
+    # the optimizer step in backward needs one micro-batch per step (torchtune refuses it with accumulation)
+    in_backward = run.levers.optimizer_in_backward
+    for b in [per_rank] if in_backward else _micro_batches(per_rank):
         m = per_rank // b
         if dualpipe and m % 2:
             continue
