@@ -152,11 +152,15 @@ def inference_weight_bytes(spec, scheme: str, tp: int = 1) -> dict:
     """Weights-only quantization for `infer --dtype nf4|nf4-dq|int8|int4`: every Linear of the layers stored as
     bitsandbytes (nf4, nf4-dq, int8) or torchao (int4) stores it, embeddings, norms, biases and the LM head in bf16
     (transformers' get_keys_to_not_convert keeps the output embeddings / lm_head unquantized). Per GPU under tp: the
-    layers' Linears split over tp GPUs (Megatron), the rest as params_per_gpu holds it. Keys as quantized_base_bytes."""
+    layers' Linears split over tp GPUs (Megatron), the rest as params_per_gpu holds it. Keys as quantized_base_bytes.
+    int4: torchao's Int4WeightOnlyConfig() (group 128, torchao_int4_bytes); a Linear whose in_features is not a
+    multiple of 128 torchao leaves unquantized (quant_api._int4_weight_only_quantize_tensor skips it): counted bf16."""
+    if spec.is_moe:
+        raise TrainledgerError(f"--dtype {scheme}: model {spec.name!r} is a mixture of experts, whose fused expert "
+                               "weights bitsandbytes and torchao do not quantize as Linears; not counted", "--dtype")
     if scheme == "int4":
-        if spec.is_moe:
-            raise TrainledgerError(f"--dtype int4: model {spec.name!r} is a mixture of experts, not counted")
-        layers = [p for p in projections(spec) if not any(role == "head" for role, _ in p.parts)]
+        layers = [p for p in projections(spec) if not any(role == "head" for role, _ in p.parts)
+                  and p.in_features % INT4_GROUP == 0]
         qp = sum(p.count * p.in_features * p.out_features for p in layers)
         qb = sum(p.count * torchao_int4_bytes(p.out_features, p.in_features)["total"] for p in layers)
         base = {"scheme": scheme, "library": "torchao", "quantized_params": qp, "quantized_weight_bytes": qb,
