@@ -162,6 +162,9 @@ def inference_weight_bytes(spec, scheme: str, tp: int = 1) -> dict:
         layers = [p for p in projections(spec) if not any(role == "head" for role, _ in p.parts)
                   and p.in_features % INT4_GROUP == 0]
         qp = sum(p.count * p.in_features * p.out_features for p in layers)
+        if not qp:
+            raise TrainledgerError(f"--dtype int4: no Linear of {spec.name!r} has in_features divisible by torchao's "
+                                   f"group size {INT4_GROUP}; nothing would be quantized", "--dtype")
         qb = sum(p.count * torchao_int4_bytes(p.out_features, p.in_features)["total"] for p in layers)
         base = {"scheme": scheme, "library": "torchao", "quantized_params": qp, "quantized_weight_bytes": qb,
                 "other_params_bytes": (n_params(spec) - qp) * 2, "bits_per_quantized_param": 8 * qb / qp}
