@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "quantized nf4, nf4-dq, int8 (bitsandbytes) or int4 (torchao, group 128): the layers' Linears "
                         "quantized, embeddings/norms/LM head bf16, matmuls bf16 (default: bf16; fp32 on a device "
                         "without a bf16 peak, e.g. --gpu cpu, as `step` picks)")
-    parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype)")
+    parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype; bf16 "
+                        "for a quantized --dtype)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs (default 1)")
     from trainledger.cli.reserve import reserve_size
     parser.add_argument("--reserve", type=reserve_size, default=None,
