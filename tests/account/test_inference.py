@@ -106,7 +106,7 @@ def test_no_cache_steps_cost_a_forward_of_the_whole_sequence():
 
 
 @pytest.mark.parametrize("kwargs, flag", [
-    ({"dtype": "int8"}, "--dtype"), ({"kv_dtype": "fp64"}, "--kv-dtype"), ({"tp": 3}, "--tp"), ({"batch_size": 0},
+    ({"dtype": "fp64"}, "--dtype"), ({"kv_dtype": "fp64"}, "--kv-dtype"), ({"tp": 3}, "--tp"), ({"batch_size": 0},
      "--batch-size"), ({"prompt_len": 0}, "--prompt-len"), ({"gen_len": -1}, "--gen-len"), ({"reserve_bytes": -1.0}, "--reserve")])
 def test_bad_inputs_name_their_flag(kwargs, flag):
     with pytest.raises(TrainledgerError, match=flag):
@@ -122,7 +122,7 @@ def test_cli_json_has_the_contract_keys(capsys):
     assert "does NOT fit" in out and "warning:" in err
 
 
-@pytest.mark.parametrize("argv", [["--model", "cruncher"], ["--model", "llama-3-8b", "--dtype", "int4"],
+@pytest.mark.parametrize("argv", [["--model", "cruncher"], ["--model", "llama-3-8b", "--dtype", "fp64"],
                                   ["--model", "llama-3-8b", "--gpu", "h1000"], ["--model", "gpt2", "--tp", "5"]])
 def test_cli_bad_inputs_exit_2_with_one_line(capsys, argv):
     assert main(["infer", *argv]) == 2

@@ -31,7 +31,7 @@ def test_api_infer_is_the_cli_answer():
     expected = cli_json(["infer", "--model", "llama-3-8b", "--gpu", "h100", "--batch-size", "32", "--prompt-len", "8064",
                          "--gen-len", "128"])
     assert reply.json() == expected and expected["kv_cache_bytes"] == 32 * 2**30
-    bad = client.get("/api/infer", params={"model": "llama-3-8b", "dtype": "int8"})
+    bad = client.get("/api/infer", params={"model": "llama-3-8b", "dtype": "fp64"})
     assert bad.status_code == 422 and bad.json()["flag"] == "--dtype"
     local = client.get("/api/infer", params={"model": "llama-3-8b", "gpu": "cpu"})   # this machine: command line only
     assert local.status_code == 422 and local.json()["flag"] == "--gpu"

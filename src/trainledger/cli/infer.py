@@ -14,7 +14,8 @@ DESCRIPTION = """Serving --batch-size sequences of --prompt-len prompt tokens an
 
   KV cache bytes  = Σ_layers 2 · batch · kv_heads · head_dim · (prompt + gen) · bytes of --kv-dtype
                     (grouped-/multi-query attention caches fewer heads; a sliding-window layer its last W positions)
-  weights bytes   = parameters per GPU · bytes of --dtype (fp8: 1 byte a weight, activations in bf16)
+  weights bytes   = parameters per GPU · bytes of --dtype (fp8: 1 byte a weight, activations in bf16; nf4, nf4-dq,
+                    int8, int4: the layers' Linears packed as bitsandbytes / torchao store them, the rest bf16)
   largest batch   = (GPU memory − weights − --reserve) / KV cache bytes of one sequence
   prefill         = the prompt's forward, compute-bound: GEMMs on the measured matmul roofline, causal attention;
                     time to first token = prefill
@@ -37,9 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences decoded together (default 1)")
     parser.add_argument("--prompt-len", type=common.positive_int, default=512, help="prompt tokens per sequence (default 512)")
     parser.add_argument("--gen-len", type=common.positive_int, default=128, help="new tokens per sequence (default 128)")
-    parser.add_argument("--dtype", default=None, help="weights and matmuls: bf16, fp16, fp32 or fp8 (default: bf16; fp32 "
-                                                      "on a device without a bf16 peak, e.g. --gpu cpu, as `step` picks)")
-    parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype)")
+    parser.add_argument("--dtype", default=None, help="weights and matmuls: bf16, fp16, fp32 or fp8; or weights-only "
+                        "quantized nf4, nf4-dq, int8 (bitsandbytes) or int4 (torchao, group 128): the layers' Linears "
+                        "quantized, embeddings/norms/LM head bf16, matmuls bf16 (default: bf16; fp32 on a device "
+                        "without a bf16 peak, e.g. --gpu cpu, as `step` picks)")
+    parser.add_argument("--kv-dtype", default=None, help="KV cache elements: bf16, fp16, fp32 or fp8 (default: --dtype; bf16 "
+                        "for a quantized --dtype)")
     parser.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs (default 1)")
     from trainledger.cli.reserve import reserve_size
     parser.add_argument("--reserve", type=reserve_size, default=None,
@@ -109,7 +113,10 @@ def render(result: dict, args) -> None:
     rows = [
         ("KV cache", f"{units.format_bytes(result['kv_cache_bytes'])} ({units.format_bytes(result['kv_cache_bytes_per_sequence'])} "
                      "per sequence)"),
-        ("weights", units.format_bytes(result["weights_bytes"])),
+        ("weights", units.format_bytes(result["weights_bytes"]) + (
+            f" ({units.format_bytes(result['quantized_weight_bytes'])} {result['dtype']} Linears + "
+            f"{units.format_bytes(result['unquantized_weight_bytes'])} bf16 embeddings, norms, LM head)"
+            if result.get("quantized_params") else "")),
         (f"memory per GPU ({result['gpu']})", f"{units.format_bytes(result['memory_bytes'])} of "
                                               f"{units.format_bytes(result['memory_per_gpu_bytes'])}: "
                                               f"{'fits' if result['fits'] else 'does NOT fit'}"),

@@ -129,3 +129,51 @@ def quantized_base_bytes(spec, scheme: str, library: str | None = None, dtype_by
     return {"scheme": scheme, "library": None if scheme == "none" else library or DEFAULT_LIBRARY[scheme],
             "quantized_params": quantized_params, "quantized_weight_bytes": quantized, "other_params_bytes": other,
             "total_bytes": quantized + other, "bits_per_quantized_param": 8 * quantized / quantized_params}
+
+
+INT4_GROUP = 128          # torchao Int4WeightOnlyConfig's default group_size
+
+
+def torchao_int4_bytes(rows: int, cols: int, group_size: int = INT4_GROUP, dtype_bytes: int = 2) -> dict:
+    """Bytes of torchao's int4 weight-only weight (Int4WeightOnlyConfig(group_size=128), version 2, plain packing:
+    torchao/quantization/quantize_/workflows/int4/int4_tensor.py, Int4Tensor): qdata (rows, cols/2) two 4-bit codes a
+    byte; scale and zero_point (cols/group_size, rows) each in the weight dtype (from_hp: scale.to(w.dtype)); total.
+    4 + 2·16/128 = 4.25 bits a weight in bf16."""
+    rows, cols = _check_elements(rows), _check_elements(cols)
+    if cols % group_size:
+        raise TrainledgerError(f"torchao's int4 weight-only needs in_features divisible by group_size {group_size}; "
+                               f"{cols} is not")
+    groups = rows * (cols // group_size)
+    parts = {"qdata": rows * cols // 2, "scale": groups * dtype_bytes, "zero_point": groups * dtype_bytes}
+    return parts | {"total": sum(parts.values())}
+
+
+def inference_weight_bytes(spec, scheme: str, tp: int = 1) -> dict:
+    """Weights-only quantization for `infer --dtype nf4|nf4-dq|int8|int4`: every Linear of the layers stored as
+    bitsandbytes (nf4, nf4-dq, int8) or torchao (int4) stores it, embeddings, norms, biases and the LM head in bf16
+    (transformers' get_keys_to_not_convert keeps the output embeddings / lm_head unquantized). Per GPU under tp: the
+    layers' Linears split over tp GPUs (Megatron), the rest as params_per_gpu holds it. Keys as quantized_base_bytes.
+    int4: torchao's Int4WeightOnlyConfig() (group 128, torchao_int4_bytes); a Linear whose in_features is not a
+    multiple of 128 torchao leaves unquantized (quant_api._int4_weight_only_quantize_tensor skips it): counted bf16."""
+    if spec.is_moe:
+        raise TrainledgerError(f"--dtype {scheme}: model {spec.name!r} is a mixture of experts, whose fused expert "
+                               "weights bitsandbytes and torchao do not quantize as Linears; not counted", "--dtype")
+    if scheme == "int4":
+        layers = [p for p in projections(spec) if not any(role == "head" for role, _ in p.parts)
+                  and p.in_features % INT4_GROUP == 0]
+        qp = sum(p.count * p.in_features * p.out_features for p in layers)
+        if not qp:
+            raise TrainledgerError(f"--dtype int4: no Linear of {spec.name!r} has in_features divisible by torchao's "
+                                   f"group size {INT4_GROUP}; nothing would be quantized", "--dtype")
+        qb = sum(p.count * torchao_int4_bytes(p.out_features, p.in_features)["total"] for p in layers)
+        base = {"scheme": scheme, "library": "torchao", "quantized_params": qp, "quantized_weight_bytes": qb,
+                "other_params_bytes": (n_params(spec) - qp) * 2, "bits_per_quantized_param": 8 * qb / qp}
+    else:
+        base = quantized_base_bytes(spec, scheme, "bitsandbytes", 2)   # Params4bit / Int8Params
+    if tp > 1:
+        from trainledger.account.counting.placement import params_per_gpu
+        per_gpu = params_per_gpu(spec, tp)["n_params_per_gpu"]
+        qp = base["quantized_params"] / tp
+        base = base | {"quantized_params": qp, "quantized_weight_bytes": base["quantized_weight_bytes"] / tp,
+                       "other_params_bytes": (per_gpu - qp) * 2}
+    return base | {"total_bytes": base["quantized_weight_bytes"] + base["other_params_bytes"]}

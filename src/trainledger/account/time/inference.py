@@ -14,6 +14,11 @@ what `infer` and `generate` ask; a serving request, not a training run). Per GPU
   models/kv_cache.py allocates it (the two agree to the byte: tests/models/test_generation.py).
   With tensor parallelism the KV heads are split over the tp GPUs (replicated when tp > n_kv_heads).
 - Weights: the parameters one GPU holds (account.memory.per_gpu.params_per_gpu) × bytes per element of --dtype.
+  Weights-only quantized --dtype nf4, nf4-dq, int8 (bitsandbytes) or int4 (torchao, group 128): the layers' Linears
+  as those libraries store them, packed codes + constants (account.finetune.quant.inference_weight_bytes: 4.5, 4.127,
+  8 + 32/cols, 4.25 bits a weight), embeddings, norms and the LM head in bf16; the matmuls run in bf16 and read the
+  packed bytes (decoding: bitsandbytes' gemm_4bit / int8_scaled_mm, torchao's bf16i4bf16_rowwise / tinygemm), except
+  a bitsandbytes 4-bit Linear over more than BNB_4BIT_FUSED_MAX_ROWS rows, which first dequantizes into a bf16 copy.
 - Largest batch: floor((memory − weights − reserve) / KV cache bytes of one sequence). The reserve may be
   automatic (`reserve_bytes` None, `infer --reserve auto`, as `memory` and `step` keep back on a CUDA device):
   account.memory.per_gpu.cuda_reserve_bytes of the peak (weights + KV cache): the CUDA context and cuBLAS
@@ -36,7 +41,7 @@ what `infer` and `generate` ask; a serving request, not a training run). Per GPU
   overhead adds to the arithmetic (one thread of control does both); on a GPU the CPU's launches and the GPU's
   kernels overlap and the longer sets the pace.
 Not modelled: batching with different lengths (paged attention, continuous batching), speculative decoding,
-quantization beyond the element size, the sampling's own FLOPs, CUDA graphs (which remove launch overhead), a
+the arithmetic of dequantizing inside a fused kernel (taken as hidden under its bytes), bitsandbytes int8's int8 tensor-core rate and outlier columns (its matmuls are timed at the bf16 rate), the sampling's own FLOPs, CUDA graphs (which remove launch overhead), a
 GPU's fixed time per kernel (GPUSpec.kernel_overhead_seconds: it depends on how many kernels an implementation
 launches; fused inference engines launch far fewer than our eager model).
 """
@@ -55,8 +60,12 @@ from trainledger.account.time.roofline import Kernel, gemm_efficiency, kernel_se
 from trainledger.errors import TrainledgerError
 from trainledger.specs.dtypes import get_dtype
 
-DTYPES = ("bf16", "fp16", "fp32", "fp8")
-KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+QUANTIZED = ("nf4", "nf4-dq", "int8", "int4")   # weights-only: account.finetune.quant.inference_weight_bytes
+DTYPES = ("bf16", "fp16", "fp32", "fp8") + QUANTIZED
+KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")      # the cache is written and read by bf16 attention: no packed codes
+# bitsandbytes 0.50 backends/cuda/ops.py (gemm_4bit): past this many rows a 4-bit Linear dequantizes its weight into
+# a bf16 copy and calls F.linear; at most this many it runs the fused kernel that reads the packed bytes
+BNB_4BIT_FUSED_MAX_ROWS = 1536
 SKINNY_ROWS = 64      # GEMMs with at most this many rows are timed without tile quantization (see _kernel_time)
 PARTS = ("weights_read", "kv_cache_read", "compute", "attention", "memory_bound", "overhead", "tp_comm")
 WORDS = {
@@ -92,10 +101,17 @@ class InferenceRequest:
 
 def check_dtype(name: str, allowed: tuple[str, ...], flag: str) -> str:
     """The canonical name of `name` ('bfloat16' -> 'bf16', 'fp8-e4m3' -> 'fp8') if it is one of `allowed`."""
-    dtype = get_dtype(name, flag)
+    if name in allowed and name in QUANTIZED:
+        return name
+    why = " (the KV cache holds bf16, fp16, fp32 or fp8 elements; weights-only quantization is --dtype)" if (
+        name in QUANTIZED) else ""
+    try:
+        dtype = get_dtype(name, flag)
+    except TrainledgerError:
+        raise TrainledgerError(f"{flag} must be one of {', '.join(allowed)}, got {name!r}{why}", flag) from None
     key = "fp8" if dtype.peak_key == "fp8" else dtype.name
     if key not in allowed:
-        raise TrainledgerError(f"{flag} must be one of {', '.join(allowed)}, got {name!r}")
+        raise TrainledgerError(f"{flag} must be one of {', '.join(allowed)}, got {name!r}{why}", flag)
     return key
 
 
@@ -132,9 +148,25 @@ def weights_bytes(spec, bytes_per_element: float, tp: int = 1) -> float:
     return params_per_gpu(spec, tp)["n_params_per_gpu"] * bytes_per_element
 
 
-def _element_bytes(request: InferenceRequest) -> tuple[float, float, float]:
-    """(weights, activations, KV cache) bytes per element of a checked request: its --dtype (activations at least
-    16-bit: fp8 weights compute in bf16) and its --kv-dtype."""
+def compute_dtype(dtype: str) -> str:
+    """The dtype the matmuls run in: a weights-only quantized model (nf4, nf4-dq, int8, int4) computes in bf16."""
+    return "bf16" if dtype in QUANTIZED else dtype
+
+
+def _quantized(spec, request: InferenceRequest) -> dict | None:
+    if request.dtype not in QUANTIZED:
+        return None
+    from trainledger.account.finetune.quant import inference_weight_bytes
+    return inference_weight_bytes(spec, request.dtype, request.tp)
+
+
+def _element_bytes(spec, request: InferenceRequest) -> tuple[float, float, float]:
+    """(weights of the layers' Linears, activations, KV cache) bytes per element of a checked request: its --dtype
+    (activations at least 16-bit: fp8 and quantized weights compute in bf16) and its --kv-dtype. A quantized --dtype:
+    the packed bytes + constants per weight (account.finetune.quant)."""
+    q = _quantized(spec, request)
+    if q is not None:
+        return q["quantized_weight_bytes"] / q["quantized_params"], 2, get_dtype(request.kv_dtype).bytes
     w = get_dtype(request.dtype).bytes
     return w, max(w, 2), get_dtype(request.kv_dtype).bytes
 
@@ -143,8 +175,14 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
                    prefill_len: int | None) -> list[Kernel]:
     """Kernels of one layer over `tokens` new positions (batch · 1 decoding, batch · prompt in prefill) against
     `context` cached positions, for `request`'s batch, dtypes and tp."""
-    w, a, kv = _element_bytes(request)
-    batch, tp, dtype = request.batch_size, request.tp, request.dtype
+    w, a, kv = _element_bytes(spec, request)
+    batch, tp, dtype = request.batch_size, request.tp, compute_dtype(request.dtype)
+    # a 4-bit bitsandbytes weight over more than BNB_4BIT_FUSED_MAX_ROWS rows is dequantized into a bf16 copy first
+    # (a kernel reading the packed bytes and writing 2 a weight) and the bf16 GEMM reads that copy; fewer rows
+    # (decoding) run bitsandbytes' fused gemm_4bit on the packed bytes. torchao's int4 (mslk bf16i4bf16_rowwise,
+    # tinygemm) and bitsandbytes' int8 (int8_scaled_mm) read the packed weight at any row count.
+    dequant = request.dtype in ("nf4", "nf4-dq") and tokens > BNB_4BIT_FUSED_MAX_ROWS
+    copies = []
     d, dh = spec.d_model, spec.head_dim
     h, k = spec.n_heads / tp, kv_heads_per_gpu(spec, tp)
     f = (spec.dense_d_ff if (spec.is_moe and spec.dense_d_ff and not spec.is_moe_layer(layer)) else spec.d_ff) / tp
@@ -154,7 +192,11 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
         """`times` Linears over `rows` tokens each: 2·rows·in·out FLOPs apiece; reads the inputs and the weights in
         --dtype (w bytes), writes the outputs (a bytes)."""
         shape = gemm(name, rows, fan_out, fan_in, a, dtype).shape           # (m, n, k, 1), rounded for the tiles
-        moved = (rows * fan_in + rows * fan_out) * a * times + fan_in * fan_out * w * times
+        read = w
+        if dequant:
+            copies.append(ew(f"dequantize_{name}", fan_in * fan_out * (w + 2) * times))
+            read = 2
+        moved = (rows * fan_in + rows * fan_out) * a * times + fan_in * fan_out * read * times
         return Kernel(name, "compute", "gemm", 2.0 * rows * fan_in * fan_out * times, moved, shape, dtype, 1)
 
     for name, width in (("q_proj", h * dh), ("k_proj", k * dh), ("v_proj", k * dh), ("o_proj", h * dh)):
@@ -191,13 +233,15 @@ def _layer_kernels(spec, layer: int, request: InferenceRequest, *, tokens: float
         out += [linear(name, d, f) for name in ups] + [linear("mlp_down", f, d)]
         out.append(ew("activation", (5 if spec.gated_mlp else 2) * tokens * f * a, count=2 if spec.gated_mlp else 1))
     out.append(ew("residual_adds", 2 * 3 * tokens * d * a, count=2))
-    return out
+    return out + copies
 
 
 def _edge_kernels(spec, request: InferenceRequest, tokens: float, logits_rows: float) -> list[Kernel]:
     """Embedding lookup, final norm and the LM head over `logits_rows` positions, in `request`'s dtypes and tp."""
-    w, a, _ = _element_bytes(request)
-    dtype, d, v = request.dtype, spec.d_model, spec.vocab_size / request.tp
+    w, a, _ = _element_bytes(spec, request)
+    dtype, d, v = compute_dtype(request.dtype), spec.d_model, spec.vocab_size / request.tp
+    if request.dtype in QUANTIZED:
+        w = 2                       # the LM head stays bf16 (transformers' get_keys_to_not_convert)
     head = gemm("lm_head", logits_rows, v, d, a, dtype)
     moved = d * v * w + logits_rows * (d * a + v * 4)
     return [ew("embedding", tokens * d * 2 * a), ew("final_norm", 2 * logits_rows * d * a),
@@ -235,7 +279,7 @@ def _pass_seconds(spec, gpu, request: InferenceRequest, *, tokens: float, contex
                   logits_rows: float, n_ops: int) -> dict:
     """Seconds of one forward (a decoding step or the prefill) of `request` on one GPU, by part (PARTS): `tokens`
     new positions against `context` cached ones, the logits of `logits_rows`, `n_ops` operators dispatched."""
-    tp, a = request.tp, _element_bytes(request)[1]
+    tp, a = request.tp, _element_bytes(spec, request)[1]
     kernels = []
     for layer, count in spec.layer_groups():
         kernels += [(k, count) for k in _layer_kernels(spec, layer, request, tokens=tokens, context=context,
@@ -297,12 +341,17 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
     if reserve_bytes is not None and (reserve_bytes < 0 or not math.isfinite(reserve_bytes)):
         raise TrainledgerError(f"--reserve must be a non-negative size, got {reserve_bytes!r}")
     dtype = check_dtype(request.dtype, DTYPES, "--dtype")
-    kv_dtype = check_dtype(request.kv_dtype or dtype, KV_DTYPES, "--kv-dtype")
-    gpu.peak(dtype)                                  # a device without this dtype's peak: an error naming --dtype
+    kv_dtype = check_dtype(request.kv_dtype or compute_dtype(dtype), KV_DTYPES, "--kv-dtype")
+    if dtype in QUANTIZED and "bf16" not in gpu.peak_flops_per_s:
+        raise TrainledgerError(f"--dtype {dtype} keeps the weights packed and runs the matmuls in bf16; {gpu.name} has "
+                               f"no bf16 matmul peak (it has {', '.join(gpu.peak_flops_per_s)}): use --dtype fp32 "
+                               "or a GPU", "--dtype")
+    gpu.peak(compute_dtype(dtype))                   # a device without this dtype's peak: an error naming --dtype
     request = replace(request, dtype=dtype, kv_dtype=kv_dtype)
-    w, a, kv = _element_bytes(request)               # fp8 weights: activations stay 16-bit
+    w, a, kv = _element_bytes(spec, request)         # fp8 weights: activations stay 16-bit
     tokens = prompt_len + gen_len
-    weights = weights_bytes(spec, w, tp)
+    quant = _quantized(spec, request)
+    weights = quant["total_bytes"] if quant else weights_bytes(spec, w, tp)
     kv_total = kv_cache_bytes(spec, batch_size, tokens, kv, tp) if cache else 0.0
     kv_one = kv_cache_bytes(spec, 1, tokens, kv, tp)
     reserve_parts = None
@@ -346,6 +395,10 @@ def inference(spec, gpu, request: InferenceRequest = InferenceRequest()) -> dict
         "prefill_breakdown": {p: prefill[p] for p in PARTS}, "decode_breakdown": {p: decode[p] for p in PARTS},
         "decode_ops": decode_step_ops(spec, batch_size, greedy) if cache else None,
         "op_overhead_seconds": op_overhead_seconds(gpu),
+        "quantized_weight_bytes": quant["quantized_weight_bytes"] if quant else None,
+        "unquantized_weight_bytes": quant["other_params_bytes"] if quant else None,
+        "quantized_params": quant["quantized_params"] if quant else None,
+        "quantization_library": quant["library"] if quant else None,
     }
     result["assumptions"] = _assumptions(spec, gpu, result)
     return result
@@ -362,14 +415,22 @@ def _sample_steps(gen_len: int, most: int = 64) -> list[int]:
 
 
 def _assumptions(spec, gpu, r: dict) -> list[str]:
-    lines = [f"weights in {r['dtype']}, KV cache in {r['kv_dtype']}, activations in "
-             f"{'bf16' if r['dtype'] == 'fp8' else r['dtype']}; positions cached = prompt + generated = "
+    if r["quantized_params"]:
+        weights = (f"weights-only {r['dtype']} ({r['quantization_library']}): the layers' Linears, "
+                   f"{8 * r['quantized_weight_bytes'] / r['quantized_params']:.3f} bits a weight with its constants; "
+                   "embeddings, norms, biases and the LM head stay bf16; matmuls in bf16 reading the packed weight "
+                   f"(bitsandbytes 4-bit over more than {BNB_4BIT_FUSED_MAX_ROWS} rows: dequantized into a bf16 copy "
+                   "first)")
+    else:
+        weights = f"weights in {r['dtype']}"
+    lines = [f"{weights}, KV cache in {r['kv_dtype']}, activations in "
+             f"{'bf16' if r['dtype'] in ('fp8',) + QUANTIZED else r['dtype']}; positions cached = prompt + generated = "
              f"{r['prompt_len'] + r['gen_len']} per sequence"
              + (" (sliding-window layers keep their last " f"{spec.sliding_window})" if spec.sliding_window else ""),
              "decoding reads every weight and the KV cache at the mean context once per step (bandwidth-bound: "
              "Pope et al. 2022); prefill runs the prompt's GEMMs on the measured matmul roofline",
-             f"the largest batch: (memory − weights − reserve) / KV cache of one sequence; no activation workspace, "
-             f"the LM head over the last position only"]
+             "the largest batch: (memory − weights − reserve) / KV cache of one sequence; no activation workspace, "
+             "the LM head over the last position only"]
     if r["tp"] > 1:
         lines.append(f"tensor parallel over {r['tp']} GPUs: heads, MLP and vocabulary split, two all-reduces per layer "
                      f"on {gpu.intra_node_link.name}")

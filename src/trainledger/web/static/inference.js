@@ -14,8 +14,8 @@
       { param: "batch-size", label: "Sequences decoded together (batch)", type: "pow2", min: 0, max: 10, value: "1", inputmode: "numeric" },
       { param: "prompt-len", label: "Prompt tokens", type: "pow2", min: 4, max: 17, value: "512", inputmode: "numeric" },
       { param: "gen-len", label: "New tokens", type: "pow2", min: 0, max: 14, value: "128", inputmode: "numeric" },
-      { param: "dtype", label: "Weights and matmuls", type: "select", value: "bf16", options: ["bf16", "fp16", "fp32", "fp8"] },
-      { param: "kv-dtype", label: "KV cache elements", type: "select", value: "", options: [["", "same as the weights"], "bf16", "fp16", "fp32", "fp8"] },
+      { param: "dtype", label: "Weights and matmuls", type: "select", value: "bf16", options: ["bf16", "fp16", "fp32", "fp8", "nf4", "nf4-dq", "int8", "int4"] },
+      { param: "kv-dtype", label: "KV cache elements", type: "select", value: "", options: [["", "same as the weights (bf16 if quantized)"], "bf16", "fp16", "fp32", "fp8"] },
       { param: "tp", label: "Tensor-parallel GPUs", type: "pow2", min: 0, max: 3, value: "1", inputmode: "numeric" },
     ],
     prepare(calc) {
