@@ -153,3 +153,30 @@ def test_torchao_missing_names_the_extra(flags, needed_by, token_file, tmp_path,
     line = one_error_line(capsys, _train(token_file, tmp_path / "run", *flags), needed_by)
     assert "pip install 'trainledger[finetune]'" in line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--finetune", "lora", "--lora-rank", "100000"], "--lora-rank"),       # the tiny preset's width is 128
+    (["--finetune", "lora", "--lora-targets", "q,zz"], "--lora-targets"),
+    (["--quantize", "nf4-dq"], "--quantize"),                                # --finetune full: nothing to adapt
+    (["--optimizer-in-backward", "--grad-accum", "2"], "--optimizer-in-backward"),
+], ids=["rank-above-width", "unknown-target", "quantize-full", "in-backward-grad-accum"])
+def test_train_refuses_issue_38_cases_before_a_step(flags, flag, token_file, tmp_path, capsys):
+    one_error_line(capsys, _train(token_file, tmp_path / "run", *flags), flag)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["memory", "--model", "gpt2", "--gpu", "t4", "--precision", "bf16"],
+    ["train", "--optimizer", "paged-adamw-8bit", "--device", "cpu", "--steps", "1", "--quiet"],
+], ids=["memory-bf16-t4", "train-paged-on-cpu"])
+def test_the_installed_entry_point_prints_only_the_line(argv, tmp_path):
+    """As a user runs it (a fresh interpreter): nothing torch or torchao says on import reaches stderr."""
+    import os
+    import subprocess
+    out_dir = ["--out-dir", str(tmp_path / "run")] if argv[0] == "train" else []
+    result = subprocess.run([sys.executable, "-m", "trainledger.cli.main", *argv, *out_dir], capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert not (tmp_path / "run").exists()
