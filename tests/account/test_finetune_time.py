@@ -74,3 +74,17 @@ def test_a_lora_step_is_faster_than_full_and_qlora_slower_than_lora_by_the_dequa
     base = quantized_base_bytes(PRESETS["llama-3.1-8b"], "nf4-dq")
     assert lora["mfu_convention"].startswith("model FLOPs = the FLOPs the step needs")
     assert base["quantized_weight_bytes"] > 0
+
+
+def test_step_answers_with_the_trainable_and_frozen_counts_memory_gives():
+    """`step --json` carries trainable_params and frozen_params, the counts `memory` gives for the same run."""
+    from trainledger.account.memory.per_gpu import memory_per_gpu
+    from trainledger.account.time.step import step_time
+    from trainledger.specs import get_model
+    from trainledger.specs.hardware import get_gpu
+    from trainledger.specs.run import Hardware, Run
+    spec, hardware = get_model("llama-3-8b"), Hardware(get_gpu("rtx-a6000"), 1)
+    run = Run().with_(batch_size=1, seq_len=1024, method="lora", lora_targets="all-linear", precision="bf16")
+    step, memory = step_time(spec, hardware, run), memory_per_gpu(spec, hardware, run)
+    assert step["trainable_params"] == memory["trainable_params"] > 0
+    assert step["frozen_params"] == memory["frozen_params"] > 100 * step["trainable_params"]

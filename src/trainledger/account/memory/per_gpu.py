@@ -242,7 +242,7 @@ def memory_per_gpu(spec, hardware, run) -> dict:
             parts["optimizer_bytes"] = unsharded * placed / divisors["optimizer"]
     if spec is not None and run.finetune.adapters:       # LoRA / QLoRA (account/memory/finetune.py)
         parts, activations, ft = _finetune(spec, run, recipe, opt, parts, activations, shard,
-                                           (per_gpu / total_params, divisors), buffers)
+                                           (per_gpu / total_params, divisors, buffers))
     if activations is not None and run.levers.activation_offload:
         activations, host["activations"] = offload_activations(activations, spec, shard, run.finetune)
     parts["activations_bytes"] = activations["total"] if activations else 0.0
@@ -363,14 +363,14 @@ def _largest_tensor(spec, n_params: float) -> float:
     return float(max(spec.vocab_size * d, d * spec.d_ff, d * spec.n_heads * spec.head_dim))
 
 
-def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple, buffers=None):
+def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple):
     """(parts, activations, states) of a LoRA / QLoRA run: account/memory/finetune.py's states placed as the full
-    model's are (the fraction of the model this GPU holds, then ZeRO's divisors), its activations changed. Under
-    FSDP2 (`buffers`, account/memory/fsdp.py) the gathered units hold the base as it is stored (bf16, or NF4 whose
+    model's are (`placement`: the fraction of the model this GPU holds, ZeRO's divisors, FSDP2's buffers or None), its
+    activations changed. Under FSDP2 (the buffers, account/memory/fsdp.py) the gathered units hold the base as it is stored (bf16, or NF4 whose
     all-gather moves the packed bytes: torchao's NF4Tensor.fsdp_pre_all_gather) and the adapters; only the adapters
     have unsharded gradients."""
     from trainledger.account.memory import finetune as lora
-    fraction, divisors = placement
+    fraction, divisors, buffers = placement
     states = lora.finetune_states(spec, run.finetune, recipe, opt)
     frozen = (states["frozen_params_bytes"] + states["quantized_weights_bytes"]
               + states["quantization_constants_bytes"]) * fraction / divisors["params"]

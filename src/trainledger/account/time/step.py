@@ -369,6 +369,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
             memory["fits"] = memory["headroom_bytes"] >= 0
         result.update(memory_bytes=memory["peak_bytes"], memory_per_gpu_bytes=hardware.memory_bytes, fits=memory["fits"],
                       reserve_bytes=memory["reserve_bytes"], headroom_bytes=memory["headroom_bytes"],
+                      trainable_params=memory["trainable_params"], frozen_params=memory["frozen_params"],
                       memory={k: memory[k] for k in ("params_bytes", "grads_bytes", "master_params_bytes",
                                                        "optimizer_bytes", "activations_bytes", "total_bytes")})
     if fp8_mod.fp8_scheme(recipe.name) is not None:     # which GEMMs ran in FP8, and NVIDIA's Model TFLOP/s/GPU
@@ -378,6 +379,7 @@ def step_time(spec, hardware, run, *, cache: dict | None = None, with_memory: bo
         result.update(mfu_convention=finetune_flops["convention"], finetune={
             "method": run.finetune.method, "quantize": run.finetune.base_storage, "trainable_params": trainable,
             "flops_per_token": {k: v for k, v in finetune_flops.items() if k != "convention"}})
+        result.setdefault("trainable_params", trainable)    # as `memory` counts them, without it the adapters'
     result["assumptions"] = assumptions(gpu, result, records, narrow_sms)
     return result
 
