@@ -145,3 +145,13 @@ def test_full_training_adamw_8bit_states_tensor_by_tensor_equal_the_measured():
     predicted = _predicted(TINY, {"optimizer": "adamw-8bit"})
     assert predicted["optimizer_bytes"] == measured["optimizer_bytes"]
     assert predicted["peak_bytes"] == pytest.approx(measured["peak_bytes"] - measured["inputs_bytes"], rel=0.02)
+
+
+def test_offload_under_full_recompute_copies_each_block_input_once():
+    """--activation-offload with --recompute full: the checkpointed blocks save only their inputs, so the host holds
+    those (and the rest of what is saved) once each, with no second copy of the tensors two ops share inside a block."""
+    kept = _predicted(TINY, {"method": "lora", "recompute": "full"})
+    offloaded = _predicted(TINY, {"method": "lora", "recompute": "full", "activation_offload": True})
+    loss = kept["activations"]["loss"]
+    assert offloaded["host_bytes"] == pytest.approx(kept["activations_bytes"] + loss)
+    assert offloaded["activations_bytes"] == 0

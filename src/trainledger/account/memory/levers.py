@@ -50,7 +50,8 @@ def offload_activations(activations: dict, spec, shard, finetune) -> tuple[dict,
 
     The GPU keeps none (the loss's log-softmax comes back at the start of backward: `last_stage` keeps it for the
     peak). The host holds one copy per saved tensor as autograd packs it: a tensor two ops save (the norm output
-    q, k and v save; SDPA's output that o_proj saves; the log-softmax that the NLL loss saves) is copied twice."""
+    q, k and v save; SDPA's output that o_proj saves; the log-softmax that the NLL loss saves) is copied twice;
+    under full recomputation only the blocks' inputs are saved, once each."""
     from trainledger.account.finetune.targets import parse_lora_targets
     from trainledger.account.memory.activations import recipe_bytes
     a, r, w = recipe_bytes(shard.precision)
@@ -60,6 +61,8 @@ def offload_activations(activations: dict, spec, shard, finetune) -> tuple[dict,
     mlp = (2 if spec.gated_mlp else 1) if roles is None else len({"gate", "up"} & roles)
     o_saves = roles is None or "o" in roles
     per_layer = (max(attn - 1, 0) + max(mlp - 1, 0)) * n * d * a + (n * spec.n_heads * spec.head_dim * a if o_saves else 0)
+    if shard.recompute == "full":      # checkpointed blocks save their input once; what is inside is rebuilt
+        per_layer = 0.0
     host = activations["total"] + (per_layer * spec.n_layers if w == 0 else 0.0) + activations.get("loss", 0.0)
     loss = activations.get("loss", 0.0)
     kept = dict(activations)
