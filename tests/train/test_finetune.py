@@ -230,7 +230,7 @@ def test_bad_input_is_one_line_and_exit_2(token_file, tmp_path, llama_dir, capsy
     assert "not with --grad-accum 2" in _one_line(capsys, [*train, "--optimizer-in-backward", "--grad-accum", "2",
                                                            "--out-dir", str(tmp_path / "d")])
     assert "--lora-rank" in _one_line(capsys, [*train, "--finetune", "lora", "--lora-rank", "0"])
-    assert "exceeds the width 128" in _one_line(capsys, [*train, "--finetune", "lora", "--lora-rank", "129",
+    assert "above the model width d_model = 128" in _one_line(capsys, [*train, "--finetune", "lora", "--lora-rank", "129",
                                                          "--out-dir", str(tmp_path / "e")])
     assert "unknown target 'qkv'" in _one_line(capsys, [*train, "--finetune", "lora", "--lora-targets", "qkv"])
     assert "quantized weights cannot be trained" in _one_line(capsys, [*train, "--quantize", "nf4-dq"])
@@ -302,3 +302,26 @@ def test_qlora_under_ddp_matches_one_process(token_file, tmp_path, llama_dir, ca
     record = read_metrics(tmp_path / "two" / "metrics.jsonl")[-1]
     # the adapters' gradients alone are all-reduced: 4 bytes × 2 layers × (q, v) × 8 · (128 + 128), and a loss
     assert record["comm_bytes"] == 4 * 2 * 2 * 8 * 256 + 4 and record["predicted_comm_bytes"] is None
+
+
+def test_a_lora_run_says_what_the_accounting_predicts(token_file, tmp_path, capsys):
+    """The trainer's predicted line and summary carry the fine-tuning accounting: trainable and frozen counts and the
+    peak of a step, equal to what `memory --config run.toml` predicts for the run it trained."""
+    status, out, err = train_in_process(capsys, "--data", token_file, "--out-dir", tmp_path / "run", "--steps", 2,
+                                        "--finetune", "lora", "--seq-len", "16", "--batch-size", "4", "--eval-every",
+                                        "0", "--no-plot", "--json")
+    assert status == 0, err
+    summary = json.loads(out)
+    status, out, err = train_in_process(capsys, "--data", token_file, "--out-dir", tmp_path / "again", "--steps", 1,
+                                        "--finetune", "lora", "--seq-len", "16", "--batch-size", "4", "--eval-every",
+                                        "0", "--no-plot")
+    line = next(x for x in out.splitlines() if x.startswith("predicted:"))
+    assert "trainable" in line and "frozen" in line and "peak of a step" in line
+    capsys.readouterr()
+    # (a CPU run's file names --gpu cpu, which `memory` does not take: the bytes do not depend on the device)
+    assert main(["memory", "--config", str(tmp_path / "run" / "run.toml"), "--gpu", "h100", "--reserve", "0",
+                 "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)
+    assert memory["trainable_params"] > 0 and memory["frozen_params"] > memory["trainable_params"]
+    assert summary["predicted_peak_memory_bytes"] == pytest.approx(memory["peak_bytes"], rel=1e-9)
+    assert summary["predicted_memory_bytes"] == pytest.approx(memory["total_bytes"], rel=1e-9)

@@ -337,7 +337,7 @@ class Trainer(Checkpointing):
             return
         from trainledger.measure.resources import available_cpu_bytes
         need = config.batch_size * (8 if self.is_lm else 4 * self.spec.dim)
-        if device.type == "cpu" and not finetune.is_finetune(config):    # (no fine-tuning accounting yet)
+        if device.type == "cpu":
             need += self._memory()["total_bytes"]
         have, source = available_cpu_bytes()
         if need > have:
@@ -466,7 +466,8 @@ class Trainer(Checkpointing):
                 writer.close()
         summary = {"steps": self.step, "tokens": self.tokens, "seconds": time.perf_counter() - started,
                    "train_flops_per_step": plan["train_flops_per_step"], "peak_flops_per_s": plan["peak_flops_per_s"],
-                   "predicted_memory_bytes": None if self.tuned else memory["total_bytes"], "peak_memory_bytes": peak_memory_bytes(world.device),
+                   "predicted_memory_bytes": memory["total_bytes"], "predicted_peak_memory_bytes": memory["peak_bytes"],
+                   "peak_memory_bytes": peak_memory_bytes(world.device),
                    "stopped_by": self.stop_signal, "metrics": str(metrics_path), "checkpoint": str(saved_at) if saved_at else None,
                    "resumed_from": str(resume_from) if resume_from else None}
         if self.is_lm:

@@ -318,19 +318,23 @@ def step_time_gap(records: list[dict], predicted: dict | None) -> dict | None:
 
 def predicted_line(plan: dict, memory: dict, finetune: bool = False) -> str:
     """The trainer's line of predictions: FLOPs per step, memory per device by part, the peak FLOP/s used for MFU.
-    A fine-tuning run's memory is not predicted yet (the accounting of adapters and frozen bases is account/'s to add):
-    the line says so instead of showing full training's bytes."""
+    A fine-tuning run's line also names its trainable and frozen parameters, the peak of a step and what the levers
+    keep on the host (account.memory.per_gpu prices adapters, frozen and quantized bases and the levers)."""
     peak = f"peak {units.format_rate(plan['peak_flops_per_s']) if plan['peak_flops_per_s'] else 'unknown'} " \
            f"({plan['peak_source']})"
+    flops = (f"{units.format_flops(plan['train_flops_per_step'])} FLOPs per step"
+             + (" as full training counts them" if finetune else ""))
+    parts = (f"params {units.format_bytes(memory['params_bytes'])}, grads {units.format_bytes(memory['grads_bytes'])}, "
+             + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
+             + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
+             f"activations {units.format_bytes(memory['activations_bytes'])}")
     if finetune:
-        return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step as full training counts "
-                f"them; memory of fine-tuning not predicted yet; {peak}")
-    return (f"predicted: {units.format_flops(plan['train_flops_per_step'])} FLOPs per step; memory per device "
-            f"{units.format_bytes(memory['total_bytes'])} of tensors (params {units.format_bytes(memory['params_bytes'])}, "
-            f"grads {units.format_bytes(memory['grads_bytes'])}, "
-            + (f"master {units.format_bytes(memory['master_params_bytes'])}, " if memory.get("master_params_bytes") else "")
-            + f"optimizer {units.format_bytes(memory['optimizer_bytes'])}, "
-            f"activations {units.format_bytes(memory['activations_bytes'])}); {peak}")
+        host = f", host {units.format_bytes(memory['host_bytes'])}" if memory.get("host_bytes") else ""
+        return (f"predicted: {flops}; memory per device {units.format_bytes(memory['total_bytes'])} of tensors "
+                f"({units.format_count(memory['trainable_params'])} trainable, "
+                f"{units.format_count(memory['frozen_params'])} frozen; {parts}), peak of a step "
+                f"{units.format_bytes(memory['peak_bytes'])}{host}; {peak}")
+    return f"predicted: {flops}; memory per device {units.format_bytes(memory['total_bytes'])} of tensors ({parts}); {peak}"
 
 
 def accounted_optimizer(name: str) -> str:
