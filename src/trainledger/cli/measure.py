@@ -27,6 +27,10 @@ meta runs no kernels (SDPA takes its math path); cpu / cuda run for real, after 
 predicted peak fits in the RAM (or the free GPU memory, with the allocator's reserve) available: otherwise
 exit 2 with the numbers and the largest batch that fits (TRAINLEDGER_NO_MEMORY_CHECK=1 runs anyway).
 
+--finetune full|lora|qlora measures a fine-tuning step on real tensors (--device cpu or cuda, --precision fp32
+or bf16): trainable and frozen parameters, the frozen/quantized base, adapters' grads and states, activations,
+host bytes of --activation-offload and the peak, beside account.memory.per_gpu (cli/measure_finetune.py).
+
 Defaults as in `trainledger memory`: --precision amp-bf16, --seq-len the context the model was
 pre-trained at, --batch-size 1 (the micro-batch of the one measured step).
 
@@ -77,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sp", action="store_true", help="sequence parallelism on the --tp ranks")
     g.add_argument("--pp", type=common.positive_int, default=1, help="pipeline stages (default 1)")
     g.add_argument("--grad-accum", type=common.positive_int, default=1, help="micro-batches in the step (default 1)")
+    from trainledger.cli import measure_finetune
+    measure_finetune.add_arguments(parser)
     common.add_json_flag(parser)
 
 
@@ -133,6 +139,9 @@ def compute(args) -> dict:
                                   optimizer=args.optimizer, device=args.device, attn_impl=args.attn_impl)
     if getattr(spec, "kind", None) == "transformer" and seq_len > spec.max_seq_len and spec.position == "learned":
         raise TrainledgerError(f"--seq-len {seq_len} exceeds the {spec.max_seq_len} learned positions of '{spec.name}'")
+    if args.finetune is not None:
+        from trainledger.cli import measure_finetune
+        return measure_finetune.compute(args, spec, seq_len)
     result = compare.measure_model(spec, args.batch_size, seq_len, precision=args.precision, optimizer=args.optimizer,
                                    recompute=args.recompute, device=args.device)
     result["notes"] = result.get("notes", []) + common.approximation_notes(spec)
@@ -201,7 +210,11 @@ def render(result: dict, args) -> None:
         title += f", transformers ({st.get('attn_impl')} attention)"
     columns = ["", "predicted", "measured", "error"]
     rows = []
-    for key, label, kind in ROWS:
+    if st.get("finetune"):
+        from trainledger.cli.measure_finetune import FINETUNE_ROWS
+        title += f", --finetune {st['finetune']}" + (f" ({st['quantize']})" if st.get("quantize") else "") + "".join(
+            f", {lever}" for lever in st.get("levers", []))
+    for key, label, kind in (FINETUNE_ROWS if st.get("finetune") else ROWS):
         measured = result["measured"].get(key)
         predicted = result.get("predicted", {}).get(key)
         if measured is None and predicted is None:
