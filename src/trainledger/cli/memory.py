@@ -74,7 +74,6 @@ def compute(args) -> dict:
     from trainledger.account.memory.per_gpu import memory_per_gpu
     from trainledger.cli.run_flags import asked, document_of, given, hardware_of
     from trainledger.errors import TrainledgerError
-    from trainledger.specs.hardware import get_gpu
     from trainledger.specs.run_checks import ParameterCount
 
     if args.model is None and args.params is None:
@@ -82,7 +81,7 @@ def compute(args) -> dict:
                                "a [model]", "--model")
     if args.model is not None and args.params is not None:     # one from the command line, one from --config
         raise TrainledgerError("give --model or --params, not both", "--params")
-    gpu = get_gpu(args.gpu)
+    gpu = common.resolve_gpu(args.gpu)       # --gpu cpu|cuda: this machine (a run file of a trained run names it)
     run = asked(args)
     from trainledger.specs.run_checks import default_precision
     precision = run.numerics.precision if run.numerics.precision is not None else default_precision(gpu)
