@@ -93,14 +93,15 @@ def test_a_papers_model_reads_back_from_its_config():
 
 def test_the_evaluation_is_predicted_over_published_of_the_metric():
     """By hand for one case of each metric: step_time of the case's run, the metric read from it, the error."""
+    from trainledger.account.validation.finetune import memory_and_speed_cases    # torchtune's totals over 8 GPUs
     seen = set()
-    for case in RUNS:
+    for case in RUNS + memory_and_speed_cases():
         if case.metric in seen:
             continue
         seen.add(case.metric)
         r = step_time(case.spec, Hardware(get_gpu(case.gpu), case.num_gpus), case.run, with_memory=False)
         predicted = {"seconds": r["step_seconds"], "mfu": r["mfu"], "tokens_per_s_per_gpu": r["tokens_per_s"]
-                     / case.num_gpus, "gpu_hours": (case.tokens or 0) / r["tokens_per_s"] * case.num_gpus / 3600}
+                     / case.num_gpus, "tokens_per_s": r["tokens_per_s"], "gpu_hours": (case.tokens or 0) / r["tokens_per_s"] * case.num_gpus / 3600}
         e = pr.evaluate(case, with_memory=False)
         assert e[f"predicted_{case.metric}"] == predicted[case.metric]
         assert e["error"] == pytest.approx(predicted[case.metric] / case.published - 1, rel=1e-12)

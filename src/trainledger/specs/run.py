@@ -73,7 +73,7 @@ class Numerics:
                                  "how torch.optim steps: foreach (PyTorch's default on CUDA: one state-sized temporary, "
                                  "the √v list) or fused (fused=True, as torchtune's configs set it: one kernel updates "
                                  "each tensor in place, no temporary)", choices=("foreach", "fused"),
-                                 label="Optimizer implementation", commands={'step', 'memory', 'layout', 'fit'})
+                                 commands={'step', 'memory', 'layout', 'fit'})
 
     def __post_init__(self):
         for name in ("precision", "optimizer", "optimizer_impl"):
