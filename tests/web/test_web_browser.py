@@ -769,3 +769,28 @@ def test_a_setting_added_to_the_table_is_a_field_of_the_step_form(my_knob, brows
     page.wait_for_function("document.querySelector('#calc-step').dataset.state === 'ok'", timeout=15000)
     assert "--my-knob" not in page.text_content("#calc-step .command-line") and not errors
     context.close()
+
+
+def test_finetune_ladder_calculator(page):
+    """The fine-tuning calculator draws `fit --model llama-3.1-8b --gpu rtx-4090 --seq-len 2048 --batch-size 2`'s
+    ladder: one bar per rung, fitting rungs marked so and the others not, the fastest that fits named; a smaller
+    batch moves with the CLI."""
+    page.click("a[href='#calc-finetune']")
+    page.wait_for_function("document.querySelector('#calc-finetune').dataset.state === 'ok'", timeout=30000)
+    expected = cli_json(["fit", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--num-gpus", "1", "--seq-len", "2048",
+                         "--batch-size", "2", "--lora-rank", "8"])
+    bars = page.eval_on_selector_all("#calc-finetune svg rect.rung",
+                                     "nodes => nodes.map(n => [n.dataset.key, n.getAttribute('class')])")
+    assert [key for key, _ in bars] == [r["key"] for r in expected["ladder"]]
+    for (key, cls), rung in zip(bars, expected["ladder"]):
+        assert ("fits" in cls.split()) == bool(rung["fits"]) and ("oom" in cls.split()) == (not rung["fits"] and not rung["error"]), key
+    assert any("oom" in cls for _, cls in bars) and any("fits" in cls.split() for _, cls in bars)
+    best = next(r for r in expected["ladder"] if r["key"] == expected["fastest_fitting"])
+    assert shown(page, "finetune")["fastest_fitting"] == best["label"]
+    press(page, "finetune", "#finetune-batch-size-slider", "ArrowLeft")         # 2 -> 1 sequence
+    assert page.input_value("#finetune-batch-size") == "1"
+    expected = cli_json(["fit", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--num-gpus", "1", "--seq-len", "2048",
+                         "--batch-size", "1", "--lora-rank", "8"])
+    fits = page.eval_on_selector_all("#calc-finetune svg rect.rung", "nodes => nodes.map(n => n.classList.contains('fits'))")
+    assert fits == [bool(r["fits"]) for r in expected["ladder"]]
+    screenshot(page, "finetune")
