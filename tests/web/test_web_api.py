@@ -339,3 +339,28 @@ def test_layout_launch_of_a_custom_model_names_its_file_not_the_server_path(clie
     assert str(Path(path).parent) not in json.dumps(body["launch"])
     assert f"--model {Path(path).name} " in body["launch"]["torchrun"]
     assert body["launch"]["train_args"][:2] == ["--model", Path(path).name]
+
+
+def test_the_fine_tuning_ladder_is_the_clis(client):
+    """/api/fit with a model, a sequence and a micro-batch answers fit's ladder, rung for rung as the CLI's JSON."""
+    query = {"model": "llama-3.1-8b", "gpu": "rtx-4090", "num-gpus": 1, "seq-len": 2048, "batch-size": 2, "lora-rank": 16}
+    r = client.get("/api/fit", params=query)
+    assert r.status_code == 200, r.text
+    served = r.json()
+    expected = cli_json(["fit", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--num-gpus", "1", "--seq-len", "2048",
+                         "--batch-size", "2", "--lora-rank", "16"])
+    assert served["fastest_fitting"] == expected["fastest_fitting"] and served["ladder_num_gpus"] == 1
+    assert [(x["key"], x["fits"], x["required_bytes"]) for x in served["ladder"]] == \
+        [(x["key"], x["fits"], x["required_bytes"]) for x in expected["ladder"]]
+    assert not served["ladder"][0]["fits"] and any(x["fits"] for x in served["ladder"])
+
+
+@pytest.mark.parametrize("field, value, words", [("lora-rank", "0", "--lora-rank"), ("lora-rank", "100000", "--lora-rank"),
+                                                 ("lora-targets", "q,zz", "--lora-targets"),
+                                                 ("seq-len", "-5", "--seq-len")])
+def test_bad_fine_tuning_input_is_a_422_naming_the_field(client, field, value, words):
+    """As every calculator's bad input: 422, the CLI's one line, the field it came from (the page puts it beside it)."""
+    query = {"model": "llama-3.1-8b", "gpu": "rtx-4090", "seq-len": 2048, "batch-size": 2, "finetune": "lora", field: value}
+    r = client.get("/api/fit", params=query)
+    assert r.status_code == 422, r.text
+    assert words in r.json()["error"] and r.json()["param"] == field
