@@ -76,7 +76,7 @@ class ActivationShard:
     loss_upcast: bool = True
     split: tuple = (False, False)       # (embedding, loss) as layers of the pipeline split (Megatron's flags)
     loss_chunks: int = 1                # --chunked-loss: the loss's logits-sized buffers exist 1/N at a time
-    compiled: bool = False              # --compile: each block under torch.compile saves what _Layer.COMPILED says
+    compiled: bool = False              # --compile: each block under torch.compile saves less (_Layer.__init__)
 
     def __post_init__(self):
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--tp", self.tp),

@@ -144,8 +144,8 @@ def units(spec, placement: dict, tp: int = 1, pp: int = 1, separate_embeddings: 
     last = head / tp + norm_params(spec)
     whole = first + (c["lm_head"] / tp if not spec.tied_embeddings else 0.0) + norm_params(spec)
     block = (placement["n_params_per_gpu"] - {"all": whole, "first": first, "last": last}[placement["stage"]]) / blocks
-    if separate_embeddings:
-        first, whole = 0.0 if pp > 1 else last, last
+    if separate_embeddings:        # beside the blocks: the head's unit on the last stage, nothing on the first
+        whole, first = last, 0.0
     root = {"all": whole, "first": first, "last": last}[placement["stage"]]
     return {"block": block, "root": root, "blocks": blocks}
 

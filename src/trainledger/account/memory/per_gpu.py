@@ -366,9 +366,9 @@ def _largest_tensor(spec, n_params: float) -> float:
 def _finetune(spec, run, recipe, opt, parts: dict, activations, shard, placement: tuple):
     """(parts, activations, states) of a LoRA / QLoRA run: account/memory/finetune.py's states placed as the full
     model's are (`placement`: the fraction of the model this GPU holds, ZeRO's divisors, FSDP2's buffers or None), its
-    activations changed. Under FSDP2 (the buffers, account/memory/fsdp.py) the gathered units hold the base as it is stored (bf16, or NF4 whose
-    all-gather moves the packed bytes: torchao's NF4Tensor.fsdp_pre_all_gather) and the adapters; only the adapters
-    have unsharded gradients."""
+    activations changed. Under FSDP2 (account/memory/fsdp.py) the gathered units hold the base as it is stored (bf16,
+    or NF4, whose all-gather moves the packed bytes: torchao's NF4Tensor.fsdp_pre_all_gather) and the adapters; only
+    the adapters have unsharded gradients."""
     from trainledger.account.memory import finetune as lora
     fraction, divisors, buffers = placement
     states = lora.finetune_states(spec, run.finetune, recipe, opt)

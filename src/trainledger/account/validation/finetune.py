@@ -4,7 +4,7 @@ Source: pytorch/torchtune README.md, "Memory and training speed" (Llama 3.1; bat
 packed to 2048, torch.compile on; tokens/s over one epoch; ** = CPU offload with fused optimizer) and
 "Optimization flags" (Llama 3.2 3B, full_finetune_single_device, batch 2, max sequence 4096, bf16, A100; each
 technique on top of the previous; LoRA and QLoRA use neither optimizer-in-backward nor 8-bit AdamW). Transcribed in
-/work/shared/reference/finetune.md.
+the workplace's reference/finetune.md.
 
 Each row's settings are read from its config (pytorch/torchtune recipes/configs/):
 - llama3_1/8B_full_single_device.yaml: bitsandbytes.optim.PagedAdamW8bit, optimizer_in_bwd True,
