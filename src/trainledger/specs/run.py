@@ -70,9 +70,8 @@ class Numerics:
     optimizer: str = _field("adamw", "--optimizer", "choice", "optimizer", choices=tuple(OPTIMIZERS),
                             label="Optimizer", commands={'step', 'memory', 'layout', 'plan', 'fit', 'profile'})
     optimizer_impl: str = _field("foreach", "--optimizer-impl", "choice",
-                                 "how torch.optim steps: foreach (PyTorch's default on CUDA: one state-sized temporary, "
-                                 "the √v list) or fused (fused=True, as torchtune's configs set it: one kernel updates "
-                                 "each tensor in place, no temporary)", choices=("foreach", "fused"),
+                                 "torch.optim's step: foreach (PyTorch's, with a state-sized √v temporary) or fused "
+                                 "(fused=True, as torchtune sets it: none)", choices=("foreach", "fused"),
                                  commands={'step', 'memory', 'layout', 'fit'})
 
     def __post_init__(self):
@@ -103,10 +102,8 @@ class Fsdp:
                                     "or keep unsharded gradients and parameters until the last (default sharded; "
                                     "unsharded with --pp)", choices=FSDP_ACCUMULATE, commands={'step', 'memory'})
     separate_embeddings: bool = _field(False, "--fsdp-separate-embeddings", "flag",
-                                       "the token embedding and the output head each an FSDP unit of their own "
-                                       "(torchtune's custom_sharded_layers ['tok_embeddings', 'output'], as its 70B and "
-                                       "405B configs set it): at the start of backward only the head is gathered, not "
-                                       "the embedding beside it", commands={'step', 'memory'})
+                                       "embedding and head as FSDP units of their own (torchtune's "
+                                       "custom_sharded_layers)", commands={'step', 'memory'})
     replicate: int = _field(1, "--dp-replicate", "count", "HSDP: replicate over this many groups, shard inside each "
                             "(dp / replicate ranks)", unit="groups", commands={'step', 'memory'})
     # Not a flag: `fit` counts ZeRO-3 as the ZeRO paper shards the model states, without FSDP2's unit buffers
